@@ -1,0 +1,99 @@
+"""The weight-stationary systolic array."""
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+
+__all__ = ["SystolicArray", "array_latency"]
+
+
+def array_latency(config: ArchConfig) -> int:
+    """Cycles from presenting an activation word on ``feed`` to its ``cols`` sums on ``sums``."""
+    return config.rows + config.cols
+
+
+class SystolicArray(wiring.Component):
+    """``rows`` x ``cols`` int8 processing elements with int32 partial sums.
+
+    PE ``(r, c)`` holds two weights (banks 0 and 1). An activation word presented on ``feed``
+    is skewed so that lane ``r`` enters row ``r`` ``r`` cycles later; it then moves one PE to
+    the right per cycle, carrying the bank bit that selects the weight each PE multiplies it
+    with. Partial sums move one PE down per cycle and are de-skewed at the bottom, so the
+    ``cols`` dot products of one activation word appear together on ``sums`` exactly
+    :func:`array_latency` cycles after the word was presented. Because the bank travels with
+    the data, one bank can be rewritten while the other is in use: weight loads overlap
+    computation.
+
+    Members
+    -------
+    feed : ``In(ArrayLayout(signed(8), rows))`` activation word, one lane per row.
+    feed_bank : ``In(1)`` weight bank for the word on ``feed``.
+    wload_en, wload_row, wload_bank, wload_data : write ``cols`` weights into row
+        ``wload_row`` of bank ``wload_bank`` at the next clock edge.
+    sums : ``Out(ArrayLayout(signed(32), cols))`` de-skewed column sums.
+    """
+
+    def __init__(self, config: ArchConfig):
+        self._config = config
+        super().__init__({
+            "feed": In(data.ArrayLayout(signed(8), config.rows)),
+            "feed_bank": In(1),
+            "wload_en": In(1),
+            "wload_row": In(range(config.rows)),
+            "wload_bank": In(1),
+            "wload_data": In(data.ArrayLayout(signed(8), config.cols)),
+            "sums": Out(data.ArrayLayout(signed(32), config.cols)),
+        })
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols = self.config.rows, self.config.cols
+
+        # Input skew: lane r waits r cycles before entering row r.
+        row_in, bank_in = [], []
+        for r in range(rows):
+            act, bank = self.feed[r], self.feed_bank
+            for stage in range(r):
+                act_d = Signal(signed(8), name=f"skew_{r}_{stage}")
+                bank_d = Signal(name=f"skew_bank_{r}_{stage}")
+                m.d.sync += [act_d.eq(act), bank_d.eq(bank)]
+                act, bank = act_d, bank_d
+            row_in.append(act)
+            bank_in.append(bank)
+
+        psum_above = [None] * cols
+        for r in range(rows):
+            act_left, bank_left = row_in[r], bank_in[r]
+            for c in range(cols):
+                act = Signal(signed(8), name=f"pe_{r}_{c}_act")
+                bank = Signal(name=f"pe_{r}_{c}_bank")
+                w0 = Signal(signed(8), name=f"pe_{r}_{c}_w0")
+                w1 = Signal(signed(8), name=f"pe_{r}_{c}_w1")
+                psum = Signal(signed(32), name=f"pe_{r}_{c}_psum")
+                m.d.sync += [act.eq(act_left), bank.eq(bank_left)]
+                product = act * Mux(bank, w1, w0)
+                m.d.sync += psum.eq(product if psum_above[c] is None
+                                    else psum_above[c] + product)
+                with m.If(self.wload_en & (self.wload_row == r)):
+                    with m.If(self.wload_bank):
+                        m.d.sync += w1.eq(self.wload_data[c])
+                    with m.Else():
+                        m.d.sync += w0.eq(self.wload_data[c])
+                psum_above[c] = psum
+                act_left, bank_left = act, bank
+
+        # Output de-skew: column c is c cycles early relative to the last column.
+        for c in range(cols):
+            value = psum_above[c]
+            for stage in range(cols - 1 - c):
+                value_d = Signal(signed(32), name=f"deskew_{c}_{stage}")
+                m.d.sync += value_d.eq(value)
+                value = value_d
+            m.d.comb += self.sums[c].eq(value)
+        return m

@@ -1,0 +1,152 @@
+"""The MATMUL engine: walks the im2col addresses of one tile and tracks its partial sums."""
+
+from amaranth.hdl import Cat, Const, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+from .array import array_latency
+from .layouts import InstrLayout
+
+__all__ = ["Feeder"]
+
+
+class Feeder(wiring.Component):
+    """Executes MATMUL instructions, one activation word per cycle.
+
+    A dispatched instruction waits in a one-entry ``pending`` slot; it starts in the cycle the
+    running one issues its last word (so tiles stream back to back) or later, and, when its
+    ``wait`` flag is set, not before the post-processor is idle. Each cycle it issues one
+    activation-buffer read at the next im2col position; positions outside the input image
+    read as the zero point ``zp``. A tag pipeline follows every word through the array so that
+    its sums are added into accumulator word ``acc_addr + i`` (or overwrite it when ``first``).
+
+    Members
+    -------
+    dispatch, instr : accept ``instr`` into the pending slot (only when ``pending`` is 0).
+    post_idle : the post-processor has finished all its writes.
+    pending, drained : the pending slot is full; no instruction or partial sum is in flight.
+    bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
+        and its last activation has passed the last column).
+    act_addr, act_en : activation-buffer read port.
+    feed_pad, feed_zp, feed_bank : in the cycle after a read: the word is padding (replace it
+        with ``feed_zp``) and its weight bank.
+    acc_raddr : accumulator read address (one cycle before the write).
+    acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
+    """
+
+    def __init__(self, config: ArchConfig):
+        self._config = config
+        super().__init__({
+            "dispatch": In(1),
+            "instr": In(InstrLayout()),
+            "post_idle": In(1),
+            "pending": Out(1),
+            "drained": Out(1),
+            "bank_free": Out(2),
+            "act_addr": Out(config.act_addr_bits),
+            "act_en": Out(1),
+            "feed_pad": Out(1),
+            "feed_zp": Out(signed(8)),
+            "feed_bank": Out(1),
+            "acc_raddr": Out(config.acc_addr_bits),
+            "acc_we": Out(1),
+            "acc_waddr": Out(config.acc_addr_bits),
+            "acc_first": Out(1),
+        })
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+
+        pend = Signal(InstrLayout())
+        pend_valid = Signal()
+        with m.If(self.dispatch):
+            m.d.sync += [pend.eq(self.instr), pend_valid.eq(1)]
+
+        # Running tile state.
+        running = Signal()
+        cur = Signal(InstrLayout())
+        remaining = Signal(16)
+        addr = Signal(signed(26))
+        row_addr = Signal(signed(26))
+        ox = Signal(16)
+        ix = Signal(signed(18))
+        iy = Signal(signed(18))
+        acc_addr = Signal(cfg.acc_addr_bits)
+        last = Signal()
+        m.d.comb += last.eq(running & (remaining == 1))
+
+        start = Signal()
+        m.d.comb += start.eq(pend_valid & (~running | last) & (~pend.wait | self.post_idle))
+        with m.If(start):
+            m.d.sync += [
+                cur.eq(pend), pend_valid.eq(0), running.eq(1),
+                remaining.eq(pend.count),
+                addr.eq(pend.act_addr),
+                row_addr.eq(pend.act_row),
+                ox.eq(pend.ox0), ix.eq(pend.ix0), iy.eq(pend.iy0),
+                acc_addr.eq(pend.acc_addr),
+            ]
+        with m.Elif(running):
+            m.d.sync += [remaining.eq(remaining - 1), acc_addr.eq(acc_addr + 1)]
+            with m.If(last):
+                m.d.sync += running.eq(0)
+            with m.If(ox == cur.ow - 1):
+                m.d.sync += [
+                    ox.eq(0), ix.eq(cur.ixr), iy.eq(iy + cur.sy),
+                    row_addr.eq(row_addr + cur.step_y), addr.eq(row_addr + cur.step_y),
+                ]
+            with m.Else():
+                m.d.sync += [ox.eq(ox + 1), ix.eq(ix + cur.sx), addr.eq(addr + cur.step_x)]
+
+        inside = Signal()
+        m.d.comb += [
+            inside.eq((iy >= 0) & (iy < cur.ih) & (ix >= 0) & (ix < cur.iw)),
+            self.act_addr.eq(addr[:cfg.act_addr_bits]),
+            self.act_en.eq(running & inside),
+        ]
+        m.d.sync += [
+            self.feed_pad.eq(~inside),
+            self.feed_zp.eq(cur.zp),
+            self.feed_bank.eq(cur.bank),
+        ]
+
+        # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
+        # f + latency and written in cycle f + latency + 1.
+        latency = array_latency(cfg) + 1
+        tag = Cat(running, acc_addr, cur.first)
+        tags = []
+        for stage in range(latency):
+            tag_d = Signal(len(tag), name=f"tag_{stage}")
+            m.d.sync += tag_d.eq(tag)
+            tags.append(tag_d)
+            tag = tag_d
+        read_tag, write_tag = tags[latency - 2], tags[latency - 1]
+        m.d.comb += [
+            self.acc_raddr.eq(read_tag[1:1 + cfg.acc_addr_bits]),
+            self.acc_we.eq(write_tag[0]),
+            self.acc_waddr.eq(write_tag[1:1 + cfg.acc_addr_bits]),
+            self.acc_first.eq(write_tag[-1]),
+        ]
+        in_flight = Cat(t[0] for t in tags[:latency])
+        m.d.comb += [
+            self.pending.eq(pend_valid),
+            self.drained.eq(~pend_valid & ~running & ~in_flight.any()),
+        ]
+
+        # A bank stays busy until its last activation has passed the last column.
+        hold_init = max(cfg.cols - 2, 0)
+        for b in range(2):
+            hold = Signal(range(hold_init + 1), name=f"hold_{b}")
+            with m.If(last & (cur.bank == b)):
+                m.d.sync += hold.eq(hold_init)
+            with m.Elif(hold != 0):
+                m.d.sync += hold.eq(hold - 1)
+            m.d.comb += self.bank_free[b].eq(
+                ~(running & (cur.bank == b)) & ~(pend_valid & (pend.bank == b)) & (hold == 0))
+        return m

@@ -1,0 +1,28 @@
+"""Data layouts shared by the HDL components and the compiler's encoders."""
+
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data
+
+from ..compiler.isa import FIELDS
+from ..config import ArchConfig
+
+__all__ = ["InstrLayout", "ParamLayout", "PARAM_BITS"]
+
+#: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift (8).
+PARAM_BITS = 72
+
+
+class InstrLayout(data.StructLayout):
+    """One instruction word; the fields come from :data:`hwonnx.compiler.isa.FIELDS`."""
+
+    def __init__(self):
+        super().__init__({f.name: (signed if f.signed else unsigned)(f.width) for f in FIELDS})
+
+
+class ParamLayout(data.ArrayLayout):
+    """Post-processing parameters of ``cols`` output channels."""
+
+    def __init__(self, config: ArchConfig):
+        channel = data.StructLayout({"bias": signed(32), "mult": signed(32),
+                                     "shift": unsigned(8)})
+        super().__init__(channel, config.cols)

@@ -1,0 +1,128 @@
+"""The POST engine: requantizes accumulators into int8 activations."""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+from .layouts import InstrLayout, ParamLayout
+
+__all__ = ["PostProcessor", "POST_LATENCY"]
+
+#: Cycles from an accumulator read to the write of its activation word.
+POST_LATENCY = 3
+
+
+class PostProcessor(wiring.Component):
+    """For each accumulator word ``i`` and each of ``nw`` activation words ``j``:
+    ``y = clamp(((acc + bias) * mult + 2**(shift-1)) >> shift) + zp, lo, hi)`` per channel
+    (see ``hwonnx.golden.requantize``), then lane ``l`` of activation word
+    ``out_addr + i * out_stride + j`` receives channel ``j * rows + l - lane_off`` when that is
+    in ``[0, nt)``; other lanes are left unwritten (byte enables).
+
+    Pipeline: read accumulator (cycle k), add bias and multiply (k+1), round, shift and
+    clamp (k+2), select lanes and write (k+3). ``idle`` is high once every write is done.
+
+    Members
+    -------
+    dispatch, instr : start (only when ``idle``); ``par_addr`` is read in the dispatch cycle.
+    idle : no step or write outstanding.
+    acc_addr, acc_data : accumulator read port. par_addr, par_en, par_data : parameter read.
+    out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
+    """
+
+    def __init__(self, config: ArchConfig):
+        self._config = config
+        super().__init__({
+            "dispatch": In(1),
+            "instr": In(InstrLayout()),
+            "idle": Out(1),
+            "acc_addr": Out(config.acc_addr_bits),
+            "acc_data": In(data.ArrayLayout(signed(32), config.cols)),
+            "par_addr": Out(config.par_addr_bits),
+            "par_en": Out(1),
+            "par_data": In(ParamLayout(config)),
+            "out_we": Out(config.rows),
+            "out_addr": Out(config.act_addr_bits),
+            "out_data": Out(data.ArrayLayout(signed(8), config.rows)),
+        })
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        rows, cols = cfg.rows, cfg.cols
+
+        cur = Signal(InstrLayout())
+        active = Signal()
+        remaining = Signal(24)
+        acc_addr = Signal(cfg.acc_addr_bits)
+        word = Signal(8)                     # j
+        pix_addr = Signal(26)                # out_addr + i * out_stride
+        m.d.comb += [self.par_addr.eq(self.instr.par_addr), self.par_en.eq(self.dispatch)]
+        with m.If(self.dispatch):
+            m.d.sync += [cur.eq(self.instr), active.eq(1),
+                         remaining.eq(self.instr.count * self.instr.nw),
+                         acc_addr.eq(self.instr.acc_addr), word.eq(0),
+                         pix_addr.eq(self.instr.out_addr)]
+        with m.Elif(active):
+            m.d.sync += remaining.eq(remaining - 1)
+            with m.If(remaining == 1):
+                m.d.sync += active.eq(0)
+            with m.If(word == cur.nw - 1):
+                m.d.sync += [word.eq(0), acc_addr.eq(acc_addr + 1),
+                             pix_addr.eq(pix_addr + cur.out_stride)]
+            with m.Else():
+                m.d.sync += word.eq(word + 1)
+        m.d.comb += self.acc_addr.eq(acc_addr)
+
+        # Stage 1 (accumulator data valid): bias and multiply.
+        s1_valid = Signal()
+        s1_addr = Signal(26)
+        s1_base = Signal(signed(18))         # channel of lane 0: j * rows - lane_off
+        m.d.sync += [s1_valid.eq(active), s1_addr.eq(pix_addr + word),
+                     s1_base.eq(word * rows - cur.lane_off)]
+        s2_valid = Signal()
+        s2_addr = Signal(26)
+        s2_base = Signal(signed(18))
+        products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
+        m.d.sync += [s2_valid.eq(s1_valid), s2_addr.eq(s1_addr), s2_base.eq(s1_base)]
+        for c in range(cols):
+            par = self.par_data[c]
+            biased = Signal(signed(33), name=f"biased_{c}")
+            # int32 wrap-around, as in the golden model's accumulator.
+            m.d.comb += biased.eq((self.acc_data[c] + par.bias)[:32].as_signed())
+            m.d.sync += products[c].eq(biased * par.mult)
+
+        # Stage 2: round half up, arithmetic shift, zero point, clamp.
+        s3_valid = Signal()
+        s3_addr = Signal(26)
+        s3_base = Signal(signed(18))
+        values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
+        m.d.sync += [s3_valid.eq(s2_valid), s3_addr.eq(s2_addr), s3_base.eq(s2_base)]
+        for c in range(cols):
+            # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
+            shr = (self.par_data[c].shift - 1)[:6]
+            halved = Signal(signed(64), name=f"halved_{c}")
+            level = Signal(signed(66), name=f"level_{c}")
+            m.d.comb += [halved.eq(products[c] >> shr),
+                         level.eq(((halved + 1) >> 1) + cur.zp)]
+            m.d.sync += values[c].eq(Mux(level < cur.lo, cur.lo,
+                                         Mux(level > cur.hi, cur.hi, level[:8])))
+
+        # Stage 3: route channels to lanes and write.
+        lanes = Array(values)
+        m.d.comb += self.out_addr.eq(s3_addr[:cfg.act_addr_bits])
+        for lane in range(rows):
+            channel = Signal(signed(18), name=f"channel_{lane}")
+            m.d.comb += [
+                channel.eq(s3_base + lane),
+                self.out_data[lane].eq(lanes[channel[:max(1, (cols - 1).bit_length())]]),
+                self.out_we[lane].eq(s3_valid & (channel >= 0) & (channel < cur.nt)
+                                     & (channel < cols)),
+            ]
+        m.d.comb += self.idle.eq(~active & ~s1_valid & ~s2_valid & ~s3_valid)
+        return m

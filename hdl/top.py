@@ -1,0 +1,171 @@
+"""The accelerator: buffers, engines and the instruction dispatcher."""
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..compiler.isa import Op, instruction_width
+from ..config import ArchConfig
+from .array import SystolicArray
+from .feeder import Feeder
+from .layouts import PARAM_BITS, InstrLayout, ParamLayout
+from .loader import WeightLoader
+from .post import PostProcessor
+
+__all__ = ["Accelerator"]
+
+_BUFFERS = ("prog", "wgt", "par", "act")
+
+
+class Accelerator(wiring.Component):
+    """The whole accelerator for one :class:`~hwonnx.config.ArchConfig`.
+
+    The model is data, not hardware: the program, weights and post-processing parameters are
+    written through the ``host_*`` ports (or baked in as initial contents with ``images``), so
+    one build of this component runs every model. A pulse on ``start`` runs the program from
+    address 0; ``done`` rises when its ``END`` instruction retires and stays high until the
+    next ``start``. ``cycles`` counts the cycles from ``start`` to ``done``.
+
+    Members
+    -------
+    start : ``In(1)``. busy, done : ``Out(1)``. cycles : ``Out(32)``.
+    host_<buf>_we, host_<buf>_addr, host_<buf>_data : write a whole word of buffer ``<buf>``
+        (``prog``, ``wgt``, ``par``, ``act``) while the accelerator is not busy.
+    host_act_raddr, host_act_rdata : read an activation word (one cycle latency).
+    """
+
+    def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None):
+        self._config = config
+        self._images = dict(images or {})
+        unknown = set(self._images) - set(_BUFFERS)
+        if unknown:
+            raise ValueError(f"Unknown buffer images {sorted(unknown)}")
+        members = {"start": In(1), "busy": Out(1), "done": Out(1), "cycles": Out(32)}
+        for name in _BUFFERS:
+            depth, width = self.buffer_shape(config, name)
+            members[f"host_{name}_we"] = In(1)
+            members[f"host_{name}_addr"] = In(range(depth))
+            members[f"host_{name}_data"] = In(width)
+        members["host_act_raddr"] = In(range(config.act_depth))
+        members["host_act_rdata"] = Out(config.rows * 8)
+        super().__init__(members)
+
+    @staticmethod
+    def buffer_shape(config: ArchConfig, name: str) -> "tuple[int, int]":
+        """Depth and word width in bits of buffer ``name``."""
+        return {
+            "prog": (config.prog_depth, instruction_width()),
+            "wgt": (config.wgt_depth, config.cols * 8),
+            "par": (config.par_depth, config.cols * PARAM_BITS),
+            "act": (config.act_depth, config.rows * 8),
+        }[name]
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+
+        def buffer(name, shape):
+            depth, _ = self.buffer_shape(cfg, name)
+            mem = Memory(shape=shape, depth=depth, init=self._images.get(name, []))
+            m.submodules[f"{name}_buf"] = mem
+            return mem
+
+        prog = buffer("prog", InstrLayout())
+        wgt = buffer("wgt", data.ArrayLayout(signed(8), cfg.cols))
+        par = buffer("par", ParamLayout(cfg))
+        act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
+        acc = Memory(shape=data.ArrayLayout(signed(32), cfg.cols), depth=cfg.acc_depth, init=[])
+        m.submodules.acc_buf = acc
+
+        m.submodules.array = array = SystolicArray(cfg)
+        m.submodules.feeder = feeder = Feeder(cfg)
+        m.submodules.loader = loader = WeightLoader(cfg)
+        m.submodules.post = post = PostProcessor(cfg)
+
+        # Host writes into program, weight and parameter buffers.
+        for name, mem in (("prog", prog), ("wgt", wgt), ("par", par)):
+            port = mem.write_port()
+            m.d.comb += [port.addr.eq(getattr(self, f"host_{name}_addr")),
+                         port.data.eq(getattr(self, f"host_{name}_data")),
+                         port.en.eq(getattr(self, f"host_{name}_we"))]
+
+        # Activation buffer: the post-processor or the host writes, the feeder and host read.
+        act_w = act.write_port(granularity=1)
+        with m.If(self.host_act_we):
+            m.d.comb += [act_w.addr.eq(self.host_act_addr), act_w.data.eq(self.host_act_data),
+                         act_w.en.eq(~0)]
+        with m.Else():
+            m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
+                         act_w.en.eq(post.out_we)]
+        act_feed = act.read_port()
+        act_host = act.read_port()
+        m.d.comb += [act_feed.addr.eq(feeder.act_addr), act_feed.en.eq(feeder.act_en),
+                     act_host.addr.eq(self.host_act_raddr),
+                     self.host_act_rdata.eq(act_host.data)]
+
+        # Weight tiles into the array.
+        wgt_r = wgt.read_port()
+        m.d.comb += [wgt_r.addr.eq(loader.wgt_addr), wgt_r.en.eq(loader.wgt_en),
+                     array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
+                     array.wload_bank.eq(loader.wload_bank), array.wload_data.eq(wgt_r.data)]
+
+        # Activations into the array; padding reads as the zero point.
+        for lane in range(cfg.rows):
+            m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
+                                                act_feed.data[lane]))
+        m.d.comb += array.feed_bank.eq(feeder.feed_bank)
+
+        # Accumulators: read-modify-write behind the array, read by the post-processor.
+        acc_w = acc.write_port()
+        acc_rmw = acc.read_port(transparent_for=(acc_w,))
+        acc_post = acc.read_port()
+        m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr), acc_w.addr.eq(feeder.acc_waddr),
+                     acc_w.en.eq(feeder.acc_we)]
+        for c in range(cfg.cols):
+            m.d.comb += acc_w.data[c].eq(
+                Mux(feeder.acc_first, 0, acc_rmw.data[c]) + array.sums[c])
+        m.d.comb += [acc_post.addr.eq(post.acc_addr), post.acc_data.eq(acc_post.data)]
+
+        par_r = par.read_port()
+        m.d.comb += [par_r.addr.eq(post.par_addr), par_r.en.eq(post.par_en),
+                     post.par_data.eq(par_r.data)]
+
+        # Dispatcher: one instruction per cycle, in order, to the engine that can take it.
+        running = Signal()
+        instr_valid = Signal()
+        pc = Signal(range(cfg.prog_depth))
+        prog_r = prog.read_port()
+        instr = prog_r.data
+        accept = Signal()
+        with m.Switch(instr.op):
+            with m.Case(Op.LOADW):
+                m.d.comb += accept.eq(~loader.busy & feeder.bank_free.bit_select(instr.bank, 1))
+            with m.Case(Op.MATMUL):
+                m.d.comb += accept.eq(~feeder.pending)
+            with m.Case(Op.POST):
+                m.d.comb += accept.eq(post.idle & feeder.drained)
+            with m.Case(Op.END):
+                m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle)
+        fire = Signal()
+        m.d.comb += fire.eq(instr_valid & accept)
+        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST)):
+            m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
+        m.d.comb += [feeder.post_idle.eq(post.idle),
+                     prog_r.addr.eq(Mux(self.start, 0, Mux(fire, pc + 1, pc)))]
+
+        with m.If(self.start):
+            m.d.sync += [running.eq(1), instr_valid.eq(1), pc.eq(0), self.done.eq(0),
+                         self.cycles.eq(0)]
+        with m.Elif(running):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+            with m.If(fire):
+                m.d.sync += pc.eq(pc + 1)
+                with m.If(instr.op == Op.END):
+                    m.d.sync += [running.eq(0), instr_valid.eq(0), self.done.eq(1)]
+        m.d.comb += self.busy.eq(running)
+        return m

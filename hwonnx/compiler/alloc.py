@@ -1,0 +1,45 @@
+"""Activation-buffer allocation: first fit, freeing a tensor after its last reader."""
+
+from ..config import ArchConfig
+from ..errors import ResourceError
+
+__all__ = ["ActAllocator"]
+
+
+class ActAllocator:
+    def __init__(self, config: ArchConfig):
+        self.depth = config.act_depth
+        self.regions: "dict[str, tuple[int, int]]" = {}    # value -> (base, words)
+        self.aliases: "dict[str, str]" = {}
+        self.high_water = 0
+
+    def _root(self, value: str) -> str:
+        while value in self.aliases:
+            value = self.aliases[value]
+        return value
+
+    def alias(self, value: str, of: str) -> None:
+        self.aliases[value] = of
+
+    def allocate(self, value: str, words: int, index: int, layer: str = "input") -> int:
+        base = 0
+        for start, size in sorted(self.regions.values()):
+            if start - base >= words:
+                break
+            base = max(base, start + size)
+        if base + words > self.depth:
+            used = sum(size for _, size in self.regions.values())
+            raise ResourceError(
+                f"Layer '{layer}': its output needs {words} activation words, but only "
+                f"{self.depth - used} of {self.depth} are free ({used} hold live tensors); "
+                f"raise --act-depth or use a larger board")
+        self.regions[value] = (base, words)
+        self.high_water = max(self.high_water, base + words)
+        return base
+
+    def release_dead(self, last_use: "dict[str, int]", index: int) -> None:
+        """Free every tensor whose last reader is layer ``index`` or earlier."""
+        live_roots = {self._root(v) for v, last in last_use.items() if last > index}
+        for value in list(self.regions):
+            if value not in live_roots:
+                del self.regions[value]

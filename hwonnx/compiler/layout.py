@@ -1,0 +1,88 @@
+"""Where tensors live in the activation buffer, and host-side packing of words.
+
+A tensor is stored pixel-major: pixel ``(y, x)`` occupies ``cb = ceil(C / rows)`` consecutive
+words, channel ``c`` in word ``c // rows``, lane ``c % rows``. ``logical`` maps every physical
+lane (word-major) to the flat C-order index of the value in the tensor's logical shape, or -1
+for a padding lane; Flatten and Reshape only change the logical shape, never the memory.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Placement", "natural_placement", "pack_words", "unpack_words"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    base: int
+    height: int
+    width: int
+    cb: int                              # words per pixel
+    shape: "tuple[int, ...]"             # logical shape, batch 1 first
+    logical: np.ndarray = field(repr=False, compare=False)   # [words * rows] -> index or -1
+
+    @property
+    def words(self) -> int:
+        return self.height * self.width * self.cb
+
+    def with_shape(self, shape: "tuple[int, ...]") -> "Placement":
+        return Placement(self.base, self.height, self.width, self.cb, tuple(shape),
+                         self.logical)
+
+    def is_natural_image(self, rows: int) -> bool:
+        """Whether the logical ``[1, C, H, W]`` shape matches the pixel-major layout."""
+        if len(self.shape) != 4:
+            return False
+        _, c, h, w = self.shape
+        if (h, w) != (self.height, self.width) or self.cb != -(-c // rows):
+            return False
+        return np.array_equal(self.logical, _natural_index(c, h, w, rows))
+
+
+def _natural_index(channels: int, height: int, width: int, rows: int) -> np.ndarray:
+    cb = -(-channels // rows)
+    y, x, word, lane = np.meshgrid(np.arange(height), np.arange(width), np.arange(cb),
+                                   np.arange(rows), indexing="ij")
+    c = word * rows + lane
+    index = c * height * width + y * width + x
+    return np.where(c < channels, index, -1).reshape(-1)
+
+
+def natural_placement(base: int, shape: "tuple[int, ...]", rows: int) -> Placement:
+    """Placement of a ``[1, C, H, W]`` or ``[1, K]`` tensor in its natural layout."""
+    if len(shape) == 4:
+        _, c, h, w = shape
+    elif len(shape) == 2:
+        c, h, w = shape[1], 1, 1
+    else:
+        raise ValueError(f"Cannot place a tensor of shape {shape}")
+    return Placement(base, h, w, -(-c // rows), tuple(shape), _natural_index(c, h, w, rows))
+
+
+def pack_words(values: np.ndarray, placement: Placement, rows: int) -> "list[int]":
+    """Pack one sample's int8 tensor (logical shape) into activation words."""
+    flat = np.asarray(values, dtype=np.int8).reshape(-1)
+    lanes = np.zeros(placement.logical.shape, dtype=np.uint8)
+    valid = placement.logical >= 0
+    lanes[valid] = flat[placement.logical[valid]].view(np.uint8)
+    return _lanes_to_words(lanes.reshape(-1, rows))
+
+
+def unpack_words(words: "list[int]", placement: Placement, rows: int) -> np.ndarray:
+    """Inverse of :func:`pack_words`: activation words -> int8 tensor of the logical shape."""
+    lanes = _words_to_lanes(words, rows).reshape(-1)
+    out = np.zeros(int(np.prod(placement.shape)), dtype=np.int8)
+    valid = placement.logical >= 0
+    out[placement.logical[valid]] = lanes[valid].view(np.int8)
+    return out.reshape(placement.shape)
+
+
+def _lanes_to_words(lanes: np.ndarray) -> "list[int]":
+    data = np.ascontiguousarray(lanes, dtype=np.uint8)
+    return [int.from_bytes(row.tobytes(), "little") for row in data]
+
+
+def _words_to_lanes(words: "list[int]", lanes: int) -> np.ndarray:
+    raw = b"".join(int(w).to_bytes(lanes, "little") for w in words)
+    return np.frombuffer(raw, dtype=np.uint8).reshape(len(words), lanes)

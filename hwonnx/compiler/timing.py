@@ -1,0 +1,60 @@
+"""The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
+and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/feeder.py``,
+``hdl/loader.py`` and ``hdl/post.py`` exactly, so the prediction equals the simulated cycle
+count (tested in ``tests/test_rtl_*.py``)."""
+
+from dataclasses import dataclass
+
+from ..config import ArchConfig
+from .isa import Op
+
+__all__ = ["Timing", "predict"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    dispatch: "list[int]"     # cycle each instruction leaves the dispatcher
+    done: "list[int]"         # cycle by which its effect is complete
+    total: int                # cycles from start to done (the ``cycles`` counter)
+
+
+def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
+    rows, cols = config.rows, config.cols
+    dispatch, done = [], []
+    previous = 0
+    loader_free = 0               # first cycle the loader accepts a LOADW
+    bank_free = [0, 0]            # first cycle a LOADW may overwrite each bank
+    pending_free = 0              # first cycle the feeder's pending slot is empty
+    feed_end = 0                  # last issue cycle of the latest MATMUL
+    drained = 0                   # first cycle no MATMUL or partial sum is in flight
+    post_idle = 0                 # first cycle the post-processor is idle
+    total = 0
+    for instr in instructions:
+        op = instr["op"]
+        t = previous + 1
+        if op == Op.LOADW:
+            t = max(t, loader_free, bank_free[instr["bank"]])
+            loader_free = t + rows + 1
+            finish = t + rows + 1
+        elif op == Op.MATMUL:
+            t = max(t, pending_free)
+            start = max(t + 1, feed_end, post_idle if instr.get("wait") else 0)
+            pending_free = start + 1
+            feed_end = start + instr["count"]
+            bank_free[instr["bank"]] = feed_end + max(cols - 1, 1)
+            drained = feed_end + rows + cols + 2
+            finish = drained - 1
+        elif op == Op.POST:
+            t = max(t, post_idle, drained)
+            post_idle = t + 4 + instr["count"] * instr["nw"]
+            finish = post_idle - 1
+        elif op == Op.END:
+            t = max(t, loader_free, drained, post_idle)
+            total = t
+            finish = t
+        else:
+            raise ValueError(f"Unknown opcode {op}")
+        dispatch.append(t)
+        done.append(finish)
+        previous = t
+    return Timing(dispatch, done, total)

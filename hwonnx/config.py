@@ -1,0 +1,121 @@
+"""The architecture configuration: the single source of truth for the compiler, the HDL, the
+simulator and the board fit check."""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+
+__all__ = ["ArchConfig", "PRESETS"]
+
+
+def _bits(depth: int) -> int:
+    return max(1, (depth - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """Geometry, number formats and buffer depths of the accelerator.
+
+    The array is weight-stationary: ``rows`` is the reduction (input-channel) dimension of a
+    tile, ``cols`` the output-channel dimension. Every generator reads the architecture from
+    this one object; nothing else hard-codes a width or a depth.
+
+    Parameters
+    ----------
+    rows, cols : array geometry (``rows`` int8 lanes per activation word, ``cols`` per weight
+        word).
+    act_depth : words of ``rows`` int8 in the activation buffer.
+    wgt_depth : words of ``cols`` int8 in the weight buffer (a weight tile is ``rows`` words).
+    acc_depth : words of ``cols`` int32 in the accumulator buffer (split in two halves so that
+        post-processing of one output tile overlaps the computation of the next).
+    par_depth : words of post-processing parameters (bias, multiplier, shift for ``cols``
+        channels); one per output tile.
+    prog_depth : instructions in the program buffer.
+    """
+    rows: int = 8
+    cols: int = 8
+    act_depth: int = 8192
+    wgt_depth: int = 4096
+    acc_depth: int = 1024
+    par_depth: int = 256
+    prog_depth: int = 4096
+    data_width: int = 8
+    acc_width: int = 32
+    clock_hz: int = 50_000_000
+
+    def __post_init__(self):
+        for name in ("rows", "cols", "act_depth", "wgt_depth", "acc_depth", "par_depth",
+                     "prog_depth", "clock_hz"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ArchConfig.{name} must be a positive integer, not {value!r}")
+        if self.rows > 64 or self.cols > 64:
+            raise ValueError(f"ArchConfig array must be at most 64x64, not "
+                             f"{self.rows}x{self.cols}")
+        if self.data_width != 8 or self.acc_width != 32:
+            raise ValueError(f"ArchConfig supports int8 data with int32 accumulation only, not "
+                             f"{self.data_width}/{self.acc_width} bits")
+        if self.acc_depth < 2 or self.acc_depth % 2:
+            raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
+                             f"{self.acc_depth}")
+
+    # Derived widths -------------------------------------------------------------------------
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def act_addr_bits(self) -> int:
+        return _bits(self.act_depth)
+
+    @property
+    def wgt_addr_bits(self) -> int:
+        return _bits(self.wgt_depth)
+
+    @property
+    def acc_addr_bits(self) -> int:
+        return _bits(self.acc_depth)
+
+    @property
+    def par_addr_bits(self) -> int:
+        return _bits(self.par_depth)
+
+    @property
+    def prog_addr_bits(self) -> int:
+        return _bits(self.prog_depth)
+
+    @property
+    def acc_half(self) -> int:
+        """Accumulator words available to one output tile."""
+        return self.acc_depth // 2
+
+    # Serialization --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ArchConfig":
+        data = json.loads(text)
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"ArchConfig JSON has unknown fields {sorted(unknown)}")
+        return cls(**data)
+
+    @property
+    def name(self) -> str:
+        return f"{self.rows}x{self.cols}"
+
+    def digest(self) -> str:
+        """Short stable hash of the hardware-relevant fields (cache key for RTL builds)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
+
+
+PRESETS = {
+    "tiny": ArchConfig(rows=4, cols=4, act_depth=4096, wgt_depth=2048, acc_depth=512),
+    "small": ArchConfig(),
+    "large": ArchConfig(rows=16, cols=16, act_depth=8192, wgt_depth=2048, acc_depth=2048),
+}
+PRESETS["wide"] = replace(PRESETS["small"], cols=16)

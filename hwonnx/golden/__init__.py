@@ -1,0 +1,9 @@
+"""The golden model: the bit-exact specification of the accelerator's integer arithmetic."""
+
+from .evaluate import evaluate
+from .im2col import conv_output_size, im2col
+from .ops import (GOLDEN_OPS, accumulate_bound, dequantize, qconv, qdense, quantize,
+                  requantize)
+
+__all__ = ["GOLDEN_OPS", "accumulate_bound", "conv_output_size", "dequantize", "evaluate",
+           "im2col", "qconv", "qdense", "quantize", "requantize"]

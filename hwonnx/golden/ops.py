@@ -1,0 +1,105 @@
+"""The bit-exact specification of the integer arithmetic the accelerator executes.
+
+Every function here is small, pure NumPy, and is what the RTL must equal bit for bit. The
+formulas are written out in ``docs/arithmetic.md``.
+"""
+
+from typing import Callable
+
+import numpy as np
+
+from .im2col import im2col
+
+__all__ = ["GOLDEN_OPS", "golden_op", "quantize", "dequantize", "requantize", "qconv",
+           "qdense", "accumulate_bound"]
+
+GOLDEN_OPS: "dict[str, Callable[..., np.ndarray]]" = {}
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def golden_op(op: str):
+    def register(fn):
+        GOLDEN_OPS[op] = fn
+        return fn
+    return register
+
+
+@golden_op("Quantize")
+def quantize(x: np.ndarray, *, scale: float, zero_point: int) -> np.ndarray:
+    """``clamp(round_half_even(x / scale) + zero_point, -128, 127)`` in float32 (the host's
+    input conversion; the same rule as ONNX ``QuantizeLinear``)."""
+    q = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale)) + zero_point
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+@golden_op("Dequantize")
+def dequantize(q: np.ndarray, *, scale: float, zero_point: int) -> np.ndarray:
+    """``(q - zero_point) * scale`` in float32 (the host's output conversion)."""
+    return ((q.astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale))
+
+
+def requantize(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shift: np.ndarray,
+               zero_point: int, lo: int, hi: int) -> np.ndarray:
+    """Requantize int32 accumulators (channel on the last axis) to int8.
+
+    ``v = wrap32(acc + bias)``; ``y = clamp(((v * mult) + 2**(shift-1)) >> shift + zero_point,
+    lo, hi)`` with an arithmetic shift (rounding half up, toward +inf), ``mult`` in
+    ``[0, 2**31)`` and ``shift`` in ``[1, 63]``. ``lo`` is raised to the zero point for a fused
+    ReLU.
+    """
+    v = acc.astype(np.int64) + bias.astype(np.int64)
+    v = ((v - INT32_MIN) % (1 << 32)) + INT32_MIN           # int32 wrap-around
+    shift = shift.astype(np.int64)
+    product = v * mult.astype(np.int64)
+    scaled = ((product >> (shift - 1)) + 1) >> 1             # == (p + 2**(s-1)) >> s
+    return np.clip(scaled + zero_point, lo, hi).astype(np.int8)
+
+
+def accumulate_bound(w: np.ndarray) -> np.ndarray:
+    """Largest possible |sum_k (a_k - zp) * w_k| per output channel (``w``: ``[N, K]``) for
+    int8 ``a`` and zero point: 255 * sum |w|."""
+    return 255 * np.abs(w.astype(np.int64)).sum(axis=1)
+
+
+def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
+    acc = (patches.astype(np.int64) - in_zp) @ w.astype(np.int64).T
+    if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
+        raise OverflowError("int32 accumulator overflow: the compiler's bound check failed")
+    return acc
+
+
+@golden_op("QConv")
+def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
+          shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int,
+          strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), **_) -> np.ndarray:
+    """int8 2-D convolution, NCHW: ``x`` ``[N, C, H, W]``, ``w`` ``[M, C, KH, KW]``.
+    Padding reads as ``in_zp`` (i.e. as real zero)."""
+    n, _, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    patches = im2col(x, (kh, kw), strides, pads, dilations, pad_value=np.int8(in_zp))
+    acc = _accumulate(patches, w.reshape(m, -1), in_zp)       # [N, OH*OW, M]
+    y = requantize(acc, bias, mult, shift, out_zp, lo, hi)
+    top, left, bottom, right = pads
+    oh = (h + top + bottom - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd + left + right - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    return y.transpose(0, 2, 1).reshape(n, m, oh, ow)
+
+
+@golden_op("QDense")
+def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
+           shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int, **_) -> np.ndarray:
+    """int8 fully connected layer: ``x`` ``[N, K]``, ``w`` ``[K, M]`` -> ``[N, M]``."""
+    acc = _accumulate(x, w.T, in_zp)
+    return requantize(acc, bias, mult, shift, out_zp, lo, hi)
+
+
+@golden_op("Flatten")
+def flatten(x: np.ndarray, *, axis: int = 1, **_) -> np.ndarray:
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(lead, -1)
+
+
+@golden_op("Reshape")
+def reshape(x: np.ndarray, *, shape, **_) -> np.ndarray:
+    return x.reshape((x.shape[0],) + tuple(shape)[1:])

@@ -1,0 +1,3 @@
+from .graph import Graph, IRVerificationError, Node, TensorType
+
+__all__ = ["Graph", "IRVerificationError", "Node", "TensorType"]

@@ -1,0 +1,140 @@
+"""Post-training quantization: float graph + calibration batch -> integer graph."""
+
+import math
+
+import numpy as np
+
+from ..errors import QuantizationError, UnsupportedOperatorError
+from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
+from ..ir import Graph, Node, TensorType
+from ..ir.evaluate import evaluate_float
+
+__all__ = ["quantize_graph", "activation_params", "requant_params", "CALIBRATION_METHOD"]
+
+CALIBRATION_METHOD = "min-max"
+_LAYOUT_OPS = ("Flatten", "Reshape")
+
+
+def activation_params(lo: float, hi: float) -> "tuple[float, int]":
+    """Asymmetric int8 scale and zero point covering ``[min(lo, 0), max(hi, 0)]``."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if hi - lo < 1e-12:
+        return 1.0, 0
+    scale = (hi - lo) / 255.0
+    zero_point = int(np.clip(round(-128 - lo / scale), -128, 127))
+    return scale, zero_point
+
+
+def requant_params(real: np.ndarray, layer: str) -> "tuple[np.ndarray, np.ndarray]":
+    """Express each positive real multiplier as ``mult * 2**-shift`` with ``mult`` in
+    ``[2**30, 2**31)`` and ``shift`` in ``[1, 63]``."""
+    mult = np.zeros(real.shape, dtype=np.int64)
+    shift = np.ones(real.shape, dtype=np.int64)
+    for i, value in enumerate(real):
+        if value == 0:
+            continue
+        fraction, exponent = math.frexp(float(value))
+        m, s = round(fraction * (1 << 31)), 31 - exponent
+        if m == 1 << 31:
+            m, s = m // 2, s - 1
+        if not 1 <= s <= 63:
+            raise QuantizationError(f"Layer '{layer}': requantization scale {value:.3g} of "
+                                    f"channel {i} is outside what a 31-bit multiplier and "
+                                    f"a shift of 1..63 can express")
+        mult[i], shift[i] = m, s
+    return mult.astype(np.int32), shift.astype(np.int32)
+
+
+def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
+    """Quantize a float graph (``Conv``, ``Dense``, ``Flatten``, ``Reshape``) with min/max
+    calibration on ``calib`` (``name -> [S, *shape]``): int8 weights, symmetric per output
+    channel; int8 activations, asymmetric per tensor; int32 bias."""
+    leftover = [n for n in graph.nodes if n.op not in ("Conv", "Dense") + _LAYOUT_OPS]
+    if leftover:
+        raise UnsupportedOperatorError(
+            [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
+                "opset", 0)) for n in leftover])
+    feeds = {name: calib[name].reshape((-1,) + graph.types[name].shape[1:])
+             for name in graph.inputs}
+    values = evaluate_float(graph, feeds, keep_all=True)
+    params: "dict[str, tuple[float, int]]" = {}
+    for name in graph.inputs:
+        params[name] = activation_params(values[name].min(), values[name].max())
+
+    nodes, types, constants = [], {}, {}
+    qname = {}
+    for name in graph.inputs:
+        qname[name] = f"{name}:q"
+        scale, zp = params[name]
+        types[name] = graph.types[name]
+        types[qname[name]] = TensorType("int8", graph.types[name].shape)
+        nodes.append(Node(f"quantize_{name}", "Quantize", (name,), (qname[name],),
+                          {"scale": scale, "zero_point": zp}))
+
+    for node in graph.nodes:
+        x = node.inputs[0]
+        out = node.outputs[0]
+        qname[out] = f"{out}:q"
+        types[qname[out]] = TensorType("int8", graph.types[out].shape)
+        if node.op in _LAYOUT_OPS:
+            params[out] = params[x]
+            nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
+            continue
+        if node.attrs.get("relu"):
+            params[out] = activation_params(0.0, values[out].max())
+        else:
+            params[out] = activation_params(values[out].min(), values[out].max())
+        nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
+                                     constants, types))
+
+    outputs = []
+    for name in graph.outputs:
+        scale, zp = params[name]
+        types[name] = TensorType("float32", graph.types[name].shape)
+        nodes.append(Node(f"dequantize_{name}", "Dequantize", (qname[name],), (name,),
+                          {"scale": scale, "zero_point": zp}))
+        outputs.append(name)
+    meta = {**graph.meta, "calibration": CALIBRATION_METHOD,
+            "calibration_samples": int(next(iter(calib.values())).shape[0]),
+            "activation_quantization": "int8 asymmetric per tensor",
+            "weight_quantization": "int8 symmetric per output channel"}
+    return Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
+
+
+def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, constants,
+                    types) -> Node:
+    (s_in, zp_in), (s_out, zp_out) = in_params, out_params
+    w = graph.constants[node.inputs[1]].astype(np.float64)
+    channels = w.shape[0] if node.op == "Conv" else w.shape[1]
+    bias = (graph.constants[node.inputs[2]].astype(np.float64).reshape(-1)
+            if len(node.inputs) > 2 and node.inputs[2] else np.zeros(channels))
+    w_by_channel = w.reshape(channels, -1) if node.op == "Conv" else w.T
+    s_w = np.abs(w_by_channel).max(axis=1) / 127.0
+    s_w[s_w == 0] = 1.0
+    wq = np.clip(np.rint(w_by_channel / s_w[:, None]), -127, 127).astype(np.int8)
+    bound = accumulate_bound(wq)
+    bq = np.rint(bias / (s_in * s_w))
+    if np.any(np.abs(bq) > INT32_MAX) or np.any(bound + np.abs(bq) > INT32_MAX):
+        raise QuantizationError(f"Layer '{node.name}': the int32 accumulator could overflow "
+                                f"(bound {int((bound + np.abs(bq)).max())})")
+    mult, shift = requant_params(s_in * s_w / s_out, node.name)
+    lo = max(-128, zp_out) if node.attrs.get("relu") else -128
+    prefix = node.name
+    names = {k: f"{prefix}:{k}" for k in ("w", "bias", "mult", "shift")}
+    if node.op == "Conv":
+        constants[names["w"]] = wq.reshape(w.shape)
+    else:
+        constants[names["w"]] = np.ascontiguousarray(wq.T)
+    constants[names["bias"]] = bq.astype(np.int32)
+    constants[names["mult"]] = mult
+    constants[names["shift"]] = shift
+    for key, array in ((k, constants[names[k]]) for k in names):
+        types[names[key]] = TensorType(str(array.dtype), array.shape)
+    attrs = {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": 127,
+             "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))}
+    if node.op == "Conv":
+        attrs.update(strides=tuple(node.attrs["strides"]), pads=tuple(node.attrs["pads"]),
+                     dilations=tuple(node.attrs["dilations"]))
+    return Node(node.name, "QConv" if node.op == "Conv" else "QDense",
+                (qname[node.inputs[0]], names["w"], names["bias"], names["mult"],
+                 names["shift"]), (qname[node.outputs[0]],), attrs)

