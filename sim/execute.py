@@ -1,17 +1,14 @@
 """Run a compiled program on the RTL: pack int8 tensors into words, simulate, unpack."""
 
-from dataclasses import replace
-
 import numpy as np
 
-from ..compiler.isa import Op
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.lower import Program, encode_program
 from ..errors import SimulationError
 from .harness import STAGE_DEPTH
 from .runner import RunResult, run_rtl
 
-__all__ = ["execute_rtl", "truncate_program"]
+__all__ = ["execute_rtl"]
 
 
 def execute_rtl(program: Program, inputs: np.ndarray, value: "str | None" = None,
@@ -42,14 +39,3 @@ def execute_rtl(program: Program, inputs: np.ndarray, value: "str | None" = None
         total += result.total_cycles
         wall += result.wall_seconds
     return np.stack(outputs), RunResult([], cycles, total, wall)
-
-
-def truncate_program(program: Program, layer: int) -> Program:
-    """The program that stops after layer ``layer`` (its output stays in the buffer): used to
-    measure per-layer cycles and to find the first layer whose output differs."""
-    plan = program.layers[layer]
-    instructions = [i for i in program.instructions
-                    if i["op"] != Op.END and i["layer"] <= layer]
-    # Loads that prefetch the next layer's weights are dropped with it.
-    instructions.append(dict(op=Op.END, layer=layer))
-    return replace(program, instructions=instructions, output_value=plan.output)

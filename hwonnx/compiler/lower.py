@@ -1,7 +1,7 @@
 """Lower an integer graph onto the systolic array: tiling, buffer allocation, instructions and
 memory images."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -51,6 +51,20 @@ class Program:
     @property
     def output_placement(self) -> Placement:
         return self.placements[self.output_value]
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    def truncated(self, layer: int) -> "Program":
+        """The program that stops after layer ``layer``, whose output it then reads: used to
+        measure per-layer cycles and to find the first layer whose output differs. Weight
+        loads that prefetch later layers are dropped with them."""
+        instructions = [i for i in self.instructions
+                        if i["op"] != Op.END and i["layer"] <= layer]
+        instructions.append(dict(op=Op.END, layer=layer))
+        return replace(self, instructions=instructions,
+                       output_value=self.layers[layer].output)
 
 
 def lower(graph: Graph, config: ArchConfig) -> Program:

@@ -1,0 +1,201 @@
+"""The Python API: the CLI is a thin shell over these functions."""
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from .boards import get_board
+from .compiler.artifact import load_program, save_program
+from .compiler.lower import Program, lower
+from .compiler.timing import predict
+from .config import ArchConfig
+from .errors import MismatchError, ModelError, QuantizationError
+from .golden import dequantize, evaluate, quantize
+from .ir import Graph, load_graph, save_graph
+from .report import build_report, write_report
+
+__all__ = ["BuildResult", "SimResult", "build", "compile_model", "simulate", "load_build",
+           "run_golden", "run_rtl_batch"]
+
+
+@dataclass
+class BuildResult:
+    out_dir: "Path | None"
+    graph: Graph            # the integer graph (golden model input)
+    program: Program
+    report: dict
+
+
+@dataclass
+class SimResult:
+    outputs: "dict[str, np.ndarray]"      # graph output name -> [S, ...] in the model's type
+    int_outputs: np.ndarray               # int8 outputs before dequantization
+    cycles: "list[int]"                   # per sample (empty for the golden model)
+    predicted_cycles: int
+    macs: int
+    pes: int
+    cycles_per_second: float = 0.0
+
+    @property
+    def utilization(self) -> float:
+        if not self.cycles:
+            return 0.0
+        return self.macs / (float(np.mean(self.cycles)) * self.pes)
+
+
+def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
+                  log=print) -> "tuple[Graph, Program]":
+    """Frontend, quantizer and compiler, in memory."""
+    from .frontend import load_model
+    from .quant import load_samples, normalize_samples, quantize_graph
+
+    started = time.monotonic()
+    float_graph = load_model(model, input_shapes=input_shapes)
+    if calib is None:
+        raise QuantizationError("Calibration data is required to quantize a float model: "
+                                "pass --calib samples.npz (one array per input, first axis = "
+                                "samples) or an .npy for a single-input model")
+    if isinstance(calib, dict):
+        samples = normalize_samples(float_graph, calib, "Calibration data")
+    else:
+        samples = load_samples(calib, float_graph, "Calibration file")
+    int_graph = quantize_graph(float_graph, samples)
+    program = lower(int_graph, config)
+    log(f"Compiled {len(program.layers)} layer(s), {len(program.instructions)} instructions, "
+        f"{program.macs:,} MACs in {time.monotonic() - started:.1f} s")
+    return int_graph, program
+
+
+def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
+          rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
+          verilog: bool = True, log=print) -> BuildResult:
+    """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
+    and memory images, architecture config (JSON), integer graph and report."""
+    target = get_board(board)
+    config = config or target.default_config
+    if rows is not None or cols is not None:
+        config = replace(config, rows=rows or config.rows, cols=cols or config.cols)
+    graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
+                                   log=log)
+    report = build_report(program, str(model), board, dict(graph.meta))
+    if out_dir is None:
+        return BuildResult(None, graph, program, report)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_program(program, out)
+    save_graph(graph, out, "graph")
+    write_report(report, out)
+    if verilog:
+        from amaranth.back import verilog as amaranth_verilog
+
+        from .hdl import Accelerator
+        from .sim.harness import ACCEL_TOP
+        started = time.monotonic()
+        (out / "accel.v").write_text(amaranth_verilog.convert(Accelerator(config),
+                                                              name=ACCEL_TOP))
+        log(f"Wrote Verilog for the {config.name} array in {time.monotonic() - started:.1f} s")
+    log(f"Build written to {out}/ (report.md: {report['total']['predicted_cycles']:,} predicted "
+        f"cycles per inference, {report['total']['utilization']:.1%} utilization)")
+    return BuildResult(out, graph, program, report)
+
+
+def load_build(out_dir) -> BuildResult:
+    out = Path(out_dir)
+    if not (out / "program.json").exists():
+        raise ModelError(f"'{out}' is not an hwonnx build folder (no program.json); run "
+                         f"'hwonnx build MODEL -o {out}' first")
+    import json
+    return BuildResult(out, load_graph(out, "graph"), load_program(out),
+                       json.loads((out / "report.json").read_text()))
+
+
+def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"):
+    node = next(n for n in graph.nodes if n.op == "Quantize")
+    samples = inputs[program.input_name]
+    return quantize(samples, **dict(node.attrs))
+
+
+def _dequantize(graph: Graph, program: Program, q: np.ndarray) -> "dict[str, np.ndarray]":
+    node = next(n for n in graph.nodes if n.op == "Dequantize")
+    return {program.output_name: dequantize(q, **dict(node.attrs))}
+
+
+def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> SimResult:
+    graph, program = build_result.graph, build_result.program
+    q_in = _quantize_inputs(graph, program, inputs)
+    q_out = evaluate(graph, {program.input_value: q_in.reshape(
+        (-1,) + program.input_placement.shape[1:])}, keep_all=True)[program.output_value]
+    return _result(build_result, q_out, [], 0.0)
+
+
+def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
+                  log=print) -> SimResult:
+    from .sim import execute_rtl
+    graph, program = build_result.graph, build_result.program
+    q_in = _quantize_inputs(graph, program, inputs)
+    q_out, run = execute_rtl(program, q_in.reshape((-1,) + program.input_placement.shape),
+                             log=log)
+    q_out = q_out.reshape((-1,) + program.output_placement.shape[1:])
+    return _result(build_result, q_out, list(run.cycles), run.cycles_per_second)
+
+
+def _result(build_result, q_out, cycles, speed) -> SimResult:
+    program = build_result.program
+    return SimResult(_dequantize(build_result.graph, program, q_out), q_out, cycles,
+                     predict(program.instructions, program.config).total, program.macs,
+                     program.config.rows * program.config.cols, speed)
+
+
+def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
+                     sample: int, log=print) -> str:
+    """Name the first layer whose RTL output differs from golden for ``sample``, and the
+    first differing index, by running the program truncated after each layer."""
+    from .sim import execute_rtl
+    graph, program = build_result.graph, build_result.program
+    q_in = _quantize_inputs(graph, program, inputs)[sample:sample + 1]
+    shape = program.input_placement.shape
+    env = evaluate(graph, {program.input_value: q_in.reshape((-1,) + shape[1:])},
+                   keep_all=True)
+    for index, layer in enumerate(program.layers):
+        partial = program.truncated(index)
+        got, _ = execute_rtl(partial, q_in.reshape((-1,) + shape), log=log)
+        want = env[layer.output]
+        got = got.reshape(want.shape)
+        if not np.array_equal(got, want):
+            where = tuple(int(i) for i in np.argwhere(got != want)[0])
+            return (f"sample {sample}: layer '{layer.name}' ({layer.op}) output differs first "
+                    f"at index {where}: RTL {int(got[where])}, golden {int(want[where])}")
+    return f"sample {sample}: every layer output matches; the difference is in the host I/O"
+
+
+def simulate(out_dir, inputs, *, mode: str = "rtl", log=print) -> SimResult:
+    """Run a build on ``inputs`` (a sample file path or ``name -> [S, ...]``).
+
+    ``mode``: ``"rtl"`` (Verilator), ``"golden"`` (the NumPy golden model) or ``"compare"``
+    (both; raises :class:`MismatchError` naming the first differing layer and index).
+    """
+    from .quant import load_samples, normalize_samples
+
+    result = out_dir if isinstance(out_dir, BuildResult) else load_build(out_dir)
+    float_inputs = {name: result.graph.types[name] for name in result.graph.inputs}
+    shell = Graph((), tuple(float_inputs), (), float_inputs)
+    if isinstance(inputs, dict):
+        samples = normalize_samples(shell, inputs, "Input data")
+    else:
+        samples = load_samples(inputs, shell, "Input file")
+    if mode == "golden":
+        return run_golden(result, samples)
+    rtl = run_rtl_batch(result, samples, log=log)
+    if mode == "rtl":
+        return rtl
+    if mode != "compare":
+        raise ValueError(f"Unknown simulation mode {mode!r}")
+    golden = run_golden(result, samples)
+    if not np.array_equal(rtl.int_outputs, golden.int_outputs):
+        sample = int(np.argwhere((rtl.int_outputs != golden.int_outputs).reshape(
+            len(rtl.int_outputs), -1).any(axis=1))[0][0])
+        raise MismatchError("RTL differs from the golden model: "
+                            + first_difference(result, samples, sample, log=log))
+    return rtl

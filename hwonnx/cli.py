@@ -1,0 +1,118 @@
+"""The ``hwonnx`` command line: a thin shell over :mod:`hwonnx.api`."""
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .errors import HwonnxError
+
+__all__ = ["main", "build_parser"]
+
+
+def _shape_arg(text: str) -> "tuple[str, tuple[int, ...]]":
+    match = re.fullmatch(r"([^=]+)=(\d+(?:x\d+)*)", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected NAME=AxBxC, not {text!r}")
+    return match.group(1), tuple(int(d) for d in match.group(2).split("x"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .boards import BOARDS
+
+    parser = argparse.ArgumentParser(
+        prog="hwonnx", description="Compile ONNX models into int8 systolic-array accelerators "
+                                   "and prove them bit-exact in cycle-accurate simulation.")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("build", help="compile a model: Verilog, program, images, report")
+    p.add_argument("model", type=Path, help="the .onnx model")
+    p.add_argument("--board", default="sim", choices=sorted(BOARDS),
+                   help="target board (default: %(default)s)")
+    p.add_argument("-o", "--out", type=Path, required=True, help="build folder to write")
+    p.add_argument("--calib", type=Path,
+                   help="calibration samples: .npz keyed by input name, .npy (one input) or a "
+                        "folder of .npy files; first axis = samples")
+    p.add_argument("--rows", type=int, help="array rows (default: the board's)")
+    p.add_argument("--cols", type=int, help="array columns (default: the board's)")
+    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
+                   metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
+
+    p = commands.add_parser("sim", help="run a build on inputs (RTL on Verilator by default)")
+    p.add_argument("out", type=Path, help="a build folder written by 'hwonnx build'")
+    p.add_argument("--input", type=Path, required=True,
+                   help="input samples, same format as --calib")
+    p.add_argument("--output", type=Path, help="write outputs to this .npz")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--golden", action="store_true", help="evaluate the golden model instead")
+    mode.add_argument("--compare", action="store_true",
+                      help="run RTL and golden; fail on any difference")
+
+    p = commands.add_parser("demo", help="build and simulate the bundled trained examples")
+    p.add_argument("--model", default="all", choices=["all", "digits_mlp", "digits_cnn"])
+    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--cols", type=int, default=None)
+    p.add_argument("-o", "--out", type=Path, default=Path("hwonnx-demo"),
+                   help="folder for the build outputs (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=0,
+                   help="test samples to simulate (default: all)")
+
+    commands.add_parser("boards", help="list the known boards")
+    return parser
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _run(args) -> int:
+    from . import api
+
+    if args.command == "build":
+        api.build(args.model, args.out, board=args.board, calib=args.calib, rows=args.rows,
+                  cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log)
+    elif args.command == "sim":
+        mode = "golden" if args.golden else "compare" if args.compare else "rtl"
+        result = api.simulate(args.out, args.input, mode=mode, log=_log)
+        count = len(next(iter(result.outputs.values())))
+        if result.cycles:
+            print(f"{count} sample(s) on RTL: {int(np.mean(result.cycles)):,} cycles per sample "
+                  f"(predicted {result.predicted_cycles:,}), utilization "
+                  f"{result.utilization:.1%}, {result.cycles_per_second:,.0f} cycles/s")
+        else:
+            print(f"{count} sample(s) on the golden model (predicted "
+                  f"{result.predicted_cycles:,} cycles per sample)")
+        if mode == "compare":
+            print("RTL equals the golden model bit for bit")
+        if args.output:
+            np.savez(args.output, **result.outputs)
+            print(f"Outputs written to {args.output}")
+    elif args.command == "demo":
+        from .demo import run_demo
+        return run_demo(args.model, args.out, rows=args.rows, cols=args.cols,
+                        samples=args.samples, log=_log)
+    elif args.command == "boards":
+        from .boards import BOARDS
+        for board in BOARDS.values():
+            cfg = board.default_config
+            print(f"{board.name:12} {cfg.rows}x{cfg.cols} array  {board.description}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * args.verbose,
+                        format="%(name)s: %(message)s")
+    try:
+        return _run(args)
+    except HwonnxError as error:
+        print(f"hwonnx: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Bind symbolic dimensions, apply initializer overrides and run ONNX shape inference."""
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import ModelError
+
+__all__ = ["bind_input_shapes", "apply_overrides", "infer_shapes", "value_types"]
+
+
+def _dims_text(dims, bound: "dict[str, int] | None" = None) -> str:
+    bound = bound or {}
+    parts = []
+    for dim in dims:
+        if dim.HasField("dim_value"):
+            parts.append(str(dim.dim_value))
+        elif dim.dim_param in bound:
+            parts.append(str(bound[dim.dim_param]))
+        else:
+            parts.append(dim.dim_param or "?")
+    return "x".join(parts)
+
+
+def bind_input_shapes(model: onnx.ModelProto,
+                      input_shapes: "dict[str, tuple[int, ...]] | None") -> None:
+    """Replace every symbolic dimension of the graph inputs by a size, in place.
+
+    A ``dim_param`` (or unnamed dimension) on the leading axis of an input binds to 1;
+    ``input_shapes`` gives full shapes for named inputs and so binds any ``dim_param``; the
+    same ``dim_param`` takes the same size everywhere. Output dimensions are substituted too
+    and ``value_info`` is dropped, since shape inference recomputes it.
+
+    Raises
+    ------
+    ModelError
+        If ``input_shapes`` names an unknown input or contradicts the model, or a non-batch
+        symbolic dimension stays unbound.
+    """
+    graph = model.graph
+    initialized = {init.name for init in graph.initializer}
+    inputs = {value.name: value for value in graph.input if value.name not in initialized}
+    user = dict(input_shapes or {})
+    bound: "dict[str, int]" = {}
+    for name, shape in user.items():
+        if name not in inputs:
+            raise ModelError(f"Input shape given for '{name}', which is not an input of the "
+                             f"model; its inputs are {', '.join(inputs) or 'none'}")
+        dims = inputs[name].type.tensor_type.shape.dim
+        text = "x".join(str(size) for size in shape)
+        if len(shape) != len(dims) or any(int(size) <= 0 for size in shape):
+            raise ModelError(f"Input shape {text} given for '{name}' must have {len(dims)} "
+                             f"positive dimensions, like the model's {_dims_text(dims)}")
+        for axis, (dim, size) in enumerate(zip(dims, shape)):
+            if dim.HasField("dim_value") and dim.dim_value != size:
+                raise ModelError(f"Input shape {text} given for '{name}' contradicts the "
+                                 f"model's {_dims_text(dims)} at axis {axis}")
+            if dim.dim_param:
+                if bound.setdefault(dim.dim_param, int(size)) != size:
+                    raise ModelError(f"Dimension '{dim.dim_param}' is given two sizes, "
+                                     f"{bound[dim.dim_param]} and {size}, in input shapes")
+    for name, value in inputs.items():
+        dims = value.type.tensor_type.shape.dim
+        if name not in user and dims and dims[0].dim_param:
+            bound.setdefault(dims[0].dim_param, 1)
+    for name, value in inputs.items():
+        dims = value.type.tensor_type.shape.dim
+        for axis, dim in enumerate(dims):
+            if name in user:
+                size = int(user[name][axis])
+            elif dim.HasField("dim_value"):
+                continue
+            elif dim.dim_param in bound:
+                size = bound[dim.dim_param]
+            elif axis == 0:
+                size = 1                     # unnamed batch dimension
+            else:
+                symbol = f"'{dim.dim_param}'" if dim.dim_param else "(unnamed)"
+                raise ModelError(f"Input '{name}' has symbolic dimension {symbol} at axis "
+                                 f"{axis}; give its size with --input-shape "
+                                 f"{name}={_dims_text(dims, bound)}")
+            dim.Clear()
+            dim.dim_value = size
+    for value in graph.output:
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                param = dim.dim_param
+                dim.Clear()
+                if param in bound:
+                    dim.dim_value = bound[param]
+    del graph.value_info[:]
+
+
+def apply_overrides(model: onnx.ModelProto,
+                    overrides: "dict[str, np.ndarray] | None") -> None:
+    """Replace initializer defaults of graph inputs by ``overrides``, then make every
+    initialized input a plain constant, in place.
+
+    Raises
+    ------
+    ModelError
+        If an override names no initialized graph input or differs in shape or dtype.
+    """
+    graph = model.graph
+    input_names = {value.name for value in graph.input}
+    initializers = {init.name: init for init in graph.initializer if init.name in input_names}
+    for name, array in (overrides or {}).items():
+        if name not in initializers:
+            raise ModelError(f"Cannot override '{name}': it is not a graph input with an "
+                             f"initializer; overridable values are "
+                             f"{', '.join(initializers) or 'none'}")
+        current = numpy_helper.to_array(initializers[name])
+        array = np.asarray(array)
+        if array.shape != current.shape or array.dtype != current.dtype:
+            raise ModelError(f"Override for '{name}' must have shape {current.shape} and dtype "
+                             f"{current.dtype} like its initializer, not shape {array.shape} "
+                             f"and dtype {array.dtype}")
+        initializers[name].CopyFrom(numpy_helper.from_array(array, name))
+    kept = [value for value in graph.input if value.name not in initializers]
+    del graph.input[:]
+    graph.input.extend(kept)
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Return ``model`` with inferred types, in strict mode.
+
+    Raises
+    ------
+    ModelError
+        If inference fails; the message carries onnx's explanation, which names the node.
+    """
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                 data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
+            RuntimeError) as error:
+        text = " ".join(str(error).split())
+        raise ModelError(f"Shape inference failed: {text}") from error
+
+
+def value_types(model: onnx.ModelProto) -> "dict[str, tuple[int, tuple[int, ...] | None]]":
+    """Map each typed value to ``(elem_type, shape)``; ``shape`` is None unless static."""
+    graph = model.graph
+    types = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        shape = None
+        if tensor.HasField("shape") and all(d.HasField("dim_value")
+                                            for d in tensor.shape.dim):
+            shape = tuple(int(d.dim_value) for d in tensor.shape.dim)
+        if value.name not in types or types[value.name][1] is None:
+            types[value.name] = (tensor.elem_type, shape)
+    for init in graph.initializer:
+        types[init.name] = (init.data_type, tuple(int(d) for d in init.dims))
+    return types

@@ -1,0 +1,102 @@
+"""The support check: runs before shape inference and folding, so that a user who asks for an
+unsupported operator gets one error listing every such node, not an onnx traceback."""
+
+import onnx
+
+from ..errors import UnsupportedOperatorError
+from .common import domain_opset, is_default_domain
+
+__all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support"]
+
+#: Operators mapped onto the float IR vocabulary.
+COMPUTE_OPS = frozenset({
+    "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
+    "Identity", "Dropout",
+})
+#: Operators accepted only on constant inputs; constant folding removes them.
+FOLDABLE_OPS = frozenset({
+    "Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice", "Mul",
+    "Div", "Sub",
+})
+# Inputs (by position) of compute operators that must be constants.
+_CONSTANT_INPUTS = {
+    "Conv": {1: "weight", 2: "bias"},
+    "Gemm": {1: "B", 2: "C"},
+    "MatMul": {1: "second operand"},
+    "BatchNormalization": {1: "scale", 2: "B", 3: "input_mean", 4: "input_var"},
+    "Reshape": {1: "shape"},
+}
+
+
+def constant_values(graph: onnx.GraphProto) -> "set[str]":
+    """Return the values computed only from constants or from ``Shape`` of a value.
+
+    Initializers (including those that are also graph inputs, whose defaults hwonnx uses) and
+    outputs of ``Constant`` and ``Shape`` nodes are constant; so is every output of a node
+    whose inputs are all constant.
+    """
+    constant = {init.name for init in graph.initializer}
+    for node in graph.node:
+        if is_default_domain(node.domain) and (
+                node.op_type == "Shape" or all(v in constant for v in node.input if v)):
+            constant.update(value for value in node.output if value)
+    return constant
+
+
+def check_support(model: onnx.ModelProto) -> None:
+    """Raise one :class:`UnsupportedOperatorError` listing every node hwonnx cannot map.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        A validated model with every node named.
+
+    Raises
+    ------
+    UnsupportedOperatorError
+        If any node is in a domain other than ``ai.onnx``, is not a supported operator, is a
+        foldable operator on a run-time value, or has a run-time value where a constant is
+        needed (convolution weights, ``MatMul`` second operand, ...) or ``group != 1``.
+    """
+    graph = model.graph
+    constant = constant_values(graph)
+    nodes, reasons = [], []
+    for node in graph.node:
+        reason = _reason(node, constant)
+        if reason is not None:
+            nodes.append((node.name, node.op_type, node.domain,
+                          domain_opset(model, node.domain)))
+            if reason:
+                reasons.append(reason)
+    if nodes:
+        error = UnsupportedOperatorError(nodes)
+        supported = ", ".join(sorted(COMPUTE_OPS))
+        detail = f" ({'; '.join(reasons)})" if reasons else ""
+        error.args = (f"{error}{detail}; supported operators are {supported}",)
+        raise error
+
+
+def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
+    """Return None when ``node`` is supported, else an explanation ('' if none is needed)."""
+    if not is_default_domain(node.domain):
+        return ""
+    inputs_constant = all(value in constant for value in node.input if value)
+    if node.op_type in FOLDABLE_OPS:
+        if node.op_type in ("Constant", "Shape") or inputs_constant:
+            return None
+        runtime = next(v for v in node.input if v and v not in constant)
+        return (f"{node.op_type} '{node.name}' is folded away, so its inputs must be "
+                f"constants, but '{runtime}' is computed at run time")
+    if node.op_type not in COMPUTE_OPS:
+        return ""
+    if inputs_constant:
+        return None                                  # folded away like any constant subgraph
+    if node.op_type == "Conv":
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        if group != 1:
+            return f"Conv '{node.name}' has attribute group={group}; only group=1 is supported"
+    for index, role in _CONSTANT_INPUTS.get(node.op_type, {}).items():
+        if index < len(node.input) and node.input[index] and node.input[index] not in constant:
+            return (f"{node.op_type} '{node.name}' needs a constant {role}, but "
+                    f"'{node.input[index]}' is computed at run time")
+    return None

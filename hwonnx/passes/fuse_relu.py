@@ -1,0 +1,33 @@
+"""``fuse-relu``: fold ``Relu`` into the preceding ``Conv``/``Dense``."""
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..ir.graph import Graph, Node
+from .rewrite import fuse_into_producer, rewrite_each, sole_consumer
+
+if TYPE_CHECKING:
+    from .pipeline import PassContext
+
+__all__ = ["FuseRelu"]
+
+
+@dataclass(frozen=True)
+class FuseRelu:
+    """Replace ``Relu(y)``, where ``y`` is written by a ``Conv``/``Dense`` that nothing else
+    reads, by that node with ``relu=True`` writing the ``Relu`` output."""
+    name: str = "fuse-relu"
+
+    def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
+        return rewrite_each(graph, _fuse)
+
+
+def _fuse(graph: Graph, relu: Node) -> "Graph | None":
+    if relu.op != "Relu":
+        return None
+    producer = graph.producer(relu.inputs[0])
+    if producer is None or producer.op not in ("Conv", "Dense") or producer.attrs.get("relu") \
+            or sole_consumer(graph, relu.inputs[0]) is not relu:
+        return None
+    fused = replace(producer.with_attrs(relu=True), outputs=relu.outputs)
+    return fuse_into_producer(graph, producer, relu, fused)

@@ -1,0 +1,317 @@
+"""The ONNX frontend refuses what it cannot map, with one-line messages that name the node."""
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hwonnx.errors import ModelError, UnsupportedOperatorError
+from hwonnx.frontend import load_model
+
+SUPPORTED = ("supported operators are Add, BatchNormalization, Conv, Dropout, Flatten, Gemm, "
+             "Identity, MatMul, Relu, Reshape")
+
+
+def rand(*shape):
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def make_model(nodes, inputs, outputs, inits=None, opset=17, elem=TensorProto.FLOAT,
+               opsets=None):
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, elem, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, ir_version=8, opset_imports=opsets or [
+        helper.make_opsetid("", opset)])
+
+
+def relu_model(**kw):
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 4]}, {"y": [1, 4]},
+                      **kw)
+
+
+def raises(cls, message):
+    return pytest.raises(cls, match="^" + re.escape(message) + "$")
+
+
+# Support check --------------------------------------------------------------------------------
+
+def test_all_unsupported_nodes_are_listed_in_one_error():
+    model = make_model([
+        helper.make_node("Softmax", ["x"], ["s"], name="soft"),
+        helper.make_node("LSTM", ["s", "w", "r"], ["l"]),
+        helper.make_node("Relu", ["l"], ["r1"]),
+        helper.make_node("Frobnicate", ["r1"], ["y"], domain="com.example"),
+    ], {"x": [1, 4]}, {"y": [1, 4]}, {"w": rand(1, 4, 4), "r": rand(1, 4, 1)},
+        opsets=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 3)])
+    with raises(UnsupportedOperatorError,
+                "3 unsupported node(s): node 'soft' Softmax (domain 'ai.onnx', opset 17); "
+                "node 'LSTM_1' LSTM (domain 'ai.onnx', opset 17); node 'Frobnicate_3' "
+                f"Frobnicate (domain 'com.example', opset 3); {SUPPORTED}") as info:
+        load_model(model)
+    assert info.value.nodes == [("soft", "Softmax", "", 17), ("LSTM_1", "LSTM", "", 17),
+                                ("Frobnicate_3", "Frobnicate", "com.example", 3)]
+
+
+def test_supported_op_in_custom_domain_is_unsupported():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], domain="com.example")],
+                       {"x": [1, 4]}, {"y": [1, 4]},
+                       opsets=[helper.make_opsetid("", 17)])
+    with raises(UnsupportedOperatorError,
+                "1 unsupported node(s): node 'Relu_0' Relu (domain 'com.example', opset 0); "
+                f"{SUPPORTED}"):
+        load_model(model)
+
+
+def test_support_check_runs_before_shape_inference():
+    # Softmax's input has the wrong rank for Gemm: the user must still hear about Softmax.
+    model = make_model([helper.make_node("Softmax", ["x"], ["s"]),
+                        helper.make_node("Gemm", ["s", "w"], ["y"])],
+                       {"x": [1, 2, 3]}, {"y": [1, 4]}, {"w": rand(3, 4)})
+    with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node "
+                       r"'Softmax_0' Softmax \(domain 'ai\.onnx', opset 17\); supported .*$"):
+        load_model(model)
+
+
+def test_conv_group_is_unsupported_and_named():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=2)],
+                       {"x": [1, 2, 3, 3]}, {"y": [1, 2, 1, 1]}, {"w": rand(2, 1, 3, 3)})
+    with raises(UnsupportedOperatorError,
+                "1 unsupported node(s): node 'dw' Conv (domain 'ai.onnx', opset 17) (Conv 'dw' "
+                f"has attribute group=2; only group=1 is supported); {SUPPORTED}") as info:
+        load_model(model)
+    assert info.value.nodes == [("dw", "Conv", "", 17)]
+
+
+def test_matmul_of_two_runtime_values_is_unsupported():
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                       {"a": [1, 3], "b": [3, 2]}, {"y": [1, 2]})
+    with raises(UnsupportedOperatorError,
+                "1 unsupported node(s): node 'mm' MatMul (domain 'ai.onnx', opset 17) (MatMul "
+                "'mm' needs a constant second operand, but 'b' is computed at run time); "
+                f"{SUPPORTED}"):
+        load_model(model)
+
+
+def test_foldable_op_on_runtime_value_is_unsupported():
+    model = make_model([helper.make_node("Mul", ["x", "k"], ["y"], name="scale")],
+                       {"x": [1, 4]}, {"y": [1, 4]}, {"k": np.float32(2)})
+    with raises(UnsupportedOperatorError,
+                "1 unsupported node(s): node 'scale' Mul (domain 'ai.onnx', opset 17) (Mul "
+                "'scale' is folded away, so its inputs must be constants, but 'x' is computed "
+                f"at run time); {SUPPORTED}"):
+        load_model(model)
+
+
+# Reading and validation -----------------------------------------------------------------------
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "missing.onnx"
+    with raises(ModelError, f"Cannot read model '{path}': No such file or directory"):
+        load_model(path)
+
+
+def test_corrupt_file(tmp_path):
+    path = tmp_path / "corrupt.onnx"
+    path.write_bytes(b"\xff\xff\xff\xffnot a model")
+    with raises(ModelError, f"Cannot read model '{path}': it is not an ONNX model (Error "
+                "parsing message with type 'onnx.ModelProto': Wire format was corrupt)"):
+        load_model(path)
+
+
+def test_ir_version_too_new():
+    model = relu_model()
+    model.ir_version = onnx.IR_VERSION + 1
+    with raises(ModelError, f"Model ir_version {onnx.IR_VERSION + 1} is newer than "
+                f"{onnx.IR_VERSION}, the newest version onnx {onnx.__version__} reads; upgrade "
+                f"onnx or re-export the model with ir_version {onnx.IR_VERSION} or older"):
+        load_model(model)
+
+
+def test_ir_version_missing_and_too_old():
+    model = relu_model()
+    model.ClearField("ir_version")
+    with raises(ModelError, "Model must set ir_version (ONNX IR: every ModelProto names the IR "
+                "version it follows)"):
+        load_model(model)
+    model.ir_version = 2
+    with raises(ModelError, "Model ir_version must be at least 3, not 2; re-export the model "
+                "with a newer exporter"):
+        load_model(model)
+
+
+def test_opset_import_rules():
+    with raises(ModelError, "Model opset_import must import the default domain 'ai.onnx', not "
+                "only 'com.example'"):
+        load_model(relu_model(opsets=[helper.make_opsetid("com.example", 1)]))
+    with raises(ModelError, "Model opset_import imports domain 'ai.onnx' twice (ONNX IR: "
+                "operator set domains must be unique)"):
+        load_model(relu_model(opsets=[helper.make_opsetid("", 17),
+                                      helper.make_opsetid("ai.onnx", 17)]))
+    model = relu_model()
+    del model.opset_import[:]
+    with raises(ModelError, "Model must have an opset_import (ONNX IR: a model names every "
+                "operator set it uses)"):
+        load_model(model)
+
+
+def test_input_must_be_float_tensor_with_shape():
+    with raises(ModelError, "Graph input 'x' must be float32, float16 or float64, not int64"):
+        load_model(relu_model(elem=TensorProto.INT64))
+    model = relu_model()
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    with raises(ModelError, "Graph input 'x' must have a shape (ONNX IR: main graph inputs and "
+                "outputs declare at least their rank)"):
+        load_model(model)
+    model = relu_model()
+    model.graph.output[0].type.ClearField("tensor_type")
+    with raises(ModelError, "Graph output 'y' must have a tensor type, not no type"):
+        load_model(model)
+
+
+def test_nodes_not_topologically_sorted():
+    model = make_model([helper.make_node("Relu", ["a"], ["y"], name="second"),
+                        helper.make_node("Relu", ["x"], ["a"], name="first")],
+                       {"x": [1, 4]}, {"y": [1, 4]})
+    with raises(ModelError, "Node 'second' reads 'a' before node 'first' defines it (ONNX IR: "
+                "nodes must be in topological order)"):
+        load_model(model)
+
+
+def test_value_defined_twice():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"], name="one"),
+                        helper.make_node("Relu", ["x"], ["a"], name="two"),
+                        helper.make_node("Relu", ["a"], ["y"])],
+                       {"x": [1, 4]}, {"y": [1, 4]})
+    with raises(ModelError, "Value 'a' is defined twice, by node 'one' and by node 'two' (ONNX "
+                "IR: single static assignment)"):
+        load_model(model)
+    model = make_model([helper.make_node("Relu", ["x"], ["w"], name="one")],
+                       {"x": [1, 4]}, {"w": [1, 4]}, {"w": rand(1, 4)})
+    with raises(ModelError, "Value 'w' is defined twice, by an initializer and by node 'one' "
+                "(ONNX IR: single static assignment)"):
+        load_model(model)
+
+
+def test_use_of_undefined_value():
+    model = make_model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
+                       {"x": [1, 4]}, {"y": [1, 4]})
+    with raises(ModelError, "Node 'add' reads 'ghost', which is not a graph input, an "
+                "initializer or a node output"):
+        load_model(model)
+
+
+def test_graph_output_never_produced():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 4]},
+                       {"y": [1, 4], "z": [1, 4]})
+    with raises(ModelError, "Graph output 'z' is never produced (ONNX IR: every graph output "
+                "must be defined)"):
+        load_model(model)
+
+
+def test_shape_inference_failure_is_wrapped():
+    model = make_model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+                       {"x": [1, 4]}, {"y": [1, 4]}, {"b": rand(1, 3)})
+    with pytest.raises(ModelError, match=r"^Shape inference failed: .*node name: add\).*"
+                       r"Incompatible dimensions$"):
+        load_model(model)
+
+
+# Dimension binding and overrides --------------------------------------------------------------
+
+def conv_model():
+    return make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                      {"x": ["N", 2, "H", 8]}, {"y": ["N", 3, "H", 8]}, {"w": rand(3, 2, 3, 3)})
+
+
+def test_unbound_dim_param():
+    with raises(ModelError, "Input 'x' has symbolic dimension 'H' at axis 2; give its size "
+                "with --input-shape x=1x2xHx8"):
+        load_model(conv_model())
+
+
+def test_input_shape_errors():
+    with raises(ModelError, "Input shape given for 'z', which is not an input of the model; "
+                "its inputs are x"):
+        load_model(conv_model(), input_shapes={"z": (1, 2)})
+    with raises(ModelError, "Input shape 1x2x8 given for 'x' must have 4 positive dimensions, "
+                "like the model's Nx2xHx8"):
+        load_model(conv_model(), input_shapes={"x": (1, 2, 8)})
+    with raises(ModelError, "Input shape 1x3x8x8 given for 'x' contradicts the model's "
+                "Nx2xHx8 at axis 1"):
+        load_model(conv_model(), input_shapes={"x": (1, 3, 8, 8)})
+
+
+def override_model():
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                      {"x": [1, 3], "w": [3, 2]}, {"y": [1, 2]}, {"w": rand(3, 2)})
+
+
+def test_override_shape_mismatch():
+    with raises(ModelError, "Override for 'w' must have shape (3, 2) and dtype float32 like "
+                "its initializer, not shape (2, 3) and dtype float32"):
+        load_model(override_model(), override_initializers={"w": rand(2, 3)})
+    with raises(ModelError, "Override for 'w' must have shape (3, 2) and dtype float32 like "
+                "its initializer, not shape (3, 2) and dtype float64"):
+        load_model(override_model(), override_initializers={"w": np.zeros((3, 2))})
+
+
+def test_override_unknown_name():
+    with raises(ModelError, "Cannot override 'v': it is not a graph input with an initializer; "
+                "overridable values are w"):
+        load_model(override_model(), override_initializers={"v": rand(3, 2)})
+
+
+# Supported operators in forms hwonnx cannot map -----------------------------------------------
+
+def test_gemm_trans_a_is_refused():
+    model = make_model([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transA=1)],
+                       {"x": [3, 1]}, {"y": [1, 2]}, {"w": rand(3, 2)})
+    with raises(ModelError, "Gemm 'fc' must have transA=0, not transA=1; its run-time operand A "
+                "cannot be transposed"):
+        load_model(model)
+
+
+def test_gemm_c_shape_is_checked():
+    model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="fc")],
+                       {"x": [1, 3]}, {"y": [1, 2]}, {"w": rand(3, 2), "c": rand(1, 1)})
+    with raises(ModelError, "Gemm 'fc' must have C of shape [2] or [1, 2], not [1, 1]"):
+        load_model(model)
+
+
+def test_dense_input_must_be_one_row():
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                       {"x": [1, 4, 3]}, {"y": [1, 4, 2]}, {"w": rand(3, 2)})
+    with raises(ModelError, "MatMul 'mm' must read a [1, K] input, not [1, 4, 3]; it maps to "
+                "Dense, which computes one row"):
+        load_model(model)
+
+
+def test_conv_must_be_2d():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1")],
+                       {"x": [1, 2, 8]}, {"y": [1, 3, 6]}, {"w": rand(3, 2, 3)})
+    with raises(ModelError, "Conv 'c1' must be a 2-D convolution (4-D input), not 1-D"):
+        load_model(model)
+
+
+def test_dropout_mask_must_be_unused():
+    model = make_model([helper.make_node("Dropout", ["x"], ["y", "mask"], name="drop")],
+                       {"x": [1, 4]}, {"y": [1, 4], "mask": [1, 4]})
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.BOOL
+    with raises(ModelError, "Dropout 'drop' output 'mask' (the dropout mask) must be unused; "
+                "hwonnx runs inference only"):
+        load_model(model)
+
+
+def test_batchnorm_training_mode_is_refused():
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                         ["y", "mean", "var"], name="bn", training_mode=1)],
+                       {"x": [1, 3, 2, 2]}, {"y": [1, 3, 2, 2]},
+                       {"s": rand(3), "b": rand(3), "m": rand(3), "v": rand(3) ** 2})
+    with raises(ModelError, "BatchNormalization 'bn' must have training_mode=0, not 1; hwonnx "
+                "runs inference only"):
+        load_model(model)
