@@ -11,7 +11,7 @@ from .compiler.artifact import load_program, save_program
 from .compiler.lower import Program, lower
 from .compiler.timing import predict
 from .config import ArchConfig
-from .errors import MismatchError, ModelError, QuantizationError
+from .errors import MismatchError, ModelError, QuantizationError, ResourceError
 from .golden import dequantize, evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
@@ -70,13 +70,18 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
 
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
-          verilog: bool = True, log=print) -> BuildResult:
+          verilog: bool = True, log=print, **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
-    and memory images, architecture config (JSON), integer graph and report."""
+    and memory images, architecture config (JSON), integer graph and report. ``rows``,
+    ``cols`` and ``<buffer>_depth`` keywords override the board's default configuration."""
     target = get_board(board)
     config = config or target.default_config
-    if rows is not None or cols is not None:
-        config = replace(config, rows=rows or config.rows, cols=cols or config.cols)
+    changes = {k: v for k, v in dict(rows=rows, cols=cols, **depths).items() if v is not None}
+    if changes:
+        try:
+            config = replace(config, **changes)
+        except (TypeError, ValueError) as error:
+            raise ResourceError(f"Invalid architecture: {error}") from error
     graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
                                    log=log)
     report = build_report(program, str(model), board, dict(graph.meta))

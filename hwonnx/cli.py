@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "folder of .npy files; first axis = samples")
     p.add_argument("--rows", type=int, help="array rows (default: the board's)")
     p.add_argument("--cols", type=int, help="array columns (default: the board's)")
+    for buffer in ("act", "wgt", "acc", "par", "prog"):
+        p.add_argument(f"--{buffer}-depth", type=int, metavar="WORDS",
+                       help=f"{buffer} buffer depth (default: the board's)")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
                    metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
 
@@ -73,8 +76,11 @@ def _run(args) -> int:
     from . import api
 
     if args.command == "build":
+        depths = {f"{b}_depth": getattr(args, f"{b}_depth")
+                  for b in ("act", "wgt", "acc", "par", "prog")}
         api.build(args.model, args.out, board=args.board, calib=args.calib, rows=args.rows,
-                  cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log)
+                  cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log,
+                  **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "sim":
         mode = "golden" if args.golden else "compare" if args.compare else "rtl"
         result = api.simulate(args.out, args.input, mode=mode, log=_log)
