@@ -1,13 +1,14 @@
 """``hwonnx demo``: build the bundled trained digit classifiers, run the test set on the RTL
 and the golden model, and compare accuracy with onnxruntime on the float model."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .errors import MismatchError
 
-__all__ = ["run_demo", "onnxruntime_outputs"]
+__all__ = ["ExampleRun", "evaluate_example", "onnxruntime_outputs", "run_demo"]
 
 _SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
 
@@ -21,46 +22,69 @@ def onnxruntime_outputs(model_path: Path, inputs: "dict[str, np.ndarray]") -> np
     return np.concatenate([session.run(None, {name: x[None]})[0] for x in inputs[name]])
 
 
-def run_demo(model: str, out: Path, *, rows=None, cols=None, samples: int = 0,
-             log=print) -> int:
+@dataclass
+class ExampleRun:
+    name: str
+    samples: int
+    accuracy: "dict[str, float]"      # float (onnxruntime), int8 golden, int8 RTL
+    top1_agreement: float             # golden vs float
+    bit_exact: bool                   # RTL == golden on every output value
+    cycles: int                       # simulated cycles per inference
+    predicted_cycles: int
+    utilization: float
+    cycles_per_second: float
+    array: str
+
+
+def evaluate_example(name: str, out: Path, *, rows=None, cols=None, samples: int = 0,
+                     log=print) -> ExampleRun:
+    """Build bundled example ``name``, run ``samples`` test images (0: all) on the RTL and the
+    golden model, and measure accuracy against the labels and onnxruntime."""
     from . import api
     from .examples import example_path, load_digits_data
 
     data = load_digits_data()
-    names = list(_SHAPES) if model == "all" else [model]
     count = samples or len(data["test_labels"])
     labels = data["test_labels"][:count]
-    rows_out = []
-    for name in names:
-        shape = _SHAPES[name]
-        path = example_path(name)
-        result = api.build(path, Path(out) / name, calib={"image": data["calib"].reshape(shape)},
-                           rows=rows, cols=cols, log=log)
-        inputs = {"image": data["test_images"][:count].reshape(shape)}
-        log(f"Simulating {count} test images of {name} on the RTL ...")
-        rtl = api.simulate(result, inputs, mode="rtl", log=log)
-        golden = api.simulate(result, inputs, mode="golden")
-        reference = onnxruntime_outputs(path, inputs)
-        accuracy = {
-            "float (onnxruntime)": (reference.argmax(-1) == labels).mean(),
-            "int8 golden": (golden.outputs["logits"].argmax(-1) == labels).mean(),
-            "int8 RTL": (rtl.outputs["logits"].argmax(-1) == labels).mean(),
-        }
-        exact = np.array_equal(rtl.int_outputs, golden.int_outputs)
-        error = np.abs(golden.outputs["logits"] - reference)
-        rows_out.append((name, accuracy, exact, rtl, error))
-        if not exact:
-            raise MismatchError(f"{name}: RTL differs from the golden model: "
-                                + api.first_difference(result, inputs, int(np.argwhere(
-                                    (rtl.int_outputs != golden.int_outputs).reshape(
-                                        count, -1).any(axis=1))[0][0]), log=log))
-    print(f"\nhwonnx demo: {count} test images of scikit-learn digits, "
-          f"{result.program.config.rows}x{result.program.config.cols} array, Verilator RTL")
-    print(f"{'model':12} {'float':>8} {'golden':>8} {'RTL':>8}  {'RTL=golden':10} "
-          f"{'cycles':>8} {'predicted':>9} {'util':>6} {'max |golden-float|':>19}")
-    for name, accuracy, exact, rtl, error in rows_out:
-        acc = list(accuracy.values())
-        print(f"{name:12} {acc[0]:8.2%} {acc[1]:8.2%} {acc[2]:8.2%}  "
-              f"{'bit-exact' if exact else 'DIFFERS':10} {int(np.mean(rtl.cycles)):8,} "
-              f"{rtl.predicted_cycles:9,} {rtl.utilization:6.1%} {error.max():19.4f}")
+    shape = _SHAPES[name]
+    path = example_path(name)
+    result = api.build(path, Path(out) / name, calib={"image": data["calib"].reshape(shape)},
+                       rows=rows, cols=cols, log=log)
+    inputs = {"image": data["test_images"][:count].reshape(shape)}
+    log(f"Simulating {count} test images of {name} on the RTL ...")
+    rtl = api.simulate(result, inputs, mode="rtl", log=log)
+    golden = api.simulate(result, inputs, mode="golden")
+    reference = onnxruntime_outputs(path, inputs)
+    exact = bool(np.array_equal(rtl.int_outputs, golden.int_outputs))
+    if not exact:
+        differs = (rtl.int_outputs != golden.int_outputs).reshape(count, -1).any(axis=1)
+        raise MismatchError(f"{name}: RTL differs from the golden model: " + api.first_difference(
+            result, inputs, int(np.argwhere(differs)[0][0]), log=log))
+    top1 = golden.outputs["logits"].argmax(-1)
+    cfg = result.program.config
+    return ExampleRun(
+        name, count,
+        {"float (onnxruntime)": float((reference.argmax(-1) == labels).mean()),
+         "int8 golden": float((top1 == labels).mean()),
+         "int8 RTL": float((rtl.outputs["logits"].argmax(-1) == labels).mean())},
+        float((top1 == reference.argmax(-1)).mean()), exact, int(np.mean(rtl.cycles)),
+        rtl.predicted_cycles, rtl.utilization, rtl.cycles_per_second, cfg.name)
+
+
+def run_demo(model: str, out: Path, *, rows=None, cols=None, samples: int = 0,
+             log=print) -> int:
+    names = list(_SHAPES) if model == "all" else [model]
+    runs = [evaluate_example(name, out, rows=rows, cols=cols, samples=samples, log=log)
+            for name in names]
+    print(f"\nhwonnx demo: {runs[0].samples} scikit-learn digits test images, {runs[0].array} "
+          f"array, RTL on Verilator")
+    print(f"{'model':11} {'float':>7} {'golden':>7} {'RTL':>7}  {'RTL vs golden':13} "
+          f"{'cycles':>7} {'predicted':>9} {'util':>6} {'top-1 = float':>13}")
+    for run in runs:
+        acc = list(run.accuracy.values())
+        print(f"{run.name:11} {acc[0]:7.2%} {acc[1]:7.2%} {acc[2]:7.2%}  "
+              f"{'bit-exact' if run.bit_exact else 'DIFFERS':13} {run.cycles:7,} "
+              f"{run.predicted_cycles:9,} {run.utilization:6.1%} {run.top1_agreement:13.2%}")
+    print("float: onnxruntime on the float model; golden: hwonnx's NumPy int8 model; RTL: the "
+          "Verilog simulated cycle by cycle.")
     return 0

@@ -1,0 +1,77 @@
+"""Shared helpers of the tier-1 HDL tests (Amaranth simulator).
+
+Every testbench here is one cycle loop: in cycle ``k`` the memory models drive the data they
+read at the end of cycle ``k - 1``, the test sets its inputs and samples the outputs, then the
+memory models latch the address presented in cycle ``k``, and the clock ticks. Cycle numbers
+are therefore exact and shared by the stimulus and the checks.
+"""
+
+from amaranth.sim import Simulator
+
+from hwonnx.compiler.isa import encode
+from hwonnx.config import ArchConfig
+
+__all__ = ["small_config", "SyncReadMemory", "run_cycles", "set_instr", "words"]
+
+
+def small_config(rows: int, cols: int) -> ArchConfig:
+    return ArchConfig(rows=rows, cols=cols, act_depth=64, wgt_depth=32, acc_depth=16,
+                      par_depth=4, prog_depth=16)
+
+
+class SyncReadMemory:
+    """Testbench model of an Amaranth synchronous read port: the word at the address presented
+    in cycle ``k`` (when ``en`` is high, or always without ``en``) is on ``data`` in cycle
+    ``k + 1``; with ``en`` low the data port holds its value. ``reads`` logs
+    ``(cycle, address)``; ``current`` is the word on the data port (which may be ``None``
+    when the consumer is outside the DUT)."""
+
+    def __init__(self, contents, addr, data=None, en=None):
+        self.contents, self.addr, self.data, self.en = list(contents), addr, data, en
+        self.reads: "list[tuple[int, int]]" = []
+        self.current = None
+        self._next = None
+
+    def cycle_start(self, ctx):
+        if self._next is not None:
+            self.current = self._next
+            if self.data is not None:
+                ctx.set(self.data, self._next)
+            self._next = None
+
+    def cycle_end(self, ctx, cycle):
+        if self.en is None or ctx.get(self.en):
+            address = ctx.get(self.addr)
+            self.reads.append((cycle, address))
+            self._next = self.contents[address]
+
+
+def run_cycles(dut, cycles: int, step, memories=()):
+    """Simulate ``cycles`` clock cycles; ``step(ctx, cycle)`` sets inputs and samples outputs
+    (combinational outputs settle immediately in a testbench)."""
+
+    async def testbench(ctx):
+        for cycle in range(cycles):
+            for memory in memories:
+                memory.cycle_start(ctx)
+            step(ctx, cycle)
+            for memory in memories:
+                memory.cycle_end(ctx, cycle)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+def set_instr(ctx, port, fields: dict):
+    """Drive an ``InstrLayout`` port with the compiler's own encoding of ``fields`` (so the
+    test also checks that the HDL layout decodes what :func:`hwonnx.compiler.isa.encode`
+    packs). Metadata keys the ISA does not know (``layer``) are dropped."""
+    ctx.set(port.as_value(), encode(**{k: v for k, v in fields.items() if k != "layer"}))
+
+
+def words(array) -> "list[list[int]]":
+    """NumPy ``[n, lanes]`` -> list of Python int lists (values for ``ArrayLayout`` ports)."""
+    return [[int(v) for v in row] for row in array]

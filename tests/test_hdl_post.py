@@ -1,0 +1,171 @@
+"""PostProcessor: bit-exact against ``hwonnx.golden.requantize``, lane routing of output tiles
+that straddle activation words (``nw > 1``, ``lane_off > 0``), byte enables, write timing
+(``POST_LATENCY``) and the ``idle`` timing the cycle model relies on."""
+
+import numpy as np
+import pytest
+
+from hwonnx.compiler.isa import Op
+from hwonnx.golden import requantize
+from hwonnx.hdl.post import POST_LATENCY, PostProcessor
+
+from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
+
+INT32 = (-(1 << 31), 1 << 31)
+
+
+def random_params(rng, cols, kind):
+    """Per-channel (bias, mult, shift) for one parameter word."""
+    mult = rng.integers(1 << 30, 1 << 31, cols)
+    if kind == "ties":          # (v * 2**30) >> 32 rounds v / 4: exact halves when v % 4 == 2
+        return 2 * rng.integers(-20, 20, cols), np.full(cols, 1 << 30), np.full(cols, 32)
+    bias = rng.integers(*INT32, cols)               # acc + bias wraps about a quarter of the time
+    shift = rng.integers(54, 64, cols)              # mostly in the non-saturating range
+    shift[rng.random(cols) < 0.3] = rng.integers(1, 64)
+    if kind == "wide":          # channels 0 and 1 are used by every tile of >= 2 channels
+        shift[:2] = [63, 1][:cols]
+        bias[0], mult[0] = 0, (1 << 31) - 1                 # extreme products
+    else:
+        shift[0], shift[-1] = 1, 63
+    return bias, mult, shift
+
+
+def tile_instr(config, n0, nt, n_out, count, acc_addr, par_addr, base, zp, lo, hi):
+    """The POST of output channels ``n0 .. n0+nt`` of an ``n_out``-channel layer whose output
+    starts at word ``base``, built like ``_Builder.layer``: pixels are ``cb`` words apart, and
+    consecutive tiles share the word where one ends and the next begins."""
+    rows = config.rows
+    nw = (n0 + nt - 1) // rows - n0 // rows + 1
+    return dict(op=Op.POST, acc_addr=acc_addr, count=count, par_addr=par_addr,
+                out_addr=base + n0 // rows, out_stride=-(-n_out // rows),
+                nw=nw, lane_off=n0 % rows, nt=nt, zp=zp, lo=lo, hi=hi)
+
+
+def expected_writes(config, instr, y):
+    """Per step (accumulator word i, activation word j): (address, lane mask, lane values)."""
+    rows = config.rows
+    steps = []
+    for i in range(instr["count"]):
+        for j in range(instr["nw"]):
+            mask, lanes = 0, [None] * rows
+            for lane in range(rows):
+                channel = j * rows + lane - instr["lane_off"]
+                if 0 <= channel < instr["nt"]:
+                    mask |= 1 << lane
+                    lanes[lane] = int(y[i, channel])
+            steps.append((instr["out_addr"] + i * instr["out_stride"] + j, mask, lanes))
+    return steps
+
+
+def run_post(config, instrs, acc, params, act_init):
+    """Dispatch ``instrs`` back to back (each in the cycle ``idle`` is predicted to rise) and
+    check every cycle's ``idle`` and write port; returns the activation memory afterwards."""
+    rows = config.rows
+    dut = PostProcessor(config)
+    acc_mem = SyncReadMemory([[int(v) for v in word] for word in acc], dut.acc_addr,
+                             dut.acc_data)
+    par_words = [[{"bias": int(b), "mult": int(m), "shift": int(s)} for b, m, s in zip(*p)]
+                 for p in params]
+    par_mem = SyncReadMemory(par_words, dut.par_addr, dut.par_data, en=dut.par_en)
+
+    # The cycle model: dispatch in cycle t -> writes in t+4 .. t+3+count*nw, idle at t+4+n.
+    dispatch, writes, t = {}, {}, 1
+    for instr in instrs:
+        bias, mult, shift = (np.asarray(a) for a in params[instr["par_addr"]])
+        nt = instr["nt"]
+        words = acc[instr["acc_addr"]:instr["acc_addr"] + instr["count"], :nt]
+        y = requantize(words, bias[:nt], mult[:nt], shift[:nt], instr["zp"], instr["lo"],
+                       instr["hi"])
+        dispatch[t] = instr
+        for k, write in enumerate(expected_writes(config, instr, y)):
+            writes[t + 1 + POST_LATENCY + k] = write
+        t += 4 + instr["count"] * instr["nw"]
+    busy_until = {s: s + 4 + i["count"] * i["nw"] for s, i in dispatch.items()}
+    act = [list(word) for word in act_init]
+
+    def step(ctx, cycle):
+        instr = dispatch.get(cycle)
+        ctx.set(dut.dispatch, instr is not None)
+        if instr is not None:
+            set_instr(ctx, dut.instr, instr)
+        busy = any(s < cycle < e for s, e in busy_until.items())
+        idle = ctx.get(dut.idle)
+        assert idle == (not busy), f"idle={idle} in cycle {cycle}"
+        we = ctx.get(dut.out_we)
+        if cycle in writes:
+            address, mask, lanes = writes[cycle]
+            assert we == mask, f"out_we={we:#x} in cycle {cycle}, expected {mask:#x}"
+            if mask:
+                assert ctx.get(dut.out_addr) == address, f"out_addr in cycle {cycle}"
+            data = list(ctx.get(dut.out_data))
+            for lane in range(rows):
+                if mask >> lane & 1:
+                    assert data[lane] == lanes[lane], \
+                        f"cycle {cycle}, word {address}: out_data {data}, expected {lanes}"
+                    act[address][lane] = data[lane]
+        else:
+            assert we == 0, f"out_we={we:#x} in cycle {cycle}, no write expected"
+
+    run_cycles(dut, t + 3, step, memories=(acc_mem, par_mem))
+    # Reads: accumulator word i of each instruction, nw times, from the cycle after dispatch.
+    expected_reads = [(s + 1 + k, instr["acc_addr"] + k // instr["nw"])
+                      for s, instr in dispatch.items()
+                      for k in range(instr["count"] * instr["nw"])]
+    assert set(expected_reads) <= set(acc_mem.reads)
+    assert par_mem.reads == [(s, i["par_addr"]) for s, i in dispatch.items()]
+    return act
+
+
+# (rows, cols, n_out): rows != cols so that output tiles straddle activation words.
+GEOMETRIES = [(1, 1, 3), (3, 2, 7), (2, 3, 8), (2, 5, 9), (4, 2, 6), (4, 4, 6)]
+
+
+@pytest.mark.parametrize("rows, cols, n_out", GEOMETRIES)
+def test_post_matches_golden_requantize(rows, cols, n_out):
+    config = small_config(rows, cols)
+    rng = np.random.default_rng(rows * 100 + cols * 10 + n_out)
+    acc = rng.integers(*INT32, (config.acc_depth, cols))
+    acc[:4] = 2 * rng.integers(-150, 150, (4, cols))      # even: v / 4 is a tie half the time
+    acc[config.acc_half] = INT32[0]                        # extremes for the "wide" tiles
+    acc[config.acc_half + 1] = INT32[1] - 1
+    params = [random_params(rng, cols, kind) for kind in ("ties", "wide", "narrow", "wide")]
+    # The output tiles of a 4-pixel layer with n_out channels, as _Builder.layer splits it;
+    # tile 0 reads the small accumulators with the "ties" parameters.
+    instrs = []
+    for index, n0 in enumerate(range(0, n_out, cols)):
+        zp = int(rng.integers(-20, 20))
+        lo, hi = [(-128, 127), (zp, 127), (zp, 90), (-100, 60)][index % 4]   # incl. ReLU
+        instrs.append(tile_instr(config, n0, min(cols, n_out - n0), n_out, 4,
+                                 config.acc_half * (index % 2), index % 4, 5, zp, lo, hi))
+    act_init = rng.integers(-128, 128, (config.act_depth, rows))
+    act = run_post(config, instrs, acc, params, act_init)
+
+    # Channel ch of pixel i lands in word out_addr + i*out_stride + (ch + lane_off) // rows,
+    # lane (ch + lane_off) % rows; every other lane keeps its old value.
+    expected = act_init.copy()
+    for instr in instrs:
+        bias, mult, shift = (np.asarray(a) for a in params[instr["par_addr"]])
+        nt, a0 = instr["nt"], instr["acc_addr"]
+        y = requantize(acc[a0:a0 + instr["count"], :nt], bias[:nt], mult[:nt], shift[:nt],
+                       instr["zp"], instr["lo"], instr["hi"])
+        for i in range(instr["count"]):
+            for ch in range(nt):
+                word, lane = divmod(ch + instr["lane_off"], rows)
+                expected[instr["out_addr"] + i * instr["out_stride"] + word, lane] = y[i, ch]
+    np.testing.assert_array_equal(np.array(act), expected)
+    if (rows, cols) in ((3, 2), (2, 3), (2, 5)):
+        assert any(i["nw"] > 1 and i["lane_off"] > 0 for i in instrs)
+
+
+@pytest.mark.parametrize("count, nw", [(1, 1), (3, 1), (2, 3), (5, 2)])
+def test_post_idle_rises_4_plus_count_times_nw_after_dispatch(count, nw):
+    """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+3+count*nw, high in
+    t+4+count*nw, when the next instruction is dispatched."""
+    config = small_config(3, 2)
+    rng = np.random.default_rng(count * 10 + nw)
+    acc = rng.integers(*INT32, (config.acc_depth, 2))
+    params = [random_params(rng, 2, "wide") for _ in range(config.par_depth)]
+    instr = dict(op=Op.POST, acc_addr=config.acc_half, count=count, par_addr=1, out_addr=3,
+                 out_stride=nw, nw=nw, lane_off=1, nt=2, zp=-3, lo=-3, hi=127)
+    run_post(config, [instr, dict(instr, par_addr=2, acc_addr=0)], acc, params,
+             np.zeros((config.act_depth, 3), dtype=np.int64))
