@@ -11,7 +11,7 @@ from .compiler.artifact import load_program, save_program
 from .compiler.lower import Program, lower
 from .compiler.timing import predict
 from .config import ArchConfig
-from .errors import MismatchError, ModelError, QuantizationError, ResourceError
+from .errors import MismatchError, ModelError, QuantizationError, ResourceError, UsageError
 from .golden import dequantize, evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
@@ -74,6 +74,9 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols`` and ``<buffer>_depth`` keywords override the board's default configuration."""
+    unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog")}
+    if unknown:
+        raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
     config = config or target.default_config
     changes = {k: v for k, v in dict(rows=rows, cols=cols, **depths).items() if v is not None}
@@ -88,7 +91,10 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     if out_dir is None:
         return BuildResult(None, graph, program, report)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"Cannot create the build folder '{out}': {error.strerror}") from error
     save_program(program, out)
     save_graph(graph, out, "graph")
     write_report(report, out)
@@ -190,6 +196,10 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", log=print) -> SimResult:
         samples = normalize_samples(shell, inputs, "Input data")
     else:
         samples = load_samples(inputs, shell, "Input file")
+    for name, array in samples.items():
+        if not np.isfinite(array).all():
+            raise QuantizationError(f"Input data for input '{name}' holds NaN or infinite "
+                                    f"values")
     if mode == "golden":
         return run_golden(result, samples)
     rtl = run_rtl_batch(result, samples, log=log)

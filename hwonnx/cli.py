@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import HwonnxError
+from .errors import HwonnxError, UsageError
 
 __all__ = ["main", "build_parser"]
 
@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _save_outputs(path: Path, outputs: "dict[str, np.ndarray]") -> None:
+    try:
+        with open(path, "wb") as stream:        # keeps the name exactly (no added .npz)
+            np.savez(stream, **outputs)
+    except OSError as error:
+        raise UsageError(f"Cannot write outputs to '{path}': {error.strerror}") from error
+
+
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -95,7 +103,7 @@ def _run(args) -> int:
         if mode == "compare":
             print("RTL equals the golden model bit for bit")
         if args.output:
-            np.savez(args.output, **result.outputs)
+            _save_outputs(args.output, result.outputs)
             print(f"Outputs written to {args.output}")
     elif args.command == "demo":
         from .demo import run_demo

@@ -2,7 +2,7 @@
 
 __all__ = [
     "HwonnxError", "ModelError", "UnsupportedOperatorError", "QuantizationError",
-    "ResourceError", "SimulationError", "ToolchainError", "MismatchError",
+    "ResourceError", "SimulationError", "ToolchainError", "MismatchError", "UsageError",
 ]
 
 
@@ -24,6 +24,11 @@ class UnsupportedOperatorError(HwonnxError):
         listed = "; ".join(f"node '{n}' {op} (domain '{d or 'ai.onnx'}', opset {v})"
                            for n, op, d, v in self.nodes)
         super().__init__(f"{len(self.nodes)} unsupported node(s): {listed}")
+
+
+class UsageError(HwonnxError):
+    """A path or option given to hwonnx cannot be used (for example an output folder that is
+    a file)."""
 
 
 class QuantizationError(HwonnxError):

@@ -21,7 +21,10 @@ class ActAllocator:
     def alias(self, value: str, of: str) -> None:
         self.aliases[value] = of
 
-    def allocate(self, value: str, words: int, index: int, layer: str = "input") -> int:
+    def allocate(self, value: str, words: int, index: int, owner: str) -> int:
+        """Place ``words`` words for ``value`` (``owner`` names it in errors:
+        "Input 'x'" or "Layer 'conv1': its output")
+        in the first free gap."""
         base = 0
         for start, size in sorted(self.regions.values()):
             if start - base >= words:
@@ -30,7 +33,7 @@ class ActAllocator:
         if base + words > self.depth:
             used = sum(size for _, size in self.regions.values())
             raise ResourceError(
-                f"Layer '{layer}': its output needs {words} activation words, but only "
+                f"{owner} needs {words} activation words, but only "
                 f"{self.depth - used} of {self.depth} are free ({used} hold live tensors); "
                 f"raise --act-depth or use a larger board")
         self.regions[value] = (base, words)

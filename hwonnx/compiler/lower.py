@@ -95,7 +95,8 @@ def lower(graph: Graph, config: ArchConfig) -> Program:
                             f"takes [1, C, H, W] images or [1, K] vectors")
     placements = {input_value: natural_placement(0, shape, rows)}
     placements[input_value] = natural_placement(
-        alloc.allocate(input_value, placements[input_value].words, 0), shape, rows)
+        alloc.allocate(input_value, placements[input_value].words, 0,
+                       f"Input '{quantizers[0].inputs[0]}'"), shape, rows)
 
     builder = _Builder(graph, config)
     layers = []
@@ -108,7 +109,7 @@ def lower(graph: Graph, config: ArchConfig) -> Program:
         else:
             out_shape = graph.types[out].shape
             words = natural_placement(0, out_shape, rows).words
-            base = alloc.allocate(out, words, index, node.name)
+            base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
             placements[out] = natural_placement(base, out_shape, rows)
             layers.append(builder.layer(node, source, placements[out]))
         alloc.release_dead(last_use, index)

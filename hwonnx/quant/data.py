@@ -51,7 +51,8 @@ def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
 def load_samples(path: "str | Path", graph: Graph, what: str = "Sample file"
                  ) -> "dict[str, np.ndarray]":
     """Load ``path``: an ``.npz`` with one array per graph input (named after it), an
-    ``.npy`` for a single-input model, or a folder of ``<input>.npy`` files."""
+    ``.npy`` for a single-input model, or a folder holding ``<input>.npy`` for every input
+    (other files are ignored) or, for a single-input model, one ``.npy`` per sample."""
     path = Path(path)
     if not path.exists():
         raise QuantizationError(f"{what} '{path}' does not exist")
@@ -60,8 +61,11 @@ def load_samples(path: "str | Path", graph: Graph, what: str = "Sample file"
             files = sorted(path.glob("*.npy"))
             if not files:
                 raise QuantizationError(f"{what} folder '{path}' holds no .npy files")
-            if len(graph.inputs) == 1 and len(files) > 1:
-                arrays = {graph.inputs[0]: np.concatenate([np.load(f)[None] for f in files])}
+            by_name = {f.stem: f for f in files}
+            if all(name in by_name for name in graph.inputs):
+                arrays = {name: np.load(by_name[name]) for name in graph.inputs}
+            elif len(graph.inputs) == 1:      # one sample per file, in file-name order
+                arrays = {graph.inputs[0]: np.stack([np.load(f) for f in files])}
             else:
                 arrays = {f.stem: np.load(f) for f in files}
         elif path.suffix == ".npz":

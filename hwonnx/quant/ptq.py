@@ -56,6 +56,10 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
                 "opset", 0)) for n in leftover])
     feeds = {name: calib[name].reshape((-1,) + graph.types[name].shape[1:])
              for name in graph.inputs}
+    for name, array in feeds.items():
+        if not np.isfinite(array).all():
+            raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
+                                    f"infinite values")
     values = evaluate_float(graph, feeds, keep_all=True)
     params: "dict[str, tuple[float, int]]" = {}
     for name in graph.inputs:

@@ -1,0 +1,226 @@
+"""The command line, in process: user errors are one line on stderr with exit status 2; build
+and golden simulation of the bundled digits_mlp. (``sim`` without ``--golden`` runs Verilator
+and is tested elsewhere.)"""
+
+import contextlib
+import io
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper, save
+
+from hwonnx.cli import build_parser, main
+from hwonnx.examples import example_path, load_digits_data
+
+SUPPORTED = ("supported operators are Add, BatchNormalization, Conv, Dropout, Flatten, Gemm, "
+             "Identity, MatMul, Relu, Reshape")
+MLP = str(example_path("digits_mlp"))
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, out, err, message):
+    """Exit status 2, nothing on stdout, exactly ``hwonnx: error: <message>`` on stderr."""
+    assert code == 2
+    assert out == ""
+    assert re.fullmatch(r"hwonnx: error: " + message + r"\n", err), err
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits_data()
+
+
+@pytest.fixture(scope="module")
+def mlp_build(digits, tmp_path_factory):
+    """``hwonnx build digits_mlp --calib calib.npy`` once for the module (writes Verilog)."""
+    folder = tmp_path_factory.mktemp("cli")
+    np.save(folder / "calib.npy", digits["calib"])
+    out = folder / "build"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["build", MLP, "-o", str(out), "--calib", str(folder / "calib.npy")])
+    return folder, out, code, stdout.getvalue(), stderr.getvalue()
+
+
+def test_build(mlp_build):
+    _, out, code, stdout, stderr = mlp_build
+    assert code == 0
+    assert stdout == ""                                  # progress goes to stderr
+    lines = stderr.splitlines()
+    assert re.fullmatch(r"Compiled 2 layer\(s\), \d+ instructions, 2,368 MACs in \d+\.\d s",
+                        lines[0])
+    assert lines[-1].startswith(f"Build written to {out}/ (report.md: ")
+    for name in ("accel.v", "arch.json", "program.json", "prog.hex", "wgt.hex", "par.hex",
+                 "graph.json", "graph.npz", "report.json", "report.md"):
+        assert (out / name).is_file(), name
+
+
+def test_sim_golden_writes_outputs(mlp_build, digits, capsys):
+    folder, out, code, _, _ = mlp_build
+    assert code == 0
+    images, labels = digits["test_images"], digits["test_labels"]
+    np.save(folder / "x.npy", images)
+    code, stdout, stderr = run(capsys, "sim", out, "--input", folder / "x.npy", "--golden",
+                               "--output", folder / "y.npz")
+    assert code == 0 and stderr == ""
+    assert re.fullmatch(rf"{len(images)} sample\(s\) on the golden model \(predicted [\d,]+ "
+                        rf"cycles per sample\)\nOutputs written to {re.escape(str(folder))}"
+                        rf"/y\.npz\n", stdout)
+    with np.load(folder / "y.npz") as npz:
+        assert npz.files == ["logits"]
+        logits = npz["logits"]
+    assert logits.dtype == np.float32 and logits.shape == (len(images), 10)
+    assert (logits.argmax(axis=1) == labels).mean() >= 0.9
+
+
+def test_sim_golden_without_output_file(mlp_build, digits, capsys):
+    folder, out, _, _, _ = mlp_build
+    np.savez(folder / "few.npz", image=digits["test_images"][:3].reshape(3, 1, 64))
+    code, stdout, stderr = run(capsys, "sim", out, "--input", folder / "few.npz", "--golden")
+    assert code == 0 and stderr == ""
+    assert re.fullmatch(r"3 sample\(s\) on the golden model \(predicted [\d,]+ cycles per "
+                        r"sample\)\n", stdout)
+
+
+def test_sim_missing_input(mlp_build, capsys):
+    folder, out, _, _, _ = mlp_build
+    missing = folder / "missing.npy"
+    assert_user_error(*run(capsys, "sim", out, "--input", missing, "--golden"),
+                      re.escape(f"Input file '{missing}' does not exist"))
+
+
+def test_sim_input_of_the_wrong_shape(mlp_build, capsys):
+    folder, out, _, _, _ = mlp_build
+    np.save(folder / "bad.npy", np.zeros((4, 8, 8), np.float32))
+    assert_user_error(*run(capsys, "sim", out, "--input", folder / "bad.npy", "--golden"),
+                      re.escape(f"Input file '{folder / 'bad.npy'}': array 'image' has shape "
+                                f"(4, 8, 8), but samples of input 'image' (1, 64) need shape "
+                                f"(S, 1, 64) or (S, 64)"))
+
+
+def test_sim_not_a_build_folder(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((1, 64), np.float32))
+    assert_user_error(*run(capsys, "sim", tmp_path, "--input", tmp_path / "x.npy", "--golden"),
+                      re.escape(f"'{tmp_path}' is not an hwonnx build folder (no "
+                                f"program.json); run 'hwonnx build MODEL -o {tmp_path}' "
+                                f"first"))
+
+
+def test_build_without_calib(tmp_path, capsys):
+    assert_user_error(*run(capsys, "build", MLP, "-o", tmp_path / "out"), re.escape(
+        "Calibration data is required to quantize a float model: pass --calib samples.npz "
+        "(one array per input, first axis = samples) or an .npy for a single-input model"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_missing_model(tmp_path, capsys):
+    model = tmp_path / "nowhere" / "model.onnx"
+    assert_user_error(*run(capsys, "build", model, "-o", tmp_path / "out"),
+                      re.escape(f"Cannot read model '{model}': No such file or directory"))
+
+
+def test_build_unsupported_operators(tmp_path, capsys):
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Sigmoid", ["h"], ["s"], name="act"),
+             helper.make_node("Softmax", ["s"], ["y"], name="probs")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(np.ones((4, 3), np.float32), "w")])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "calib.npy", np.zeros((3, 4), np.float32))
+    assert_user_error(
+        *run(capsys, "build", tmp_path / "m.onnx", "-o", tmp_path / "out", "--calib",
+             tmp_path / "calib.npy"),
+        re.escape(f"2 unsupported node(s): node 'act' Sigmoid (domain 'ai.onnx', opset 17); "
+                  f"node 'probs' Softmax (domain 'ai.onnx', opset 17); {SUPPORTED}"))
+
+
+def test_build_calib_of_the_wrong_shape(tmp_path, capsys, digits):
+    np.save(tmp_path / "calib.npy", digits["calib"].reshape(-1, 8, 8))
+    assert_user_error(
+        *run(capsys, "build", MLP, "-o", tmp_path / "out", "--calib", tmp_path / "calib.npy"),
+        re.escape(f"Calibration file '{tmp_path / 'calib.npy'}': array 'image' has shape "
+                  f"(200, 8, 8), but samples of input 'image' (1, 64) need shape (S, 1, 64) "
+                  f"or (S, 64)"))
+
+
+def test_build_invalid_architecture(tmp_path, capsys):
+    assert_user_error(*run(capsys, "build", MLP, "-o", tmp_path / "out", "--rows", "0"),
+                      re.escape("Invalid architecture: ArchConfig.rows must be a positive "
+                                "integer, not 0"))
+
+
+def test_resource_error_advice_can_be_followed(tmp_path, capsys, digits):
+    """A 1x1 array needs more instructions than the default program buffer holds; the error
+    names an option of ``hwonnx build`` that fixes it."""
+    np.save(tmp_path / "calib.npy", digits["calib"])
+    argv = ["build", MLP, "-o", tmp_path / "out", "--calib", tmp_path / "calib.npy",
+            "--rows", "1", "--cols", "1"]
+    code, out, err = run(capsys, *argv)
+    assert_user_error(code, out, err, r"The model needs \d+ words of the prog buffer, but the "
+                                      r"1x1 architecture has 4096; raise --prog-depth or use a "
+                                      r"larger board")
+    needed = int(re.search(r"needs (\d+) words", err).group(1))
+    assert needed > 4096
+    args = build_parser().parse_args([str(a) for a in argv] + ["--prog-depth", str(needed)])
+    assert args.prog_depth == needed
+    from hwonnx import api
+    result = api.build(MLP, None, calib={"image": digits["calib"]}, rows=1, cols=1,
+                       prog_depth=needed, log=lambda _: None)
+    assert result.program.words["prog"] == needed
+
+
+def test_boards(capsys):
+    code, out, err = run(capsys, "boards")
+    assert code == 0 and err == ""
+    assert "sim" in [line.split()[0] for line in out.splitlines()]
+    assert re.search(r"^sim +\d+x\d+ array ", out, re.MULTILINE)
+
+
+# Regressions: user errors that once escaped as tracebacks or misread input ----------------
+
+def test_sim_output_reports_the_file_it_writes(mlp_build, digits, capsys):
+    """``--output y.out`` makes ``np.savez`` write ``y.out.npz``, yet the CLI reports
+    ``y.out``: the reported path must be the file that holds the outputs."""
+    folder, out, _, _, _ = mlp_build
+    np.save(folder / "x3.npy", digits["test_images"][:3])
+    code, stdout, stderr = run(capsys, "sim", out, "--input", folder / "x3.npy", "--golden",
+                               "--output", folder / "y.out")
+    assert code == 0 and stderr == ""
+    written = re.search(r"^Outputs written to (.+)$", stdout, re.MULTILINE).group(1)
+    with np.load(written) as npz:
+        assert npz.files == ["logits"] and npz["logits"].shape == (3, 10)
+
+
+def test_sim_output_into_a_missing_folder_is_a_user_error(mlp_build, digits, capsys):
+    """A user-caused failure to write ``--output`` escapes as a FileNotFoundError traceback
+    (exit status 1) instead of one ``hwonnx: error:`` line with status 2."""
+    folder, out, _, _, _ = mlp_build
+    np.save(folder / "x3.npy", digits["test_images"][:3])
+    target = folder / "no_such_folder" / "y.npz"
+    code, stdout, stderr = run(capsys, "sim", out, "--input", folder / "x3.npy", "--golden",
+                               "--output", target)
+    assert code == 2
+    assert re.fullmatch(r"hwonnx: error: .*" + re.escape(str(target)) + r".*\n", stderr)
+
+
+def test_build_out_is_an_existing_file(tmp_path, capsys, digits):
+    """``-o`` naming an existing file escapes as a FileExistsError traceback from
+    ``Path.mkdir`` instead of one ``hwonnx: error:`` line with status 2."""
+    np.save(tmp_path / "calib.npy", digits["calib"])
+    target = tmp_path / "taken"
+    target.write_text("not a folder")
+    code, stdout, stderr = run(capsys, "build", MLP, "-o", target, "--calib",
+                               tmp_path / "calib.npy")
+    assert code == 2
+    assert re.fullmatch(r"(?s).*^hwonnx: error: .*" + re.escape(str(target)) + r".*\n",
+                        stderr, re.MULTILINE)

@@ -1,0 +1,399 @@
+"""The compiler: instruction encoding, activation layout, lowering of small integer graphs,
+resource errors, the cycle model and saving a program."""
+
+import re
+
+import numpy as np
+import pytest
+
+from hwonnx.compiler import (FIELDS, Op, decode, encode, encode_program, instruction_width,
+                             lower, natural_placement, pack_words, predict, unpack_words)
+from hwonnx.compiler.artifact import load_program, save_program
+from hwonnx.config import ArchConfig
+from hwonnx.errors import ModelError, ResourceError
+from hwonnx.golden import evaluate
+from hwonnx.ir import Graph, Node, TensorType
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def raises(cls, message):
+    return pytest.raises(cls, match="^" + re.escape(message) + "$")
+
+
+# ISA --------------------------------------------------------------------------------------------
+
+def test_fields_tile_the_instruction_word():
+    width = instruction_width()
+    assert width == sum(f.width for f in FIELDS)
+    assert len({f.name for f in FIELDS}) == len(FIELDS)
+    seen = 0
+    for f in FIELDS:
+        bits = encode(**{f.name: -1 if f.signed else (1 << f.width) - 1})
+        assert bin(bits).count("1") == f.width
+        assert bits & seen == 0                         # no two fields share a bit
+        seen |= bits
+    assert seen == (1 << width) - 1
+
+
+def test_encode_decode_round_trip():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        values = {}
+        for f in FIELDS:
+            lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
+                else (0, (1 << f.width) - 1)
+            values[f.name] = int(rng.choice([lo, hi, int(rng.integers(lo, hi, endpoint=True))]))
+        word = encode(**values)
+        assert 0 <= word < 1 << instruction_width()
+        assert decode(word) == values
+
+
+def test_missing_fields_encode_as_zero():
+    assert decode(encode(op=Op.POST, count=7)) == {f.name: {"op": Op.POST, "count": 7}.get(
+        f.name, 0) for f in FIELDS}
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
+def test_encode_range_errors(field):
+    lo = -(1 << (field.width - 1)) if field.signed else 0
+    hi = (1 << (field.width - 1)) - 1 if field.signed else (1 << field.width) - 1
+    kind = "signed " if field.signed else ""
+    for value in (lo - 1, hi + 1):
+        with raises(ValueError, f"Instruction field {field.name}={value} does not fit "
+                                f"{field.width} {kind}bits"):
+            encode(**{field.name: value})
+    assert decode(encode(**{field.name: lo}))[field.name] == lo
+    assert decode(encode(**{field.name: hi}))[field.name] == hi
+
+
+def test_encode_unknown_field():
+    with pytest.raises(KeyError, match=r"^\"Unknown instruction fields \['bogus', 'zz'\]\"$"):
+        encode(op=1, zz=1, bogus=2)
+
+
+# layout -----------------------------------------------------------------------------------------
+
+def lane(words, word, index, rows):
+    assert 0 <= words[word] < 1 << (8 * rows)
+    return int(np.int8(np.uint8((words[word] >> (8 * index)) & 0xFF)))
+
+
+@pytest.mark.parametrize("rows", [3, 4, 8])
+@pytest.mark.parametrize("shape", [(1, 5, 3, 4), (1, 8, 2, 2), (1, 1, 4, 3), (1, 11, 1, 1)])
+def test_pack_unpack_image(rows, shape):
+    rng = np.random.default_rng(rows * 100 + shape[1])
+    values = rng.integers(-128, 128, shape).astype(np.int8)
+    placement = natural_placement(17, shape, rows)
+    _, c, h, w = shape
+    cb = ceil_div(c, rows)
+    assert (placement.base, placement.cb, placement.words) == (17, cb, h * w * cb)
+    words = pack_words(values, placement, rows)
+    assert len(words) == h * w * cb
+    for y in range(h):
+        for x in range(w):
+            for ch in range(cb * rows):
+                got = lane(words, (y * w + x) * cb + ch // rows, ch % rows, rows)
+                assert got == (values[0, ch, y, x] if ch < c else 0)
+    back = unpack_words(words, placement, rows)
+    assert back.dtype == np.int8 and back.shape == shape
+    np.testing.assert_array_equal(back, values)
+
+
+@pytest.mark.parametrize("rows", [3, 8])
+@pytest.mark.parametrize("k", [1, 8, 13])
+def test_pack_unpack_vector(rows, k):
+    values = np.random.default_rng(k).integers(-128, 128, (1, k)).astype(np.int8)
+    placement = natural_placement(0, (1, k), rows)
+    words = pack_words(values, placement, rows)
+    assert len(words) == ceil_div(k, rows) == placement.words
+    for i in range(ceil_div(k, rows) * rows):
+        assert lane(words, i // rows, i % rows, rows) == (values[0, i] if i < k else 0)
+    np.testing.assert_array_equal(unpack_words(words, placement, rows), values)
+
+
+def test_flattened_placement_keeps_memory():
+    rows = 4
+    values = np.random.default_rng(9).integers(-128, 128, (1, 6, 3, 2)).astype(np.int8)
+    image = natural_placement(0, values.shape, rows)
+    flat = image.with_shape((1, 36))
+    assert not flat.is_natural_image(rows) and image.is_natural_image(rows)
+    words = pack_words(values, image, rows)
+    assert pack_words(values.reshape(1, 36), flat, rows) == words
+    np.testing.assert_array_equal(unpack_words(words, flat, rows), values.reshape(1, 36))
+
+
+# lowering ---------------------------------------------------------------------------------------
+
+def conv_out(size, kernel, stride, begin, end, dilation=1):
+    return (size + begin + end - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def chain(c=5, h=6, w=7, m=10, n=9, kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+          seed=0):
+    """Quantize -> QConv -> Flatten -> QDense -> Dequantize with random int8 constants."""
+    rng = np.random.default_rng(seed)
+    kh, kw = kernel
+    oh = conv_out(h, kh, strides[0], pads[0], pads[2])
+    ow = conv_out(w, kw, strides[1], pads[1], pads[3])
+    k = m * oh * ow
+
+    def layer(prefix, w_shape, channels, shift):
+        return {f"{prefix}.w": rng.integers(-127, 128, w_shape).astype(np.int8),
+                f"{prefix}.b": rng.integers(-2000, 2000, channels).astype(np.int32),
+                f"{prefix}.m": rng.integers(1 << 30, 1 << 31, channels).astype(np.int32),
+                f"{prefix}.s": np.full(channels, shift, np.int32)}
+
+    constants = {**layer("conv", (m, c, kh, kw), m, 39), **layer("fc", (k, n), n, 42)}
+    types = {"x": TensorType("float32", (1, c, h, w)), "xq": TensorType("int8", (1, c, h, w)),
+             "yq": TensorType("int8", (1, m, oh, ow)), "fq": TensorType("int8", (1, k)),
+             "dq": TensorType("int8", (1, n)), "out": TensorType("float32", (1, n))}
+    types.update({name: TensorType(str(v.dtype), v.shape) for name, v in constants.items()})
+    nodes = [
+        Node("quantize", "Quantize", ("x",), ("xq",), {"scale": 0.05, "zero_point": -3}),
+        Node("conv", "QConv", ("xq", "conv.w", "conv.b", "conv.m", "conv.s"), ("yq",),
+             {"in_zp": -3, "out_zp": -128, "lo": -128, "hi": 127, "strides": strides,
+              "pads": pads, "dilations": (1, 1)}),
+        Node("flatten", "Flatten", ("yq",), ("fq",), {"axis": 1}),
+        Node("fc", "QDense", ("fq", "fc.w", "fc.b", "fc.m", "fc.s"), ("dq",),
+             {"in_zp": -128, "out_zp": 4, "lo": -128, "hi": 127}),
+        Node("dequantize", "Dequantize", ("dq",), ("out",), {"scale": 0.1, "zero_point": 4}),
+    ]
+    graph = Graph(nodes, ("x",), ("out",), types, constants)
+    graph.verify()
+    return graph
+
+
+def expected_tiles(graph, rows, cols, acc_half):
+    """Per layer: (M, K tiles, N tiles, M tiles, MACs), from the graph's shapes alone."""
+    _, c, _, _ = graph.types["xq"].shape
+    _, m, oh, ow = graph.types["yq"].shape
+    kh, kw = graph.constants["conv.w"].shape[2:]
+    k, n = graph.constants["fc.w"].shape
+    conv_m = oh * ow
+    return [
+        (conv_m, kh * kw * ceil_div(c, rows), ceil_div(m, cols), ceil_div(conv_m, acc_half),
+         oh * ow * m * c * kh * kw),
+        (1, oh * ow * ceil_div(m, rows), ceil_div(n, cols), 1, k * n),
+    ]
+
+
+CONFIGS = [ArchConfig(rows=4, cols=4), ArchConfig(), ArchConfig(rows=3, cols=5, acc_depth=16),
+           ArchConfig(rows=8, cols=2, acc_depth=12)]
+GRAPHS = [dict(), dict(strides=(2, 1), pads=(0, 1, 1, 0), kernel=(3, 2)),
+          dict(c=1, m=3, n=10, kernel=(1, 1), pads=(0, 0, 0, 0)), dict(c=16, m=16, h=4, w=4)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.name}-acc{c.acc_depth}")
+@pytest.mark.parametrize("shape", GRAPHS)
+def test_lower_chain(config, shape):
+    graph = chain(**shape)
+    program = lower(graph, config)
+    rows, cols = config.rows, config.cols
+    instrs = program.instructions
+    layers = expected_tiles(graph, rows, cols, config.acc_half)
+    assert [layer.name for layer in program.layers] == ["conv", "fc"]
+    assert [layer.op for layer in program.layers] == ["QConv", "QDense"]
+    assert instrs[-1]["op"] == Op.END and [i["op"] for i in instrs].count(Op.END) == 1
+    for index, (m, k_tiles, n_tiles, m_tiles, macs) in enumerate(layers):
+        mine = [i for i in instrs if i["layer"] == index]
+        matmuls = [i for i in mine if i["op"] == Op.MATMUL]
+        posts = [i for i in mine if i["op"] == Op.POST]
+        assert sum(i["count"] for i in matmuls) == m * k_tiles * n_tiles
+        assert len(matmuls) == m_tiles * k_tiles * n_tiles
+        assert len(posts) == m_tiles * n_tiles
+        assert sum(p["count"] for p in posts) == m * n_tiles
+        assert program.layers[index].macs == macs
+        assert program.layers[index].tiles == len(matmuls)
+    assert program.macs == sum(layer[-1] for layer in layers)
+
+    # buffers: every address an instruction touches is inside its buffer
+    assert program.words["prog"] == len(instrs) <= config.prog_depth
+    assert program.words["wgt"] == len(program.images["wgt"]) <= config.wgt_depth
+    assert program.words["par"] == len(program.images["par"]) <= config.par_depth
+    assert program.words["act"] <= config.act_depth
+    assert len(program.images["wgt"]) == rows * sum(k * n for _, k, n, _, _ in layers)
+    assert len(program.images["par"]) == sum(n for _, _, n, _, _ in layers)
+    banks = {}
+    for i in instrs:
+        if i["op"] == Op.LOADW:
+            assert i["wgt_addr"] + rows <= len(program.images["wgt"])
+            banks[i["bank"]] = i["wgt_addr"]
+        elif i["op"] == Op.MATMUL:
+            assert 0 < i["count"] <= config.acc_half
+            assert i["acc_addr"] + i["count"] <= config.acc_depth
+            assert banks[i["bank"]] == i["wgt_addr"]     # its tile was loaded into its bank
+        elif i["op"] == Op.POST:
+            assert i["par_addr"] < len(program.images["par"])
+            assert i["acc_addr"] + i["count"] <= config.acc_depth
+
+    # activations: a layer's input and output never overlap, and POSTs stay in the output
+    node_of = {n.name: n for n in graph.nodes}
+    for index, layer in enumerate(program.layers):
+        source = program.placements[node_of[layer.name].inputs[0]]
+        target = program.placements[layer.output]
+        assert (source.base + source.words <= target.base
+                or target.base + target.words <= source.base)
+        for p in source, target:
+            assert 0 <= p.base and p.base + p.words <= program.words["act"]
+        for post in (i for i in instrs if i["op"] == Op.POST and i["layer"] == index):
+            last = post["out_addr"] + (post["count"] - 1) * post["out_stride"] + post["nw"]
+            assert target.base <= post["out_addr"] and last <= target.base + target.words
+    assert program.input_placement.shape == graph.types["xq"].shape
+    assert program.output_placement.shape == graph.types["dq"].shape
+
+    # it encodes, and decodes back to the same fields
+    for instr, word in zip(instrs, encode_program(program)):
+        fields = {k: v for k, v in instr.items() if k != "layer"}
+        assert {k: v for k, v in decode(word).items() if k in fields} == fields
+
+
+def test_chain_graph_runs_on_the_golden_model():
+    graph = chain()
+    x = np.random.default_rng(1).uniform(-5, 5, (3, 5, 6, 7)).astype(np.float32)
+    env = evaluate(graph, {"x": x}, keep_all=True)
+    assert env["out"].shape == (3, 9) and env["out"].dtype == np.float32
+    assert len(np.unique(env["yq"])) > 50                 # the constants are not degenerate
+
+
+def test_weights_exceed_wgt_depth():
+    graph = chain()
+    rows, cols = 4, 4
+    need = rows * sum(k * n for _, k, n, _, _ in expected_tiles(graph, rows, cols, 512))
+    lower(graph, ArchConfig(rows=rows, cols=cols, wgt_depth=need))
+    with raises(ResourceError, f"The model needs {need} words of the wgt buffer, but the 4x4 "
+                               f"architecture has {need - 1}; raise --wgt-depth or use a "
+                               f"larger board"):
+        lower(graph, ArchConfig(rows=rows, cols=cols, wgt_depth=need - 1))
+
+
+def test_activations_exceed_act_depth():
+    graph = chain(c=5, h=6, w=7, m=10)
+    rows = 4
+    in_words = 6 * 7 * ceil_div(5, rows)
+    conv_words = 6 * 7 * ceil_div(10, rows)
+    depth = in_words + conv_words
+    program = lower(graph, ArchConfig(rows=rows, cols=4, act_depth=depth))
+    assert program.words["act"] == depth
+    with raises(ResourceError, f"Layer 'conv': its output needs {conv_words} activation "
+                               f"words, but only {depth - 1 - in_words} of {depth - 1} are "
+                               f"free ({in_words} hold live tensors); raise --act-depth or "
+                               f"use a larger board"):
+        lower(graph, ArchConfig(rows=rows, cols=4, act_depth=depth - 1))
+
+
+def test_input_larger_than_act_depth_names_the_input():
+    """Regression: when the model input alone exceeds act_depth the message blamed a layer
+    called 'input' ("Layer 'input': its output needs 84 activation words") instead of naming
+    the model input 'x'."""
+    with pytest.raises(ResourceError,
+                       match=r"^(?!Layer 'input').*'x'.*raise --act-depth or use a larger "
+                             r"board$"):
+        lower(chain(), ArchConfig(rows=4, cols=4, act_depth=50))
+
+
+def test_dense_output_reuses_the_freed_input():
+    """Once the conv has run, its input is dead: the dense output fits in the space."""
+    graph = chain(c=8, h=4, w=4, m=8, n=4)
+    program = lower(graph, ArchConfig(rows=8, cols=8))
+    assert program.words["act"] == 16 + 16               # input and conv output only
+    assert program.placements["dq"].base == program.placements["xq"].base
+
+
+# cycle model --------------------------------------------------------------------------------
+
+END = dict(op=Op.END)
+
+
+def matmul(bank, count):
+    return dict(op=Op.MATMUL, bank=bank, count=count, wait=0)
+
+
+def loadw(bank):
+    return dict(op=Op.LOADW, bank=bank)
+
+
+def test_end_only_program_takes_one_cycle():
+    for config in CONFIGS:
+        timing = predict([END], config)
+        assert timing.total == 1 and timing.dispatch == [1]
+
+
+def matmul_stream(tiles, count):
+    return [matmul(i % 2, count) for i in range(tiles)] + [END]
+
+
+def lowered_stream(tiles, count):
+    """The order ``lower`` emits: two loads ahead, then a load after each MATMUL."""
+    program = [loadw(0)] + ([loadw(1)] if tiles > 1 else [])
+    for i in range(tiles):
+        program.append(matmul(i % 2, count))
+        if 1 <= i < tiles - 1:
+            program.append(loadw((i + 1) % 2))
+    return program + [END]
+
+
+@pytest.mark.parametrize("config", CONFIGS[:3], ids=lambda c: c.name)
+@pytest.mark.parametrize("stream", [matmul_stream, lowered_stream])
+def test_back_to_back_tiles_keep_the_array_busy(config, stream):
+    # (with loads, a one-tile program skips the second prefetch: count from two tiles)
+    first = 1 if stream is matmul_stream else 2
+    for count in (config.rows + config.cols + 2, 50, 300):
+        totals = [predict(stream(k, count), config).total for k in range(first, 8)]
+        assert all(b - a == count for a, b in zip(totals, totals[1:])), (count, totals)
+        timing = predict(stream(6, count), config)
+        done = [d for d, i in zip(timing.done, stream(6, count)) if i["op"] == Op.MATMUL]
+        assert all(b - a == count for a, b in zip(done, done[1:]))
+        assert totals[0] > count                 # fill and drain are not free
+
+
+def test_prediction_is_bounded_by_the_array_throughput():
+    config = ArchConfig(rows=4, cols=4)
+    program = lower(chain(), config)
+    total = predict(program.instructions, config).total
+    fed = sum(i["count"] for i in program.instructions if i["op"] == Op.MATMUL)
+    assert total > fed
+    assert program.macs <= total * config.rows * config.cols
+
+
+def test_unknown_opcode_is_a_bug():
+    with pytest.raises(ValueError, match=r"^Unknown opcode 7$"):
+        predict([dict(op=7), END], ArchConfig())
+
+
+# saving ----------------------------------------------------------------------------------------
+
+def test_save_load_program_round_trip(tmp_path):
+    config = ArchConfig(rows=4, cols=4, acc_depth=16)
+    program = lower(chain(), config)
+    save_program(program, tmp_path)
+    loaded = load_program(tmp_path)
+    assert loaded.config == config
+    assert loaded.instructions == program.instructions
+    assert loaded.images == program.images
+    assert loaded.layers == program.layers
+    assert loaded.words == program.words
+    assert (loaded.input_name, loaded.output_name, loaded.input_value, loaded.output_value) \
+        == (program.input_name, program.output_name, program.input_value,
+            program.output_value)
+    assert list(loaded.placements) == list(program.placements)
+    for name, p in program.placements.items():
+        q = loaded.placements[name]
+        assert (q.base, q.height, q.width, q.cb, q.shape) == (p.base, p.height, p.width, p.cb,
+                                                              p.shape)
+        np.testing.assert_array_equal(q.logical, p.logical)
+    hex_lines = (tmp_path / "prog.hex").read_text().splitlines()
+    assert [int(line, 16) for line in hex_lines] == encode_program(program)
+    assert predict(loaded.instructions, config) == predict(program.instructions, config)
+
+
+def test_load_program_from_an_incomplete_folder(tmp_path):
+    save_program(lower(chain(), ArchConfig(rows=4, cols=4)), tmp_path)
+    (tmp_path / "placements.npz").unlink()
+    with pytest.raises(ModelError,
+                       match="^" + re.escape(f"'{tmp_path}' is not a complete hwonnx build "
+                                             f"folder (") + r".+"
+                       + re.escape("); run 'hwonnx build' first") + "$"):
+        load_program(tmp_path)
