@@ -88,7 +88,7 @@ class SystolicArray(wiring.Component):
                 psum_above[c] = psum
                 act_left, bank_left = act, bank
 
-        # Output de-skew: column c is c cycles early relative to the last column.
+        # Output de-skew: column c is cols - 1 - c cycles early relative to the last column.
         for c in range(cols):
             value = psum_above[c]
             for stage in range(cols - 1 - c):

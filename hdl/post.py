@@ -15,8 +15,8 @@ POST_LATENCY = 3
 
 class PostProcessor(wiring.Component):
     """For each accumulator word ``i`` and each of ``nw`` activation words ``j``:
-    ``y = clamp(((acc + bias) * mult + 2**(shift-1)) >> shift) + zp, lo, hi)`` per channel
-    (see ``hwonnx.golden.requantize``), then lane ``l`` of activation word
+    ``v = wrap32(acc + bias)``, ``y = clamp(((v * mult + 2**(shift-1)) >> shift) + zp, lo, hi)``
+    per channel (see ``hwonnx.golden.requantize``), then lane ``l`` of activation word
     ``out_addr + i * out_stride + j`` receives channel ``j * rows + l - lane_off`` when that is
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import get_board
+from .boards import check_fits, get_board
 from .compiler.artifact import load_program, save_program
 from .compiler.lower import Program, lower
 from .compiler.timing import predict
@@ -16,7 +16,7 @@ from .golden import dequantize, evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
 
-__all__ = ["BuildResult", "SimResult", "build", "compile_model", "simulate", "load_build",
+__all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "simulate", "load_build",
            "run_golden", "run_rtl_batch"]
 
 
@@ -70,7 +70,8 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
 
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
-          verilog: bool = True, log=print, **depths: int) -> BuildResult:
+          verilog: bool = True, bitstream: bool = False, log=print,
+          **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols`` and ``<buffer>_depth`` keywords override the board's default configuration."""
@@ -79,16 +80,22 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
     config = config or target.default_config
+    if not target.is_simulation:
+        config = replace(config, clock_hz=target.clock_hz)
     changes = {k: v for k, v in dict(rows=rows, cols=cols, **depths).items() if v is not None}
     if changes:
         try:
             config = replace(config, **changes)
         except (TypeError, ValueError) as error:
             raise ResourceError(f"Invalid architecture: {error}") from error
+    if not target.is_simulation:
+        check_fits(config, target)          # before any compilation or synthesis
     graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
                                    log=log)
     report = build_report(program, str(model), board, dict(graph.meta))
     if out_dir is None:
+        if bitstream:
+            raise UsageError("--bitstream needs an output folder")
         return BuildResult(None, graph, program, report)
     out = Path(out_dir)
     try:
@@ -107,9 +114,30 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
         (out / "accel.v").write_text(amaranth_verilog.convert(Accelerator(config),
                                                               name=ACCEL_TOP))
         log(f"Wrote Verilog for the {config.name} array in {time.monotonic() - started:.1f} s")
+    if not target.is_simulation:
+        from .boards.build import build_bitstream, write_board_plan
+        write_board_plan(target, program, out, log=log)
+        if bitstream:
+            report["bitstream"] = build_bitstream(target, out, log=log)
+            write_report(report, out)
+    elif bitstream:
+        raise UsageError("--bitstream needs a board: the 'sim' target has no bitstream")
     log(f"Build written to {out}/ (report.md: {report['total']['predicted_cycles']:,} predicted "
         f"cycles per inference, {report['total']['utilization']:.1%} utilization)")
     return BuildResult(out, graph, program, report)
+
+
+def bitstream(out_dir, log=print) -> dict:
+    """Build the bitstream of a board build folder (``hwonnx bitstream OUT``)."""
+    import json
+
+    from .boards.build import build_bitstream
+    info = Path(out_dir) / "board" / "hwonnx_board.json"
+    if not info.exists():
+        raise UsageError(f"'{out_dir}' holds no board build; run 'hwonnx build MODEL --board B "
+                         f"-o {out_dir}' first")
+    board = get_board(json.loads(info.read_text())["board"])
+    return build_bitstream(board, Path(out_dir), log=log)
 
 
 def load_build(out_dir) -> BuildResult:

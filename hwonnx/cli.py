@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calib", type=Path,
                    help="calibration samples: .npz keyed by input name, .npy (one input) or a "
                         "folder of .npy files; first axis = samples")
+    p.add_argument("--bitstream", action="store_true",
+                   help="also build the bitstream (iCE40/ECP5, with the YoWASP tools)")
     p.add_argument("--rows", type=int, help="array rows (default: the board's)")
     p.add_argument("--cols", type=int, help="array columns (default: the board's)")
     for buffer in ("act", "wgt", "acc", "par", "prog"):
@@ -64,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=0,
                    help="test samples to simulate (default: all)")
 
+    p = commands.add_parser("bitstream", help="build the bitstream of a board build folder")
+    p.add_argument("out", type=Path, help="a folder written by 'hwonnx build --board B'")
+
     commands.add_parser("boards", help="list the known boards")
     return parser
 
@@ -88,6 +93,7 @@ def _run(args) -> int:
                   for b in ("act", "wgt", "acc", "par", "prog")}
         api.build(args.model, args.out, board=args.board, calib=args.calib, rows=args.rows,
                   cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log,
+                  bitstream=args.bitstream,
                   **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "sim":
         mode = "golden" if args.golden else "compare" if args.compare else "rtl"
@@ -109,11 +115,19 @@ def _run(args) -> int:
         from .demo import run_demo
         return run_demo(args.model, args.out, rows=args.rows, cols=args.cols,
                         samples=args.samples, log=_log)
+    elif args.command == "bitstream":
+        api.bitstream(args.out, log=_log)
     elif args.command == "boards":
         from .boards import BOARDS
+        print(f"{'board':16} {'array':>6} {'clock':>7} {'DSP':>4} {'BRAM kb':>8} {'LUTs':>6}  "
+              f"{'bitstream':20} description")
         for board in BOARDS.values():
             cfg = board.default_config
-            print(f"{board.name:12} {cfg.rows}x{cfg.cols} array  {board.description}")
+            flow = ("simulation" if board.is_simulation else "YoWASP (PyPI)"
+                    if board.family_info.open_flow else board.family_info.toolchain)
+            print(f"{board.name:16} {cfg.rows:>2}x{cfg.cols:<3} {board.clock_hz / 1e6:5.0f}MHz "
+                  f"{board.dsp:4} {board.bram_kbits:8} {board.luts:6}  {flow:20} "
+                  f"{board.description}")
     return 0
 
 

@@ -29,7 +29,7 @@ class ArchConfig:
     acc_depth : words of ``cols`` int32 in the accumulator buffer (split in two halves so that
         post-processing of one output tile overlaps the computation of the next).
     par_depth : words of post-processing parameters (bias, multiplier, shift for ``cols``
-        channels); one per output tile.
+        channels); one per layer and group of ``cols`` output channels.
     prog_depth : instructions in the program buffer.
     """
     rows: int = 8
@@ -109,7 +109,7 @@ class ArchConfig:
         return f"{self.rows}x{self.cols}"
 
     def digest(self) -> str:
-        """Short stable hash of the hardware-relevant fields (cache key for RTL builds)."""
+        """Short stable hash of every field (part of the RTL build cache key)."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
 
 

@@ -18,7 +18,6 @@ from .harness import ACCEL_TOP, HARNESS_TOP, control_file, harness_verilog
 __all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root"]
 
 _HERE = Path(__file__).resolve().parent
-_HDL = _HERE.parent / "hdl"
 
 
 # The wheel's precompiled-header rule breaks on larger builds (see docs/testing.md); -O2
@@ -62,12 +61,14 @@ def cache_root() -> Path:
 
 
 def _build_key(config: ArchConfig) -> str:
-    digest = hashlib.sha256((config.to_json() + _MAKEFLAGS + " ".join(_BUILD_ARGS)).encode())
-    sources = sorted(_HDL.glob("*.py")) + [_HERE / "harness.py", _HERE / "tb_accel.py",
-                                          _HERE.parent / "hwonnx" / "compiler" / "isa.py"]
+    from .. import hdl
+    from ..compiler import isa
+
+    digest = hashlib.sha256((config.digest() + _MAKEFLAGS + " ".join(_BUILD_ARGS)).encode())
+    sources = (sorted(Path(hdl.__file__).parent.glob("*.py"))
+               + [_HERE / "harness.py", _HERE / "tb_accel.py", Path(isa.__file__)])
     for source in sources:
-        if source.exists():
-            digest.update(source.read_bytes())
+        digest.update(source.read_bytes())
     for package in ("amaranth", "verilator", "cocotb"):
         digest.update(importlib.metadata.version(package).encode())
     return f"{config.name}-{digest.hexdigest()[:16]}"

@@ -8,7 +8,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size
-from ..golden.ops import INT32_MAX, INT32_MIN
+from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
 from ..ir import Graph, Node
 from .alloc import ActAllocator
 from .isa import Op, encode
@@ -170,6 +170,12 @@ class _Builder:
             macs = n_out * k_in
         cb_in = source.cb if node.op == "QConv" else source.words
         in_zp, out_zp = int(attrs["in_zp"]), int(attrs["out_zp"])
+        bound = accumulate_bound(phys.reshape(n_out, -1)) + np.abs(bias.astype(np.int64))
+        if bound.max(initial=0) > INT32_MAX:
+            raise ResourceError(f"Layer '{node.name}': its int32 accumulator could overflow "
+                                f"(bound {int(bound.max())} for channel "
+                                f"{int(bound.argmax())}); splitting the reduction is not "
+                                f"supported yet")
         folded = bias.astype(np.int64) - in_zp * phys.reshape(n_out, -1).sum(axis=1)
         if folded.min(initial=0) < INT32_MIN or folded.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': the bias with the input zero point "

@@ -1,7 +1,7 @@
 """The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
 and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/feeder.py``,
 ``hdl/loader.py`` and ``hdl/post.py`` exactly, so the prediction equals the simulated cycle
-count (tested in ``tests/test_rtl_*.py``)."""
+count (tested in ``tests/test_rtl.py`` and ``tests/test_examples_rtl.py``)."""
 
 from dataclasses import dataclass
 

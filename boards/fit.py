@@ -1,0 +1,79 @@
+"""Fit check before synthesis: the architecture and the model's images against a board's DSP
+blocks, block RAM and logic. Synthesis tools never limit DSP use by themselves, so hwonnx
+sizes the design against the device first."""
+
+from dataclasses import dataclass
+from math import ceil
+
+from ..config import ArchConfig
+from ..errors import ResourceError
+from ..hdl.top import Accelerator
+from .registry import Board
+
+__all__ = ["Usage", "estimate", "check_fits"]
+
+# Buffers and their read ports: a block RAM gives one read and one write port, so every
+# further read port is a copy.
+_READ_PORTS = {"prog": 1, "wgt": 1, "par": 1, "act": 2, "acc": 2}
+
+
+@dataclass(frozen=True)
+class Usage:
+    dsp: int
+    bram_blocks: int
+    bram_kbits: int
+    luts: int
+    memories: "dict[str, int]"     # blocks per buffer
+
+
+def _blocks(depth: int, width: int, board: Board) -> int:
+    family = board.family_info
+    options = []
+    for w in family.block_widths:
+        per_block_depth = family.block_bits // w
+        options.append(ceil(width / w) * ceil(depth / per_block_depth))
+    return min(options)
+
+
+def estimate(config: ArchConfig, board: Board) -> Usage:
+    """Resources of the accelerator for ``config`` on ``board``'s family (an estimate that
+    errs on the large side; the place-and-route report is the final word)."""
+    family = board.family_info
+    pes = config.rows * config.cols
+    dsp = ceil(pes / family.mults_per_dsp) + config.cols * family.dsps_per_wide_mult
+    shapes = {name: Accelerator.buffer_shape(config, name) for name in ("prog", "wgt", "par",
+                                                                        "act")}
+    shapes["acc"] = (config.acc_depth, config.cols * config.acc_width)
+    memories = {name: _blocks(depth, width, board) * _READ_PORTS[name]
+                for name, (depth, width) in shapes.items()}
+    blocks = sum(memories.values())
+    luts = family.luts_base + pes * family.luts_per_pe + config.cols * 300
+    return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories)
+
+
+def check_fits(config: ArchConfig, board: Board, margin: float = 1.0) -> Usage:
+    """Raise :class:`ResourceError` naming the resource, both numbers and a next step when
+    ``config`` does not fit ``board``."""
+    usage = estimate(config, board)
+    family = board.family_info
+    capacity_blocks = board.bram_kbits * 1024 // family.block_bits
+    problems = []
+    if usage.dsp > board.dsp * margin:
+        problems.append(f"{usage.dsp} DSP blocks for a {config.rows}x{config.cols} array "
+                        f"({config.rows * config.cols} multipliers + {config.cols} requantizers) "
+                        f"but the device has {board.dsp}")
+    if usage.bram_blocks > capacity_blocks * margin:
+        worst = max(usage.memories, key=usage.memories.get)
+        problems.append(f"{usage.bram_blocks} block RAMs but the device has "
+                        f"{capacity_blocks} (largest: the {worst} buffer, "
+                        f"{usage.memories[worst]} blocks)")
+    if usage.luts > board.luts * margin:
+        problems.append(f"about {usage.luts} logic cells but the device has {board.luts}")
+    if problems:
+        default = board.default_config
+        raise ResourceError(
+            f"The {config.rows}x{config.cols} accelerator does not fit board '{board.name}': "
+            + "; ".join(problems) + f"; try a smaller array or smaller buffers (the board's "
+            f"default is {default.rows}x{default.cols} with act/wgt/prog depths "
+            f"{default.act_depth}/{default.wgt_depth}/{default.prog_depth})")
+    return usage
