@@ -36,7 +36,7 @@ FAMILIES = {f.name: f for f in [
     Family("ecp5", "Yosys + nextpnr-ecp5 (YoWASP)", 1, 4, 18432, (36, 18, 9), 70, 4000, True),
     Family("xilinx7", "Vivado", 1, 4, 36864, (72, 36, 18, 9), 45, 3000, False),
     Family("cyclonev", "Quartus", 3, 2, 10240, (40, 20, 10), 45, 3000, False),
-    Family("gowin", "Gowin EDA (or Yosys + nextpnr-himbaechel)", 1, 4, 18432, (36, 18, 9), 70,
+    Family("gowin", "Yosys + nextpnr-himbaechel (Apicula)", 1, 4, 18432, (36, 18, 9), 70,
            4000, False),
 ]}
 

@@ -71,7 +71,8 @@ class Accelerator(wiring.Component):
 
         def buffer(name, shape):
             depth, _ = self.buffer_shape(cfg, name)
-            mem = Memory(shape=shape, depth=depth, init=self._images.get(name, []))
+            init = [data.Const(shape, word) for word in self._images.get(name, [])]
+            mem = Memory(shape=shape, depth=depth, init=init)
             m.submodules[f"{name}_buf"] = mem
             return mem
 

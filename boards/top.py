@@ -1,0 +1,70 @@
+"""The system top: the accelerator with its program baked in, the UART host bridge, and the
+board's clock and pins."""
+
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import io, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+from ..hdl.bridge import HostBridge
+from ..hdl.top import Accelerator
+from .clocks import pll_domain
+from .registry import Board
+
+__all__ = ["SystemTop", "BoardTop", "DEFAULT_BAUD"]
+
+DEFAULT_BAUD = 115_200
+
+
+class SystemTop(wiring.Component):
+    """Accelerator (program, weights and parameters as block-RAM initial contents) plus the
+    UART host bridge. Platform independent: the full-system simulation runs exactly this.
+
+    Members
+    -------
+    rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
+    """
+
+    def __init__(self, config: ArchConfig, images: "dict[str, list[int]]", divisor: int,
+                 build_id: int):
+        self._config, self._images = config, images
+        self._divisor, self._build_id = divisor, build_id
+        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.accel = accel = Accelerator(self._config, self._images)
+        m.submodules.bridge = bridge = HostBridge(self._config, self._divisor, self._build_id)
+        bridge.connect_accelerator(m, accel)
+        m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
+        return m
+
+
+class BoardTop(Elaboratable):
+    """:class:`SystemTop` on a board: clock (through a PLL where the board needs one), reset
+    and the UART pins from the amaranth-boards platform."""
+
+    def __init__(self, board: Board, config: ArchConfig, images: "dict[str, list[int]]",
+                 build_id: int, baud: int = DEFAULT_BAUD):
+        self.board, self.config, self.images = board, config, images
+        self.build_id, self.baud = build_id, baud
+
+    @property
+    def divisor(self) -> int:
+        return round(self.board.clock_hz / self.baud)
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.board.pll:
+            pll_domain(m, platform, self.board.family, self.board.clock_hz)
+        m.submodules.system = system = SystemTop(self.config, self.images, self.divisor,
+                                                 self.build_id)
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.rx_buf = rx_buf = io.Buffer("i", uart.rx)
+        m.submodules.tx_buf = tx_buf = io.Buffer("o", uart.tx)
+        m.d.comb += [system.rx.eq(rx_buf.i), tx_buf.o.eq(system.tx)]
+        if "uart_tx_enable" in {r.name for r in platform.resources.values()}:
+            enable = platform.request("uart_tx_enable", 0, dir="-")
+            m.submodules.tx_enable = tx_enable = io.Buffer("o", enable)
+            m.d.comb += tx_enable.o.eq(1)
+        return m

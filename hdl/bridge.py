@@ -1,0 +1,302 @@
+"""The host bridge: the board's UART speaks the framed protocol of ``docs/protocol.md`` and
+drives the accelerator's activation-buffer host ports, ``start`` and ``done``."""
+
+from amaranth.hdl import Array, Cat, Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+from ..errors import ResourceError
+from .uart import UartRx, UartTx, _check_divisor
+
+__all__ = ["HostBridge"]
+
+_HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr",
+               "host_act_data", "host_act_raddr", "host_act_rdata")
+
+
+class HostBridge(wiring.Component):
+    """Parses host frames arriving on ``rx``, executes them on the accelerator's host ports and
+    sends the reply on ``tx`` (protocol: ``docs/protocol.md``).
+
+    Bytes are handled as they arrive; the only buffer is one activation word. A frame's
+    length and, for ``WRITE``, its address range are checked before any data byte arrives, so
+    a rejected ``WRITE`` writes nothing, but the checksum can only be checked at the end: a
+    ``WRITE`` with a bad checksum has already written its words when it replies
+    ``BAD_CHECKSUM``. ``RUN`` pulses ``start`` and replies when ``done`` rises. One command
+    is outstanding at a time: bytes that arrive while a command executes or its reply is
+    being sent are discarded. A frame that stops arriving for ``timeout_bits`` bit times, or
+    has a UART framing error, is abandoned without a reply.
+
+    Parameters
+    ----------
+    config : ArchConfig
+        Geometry and activation-buffer depth of the accelerator behind the bridge.
+    divisor : int
+        Clock cycles per UART bit (``clock_hz // baudrate``), at least 4.
+    build_id : int
+        32-bit number reported by ``INFO``, so the host can check it talks to the build it
+        expects.
+    timeout_bits : int
+        Bit times of silence after which a partly received frame is abandoned.
+
+    Members
+    -------
+    rx : ``In(1, init=1)``. tx : ``Out(1, init=1)``
+        UART pins, 8N1.
+    start : ``Out(1)``. busy, done : ``In(1)``. cycles : ``In(32)``
+        To the accelerator's ports of the same names.
+    host_act_we, host_act_addr, host_act_data, host_act_raddr : ``Out``. host_act_rdata : ``In``
+        To the accelerator's activation-buffer host ports of the same names and shapes.
+
+    Raises
+    ------
+    ValueError
+        If ``divisor``, ``build_id`` or ``timeout_bits`` is out of range.
+    ResourceError
+        If the activation buffer has more words than a 16-bit address reaches.
+    """
+
+    def __init__(self, config: ArchConfig, divisor: int, build_id: int, *,
+                 timeout_bits: int = 1 << 16):
+        # Imported here: hwonnx.boards may import this module (board tops), and the protocol
+        # constants live with the host code that is their specification.
+        from ..boards import protocol
+        self._protocol = protocol
+        self._divisor = _check_divisor(self, divisor)
+        if config.act_depth > 0xFFFF:
+            self._MustUse__used = True
+            raise ResourceError(f"Activation buffer must have at most 65535 words to be reached "
+                                f"over the host link, not {config.act_depth}")
+        if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
+            self._MustUse__used = True
+            raise ValueError(f"Build id must be a 32-bit unsigned integer, not {build_id!r}")
+        if not isinstance(timeout_bits, int) or timeout_bits < 16:
+            self._MustUse__used = True
+            raise ValueError(f"Timeout must be at least 16 bit times, not {timeout_bits!r}")
+        self._config = config
+        self._build_id = build_id
+        self._timeout = timeout_bits * divisor
+        word = config.rows * 8
+        super().__init__({
+            "rx": In(1, init=1), "tx": Out(1, init=1),
+            "start": Out(1), "busy": In(1), "done": In(1), "cycles": In(32),
+            "host_act_we": Out(1), "host_act_addr": Out(range(config.act_depth)),
+            "host_act_data": Out(word), "host_act_raddr": Out(range(config.act_depth)),
+            "host_act_rdata": In(word),
+        })
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._config
+
+    def connect_accelerator(self, m: Module, accelerator) -> None:
+        """Add to ``m`` the assignments joining this bridge to ``accelerator``'s ports."""
+        for name in _HOST_PORTS:
+            ours, theirs = getattr(self, name), getattr(accelerator, name)
+            if self.signature.members[name].flow == Out:
+                m.d.comb += theirs.eq(ours)
+            else:
+                m.d.comb += ours.eq(theirs)
+
+    def elaborate(self, platform):
+        p, cfg, rows = self._protocol, self.config, self.config.rows
+        Cmd, St = p.Command, p.Status
+        m = Module()
+        m.submodules.uart_rx = urx = UartRx(self._divisor)
+        m.submodules.uart_tx = utx = UartTx(self._divisor)
+        m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
+        byte = urx.data.payload
+        got = Signal()
+        m.d.comb += got.eq(urx.data.valid & urx.data.ready)
+
+        cmd, length, rsum = Signal(8), Signal(16), Signal(8)
+        err, status = Signal(8), Signal(8)
+        index = Signal(16)                      # payload byte, received or sent
+        addr, count, words = Signal(16), Signal(16), Signal(16)
+        lane = Signal(range(rows))
+        wbuf = Signal(rows * 8)
+        rem, it = Signal(range(2 * rows)), Signal(range(16))
+        reply_len, tsum = Signal(16), Signal(8)
+        kind = Signal(range(5))                 # reply payload source
+        K_NONE, K_INFO, K_READ, K_RUN, K_STATUS = range(5)
+        flags, cyc = Signal(8), Signal(32)
+        stale = Signal()
+        timer = Signal(range(self._timeout + 1))
+
+        # Activation word writes: each word goes out as its last byte arrives.
+        data_byte = Signal()
+        m.d.comb += [self.host_act_addr.eq(addr), self.host_act_data.eq(Cat(wbuf[8:], byte)),
+                     self.host_act_we.eq(data_byte & (lane == rows - 1) & (err == 0)),
+                     self.host_act_raddr.eq(addr)]
+        with m.If(data_byte):
+            m.d.sync += [wbuf.eq(Cat(wbuf[8:], byte)), lane.eq(lane + 1)]
+            with m.If(lane == rows - 1):
+                m.d.sync += [lane.eq(0), addr.eq(addr + 1)]
+        m.d.sync += stale.eq(0)
+
+        def fail(code):                         # first error wins
+            with m.If(err == 0):
+                m.d.sync += err.eq(code)
+
+        def receiving():                        # abandon a frame on silence or framing error
+            with m.If(got):
+                m.d.sync += timer.eq(0)
+            with m.Elif(timer != self._timeout):
+                m.d.sync += timer.eq(timer + 1)
+            with m.If(urx.error | (timer == self._timeout)):
+                m.next = "IDLE"
+
+        def reply(next_kind, nbytes):
+            m.d.sync += [kind.eq(next_kind), reply_len.eq(nbytes), index.eq(0)]
+            m.next = "SYNC"
+
+        info = p.DeviceInfo(p.PROTOCOL_VERSION, rows, cfg.cols, cfg.act_depth, self._build_id)
+        info_rom = Array(Const(b, 8) for b in info.encode())
+        count_in = Cat(count[:8], byte)
+        reply_bytes = count_in * rows
+        payload = Signal(8)
+        with m.Switch(kind):
+            with m.Case(K_INFO):
+                m.d.comb += payload.eq(info_rom[index[:4]])
+            with m.Case(K_READ):
+                m.d.comb += payload.eq(self.host_act_rdata.word_select(lane, 8))
+            with m.Case(K_RUN):
+                m.d.comb += payload.eq(cyc.word_select(index[:2], 8))
+            with m.Case(K_STATUS):
+                m.d.comb += payload.eq(Cat(flags, cyc).word_select(index[:3], 8))
+
+        sent = Signal()
+        m.d.comb += sent.eq(utx.data.valid & utx.data.ready)
+        with m.If(sent):
+            m.d.sync += tsum.eq(tsum + utx.data.payload)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += urx.data.ready.eq(1)
+                m.d.sync += [rsum.eq(0), err.eq(0), timer.eq(0), index.eq(0), lane.eq(0)]
+                with m.If(got & (byte == p.FRAME_SYNC)):
+                    m.next = "CMD"
+            for state, field, after in (("CMD", cmd, "LEN_LO"), ("LEN_LO", length[:8], "LEN_HI"),
+                                        ("LEN_HI", length[8:], "HEADER")):
+                with m.State(state):
+                    m.d.comb += urx.data.ready.eq(1)
+                    with m.If(got):
+                        m.d.sync += [field.eq(byte), rsum.eq(rsum + byte)]
+                        m.next = after
+                    receiving()
+            with m.State("HEADER"):
+                with m.If(cmd > int(max(Cmd))):
+                    fail(St.UNKNOWN_COMMAND)
+                with m.Elif(((cmd == Cmd.READ) & (length != 4)) |
+                          ((cmd == Cmd.WRITE) & (length < 2)) |
+                          ((cmd != Cmd.READ) & (cmd != Cmd.WRITE) & (length != 0))):
+                    fail(St.BAD_LENGTH)
+                # words, rem = divmod(length - 2, rows), one quotient bit per cycle
+                m.d.sync += [words.eq(length - 2), rem.eq(0), it.eq(0)]
+                m.next = "DIVIDE"
+                receiving()
+            with m.State("DIVIDE"):
+                partial = Cat(words[15], rem)
+                with m.If(partial >= rows):
+                    m.d.sync += [rem.eq(partial - rows), words.eq(Cat(1, words[:15]))]
+                with m.Else():
+                    m.d.sync += [rem.eq(partial), words.eq(Cat(0, words[:15]))]
+                m.d.sync += it.eq(it + 1)
+                with m.If(it == 15):
+                    m.next = "DIVIDED"
+                receiving()
+            with m.State("DIVIDED"):
+                with m.If((cmd == Cmd.WRITE) & (rem != 0)):
+                    fail(St.BAD_LENGTH)
+                m.next = "PAYLOAD"
+                with m.If(length == 0):
+                    m.next = "CHECK"
+                receiving()
+            with m.State("PAYLOAD"):
+                m.d.comb += urx.data.ready.eq(1)
+                with m.If(got):
+                    m.d.sync += [rsum.eq(rsum + byte), index.eq(index + 1)]
+                    with m.Switch(index):
+                        with m.Case(0):
+                            m.d.sync += addr[:8].eq(byte)
+                        with m.Case(1):
+                            m.d.sync += addr[8:].eq(byte)
+                            with m.If((cmd == Cmd.WRITE) &
+                                      (Cat(addr[:8], byte) + words > cfg.act_depth)):
+                                fail(St.ADDRESS_RANGE)
+                        with m.Case(2):
+                            m.d.sync += count[:8].eq(byte)
+                        with m.Case(3):
+                            m.d.sync += [count[8:].eq(byte), reply_len.eq(reply_bytes)]
+                            with m.If(cmd == Cmd.READ):
+                                with m.If(reply_bytes > p.MAX_PAYLOAD):
+                                    fail(St.BAD_LENGTH)
+                                with m.Elif(addr + count_in > cfg.act_depth):
+                                    fail(St.ADDRESS_RANGE)
+                    m.d.comb += data_byte.eq((cmd == Cmd.WRITE) & (index >= 2))
+                    with m.If(index == length - 1):
+                        m.next = "CHECK"
+                receiving()
+            with m.State("CHECK"):
+                m.d.comb += urx.data.ready.eq(1)
+                with m.If(got):
+                    with m.If((rsum + byte)[:8] != 0):
+                        m.d.sync += status.eq(St.BAD_CHECKSUM)
+                        reply(K_NONE, 0)
+                    with m.Elif(err != 0):
+                        m.d.sync += status.eq(err)
+                        reply(K_NONE, 0)
+                    with m.Else():
+                        m.d.sync += status.eq(St.OK)
+                        with m.Switch(cmd):
+                            with m.Case(Cmd.INFO):
+                                reply(K_INFO, len(info.encode()))
+                            with m.Case(Cmd.WRITE):
+                                reply(K_NONE, 0)
+                            with m.Case(Cmd.READ):
+                                reply(K_READ, reply_len)
+                                m.d.sync += lane.eq(0)
+                            with m.Case(Cmd.RUN):
+                                m.next = "START"
+                            with m.Case(Cmd.STATUS):
+                                m.d.sync += [flags.eq(Cat(self.busy, self.done)),
+                                             cyc.eq(self.cycles)]
+                                reply(K_STATUS, 5)
+                receiving()
+            with m.State("START"):
+                m.d.comb += [self.start.eq(1), urx.data.ready.eq(1)]
+                m.next = "WAIT"
+            with m.State("WAIT"):               # done is low from the cycle after start
+                m.d.comb += urx.data.ready.eq(1)
+                with m.If(self.done):
+                    m.d.sync += cyc.eq(self.cycles)
+                    reply(K_RUN, 4)
+
+            def send(state, value, after):
+                with m.State(state):
+                    m.d.comb += [urx.data.ready.eq(1), utx.data.payload.eq(value),
+                                 utx.data.valid.eq(1)]
+                    with m.If(sent):
+                        m.next = after
+                        if state == "SYNC":     # the checksum covers the bytes after it
+                            m.d.sync += tsum.eq(0)
+            send("SYNC", p.REPLY_SYNC, "STATUS")
+            send("STATUS", status, "LEN_LO_OUT")
+            send("LEN_LO_OUT", reply_len[:8], "LEN_HI_OUT")
+            send("LEN_HI_OUT", reply_len[8:], "PAYLOAD_OUT")
+            with m.State("PAYLOAD_OUT"):
+                m.d.comb += urx.data.ready.eq(1)
+                with m.If(index == reply_len):
+                    m.next = "CHECK_OUT"
+                with m.Else():
+                    m.d.comb += [utx.data.payload.eq(payload),
+                                 utx.data.valid.eq(~((kind == K_READ) & stale))]
+                    with m.If(sent):
+                        m.d.sync += index.eq(index + 1)
+                        with m.If(kind == K_READ):
+                            m.d.sync += lane.eq(lane + 1)
+                            with m.If(lane == rows - 1):
+                                m.d.sync += [lane.eq(0), addr.eq(addr + 1), stale.eq(1)]
+            send("CHECK_OUT", -tsum, "IDLE")
+        return m

@@ -1,0 +1,93 @@
+"""Full-system simulation: the board design (accelerator with baked-in program, UART host
+bridge) on Verilator, driven over its UART pins by the host protocol client."""
+
+import hashlib
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..compiler.layout import pack_words, unpack_words
+from ..compiler.lower import Program
+from ..errors import SimulationError, ToolchainError
+from .runner import _BUILD_ARGS, cache_root, setup_verilator
+
+__all__ = ["SYSTEM_TOP", "run_system"]
+
+SYSTEM_TOP = "hwonnx_system"
+
+
+def _system_build(verilog: str, log=print) -> Path:
+    from cocotb_tools.runner import get_runner
+
+    setup_verilator()
+    key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS)).encode()).hexdigest()[:16]
+    build_dir = cache_root() / "system" / key
+    if (build_dir / SYSTEM_TOP).exists():
+        return build_dir
+    log("Building the full-system design for Verilator ...")
+    started = time.monotonic()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "system.v").write_text(verilog)
+    (build_dir / "public.vlt").write_text(
+        "`verilator_config\n" + "".join(f'public_flat_rw -module "{SYSTEM_TOP}" -var "{p}"\n'
+                                        for p in ("clk", "rst", "rx", "tx")))
+    try:
+        get_runner("verilator").build(
+            sources=[build_dir / "public.vlt", build_dir / "system.v"], hdl_toplevel=SYSTEM_TOP,
+            build_dir=build_dir, build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
+            log_file=build_dir / "build.log")
+    except (SystemExit, Exception) as error:
+        raise ToolchainError(f"Verilator build of the system design failed; see "
+                             f"'{build_dir / 'build.log'}'") from error
+    log(f"Built in {time.monotonic() - started:.0f} s")
+    return build_dir
+
+
+def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_id: int,
+               log=print) -> "tuple[np.ndarray, list[int]]":
+    """Simulate the system top of ``program`` and run the int8 ``inputs`` (``[S, *shape]``)
+    over the UART. Returns the int8 outputs and the cycles the board reported per sample."""
+    from amaranth.back import verilog
+    from cocotb_tools.runner import get_runner
+
+    from ..boards.build import board_images
+    from ..boards.top import SystemTop
+
+    cfg = program.config
+    top = SystemTop(cfg, board_images(program), divisor, build_id)
+    build_dir = _system_build(verilog.convert(top, name=SYSTEM_TOP), log=log)
+    source, target = program.input_placement, program.output_placement
+    with tempfile.TemporaryDirectory(prefix="hwonnx-system-") as tmp:
+        tmp = Path(tmp)
+        job = {
+            "config": cfg.to_json(), "divisor": divisor, "build_id": build_id,
+            "in_addr": source.base, "out_addr": target.base, "out_words": target.words,
+            "inputs": [b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
+                x, source, cfg.rows)).hex() for x in np.asarray(inputs, dtype=np.int8)],
+            "results": str(tmp / "results.json"),
+        }
+        (tmp / "job.json").write_text(json.dumps(job))
+        try:
+            get_runner("verilator").test(
+                test_module="hwonnx.sim.tb_system", hdl_toplevel=SYSTEM_TOP,
+                hdl_toplevel_lang="verilog", build_dir=build_dir, test_dir=tmp,
+                results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
+                extra_env={"HWONNX_SYSTEM_JOB": str(tmp / "job.json"),
+                           "COCOTB_LOG_LEVEL": "WARNING"})
+        except (SystemExit, Exception) as error:
+            raise SimulationError(f"The full-system simulation failed: {error}") from error
+        if not (tmp / "results.json").exists():
+            log_text = (tmp / "sim.log").read_text() if (tmp / "sim.log").exists() else ""
+            raise SimulationError("The full-system simulation ended without results: "
+                                  + " | ".join(log_text.strip().splitlines()[-3:]))
+        result = json.loads((tmp / "results.json").read_text())
+    outputs = []
+    for text in result["outputs"]:
+        raw = bytes.fromhex(text)
+        words = [int.from_bytes(raw[i:i + cfg.rows], "little")
+                 for i in range(0, len(raw), cfg.rows)]
+        outputs.append(unpack_words(words, target, cfg.rows))
+    return np.stack(outputs), result["cycles"]

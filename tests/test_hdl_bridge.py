@@ -1,0 +1,283 @@
+"""HostBridge under the Amaranth simulator, driven through its UART pins by the real
+:class:`hwonnx.boards.protocol.Client`: the testbench turns the client's bytes into rx pin
+levels, decodes the tx pin, and models the accelerator (activation memory, start/busy/done)."""
+
+import struct
+from collections import deque
+
+import numpy as np
+import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.sim import Simulator
+
+from hwonnx.boards.protocol import (
+    Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, decode_reply, encode_frame,
+)
+from hwonnx.compiler.isa import Op, encode
+from hwonnx.config import ArchConfig
+from hwonnx.errors import ResourceError
+from hwonnx.hdl import Accelerator
+from hwonnx.hdl.bridge import HostBridge
+
+from test_hdl_uart import UartDecoder, uart_levels
+
+BUILD_ID = 0xC0FFEE42
+
+
+def bridge_config(rows: int) -> ArchConfig:
+    return ArchConfig(rows=rows, cols=2, act_depth=40, wgt_depth=8, acc_depth=4, par_depth=2,
+                      prog_depth=4)
+
+
+class FakeAccelerator:
+    """The accelerator's host side: a synchronous-read activation memory, and a run that
+    raises ``done`` ``run_cycles`` cycles after ``start``."""
+
+    def __init__(self, config: ArchConfig, run_cycles: int, rng):
+        self.rows, self.run_cycles = config.rows, run_cycles
+        self.mem = [int.from_bytes(rng.bytes(config.rows), "little")
+                    for _ in range(config.act_depth)]
+        self.busy = self.done = self.cycles = self.remaining = 0
+        self.rdata = 0
+        self.writes, self.starts, self.done_cycles = [], [], []
+
+    def word(self, addr: int) -> bytes:
+        return self.mem[addr].to_bytes(self.rows, "little")
+
+    def drive(self, ctx, dut):
+        for port, value in ((dut.busy, self.busy), (dut.done, self.done),
+                            (dut.cycles, self.cycles), (dut.host_act_rdata, self.rdata)):
+            ctx.set(port, value)
+
+    def sample(self, ctx, dut, cycle):
+        raddr = ctx.get(dut.host_act_raddr)     # reads past the end are harmless, undefined
+        self.rdata = self.mem[raddr] if raddr < len(self.mem) else 0
+        if ctx.get(dut.host_act_we):
+            addr = ctx.get(dut.host_act_addr)
+            self.mem[addr] = ctx.get(dut.host_act_data)
+            self.writes.append(addr)
+        if ctx.get(dut.start):
+            self.starts.append(cycle)
+            self.busy, self.done, self.cycles, self.remaining = 1, 0, 0, self.run_cycles
+        elif self.remaining:
+            self.cycles += 1
+            self.remaining -= 1
+            if not self.remaining:
+                self.busy, self.done = 0, 1
+                self.done_cycles.append(cycle + 1)
+
+
+class SimTransport:
+    """A :class:`Client` transport over the simulated pins; ``read`` runs the simulation until
+    the bytes arrived or a cycle budget is spent (then it returns what it has)."""
+
+    def __init__(self, config: ArchConfig, *, divisor: int = 4, run_cycles: int = 37,
+                 timeout_bits: int = 64, seed: int = 0, accelerator=None):
+        self.divisor, self.rng = divisor, np.random.default_rng(seed)
+        self.dut = HostBridge(config, divisor, BUILD_ID, timeout_bits=timeout_bits)
+        self.model = FakeAccelerator(config, run_cycles, self.rng)
+        top = self.dut
+        if accelerator is not None:         # the real accelerator instead of the model
+            top, self.model = BoardTop(self.dut, accelerator), None
+        self.decoder = UartDecoder(divisor)
+        self.levels: "deque[int]" = deque()
+        self.received = bytearray()
+        self.reply_cycles: "list[int]" = []
+        self.cycle = 0
+        self.sim = Simulator(top)
+        self.sim.add_clock(1e-6)
+        self.sim.add_testbench(self._bench, background=True)
+
+    async def _bench(self, ctx):
+        dut, model = self.dut, self.model
+        while True:
+            if model is not None:
+                model.drive(ctx, dut)
+            ctx.set(dut.rx, self.levels.popleft() if self.levels else 1)
+            byte = self.decoder.feed(ctx.get(dut.tx))
+            if byte is not None:
+                self.received.append(byte)
+                self.reply_cycles.append(self.cycle)
+            if model is not None:
+                model.sample(ctx, dut, self.cycle)
+            await ctx.tick()
+            self.cycle += 1
+
+    def run(self, cycles: int):
+        self.sim.run_until((self.cycle + cycles) * 1e-6)
+
+    def write_levels(self, levels):
+        self.levels.extend(levels)
+
+    def write(self, data: bytes):
+        for byte in data:            # back to back, or up to two idle bit times in between
+            self.levels.extend(uart_levels(byte, self.divisor) +
+                               [1] * int(self.rng.integers(0, 3 * self.divisor)))
+
+    def read(self, n: int) -> bytes:
+        budget = self.cycle + len(self.levels) + 25 * self.divisor * (n + 8) + 500
+        while len(self.received) < n and self.cycle < budget:
+            self.run(10 * self.divisor)
+        data = bytes(self.received[:n])
+        del self.received[:n]
+        return data
+
+
+class BoardTop(Elaboratable):
+    def __init__(self, bridge, accelerator):
+        self.bridge, self.accelerator = bridge, accelerator
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bridge, m.submodules.accelerator = self.bridge, self.accelerator
+        self.bridge.connect_accelerator(m, self.accelerator)
+        return m
+
+
+def raw_command(transport: SimTransport, frame: bytes) -> "tuple[int, bytes]":
+    transport.write(frame)
+    head = transport.read(4)
+    return decode_reply(head + transport.read((head[2] | head[3] << 8) + 1))
+
+
+def test_info_reports_geometry_and_build_id():
+    config = bridge_config(3)
+    client = Client(SimTransport(config))
+    assert client.info() == DeviceInfo(1, 3, 2, 40, BUILD_ID)
+    assert client.verify(config, BUILD_ID) == DeviceInfo(1, 3, 2, 40, BUILD_ID)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4])
+def test_write_then_read_back(rows):
+    config = bridge_config(rows)
+    transport = SimTransport(config, seed=rows)
+    client, model = Client(transport), transport.model
+    before = list(model.mem)
+    data = transport.rng.bytes(5 * rows)
+    client.write_words(7, data)
+    assert model.writes == [7, 8, 9, 10, 11]
+    assert b"".join(model.word(a) for a in range(7, 12)) == data
+    assert model.mem[:7] == before[:7] and model.mem[12:] == before[12:]
+    assert client.read_words(6, 7) == b"".join(model.word(a) for a in range(6, 13))
+    # The last word of the buffer is in range; zero words are fine too.
+    client.write_words(39, data[:rows])
+    assert client.read_words(39, 1) == data[:rows]
+    assert client.read_words(40, 0) == b""
+
+
+def test_run_replies_when_done_with_cycles():
+    transport = SimTransport(bridge_config(3), run_cycles=37)
+    client, model = Client(transport), transport.model
+    assert client.status() == DeviceStatus(busy=False, done=False, cycles=0)
+    for run in range(2):                # the second run must wait for its own done
+        assert client.run() == 37
+        assert len(model.starts) == run + 1
+        assert transport.reply_cycles[-9] > model.done_cycles[run]
+    assert client.status() == DeviceStatus(busy=False, done=True, cycles=37)
+    model.busy, model.cycles = 1, 0xDEADBEEF
+    assert client.status() == DeviceStatus(busy=True, done=True, cycles=0xDEADBEEF)
+
+
+def test_bad_checksum_is_reported_after_the_write():
+    transport = SimTransport(bridge_config(3), seed=5)
+    model = transport.model
+    frame = bytearray(encode_frame(Command.WRITE, struct.pack("<H", 2) + bytes(range(6))))
+    frame[-1] ^= 0x40
+    assert raw_command(transport, bytes(frame)) == (Status.BAD_CHECKSUM, b"")
+    # Documented: WRITE data is written as it arrives, before the checksum is known.
+    assert model.writes == [2, 3] and model.word(2) + model.word(3) == bytes(range(6))
+    frame = bytearray(encode_frame(Command.RUN))
+    frame[1] ^= 1                       # a corrupted command byte is a checksum error too
+    assert raw_command(transport, bytes(frame)) == (Status.BAD_CHECKSUM, b"")
+    assert model.starts == []
+
+
+def test_unknown_command_consumes_its_payload():
+    transport = SimTransport(bridge_config(3))
+    client = Client(transport)
+    assert raw_command(transport, encode_frame(0x05, b"\xa5\x00\x00")) == (
+        Status.UNKNOWN_COMMAND, b"")
+    with pytest.raises(ProtocolError, match=r"^Device rejected command 0xFF: status 0x02 "
+                                            r"\(the command is unknown\)$"):
+        client.command(0xFF)
+    assert client.info().build_id == BUILD_ID
+
+
+def test_bad_length_writes_and_runs_nothing():
+    transport = SimTransport(bridge_config(3))
+    model = transport.model
+    for cmd, payload in [(Command.WRITE, b"\x00\x00" + bytes(4)), (Command.WRITE, b"\x00"),
+                         (Command.READ, b"\x00\x00\x01"), (Command.INFO, b"\x00"),
+                         (Command.RUN, b"\x00\x00"),
+                         (Command.READ, struct.pack("<HH", 0, 0xFFFF // 3 + 1))]:
+        assert raw_command(transport, encode_frame(cmd, payload)) == (Status.BAD_LENGTH, b"")
+    assert model.writes == [] and model.starts == []
+    with pytest.raises(ProtocolError, match=r"^Device rejected STATUS: status 0x03 \(the "
+                                            r"payload length is wrong for the command\)$"):
+        Client(transport).command(Command.STATUS, b"\x01")
+
+
+def test_address_out_of_range_writes_nothing():
+    transport = SimTransport(bridge_config(3))
+    client, model = Client(transport), transport.model
+    message = (r"^Device rejected {}: status 0x04 \(the words are outside the activation "
+               r"buffer\)$")
+    with pytest.raises(ProtocolError, match=message.format("WRITE")):
+        client.write_words(39, bytes(6))
+    assert model.writes == []
+    for addr, count in [(38, 3), (40, 1), (0xFFFF, 1)]:
+        with pytest.raises(ProtocolError, match=message.format("READ")):
+            client.read_words(addr, count)
+    assert client.read_words(38, 2) == model.word(38) + model.word(39)
+
+
+def test_resynchronizes_after_noise_truncation_and_framing_error():
+    transport = SimTransport(bridge_config(3), timeout_bits=64)
+    client = Client(transport)
+    transport.write(b"\x00\x5a\xff")                      # noise between frames
+    assert client.info().build_id == BUILD_ID
+    transport.write(encode_frame(Command.WRITE, bytes(8))[:5])   # the host gave up
+    assert transport.read(1) == b""                       # silence: the bridge times out
+    assert client.info().build_id == BUILD_ID
+    assert transport.model.writes == []
+    frame = encode_frame(Command.INFO)
+    transport.write(frame[:2])
+    transport.write_levels(uart_levels(frame[2], 4, stop=0) + [1] * 8)
+    transport.write(frame[3:])
+    assert transport.read(1) == b""                       # abandoned at the framing error
+    assert client.info().build_id == BUILD_ID
+    # A pause shorter than the timeout (64 bit times from one byte's end to the next's) is
+    # fine.
+    transport.write(frame[:3])
+    transport.write_levels([1] * 50 * 4)
+    status, payload = raw_command(transport, frame[3:])
+    assert status == Status.OK and DeviceInfo.decode(payload).build_id == BUILD_ID
+
+
+def test_with_the_real_accelerator():
+    config = bridge_config(3)
+    assert encode(op=Op.END) == 0       # so the empty program memory holds END at address 0
+    accelerator = Accelerator(config)
+    client = Client(SimTransport(config, accelerator=accelerator))
+    assert client.verify(config, BUILD_ID).rows == 3
+    data = bytes(range(200, 212))
+    client.write_words(36, data)
+    assert client.read_words(36, 4) == data
+    cycles = client.run()
+    assert 0 < cycles < 10
+    assert client.status() == DeviceStatus(busy=False, done=True, cycles=cycles)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(divisor=3), ValueError,
+     r"^UART divisor must be an integer of at least 4 clock cycles per bit, not 3$"),
+    (dict(build_id=1 << 32), ValueError,
+     r"^Build id must be a 32-bit unsigned integer, not 4294967296$"),
+    (dict(timeout_bits=8), ValueError, r"^Timeout must be at least 16 bit times, not 8$"),
+    (dict(config=ArchConfig(act_depth=65536)), ResourceError,
+     r"^Activation buffer must have at most 65535 words to be reached over the host link, "
+     r"not 65536$"),
+])
+def test_bad_parameters(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        HostBridge(**(dict(config=bridge_config(2), divisor=4, build_id=0) | kwargs))

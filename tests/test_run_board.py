@@ -1,0 +1,95 @@
+"""``hwonnx run`` against a board stand-in that speaks the UART protocol (the protocol itself
+is proven against the RTL in tests/test_system_rtl.py): identity check, transfers, and
+outputs decoded exactly as the golden model computes them."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from hwonnx.api import build, simulate
+from hwonnx.boards import host, protocol
+from hwonnx.boards.build import build_id
+from hwonnx.cli import main
+from hwonnx.compiler.layout import pack_words, unpack_words
+from hwonnx.examples import example_path, load_digits_data
+from hwonnx.golden import evaluate
+
+
+class FakeBoard:
+    """A transport whose far end is a board running the build: activation memory, and RUN
+    evaluates the integer graph with the golden model on the input words."""
+
+    def __init__(self, result, ident):
+        self.result, self.ident = result, ident
+        self.memory, self.pending = {}, b""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def write(self, data):
+        cmd, payload = protocol.decode_frame(data)
+        program, cfg = self.result.program, self.result.program.config
+        reply = b""
+        if cmd == protocol.Command.INFO:
+            reply = protocol.DeviceInfo(1, cfg.rows, cfg.cols, cfg.act_depth, self.ident).encode()
+        elif cmd == protocol.Command.WRITE:
+            addr = struct.unpack("<H", payload[:2])[0]
+            for i in range(0, len(payload) - 2, cfg.rows):
+                self.memory[addr + i // cfg.rows] = int.from_bytes(payload[2 + i:2 + i + cfg.rows],
+                                                                   "little")
+        elif cmd == protocol.Command.RUN:
+            source, target = program.input_placement, program.output_placement
+            x = unpack_words([self.memory[source.base + i] for i in range(source.words)],
+                             source, cfg.rows)
+            y = evaluate(self.result.graph, {program.input_value: x},
+                         keep_all=True)[program.output_value]
+            for i, word in enumerate(pack_words(y, target, cfg.rows)):
+                self.memory[target.base + i] = word
+            reply = struct.pack("<I", 1234)
+        elif cmd == protocol.Command.READ:
+            addr, count = struct.unpack("<HH", payload)
+            reply = b"".join(self.memory[addr + i].to_bytes(cfg.rows, "little")
+                             for i in range(count))
+        self.pending += protocol.encode_reply(0, reply)
+
+    def read(self, n):
+        data, self.pending = self.pending[:n], self.pending[n:]
+        return data
+
+
+@pytest.fixture(scope="module")
+def board_build(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ulx3s")
+    data = load_digits_data()
+    result = build(example_path("digits_mlp"), folder, board="ulx3s-85f",
+                   calib={"image": data["calib"]}, verilog=False, log=lambda message: None)
+    np.save(folder / "x.npy", data["test_images"][:4])
+    return folder, result
+
+
+def test_run_on_board_equals_golden(board_build, monkeypatch, capsys):
+    folder, result = board_build
+    monkeypatch.setattr(host, "SerialTransport",
+                        lambda port, baud, timeout: FakeBoard(result, build_id(result.program)))
+    code = main(["run", str(folder), "--port", "/dev/ttyFAKE", "--input", str(folder / "x.npy"),
+                 "--output", str(folder / "y.npz")])
+    assert code == 0
+    assert "4 sample(s) on the board: 1,234 cycles per sample" in capsys.readouterr().out
+    golden = simulate(folder, folder / "x.npy", mode="golden")
+    with np.load(folder / "y.npz") as npz:
+        np.testing.assert_array_equal(npz["logits"], golden.outputs["logits"])
+
+
+def test_run_refuses_a_board_with_another_build(board_build, monkeypatch, capsys):
+    folder, result = board_build
+    monkeypatch.setattr(host, "SerialTransport",
+                        lambda port, baud, timeout: FakeBoard(result, 0x1234))
+    code = main(["run", str(folder), "--port", "/dev/ttyFAKE", "--input", str(folder / "x.npy")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"hwonnx: error: Device build id must be 0x{build_id(result.program):08X}, not "
+        f"0x00001234; program the board with this build\n")

@@ -1,0 +1,30 @@
+"""Tier 3: the board design (accelerator with its program in block-RAM initial contents, UART
+host bridge) on Verilator, driven over its UART pins by the same protocol client that
+``hwonnx run`` uses with a serial port; outputs equal the golden model."""
+
+import numpy as np
+import pytest
+
+from hwonnx.api import build, simulate
+from hwonnx.boards import get_board
+from hwonnx.boards.build import build_id
+from hwonnx.examples import example_path, load_digits_data
+from hwonnx.golden import quantize
+from hwonnx.sim.system import run_system
+
+pytestmark = pytest.mark.rtl
+
+
+def test_bundled_example_over_uart():
+    data = load_digits_data()
+    board = get_board("ulx3s-85f")
+    result = build(example_path("digits_mlp"), None, calib={"image": data["calib"]},
+                   config=board.default_config, log=lambda message: None)
+    images = data["test_images"][:3]
+    quantizer = next(n for n in result.graph.nodes if n.op == "Quantize")
+    q_in = quantize(images, **dict(quantizer.attrs)).reshape((-1, 1, 64))
+    outputs, cycles = run_system(result.program, q_in, divisor=8,
+                                 build_id=build_id(result.program), log=lambda message: None)
+    golden = simulate(result, {"image": images}, mode="golden")
+    np.testing.assert_array_equal(outputs.reshape(golden.int_outputs.shape), golden.int_outputs)
+    assert cycles == [golden.predicted_cycles] * 3
