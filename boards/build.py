@@ -76,7 +76,8 @@ def _parse_nextpnr(log_text: str) -> dict:
         else ""
     for name, used, total in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)", section):
         usage.setdefault(name, {"used": int(used), "total": int(total)})
-    return {"fmax_mhz": min(fmax) if fmax else None, "utilization": usage}
+    # nextpnr reports Fmax after placement and again after routing: the last one counts.
+    return {"fmax_mhz": fmax[-1] if fmax else None, "utilization": usage}
 
 
 def build_bitstream(board: Board, folder: Path, log=print) -> dict:

@@ -10,7 +10,7 @@ from .layouts import InstrLayout, ParamLayout
 __all__ = ["PostProcessor", "POST_LATENCY"]
 
 #: Cycles from an accumulator read to the write of its activation word.
-POST_LATENCY = 3
+POST_LATENCY = 4
 
 
 class PostProcessor(wiring.Component):
@@ -20,8 +20,11 @@ class PostProcessor(wiring.Component):
     ``out_addr + i * out_stride + j`` receives channel ``j * rows + l - lane_off`` when that is
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
-    Pipeline: read accumulator (cycle k), add bias and multiply (k+1), round, shift and
-    clamp (k+2), select lanes and write (k+3). ``idle`` is high once every write is done.
+    Pipeline: read accumulator (cycle k), add bias (k+1), multiply (k+2), round, shift and
+    clamp (k+3), select lanes and write (k+4). ``idle`` is high once every write is done.
+    The bias and the multiply have a stage each so that the block-RAM output, the adder and
+    the 32x32 multiplier are not one combinational path (it limited an ECP5 build to
+    31 MHz).
 
     Members
     -------
@@ -79,23 +82,29 @@ class PostProcessor(wiring.Component):
                 m.d.sync += word.eq(word + 1)
         m.d.comb += self.acc_addr.eq(acc_addr)
 
-        # Stage 1 (accumulator data valid): bias and multiply.
+        # Stage 1 (accumulator data valid): add the bias.
         s1_valid = Signal()
         s1_addr = Signal(26)
         s1_base = Signal(signed(18))         # channel of lane 0: j * rows - lane_off
         m.d.sync += [s1_valid.eq(active), s1_addr.eq(pix_addr + word),
                      s1_base.eq(word * rows - cur.lane_off)]
+        sb_valid = Signal()
+        sb_addr = Signal(26)
+        sb_base = Signal(signed(18))
+        biased = [Signal(signed(32), name=f"biased_{c}") for c in range(cols)]
+        m.d.sync += [sb_valid.eq(s1_valid), sb_addr.eq(s1_addr), sb_base.eq(s1_base)]
+        for c in range(cols):
+            # int32 wrap-around, as in the golden model's accumulator.
+            m.d.sync += biased[c].eq((self.acc_data[c] + self.par_data[c].bias)[:32])
+
+        # Stage 2: multiply.
         s2_valid = Signal()
         s2_addr = Signal(26)
         s2_base = Signal(signed(18))
         products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
-        m.d.sync += [s2_valid.eq(s1_valid), s2_addr.eq(s1_addr), s2_base.eq(s1_base)]
+        m.d.sync += [s2_valid.eq(sb_valid), s2_addr.eq(sb_addr), s2_base.eq(sb_base)]
         for c in range(cols):
-            par = self.par_data[c]
-            biased = Signal(signed(33), name=f"biased_{c}")
-            # int32 wrap-around, as in the golden model's accumulator.
-            m.d.comb += biased.eq((self.acc_data[c] + par.bias)[:32].as_signed())
-            m.d.sync += products[c].eq(biased * par.mult)
+            m.d.sync += products[c].eq(biased[c] * self.par_data[c].mult)
 
         # Stage 2: round half up, arithmetic shift, zero point, clamp.
         s3_valid = Signal()
@@ -124,5 +133,5 @@ class PostProcessor(wiring.Component):
                 self.out_we[lane].eq(s3_valid & (channel >= 0) & (channel < cur.nt)
                                      & (channel < cols)),
             ]
-        m.d.comb += self.idle.eq(~active & ~s1_valid & ~s2_valid & ~s3_valid)
+        m.d.comb += self.idle.eq(~active & ~s1_valid & ~sb_valid & ~s2_valid & ~s3_valid)
         return m

@@ -68,7 +68,8 @@ def run_post(config, instrs, acc, params, act_init):
                  for p in params]
     par_mem = SyncReadMemory(par_words, dut.par_addr, dut.par_data, en=dut.par_en)
 
-    # The cycle model: dispatch in cycle t -> writes in t+4 .. t+3+count*nw, idle at t+4+n.
+    # The cycle model: dispatch in cycle t -> writes in t+1+L .. t+L+count*nw, idle at
+    # t+1+L+n, with L = POST_LATENCY.
     dispatch, writes, t = {}, {}, 1
     for instr in instrs:
         bias, mult, shift = (np.asarray(a) for a in params[instr["par_addr"]])
@@ -79,8 +80,8 @@ def run_post(config, instrs, acc, params, act_init):
         dispatch[t] = instr
         for k, write in enumerate(expected_writes(config, instr, y)):
             writes[t + 1 + POST_LATENCY + k] = write
-        t += 4 + instr["count"] * instr["nw"]
-    busy_until = {s: s + 4 + i["count"] * i["nw"] for s, i in dispatch.items()}
+        t += 1 + POST_LATENCY + instr["count"] * instr["nw"]
+    busy_until = {s: s + 1 + POST_LATENCY + i["count"] * i["nw"] for s, i in dispatch.items()}
     act = [list(word) for word in act_init]
 
     def step(ctx, cycle):
@@ -159,8 +160,8 @@ def test_post_matches_golden_requantize(rows, cols, n_out):
 
 @pytest.mark.parametrize("count, nw", [(1, 1), (3, 1), (2, 3), (5, 2)])
 def test_post_idle_rises_4_plus_count_times_nw_after_dispatch(count, nw):
-    """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+3+count*nw, high in
-    t+4+count*nw, when the next instruction is dispatched."""
+    """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+L+count*nw, high in
+    t+1+L+count*nw (L = POST_LATENCY), when the next instruction is dispatched."""
     config = small_config(3, 2)
     rng = np.random.default_rng(count * 10 + nw)
     acc = rng.integers(*INT32, (config.acc_depth, 2))

@@ -6,6 +6,7 @@ count (tested in ``tests/test_rtl.py`` and ``tests/test_examples_rtl.py``)."""
 from dataclasses import dataclass
 
 from ..config import ArchConfig
+from ..hdl.post import POST_LATENCY
 from .isa import Op
 
 __all__ = ["Timing", "predict"]
@@ -46,7 +47,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             finish = drained - 1
         elif op == Op.POST:
             t = max(t, post_idle, drained)
-            post_idle = t + 4 + instr["count"] * instr["nw"]
+            post_idle = t + 1 + POST_LATENCY + instr["count"] * instr["nw"]
             finish = post_idle - 1
         elif op == Op.END:
             t = max(t, loader_free, drained, post_idle)
