@@ -46,13 +46,14 @@ class SimResult:
 
 
 def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
-                  log=print) -> "tuple[Graph, Program]":
+                  override_initializers=None, log=print) -> "tuple[Graph, Program]":
     """Frontend, quantizer and compiler, in memory."""
     from .frontend import load_model
     from .quant import load_samples, normalize_samples, quantize_graph
 
     started = time.monotonic()
-    float_graph = load_model(model, input_shapes=input_shapes)
+    float_graph = load_model(model, input_shapes=input_shapes,
+                             override_initializers=override_initializers)
     if calib is None:
         raise QuantizationError("Calibration data is required to quantize a float model: "
                                 "pass --calib samples.npz (one array per input, first axis = "
@@ -70,6 +71,7 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
 
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
+          override_initializers=None,
           verilog: bool = True, bitstream: bool = False, log=print,
           **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
@@ -91,7 +93,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     if not target.is_simulation:
         check_fits(config, target)          # before any compilation or synthesis
     graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
-                                   log=log)
+                                   override_initializers=override_initializers, log=log)
     report = build_report(program, str(model), board, dict(graph.meta))
     if out_dir is None:
         if bitstream:

@@ -46,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"{buffer} buffer depth (default: the board's)")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
                    metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
+    p.add_argument("--override-initializer", action="append", default=[],
+                   metavar="NAME=file.npy",
+                   help="use this value for an initializer that is also a graph input")
+
+    p = commands.add_parser("inspect", help="show what the frontend reads from a model")
+    p.add_argument("model", type=Path, help="the .onnx model")
+    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
+                   metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
+    p.add_argument("--override-initializer", action="append", default=[],
+                   metavar="NAME=file.npy",
+                   help="use this value for an initializer that is also a graph input")
 
     p = commands.add_parser("sim", help="run a build on inputs (RTL on Verilator by default)")
     p.add_argument("out", type=Path, help="a build folder written by 'hwonnx build'")
@@ -98,10 +109,17 @@ def _run(args) -> int:
     if args.command == "build":
         depths = {f"{b}_depth": getattr(args, f"{b}_depth")
                   for b in ("act", "wgt", "acc", "par", "prog")}
+        from .frontend import read_overrides
         api.build(args.model, args.out, board=args.board, calib=args.calib, rows=args.rows,
                   cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log,
+                  override_initializers=read_overrides(args.override_initializer) or None,
                   bitstream=args.bitstream,
                   **{k: v for k, v in depths.items() if v is not None})
+    elif args.command == "inspect":
+        from .frontend import read_overrides
+        from .inspect import inspect_model
+        print(inspect_model(args.model, dict(args.input_shape) or None,
+                            read_overrides(args.override_initializer) or None))
     elif args.command == "sim":
         mode = "golden" if args.golden else "compare" if args.compare else "rtl"
         result = api.simulate(args.out, args.input, mode=mode, log=_log)

@@ -33,8 +33,11 @@ def build_report(program: Program, model: str, board: str, meta: dict) -> dict:
     return {
         "model": model, "board": board, "arch": cfg.to_dict(),
         "model_info": {k: meta.get(k) for k in ("producer_name", "producer_version",
-                                                "ir_version", "opset", "model_version")
+                                                "ir_version", "opset", "model_version",
+                                                "model_author", "model_license", "doc_string")
                        if meta.get(k) not in (None, "")},
+        "metadata_props": dict(meta.get("metadata_props") or {}),
+        "warnings": list(meta.get("warnings", ())),
         "quantization": {k: meta.get(k) for k in ("calibration", "calibration_samples",
                                                   "activation_quantization",
                                                   "weight_quantization")},
@@ -72,6 +75,9 @@ def write_report(report: dict, folder: Path) -> None:
     lines += [f"| {name} | {b['used']} | {b['depth']} |" for name, b in report["buffers"].items()]
     if report["model_info"]:
         lines += ["", "Model: " + ", ".join(f"{k} {v}" for k, v in report["model_info"].items())]
-    if report["notes"]:
-        lines += ["", "Notes:"] + [f"- {note}" for note in report["notes"]]
+    if report["notes"] or report["warnings"]:
+        lines += ["", "Notes:"] + [f"- {note}" for note in report["notes"] + report["warnings"]]
+    if report["metadata_props"]:
+        lines += ["", "Model metadata: " + ", ".join(f"{k} = {v}" for k, v in
+                                                     report["metadata_props"].items())]
     (folder / "report.md").write_text("\n".join(lines) + "\n")

@@ -183,7 +183,8 @@ def test_boards(capsys):
     code, out, err = run(capsys, "boards")
     assert code == 0 and err == ""
     assert "sim" in [line.split()[0] for line in out.splitlines()]
-    assert re.search(r"^sim +\d+x\d+ array ", out, re.MULTILINE)
+    assert re.search(r"^sim +\d+x\d+ +\d+MHz ", out, re.MULTILINE)
+    assert re.search(r"^ulx3s-85f +8x8 +25MHz +156 +3744 +83640 +YoWASP", out, re.MULTILINE)
 
 
 # Regressions: user errors that once escaped as tracebacks or misread input ----------------

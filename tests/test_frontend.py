@@ -317,9 +317,13 @@ def test_metadata_is_carried():
     onnx.helper.set_model_props(model, {"model_author": "me"})
     graph = load_model(model)
     assert graph.meta == {
-        "ir_version": 8, "opset": 17, "producer_name": "pytest", "producer_version": "1.2",
-        "model_version": 7, "doc_string": "a test", "metadata_props": {"model_author": "me"},
-        "notes": (),
+        "ir_version": 8, "opset": 17, "opset_imports": {"ai.onnx": 17},
+        "producer_name": "pytest", "producer_version": "1.2", "domain": "", "model_version": 7,
+        "doc_string": "a test", "graph_name": "test", "metadata_props": {"model_author": "me"},
+        "model_author": "me", "model_license": "",
+        "inputs": ({"name": "x", "dtype": "float32", "declared": "1x2", "shape": [1, 2]},),
+        "outputs": ({"name": "y", "dtype": "float32", "declared": "1x2", "shape": [1, 2]},),
+        "dim_bindings": {}, "notes": (), "warnings": (),
     }
 
 

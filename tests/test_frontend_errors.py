@@ -60,10 +60,20 @@ def test_all_unsupported_nodes_are_listed_in_one_error():
 def test_supported_op_in_custom_domain_is_unsupported():
     model = make_model([helper.make_node("Relu", ["x"], ["y"], domain="com.example")],
                        {"x": [1, 4]}, {"y": [1, 4]},
-                       opsets=[helper.make_opsetid("", 17)])
+                       opsets=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 3)])
     with raises(UnsupportedOperatorError,
-                "1 unsupported node(s): node 'Relu_0' Relu (domain 'com.example', opset 0); "
+                "1 unsupported node(s): node 'Relu_0' Relu (domain 'com.example', opset 3); "
                 f"{SUPPORTED}"):
+        load_model(model)
+
+
+def test_operator_of_a_domain_not_imported_is_refused():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], domain="com.example")],
+                       {"x": [1, 4]}, {"y": [1, 4]},
+                       opsets=[helper.make_opsetid("", 17)])
+    with raises(ModelError, "Node 'Relu_0' uses Relu of domain 'com.example', which the model's "
+                "opset_import does not import (ONNX IR: each operator used MUST be declared by "
+                "an imported operator set)"):
         load_model(model)
 
 
@@ -132,21 +142,22 @@ def test_ir_version_too_new():
         load_model(model)
 
 
-def test_ir_version_missing_and_too_old():
+def test_ir_version_missing_and_negative():
     model = relu_model()
     model.ClearField("ir_version")
     with raises(ModelError, "Model must set ir_version (ONNX IR: every ModelProto names the IR "
                 "version it follows)"):
         load_model(model)
-    model.ir_version = 2
-    with raises(ModelError, "Model ir_version must be at least 3, not 2; re-export the model "
-                "with a newer exporter"):
+    model.ir_version = -2
+    with raises(ModelError, "Model ir_version must be a published IR version (1 to "
+                f"{onnx.IR_VERSION}), not -2"):
         load_model(model)
 
 
 def test_opset_import_rules():
-    with raises(ModelError, "Model opset_import must import the default domain 'ai.onnx', not "
-                "only 'com.example'"):
+    with raises(ModelError, "Node 'Relu_0' uses Relu of domain 'ai.onnx', which the model's "
+                "opset_import does not import (ONNX IR: each operator used MUST be declared by "
+                "an imported operator set)"):
         load_model(relu_model(opsets=[helper.make_opsetid("com.example", 1)]))
     with raises(ModelError, "Model opset_import imports domain 'ai.onnx' twice (ONNX IR: "
                 "operator set domains must be unique)"):
@@ -160,7 +171,8 @@ def test_opset_import_rules():
 
 
 def test_input_must_be_float_tensor_with_shape():
-    with raises(ModelError, "Graph input 'x' must be float32, float16 or float64, not int64"):
+    with raises(ModelError, "Graph input 'x' must be float32, float16, bfloat16 or float64, not "
+                "int64"):
         load_model(relu_model(elem=TensorProto.INT64))
     model = relu_model()
     model.graph.input[0].type.tensor_type.ClearField("shape")
@@ -169,7 +181,8 @@ def test_input_must_be_float_tensor_with_shape():
         load_model(model)
     model = relu_model()
     model.graph.output[0].type.ClearField("tensor_type")
-    with raises(ModelError, "Graph output 'y' must have a tensor type, not no type"):
+    with raises(ModelError, "Graph output 'y' must have a tensor type (ONNX IR: main graph "
+                "inputs and outputs MUST define their types)"):
         load_model(model)
 
 

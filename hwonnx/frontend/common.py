@@ -1,27 +1,70 @@
-"""Helpers shared by the frontend modules: opset lookup, element types and value definitions."""
+"""Helpers shared by the frontend modules: opset lookup, element types, size limits, tensor
+and subgraph walks, and the log of notes and warnings that travels into ``Graph.meta``."""
+
+import logging
+import math
+import re
+from typing import Iterator
 
 import onnx
 
 __all__ = [
-    "DEFAULT_DOMAINS", "FLOAT_TYPES", "elem_type_name", "is_default_domain", "opset_versions",
-    "domain_opset", "definitions",
+    "DEFAULT_DOMAINS", "FLOAT_TYPES", "READ_TYPES", "MAX_TENSOR_ELEMENTS", "MAX_TENSOR_BYTES",
+    "ReadLog", "elem_type_name", "is_default_domain", "opset_versions", "domain_opset",
+    "is_c_identifier", "dims_size", "all_tensors",
+    "subgraphs", "outer_references", "graph_attributes",
 ]
+
+log = logging.getLogger("hwonnx.frontend")
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
+P = onnx.TensorProto
 FLOAT_TYPES = {
-    onnx.TensorProto.FLOAT: "float32",
-    onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.DOUBLE: "float64",
+    P.FLOAT: "float32",
+    P.FLOAT16: "float16",
+    P.DOUBLE: "float64",
+    P.BFLOAT16: "bfloat16",
 }
+#: Element types hwonnx reads; bytes per element.
+READ_TYPES = {
+    P.FLOAT: 4, P.FLOAT16: 2, P.DOUBLE: 8, P.BFLOAT16: 2, P.BOOL: 1,
+    P.INT8: 1, P.INT16: 2, P.INT32: 4, P.INT64: 8,
+    P.UINT8: 1, P.UINT16: 2, P.UINT32: 4, P.UINT64: 8,
+}
+#: No tensor (constant or value) may have more elements than this: 1 GiB of float32.
+MAX_TENSOR_ELEMENTS = 1 << 28
+MAX_TENSOR_BYTES = 1 << 30
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ReadLog:
+    """Notes (what the frontend changed: conversions, ignored parts) and warnings (spec
+    deviations it tolerated), in the order they were made; each text is kept once."""
+
+    def __init__(self) -> None:
+        self.notes: "list[str]" = []
+        self.warnings: "list[str]" = []
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            log.warning("%s", text)
+            self.warnings.append(text)
 
 
 def elem_type_name(elem_type: int) -> str:
     """Return a readable name (``"float32"``, ``"int64"``) for an ONNX element type."""
     if elem_type in FLOAT_TYPES:
         return FLOAT_TYPES[elem_type]
-    if elem_type in onnx.TensorProto.DataType.values():
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    if elem_type == P.UNDEFINED:
+        return "no element type"
+    if elem_type in P.DataType.values():
+        return P.DataType.Name(elem_type).lower()
     return f"element type {elem_type}"
 
 
@@ -40,9 +83,78 @@ def domain_opset(model: onnx.ModelProto, domain: str) -> int:
     return opset_versions(model).get("" if is_default_domain(domain) else domain, 0)
 
 
-def definitions(graph: onnx.GraphProto) -> "dict[str, str]":
-    """Map every value defined without a node (graph inputs, initializers) to its kind."""
-    defined = {init.name: "initializer" for init in graph.initializer}
-    for value in graph.input:
-        defined[value.name] = "graph input"
-    return defined
+def is_c_identifier(name: str) -> bool:
+    return _C_IDENTIFIER.fullmatch(name) is not None
+
+
+def dims_size(dims) -> int:
+    return math.prod(int(d) for d in dims)
+
+
+def graph_attributes(node: onnx.NodeProto) -> "Iterator[tuple[str, onnx.GraphProto]]":
+    """Yield ``(attribute name, graph)`` for every graph held by ``node``'s attributes."""
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.name, attr.g
+        for graph in attr.graphs:
+            yield attr.name, graph
+
+
+def subgraphs(graph: onnx.GraphProto) -> "Iterator[onnx.GraphProto]":
+    """Yield ``graph`` and every graph nested in it, depth first."""
+    stack = [graph]
+    while stack:
+        current = stack.pop()
+        yield current
+        for node in current.node:
+            stack.extend(g for _, g in graph_attributes(node))
+
+
+def all_tensors(model: onnx.ModelProto) -> "Iterator[tuple[str, onnx.TensorProto]]":
+    """Yield ``(description, tensor)`` for every tensor stored in ``model``: initializers,
+    sparse initializers and tensor attributes, in the main graph, nested graphs and
+    model-local functions."""
+    def from_nodes(nodes, where: str):
+        for node in nodes:
+            for attr in node.attribute:
+                label = f"attribute '{attr.name}' of node '{node.name}'{where}"
+                if attr.HasField("t"):
+                    yield label, attr.t
+                for tensor in attr.tensors:
+                    yield label, tensor
+                sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+                for s in [*sparse, *attr.sparse_tensors]:
+                    yield f"values of sparse {label}", s.values
+                    yield f"indices of sparse {label}", s.indices
+
+    def from_graph(top: onnx.GraphProto, where: str):
+        for graph in subgraphs(top):
+            inner = where if graph is model.graph else f" in graph '{graph.name}'{where}"
+            for init in graph.initializer:
+                yield f"initializer '{init.name}'{inner}", init
+            for s in graph.sparse_initializer:
+                yield f"values of sparse initializer '{s.values.name}'{inner}", s.values
+                yield f"indices of sparse initializer '{s.values.name}'{inner}", s.indices
+            yield from from_nodes(graph.node, inner)
+
+    yield from from_graph(model.graph, "")
+    for function in model.functions:
+        where = f" in function '{function.name}'"
+        yield from from_nodes(function.node, where)
+        for node in function.node:
+            for _, g in graph_attributes(node):
+                yield from from_graph(g, where)
+
+
+def outer_references(graph: onnx.GraphProto) -> "set[str]":
+    """Return the names a nested ``graph`` (and graphs nested in it) reads from outer scopes."""
+    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    defined |= {s.values.name for s in graph.sparse_initializer}
+    used: "set[str]" = set()
+    for node in graph.node:
+        used.update(v for v in node.input if v)
+        for _, g in graph_attributes(node):
+            used |= outer_references(g)
+        defined.update(v for v in node.output if v)
+    used.update(v.name for v in graph.output)
+    return used - defined

@@ -9,7 +9,7 @@ import onnx
 
 from ..errors import ModelError
 from ..ir.graph import Graph, Node, TensorType
-from .common import FLOAT_TYPES, elem_type_name
+from .common import FLOAT_TYPES, MAX_TENSOR_ELEMENTS, elem_type_name
 
 __all__ = ["CONVERTERS", "convert_graph"]
 
@@ -37,12 +37,19 @@ class _Builder:
         """Return the float32 value of the constant ``name`` read by ``node`` (None for a
         graph output)."""
         value = self.onnx_constants[name]
-        if value.dtype.kind != "f":
+        if value.dtype.kind != "f" and str(value.dtype) != "bfloat16":
             user = f"Node '{node.name}' ({node.op_type})" if node else "The graph output"
             raise ModelError(f"{user} needs a floating-point constant '{name}', not "
                              f"{value.dtype}")
         self._note_dtype(str(value.dtype))
-        return value.astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            value = value.astype(np.float32)
+        if not np.all(np.isfinite(value)):
+            user = f"Node '{node.name}' ({node.op_type})" if node else "The graph output"
+            raise ModelError(f"{user} reads constant '{name}', which holds non-finite values "
+                             f"(NaN or infinity) in float32; hwonnx quantizes only finite "
+                             f"values")
+        return value
 
     def constant(self, node: "onnx.NodeProto | None", name: str) -> str:
         """Register the ONNX constant ``name`` as an IR constant and return its name."""
@@ -71,6 +78,10 @@ class _Builder:
                                  f"{elem_type_name(elem_type)}")
             if shape is None:
                 raise ModelError(f"Shape inference could not give '{name}' a static shape")
+            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                raise ModelError(f"Value '{name}' has shape {list(shape)}, "
+                                 f"{math.prod(shape)} elements, more than hwonnx's limit of "
+                                 f"{MAX_TENSOR_ELEMENTS}")
             self._note_dtype(FLOAT_TYPES[elem_type])
             self.types[name] = TensorType("float32", shape)
         return name
@@ -81,7 +92,13 @@ class _Builder:
 
 def _attrs(node: onnx.NodeProto) -> dict:
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    return {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+    attrs = {k: v.decode(errors="replace") if isinstance(v, bytes) else v
+             for k, v in attrs.items()}
+    for key, value in attrs.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ModelError(f"{node.op_type} '{node.name}' has attribute {key}={value}; it must "
+                             f"be finite")
+    return attrs
 
 
 def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
@@ -236,7 +253,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
 
 
 def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constants: dict,
-                  types: dict) -> Graph:
+                  types: dict, meta: "dict | None" = None) -> Graph:
     """Build the float IR graph from the folded nodes of ``model``.
 
     Parameters
@@ -249,6 +266,9 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
         Initializers and folded values.
     types : dict
         ``(elem_type, shape)`` of each value, from shape inference.
+    meta : dict, optional
+        The graph's metadata; the converter appends its notes (dtype conversions) to
+        ``meta["notes"]``.
 
     Raises
     ------
@@ -270,12 +290,7 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
             outputs.append(b.constant(None, value.name))
         else:
             outputs.append(b.value(value.name))
-    default = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    meta = {
-        "ir_version": int(model.ir_version), "opset": int(default),
-        "producer_name": model.producer_name, "producer_version": model.producer_version,
-        "model_version": int(model.model_version), "doc_string": model.doc_string,
-        "metadata_props": {p.key: p.value for p in model.metadata_props},
-        "notes": tuple(b.notes),
-    }
+    meta = dict(meta or {})
+    meta["notes"] = tuple(meta.get("notes", ())) + tuple(
+        n for n in b.notes if n not in meta.get("notes", ()))
     return Graph(ir_nodes, inputs, tuple(outputs), b.types, b.constants, meta)

@@ -1,5 +1,9 @@
 """Constant folding: evaluate every node whose inputs are constants, and ``Shape`` of any value
-whose shape is static, so that only compute nodes reach the converter."""
+whose shape is static, so that only compute nodes reach the converter. No node is evaluated
+before the size of its result is known to be within hwonnx's limit."""
+
+import math
+import warnings
 
 import numpy as np
 import onnx
@@ -7,12 +11,77 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import ModelError
-from .common import opset_versions
+from .common import MAX_TENSOR_ELEMENTS, opset_versions
 
-__all__ = ["fold_constants", "remove_dead_nodes"]
+__all__ = ["fold_constants", "remove_dead_nodes", "evaluate_node", "output_bound"]
+
+# Operators whose result has the broadcast shape of their inputs.
+_ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Greater", "Less", "GreaterOrEqual",
+    "LessOrEqual", "And", "Or", "Xor", "Not", "Neg", "Abs", "Relu", "Where", "Max", "Min",
+    "Sum", "Mean", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Sign",
+    "Clip", "Cast", "Identity", "BitShift", "Mod", "Sigmoid", "Tanh",
+})
+# Operators whose result has at most as many elements as all their inputs together.
+_NOT_GROWING = frozenset({
+    "Concat", "Slice", "Squeeze", "Unsqueeze", "Flatten", "Reshape", "Transpose", "Shape",
+    "Size", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax",
+    "ArgMin", "Dropout", "BatchNormalization", "Split",
+})
 
 
-def fold_constants(model: onnx.ModelProto, types: dict
+def output_bound(node: onnx.NodeProto, inputs: "list[np.ndarray]",
+                 static: "list[tuple[int, ...] | None]") -> "int | None":
+    """Return an upper bound on the elements of any output of ``node`` evaluated on
+    ``inputs``, or None when none is known before evaluation. ``static`` gives the
+    shape-inferred output shapes (None where unknown)."""
+    if node.op_type == "Constant":
+        return 0                     # its value is stored in the model, already size-checked
+    if static and all(shape is not None for shape in static):
+        return max((math.prod(shape) for shape in static), default=0)
+    sizes = [int(a.size) for a in inputs]
+    if node.op_type in _ELEMENTWISE:
+        try:
+            return math.prod(np.broadcast_shapes(*[a.shape for a in inputs]))
+        except ValueError:
+            return max(sizes, default=1)             # the evaluator reports the mismatch
+    if node.op_type in _NOT_GROWING:
+        return sum(sizes) + 1
+    if node.op_type == "Gather" and len(inputs) == 2:
+        return sizes[0] * max(sizes[1], 1)
+    return None
+
+
+def evaluate_node(node: onnx.NodeProto, constants: dict, opsets: "dict[str, int]",
+                  static: "list[tuple[int, ...] | None] | None" = None
+                  ) -> "dict[str, np.ndarray]":
+    """Evaluate ``node`` on constant inputs with onnx's reference evaluator.
+
+    Raises
+    ------
+    ModelError
+        If the result could exceed :data:`MAX_TENSOR_ELEMENTS` or the evaluation fails.
+    """
+    feeds = {value: constants[value] for value in node.input if value}
+    bound = output_bound(node, [constants[v] for v in node.input if v], static or [])
+    if bound is None or bound > MAX_TENSOR_ELEMENTS:
+        size = "an unknown number of" if bound is None else f"up to {bound}"
+        raise ModelError(f"Cannot fold constant node '{node.name}' ({node.op_type}): its result "
+                         f"could have {size} elements; hwonnx folds results of at most "
+                         f"{MAX_TENSOR_ELEMENTS} elements whose size is known beforehand")
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")          # numpy's on user data (1/0 and the like)
+            results = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
+    except Exception as error:                   # any failure of onnx's evaluator on user data
+        text = " ".join(str(error).split())
+        raise ModelError(f"Cannot fold constant node '{node.name}' ({node.op_type}): "
+                         f"{text}") from error
+    return {name: np.asarray(result) for name, result in zip(node.output, results) if name}
+
+
+def fold_constants(model: onnx.ModelProto, types: dict,
+                   nodes: "list[onnx.NodeProto] | None" = None
                    ) -> "tuple[list[onnx.NodeProto], dict[str, np.ndarray]]":
     """Fold the constant subgraphs of ``model`` (shape-inferred, support-checked).
 
@@ -22,6 +91,8 @@ def fold_constants(model: onnx.ModelProto, types: dict
         The model after shape inference.
     types : dict
         The value types from :func:`hwonnx.frontend.shapes.value_types`.
+    nodes : list of onnx.NodeProto, optional
+        The nodes to fold (default: all of the main graph's, in order).
 
     Returns
     -------
@@ -36,13 +107,19 @@ def fold_constants(model: onnx.ModelProto, types: dict
         If a constant node cannot be evaluated or a ``Shape`` input has no static shape.
     """
     opsets = opset_versions(model)
-    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    constants = {}
+    for init in model.graph.initializer:
+        try:
+            constants[init.name] = numpy_helper.to_array(init)
+        except (ValueError, TypeError) as error:     # read.check_tensor makes this rare
+            raise ModelError(f"Initializer '{init.name}' cannot be read: {error}") from error
     kept = []
-    for node in model.graph.node:
+    for node in (model.graph.node if nodes is None else nodes):
         if node.op_type == "Shape":
             constants[node.output[0]] = _shape(node, types)
         elif all(value in constants for value in node.input if value):
-            constants.update(_evaluate(node, constants, opsets))
+            static = [types.get(v, (0, None))[1] for v in node.output if v]
+            constants.update(evaluate_node(node, constants, opsets, static))
         else:
             kept.append(node)
     return kept, constants
@@ -56,17 +133,6 @@ def _shape(node: onnx.NodeProto, types: dict) -> np.ndarray:
     attrs = {a.name: a.i for a in node.attribute}
     start, end = attrs.get("start", 0), attrs.get("end", len(shape))
     return np.array(shape[start:end], dtype=np.int64)
-
-
-def _evaluate(node: onnx.NodeProto, constants: dict, opsets: dict) -> "dict[str, np.ndarray]":
-    feeds = {value: constants[value] for value in node.input if value}
-    try:
-        results = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
-    except Exception as error:                   # any failure of onnx's evaluator on user data
-        text = " ".join(str(error).split())
-        raise ModelError(f"Cannot fold constant node '{node.name}' ({node.op_type}): "
-                         f"{text}") from error
-    return {name: np.asarray(result) for name, result in zip(node.output, results) if name}
 
 
 def remove_dead_nodes(nodes: "list[onnx.NodeProto]", outputs: "set[str]"

@@ -1,48 +1,28 @@
-"""The frontend entry point: read, validate, check support, bind, infer, fold, convert."""
+"""The frontend entry point: read, validate, inline, check support, convert opsets, bind,
+infer, fold, convert. See ``docs/spec.md`` for the ONNX IR rule each step implements."""
 
-import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 
-from ..errors import ModelError
 from ..ir.graph import Graph
 from ..passes.pipeline import FLOAT_PIPELINE, PassContext, run_pipeline
+from .common import ReadLog, elem_type_name, is_default_domain
+from .control import prune_dead_nodes, resolve_constant_ifs
 from .convert import convert_graph
 from .fold import fold_constants, remove_dead_nodes
+from .functions import inline_functions
+from .graph_rules import check_graph
+from .opsets import check_signatures, convert_opset
+from .read import read_model
 from .shapes import apply_overrides, bind_input_shapes, infer_shapes, value_types
+from .sparse import densify_sparse
 from .support import check_support
-from .validate import name_nodes, validate_model
+from .validate import resolve_operators, validate_model
 
-__all__ = ["load_model", "read_model"]
-
-
-def read_model(source: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.ModelProto:
-    """Return a private copy of the model at ``source`` (a path, serialized bytes or a
-    ``ModelProto``).
-
-    Raises
-    ------
-    ModelError
-        If the file is missing, unreadable or not an ONNX protobuf.
-    """
-    if isinstance(source, onnx.ModelProto):
-        model = onnx.ModelProto()
-        model.CopyFrom(source)
-        return model
-    label = "<bytes>" if isinstance(source, bytes) else os.fspath(source)
-    try:
-        if isinstance(source, bytes):
-            return onnx.load_model_from_string(source)
-        return onnx.load(os.fspath(source))
-    except OSError as error:
-        raise ModelError(f"Cannot read model '{label}': {error.strerror or error}") from error
-    except (DecodeError, ValueError, onnx.checker.ValidationError) as error:
-        text = " ".join(str(error).split())
-        raise ModelError(f"Cannot read model '{label}': it is not an ONNX model ({text})"
-                         ) from error
+__all__ = ["load_model", "read_model", "model_meta"]
 
 
 def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
@@ -51,16 +31,20 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
                *, pass_context: "PassContext | None" = None) -> Graph:
     """Import an ONNX model as a verified float IR graph.
 
-    The model is read, validated against the ONNX IR rules, checked for support (before any
-    other processing, so that every unsupported node is reported at once), its symbolic
-    dimensions are bound, shapes are inferred, constant subgraphs are folded, and the result
-    is converted to the float vocabulary of :mod:`hwonnx.ir.graph` and run through
+    The model is read (external data only from inside the model's folder), checked against
+    the ONNX IR rules, its model-local functions are inlined and each ``If`` with a constant
+    condition is replaced by its branch; then it is checked for support (before any other
+    processing, so that every unsupported node is reported at once) and against operator
+    signatures, converted to a supported opset if older, its symbolic dimensions are bound,
+    shapes are inferred, constant subgraphs are folded, and the result is converted to the
+    float vocabulary of :mod:`hwonnx.ir.graph` and run through
     :data:`hwonnx.passes.FLOAT_PIPELINE`.
 
     Parameters
     ----------
     path_or_model : str, Path, bytes or onnx.ModelProto
-        The model file, its bytes or the model itself (which is not modified).
+        The model file, its bytes or the model itself (which is not modified). External
+        tensor data can only be read when a path is given.
     input_shapes : dict of str to tuple of int, optional
         Full shapes of graph inputs; binds their symbolic dimensions. A symbolic leading
         (batch) dimension binds to 1 unless given here.
@@ -73,7 +57,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     Returns
     -------
     Graph
-        The float graph; its graph inputs and outputs keep their ONNX names.
+        The float graph; its graph inputs and outputs keep their ONNX names. ``graph.meta``
+        holds the model's metadata, the declared and bound signature, and the frontend's
+        ``notes`` and ``warnings`` (see :func:`model_meta`).
 
     Raises
     ------
@@ -83,18 +69,82 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     UnsupportedOperatorError
         If any node uses an unsupported operator; lists all of them.
     """
+    rlog = ReadLog()
     model = read_model(path_or_model)
-    name_nodes(model)
-    validate_model(model)
+    densify_sparse(model, rlog)
+    validate_model(model, rlog)
+    resolve_operators(model)
+    meta = model_meta(model)
+    del model.training_info[:]                      # ignored (noted by validate_model)
+    inlined = inline_functions(model, rlog)
+    if resolve_constant_ifs(inlined, rlog) or inlined is not model:
+        check_graph(inlined.graph, rlog, warn=False)
+        resolve_operators(inlined)
+    model = inlined
+    prune_dead_nodes(model)
     check_support(model)
-    bind_input_shapes(model, input_shapes)
+    check_signatures(model)
+    model = convert_opset(model, rlog)
+    bound = bind_input_shapes(model, input_shapes)
+    for name in override_initializers or {}:
+        rlog.note(f"Initializer '{name}' overridden by a value given by the user")
     apply_overrides(model, override_initializers)
     ir_version = model.ir_version
     model.ir_version = max(ir_version, 4)   # before IR 4, initializers had to be inputs too
     model = infer_shapes(model)
     model.ir_version = ir_version
     types = value_types(model)
-    nodes, constants = fold_constants(model, types)
-    nodes = remove_dead_nodes(nodes, {value.name for value in model.graph.output})
-    graph = convert_graph(model, nodes, constants, types)
+    outputs = {value.name for value in model.graph.output}
+    live = remove_dead_nodes(list(model.graph.node), outputs)
+    nodes, constants = fold_constants(model, types, live)
+    nodes = remove_dead_nodes(nodes, outputs)
+    meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound)
+    graph = convert_graph(model, nodes, constants, types, meta)
+    meta = dict(graph.meta)
+    for key, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):
+        meta[key] = tuple({**declared, "shape": list(graph.types[declared["name"]].shape)}
+                          for declared in meta[key] if declared["name"] in values)
+    graph = replace(graph, meta=meta)
     return run_pipeline(graph, FLOAT_PIPELINE, pass_context or PassContext())
+
+
+def _dims(value: onnx.ValueInfoProto) -> str:
+    dims = value.type.tensor_type.shape.dim
+    if not dims:
+        return "scalar"
+    return "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                    for d in dims)
+
+
+def model_meta(model: onnx.ModelProto) -> dict:
+    """Return the metadata hwonnx carries into ``Graph.meta`` and the build report.
+
+    Keys: ``ir_version``, ``opset`` (the ai.onnx version the model imports),
+    ``opset_imports`` (domain -> version), ``producer_name``, ``producer_version``,
+    ``domain``, ``model_version``, ``doc_string``, ``graph_name``, ``metadata_props``
+    (dict), ``model_author`` and ``model_license`` (from ``metadata_props``, ``""`` when
+    absent), ``inputs`` and ``outputs`` (one dict per value: ``name``, ``dtype``, ``declared``
+    dims such as ``"Nx3x32x32"``; :func:`load_model` adds the bound ``shape``). ``load_model``
+    adds ``notes``, ``warnings`` (tuples of str) and ``dim_bindings`` (variable -> size).
+    """
+    props = {p.key: p.value for p in model.metadata_props}
+    initialized = {i.name for i in model.graph.initializer}
+    opsets = {(o.domain if not is_default_domain(o.domain) else "ai.onnx"): int(o.version)
+              for o in model.opset_import}
+
+    def signature(values, skip=frozenset()):
+        return tuple({"name": v.name, "dtype": elem_type_name(v.type.tensor_type.elem_type),
+                      "declared": _dims(v)} for v in values if v.name not in skip)
+
+    return {
+        "ir_version": int(model.ir_version), "opset": opsets.get("ai.onnx", 0),
+        "opset_imports": opsets, "producer_name": model.producer_name,
+        "producer_version": model.producer_version, "domain": model.domain,
+        "model_version": int(model.model_version), "doc_string": model.doc_string,
+        "graph_name": model.graph.name, "metadata_props": props,
+        "model_author": props.get("model_author", ""),
+        "model_license": props.get("model_license", ""),
+        "inputs": signature(model.graph.input, initialized),
+        "outputs": signature(model.graph.output),
+    }
+

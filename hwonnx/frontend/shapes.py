@@ -1,10 +1,13 @@
 """Bind symbolic dimensions, apply initializer overrides and run ONNX shape inference."""
 
+import math
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ..errors import ModelError
+from .common import MAX_TENSOR_ELEMENTS
 
 __all__ = ["bind_input_shapes", "apply_overrides", "infer_shapes", "value_types"]
 
@@ -23,19 +26,21 @@ def _dims_text(dims, bound: "dict[str, int] | None" = None) -> str:
 
 
 def bind_input_shapes(model: onnx.ModelProto,
-                      input_shapes: "dict[str, tuple[int, ...]] | None") -> None:
-    """Replace every symbolic dimension of the graph inputs by a size, in place.
+                      input_shapes: "dict[str, tuple[int, ...]] | None") -> "dict[str, int]":
+    """Replace every symbolic dimension of the graph inputs by a size, in place, and return
+    the size bound to each dimension variable.
 
     A ``dim_param`` (or unnamed dimension) on the leading axis of an input binds to 1;
     ``input_shapes`` gives full shapes for named inputs and so binds any ``dim_param``; the
-    same ``dim_param`` takes the same size everywhere. Output dimensions are substituted too
-    and ``value_info`` is dropped, since shape inference recomputes it.
+    same ``dim_param`` takes the same size everywhere (outputs and ``value_info`` included).
+    Dimensions of outputs and ``value_info`` whose variable stays unbound become unknown, for
+    shape inference to fill in.
 
     Raises
     ------
     ModelError
-        If ``input_shapes`` names an unknown input or contradicts the model, or a non-batch
-        symbolic dimension stays unbound.
+        If ``input_shapes`` names an unknown input or contradicts the model, a non-batch
+        symbolic dimension stays unbound, or an input is larger than hwonnx's tensor limit.
     """
     graph = model.graph
     initialized = {init.name for init in graph.initializer}
@@ -81,14 +86,18 @@ def bind_input_shapes(model: onnx.ModelProto,
                                  f"{name}={_dims_text(dims, bound)}")
             dim.Clear()
             dim.dim_value = size
-    for value in graph.output:
+        count = math.prod(d.dim_value for d in dims)
+        if count > MAX_TENSOR_ELEMENTS:
+            raise ModelError(f"Input '{name}' has shape {_dims_text(dims)}, {count} elements, "
+                             f"more than hwonnx's limit of {MAX_TENSOR_ELEMENTS}")
+    for value in (*graph.output, *graph.value_info):
         for dim in value.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value"):
                 param = dim.dim_param
                 dim.Clear()
                 if param in bound:
                     dim.dim_value = bound[param]
-    del graph.value_info[:]
+    return bound
 
 
 def apply_overrides(model: onnx.ModelProto,

@@ -18,6 +18,7 @@ FOLDABLE_OPS = frozenset({
     "Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice", "Mul",
     "Div", "Sub",
 })
+_CONTROL_FLOW = frozenset({"Loop", "Scan", "SequenceMap"})
 # Inputs (by position) of compute operators that must be constants.
 _CONSTANT_INPUTS = {
     "Conv": {1: "weight", 2: "bias"},
@@ -80,6 +81,13 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
     """Return None when ``node`` is supported, else an explanation ('' if none is needed)."""
     if not is_default_domain(node.domain):
         return ""
+    if node.op_type == "If":
+        return (f"If '{node.name}' has condition '{node.input[0] if node.input else ''}', "
+                f"which is not a constant hwonnx can fold; an If is read only when its "
+                f"condition is constant, and is replaced by the branch it selects")
+    if node.op_type in _CONTROL_FLOW or any(a.HasField("g") or a.graphs
+                                             for a in node.attribute):
+        return f"{node.op_type} '{node.name}' is control flow, which hwonnx does not support"
     inputs_constant = all(value in constant for value in node.input if value)
     if node.op_type in FOLDABLE_OPS:
         if node.op_type in ("Constant", "Shape") or inputs_constant:

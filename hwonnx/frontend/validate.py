@@ -1,117 +1,248 @@
-"""Check a model against the rules of the ONNX IR specification that hwonnx relies on."""
+"""Check a model against the model-level rules of the ONNX IR specification ("Models",
+"Operator Sets", "Operators", "Optional Metadata", "Training Related Information") and run the
+graph rules of :mod:`.graph_rules` on its main graph."""
+
+import functools
 
 import onnx
 
 from ..errors import ModelError
-from .common import FLOAT_TYPES, definitions, elem_type_name, is_default_domain
+from .common import (
+    FLOAT_TYPES,
+    ReadLog,
+    elem_type_name,
+    graph_attributes,
+    is_default_domain,
+    subgraphs,
+)
+from .graph_rules import check_graph, name_nodes
 
-__all__ = ["name_nodes", "validate_model"]
+__all__ = ["name_nodes", "validate_model", "resolve_operators", "newest_opsets"]
+
+#: The first IR version with ``opset_import``; older models implicitly use ai.onnx opset 1.
+FIRST_OPSET_IR = 3
 
 
-def name_nodes(model: onnx.ModelProto) -> None:
-    """Give every unnamed node of ``model`` (a private copy) the name ``<op_type>_<index>``."""
-    for index, node in enumerate(model.graph.node):
-        if not node.name:
-            node.name = f"{node.op_type}_{index}"
+@functools.lru_cache(maxsize=None)
+def newest_opsets() -> "dict[str, int]":
+    """Map each domain the installed onnx defines operators for to its newest version."""
+    newest: "dict[str, int]" = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        newest[schema.domain] = max(newest.get(schema.domain, 0), schema.since_version)
+    newest[""] = onnx.defs.onnx_opset_version()
+    return newest
 
 
-def validate_model(model: onnx.ModelProto) -> None:
-    """Check versions, operator set imports, graph signature, SSA and topological order.
+def _domain_label(domain: str) -> str:
+    return domain or "ai.onnx"
+
+
+def validate_model(model: onnx.ModelProto, rlog: ReadLog) -> None:
+    """Check versions, operator set imports, metadata, training information, the graph
+    signature and value namespace (SSA, topological order, no cycles) and attributes. The
+    operators are resolved separately, by :func:`resolve_operators`.
 
     Parameters
     ----------
     model : onnx.ModelProto
-        The model, with every node named (see :func:`name_nodes`).
+        A private copy. It is changed only to name unnamed nodes ``<op_type>_<index>``, to
+        spell the default domain ``''``, to type the attributes of IR version 1 and to make
+        the opset implied by IR versions 1 and 2 explicit.
+    rlog : ReadLog
+        Receives notes and the warnings for tolerated deviations.
 
     Raises
     ------
     ModelError
         If the model breaks a rule; the message names the rule and the node or value.
     """
-    _check_versions(model)
-    graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    for value in graph.input:
-        # An initialized input is a constant for hwonnx, whatever its element type.
-        _check_signature(value, "input" if value.name not in initialized else "constant")
-    for value in graph.output:
-        _check_signature(value, "output")
-    _check_definitions(graph)
+    _check_versions(model, rlog)
+    _normalize_domains(model)
+    if model.ir_version < 2:
+        _type_attributes(model)
+    _check_metadata(model, rlog)
+    _check_training_info(model, rlog)
+    name_nodes(model.graph.node)
+    check_graph(model.graph, rlog)
+    initialized = {i.name for i in model.graph.initializer} | \
+        {s.values.name for s in model.graph.sparse_initializer}
+    for value in model.graph.input:
+        elem = value.type.tensor_type.elem_type
+        if value.name not in initialized and elem not in FLOAT_TYPES:
+            raise ModelError(f"Graph input '{value.name}' must be float32, float16, bfloat16 or "
+                             f"float64, not {elem_type_name(elem)}")
 
 
-def _check_versions(model: onnx.ModelProto) -> None:
+def _check_versions(model: onnx.ModelProto, rlog: ReadLog) -> None:
     version = model.ir_version
     if not model.HasField("ir_version") or version == 0:
         raise ModelError("Model must set ir_version (ONNX IR: every ModelProto names the IR "
                          "version it follows)")
-    if version < 3:
-        raise ModelError(f"Model ir_version must be at least 3, not {version}; re-export the "
-                         f"model with a newer exporter")
+    if version < 0:
+        raise ModelError(f"Model ir_version must be a published IR version (1 to "
+                         f"{onnx.IR_VERSION}), not {version}")
     if version > onnx.IR_VERSION:
         raise ModelError(f"Model ir_version {version} is newer than {onnx.IR_VERSION}, the newest "
                          f"version onnx {onnx.__version__} reads; upgrade onnx or re-export the "
                          f"model with ir_version {onnx.IR_VERSION} or older")
     if not model.opset_import:
-        raise ModelError("Model must have an opset_import (ONNX IR: a model names every "
-                         "operator set it uses)")
+        if version >= FIRST_OPSET_IR:
+            raise ModelError("Model must have an opset_import (ONNX IR: a model names every "
+                             "operator set it uses)")
+        model.opset_import.add(domain="", version=1)
+        rlog.note(f"ir_version {version} predates opset_import; read as ai.onnx opset 1, which "
+                  f"such models implicitly import")
     seen = set()
+    newest = newest_opsets()
     for opset in model.opset_import:
         domain = "" if is_default_domain(opset.domain) else opset.domain
         if domain in seen:
-            raise ModelError(f"Model opset_import imports domain '{domain or 'ai.onnx'}' twice "
+            raise ModelError(f"Model opset_import imports domain '{_domain_label(domain)}' twice "
                              f"(ONNX IR: operator set domains must be unique)")
         seen.add(domain)
-    if "" not in seen:
-        raise ModelError(f"Model opset_import must import the default domain 'ai.onnx', not "
-                         f"only {', '.join(repr(d) for d in sorted(seen))}")
+        if opset.version < 1:
+            raise ModelError(f"Model opset_import gives domain '{_domain_label(domain)}' version "
+                             f"{opset.version}; operator set versions start at 1")
+        if domain in newest and opset.version > newest[domain]:
+            raise ModelError(f"Model imports {_domain_label(domain)} opset {opset.version}, "
+                             f"newer than {newest[domain]}, the newest onnx {onnx.__version__} "
+                             f"knows; upgrade onnx or re-export the model with opset "
+                             f"{newest[domain]} or older")
 
 
-def _check_signature(value: onnx.ValueInfoProto, kind: str) -> None:
-    role = "output" if kind == "output" else "input"
-    which = value.type.WhichOneof("value")
-    if which != "tensor_type":
-        raise ModelError(f"Graph {role} '{value.name}' must have a tensor type, not "
-                         f"{which or 'no type'}")
-    tensor = value.type.tensor_type
-    if not tensor.HasField("shape"):
-        raise ModelError(f"Graph {role} '{value.name}' must have a shape (ONNX IR: main graph "
-                         f"inputs and outputs declare at least their rank)")
-    if kind == "input" and tensor.elem_type not in FLOAT_TYPES:
-        raise ModelError(f"Graph input '{value.name}' must be float32, float16 or float64, not "
-                         f"{elem_type_name(tensor.elem_type)}")
+def _normalize_domains(model: onnx.ModelProto) -> None:
+    """Spell the default domain ``''`` everywhere (``'ai.onnx'`` is its alias), in place."""
+    for opset in model.opset_import:
+        if opset.domain == "ai.onnx":
+            opset.domain = ""
+    bodies = [g.node for g in subgraphs(model.graph)] + [f.node for f in model.functions]
+    for function in model.functions:
+        for opset in function.opset_import:
+            if opset.domain == "ai.onnx":
+                opset.domain = ""
+        for node in function.node:
+            for _, graph in graph_attributes(node):
+                bodies += [g.node for g in subgraphs(graph)]
+    for nodes in bodies:
+        for node in nodes:
+            if node.domain == "ai.onnx":
+                node.domain = ""
 
 
-def _check_definitions(graph: onnx.GraphProto) -> None:
-    where: "dict[str, str]" = {}
+_SINGLE_FIELDS = {"f": "FLOAT", "i": "INT", "s": "STRING", "t": "TENSOR", "g": "GRAPH"}
+_LIST_FIELDS = {"floats": "FLOATS", "ints": "INTS", "strings": "STRINGS", "tensors": "TENSORS",
+                "graphs": "GRAPHS"}
 
-    def define(value: str, site: str) -> None:
-        if value in where:
-            raise ModelError(f"Value '{value}' is defined twice, by {where[value]} and by "
-                             f"{site} (ONNX IR: single static assignment)")
-        where[value] = site
 
-    inputs = {value.name for value in graph.input}
-    for value in graph.input:
-        define(value.name, "a graph input")
-    for init in graph.initializer:
-        if init.name not in inputs:
-            define(init.name, "an initializer")
-    for node in graph.node:
-        for value in node.output:
-            if value:
-                define(value, f"node '{node.name}'")
-    defined = set(definitions(graph))
-    for node in graph.node:
-        for value in node.input:
-            if not value or value in defined:
-                continue
-            if value in where:
-                raise ModelError(f"Node '{node.name}' reads '{value}' before {where[value]} "
-                                 f"defines it (ONNX IR: nodes must be in topological order)")
-            raise ModelError(f"Node '{node.name}' reads '{value}', which is not a graph input, "
-                             f"an initializer or a node output")
-        defined.update(value for value in node.output if value)
-    for value in graph.output:
-        if value.name not in defined:
-            raise ModelError(f"Graph output '{value.name}' is never produced (ONNX IR: every "
-                             f"graph output must be defined)")
+def _type_attributes(model: onnx.ModelProto) -> None:
+    """IR version 1 had no attribute type: derive it from the one value field that is set."""
+    for graph in subgraphs(model.graph):
+        for node in graph.node:
+            for attr in node.attribute:
+                present = [kind for field, kind in _SINGLE_FIELDS.items() if attr.HasField(field)]
+                present += [kind for field, kind in _LIST_FIELDS.items()
+                            if len(getattr(attr, field))]
+                if attr.type == onnx.AttributeProto.UNDEFINED and len(present) == 1:
+                    attr.type = onnx.AttributeProto.AttributeType.Value(present[0])
+
+
+def _check_metadata(model: onnx.ModelProto, rlog: ReadLog) -> None:
+    keys = [p.key for p in model.metadata_props]
+    for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
+        rlog.warn(f"metadata_props key '{key}' appears {keys.count(key)} times; the last value "
+                  f"is used (ONNX IR: metadata keys should be distinct)")
+
+
+def _check_training_info(model: onnx.ModelProto, rlog: ReadLog) -> None:
+    main = {i.name for i in model.graph.initializer}
+    for index, info in enumerate(model.training_info):
+        where = f"training_info[{index}]"
+        inits = main | {i.name for i in info.algorithm.initializer}
+        for field, graph in (("initialization_binding", info.initialization),
+                             ("update_binding", info.algorithm)):
+            bindings = getattr(info, field)
+            if field == "initialization_binding" and bindings and \
+                    not info.HasField("initialization"):
+                raise ModelError(f"{where} has an initialization_binding but no initialization "
+                                 f"graph (ONNX IR: initialization MAY be omitted only if there "
+                                 f"are no initialization bindings)")
+            outputs = {v.name for v in graph.output}
+            keys = set()
+            for binding in bindings:
+                if binding.key in keys:
+                    raise ModelError(f"{where} {field} binds '{binding.key}' twice (ONNX IR: "
+                                     f"binding keys MUST be unique)")
+                keys.add(binding.key)
+                if binding.key not in inits:
+                    raise ModelError(f"{where} {field} key '{binding.key}' must name an "
+                                     f"initializer of the main graph or of the algorithm graph "
+                                     f"(ONNX IR: binding keys MUST name initializers)")
+                if binding.value not in outputs:
+                    raise ModelError(f"{where} {field} value '{binding.value}' must name an "
+                                     f"output of its graph (ONNX IR: binding values MUST name "
+                                     f"outputs of the initialization or algorithm graph)")
+    if model.training_info:
+        rlog.note(f"Ignored training_info ({len(model.training_info)} entr"
+                  f"{'y' if len(model.training_info) == 1 else 'ies'}): hwonnx runs inference "
+                  f"only, as the ONNX IR allows")
+
+
+def resolve_operators(model: onnx.ModelProto) -> None:
+    """Check that every node's operator is declared by an imported operator set: a
+    model-local function, or an operator that the imported version of a domain onnx knows
+    defines. Operators of domains onnx does not know are left to the support check.
+
+    Raises
+    ------
+    ModelError
+        If a node's domain is not imported or its operator is not in the imported version.
+    """
+    opsets = {("" if is_default_domain(o.domain) else o.domain): o.version
+              for o in model.opset_import}
+    local = {(f.domain, f.name) for f in model.functions}
+    for node in model.graph.node:
+        _resolve(node, opsets, local, "")
+    for function in model.functions:
+        imported = dict(opsets)
+        imported.update({("" if is_default_domain(o.domain) else o.domain): o.version
+                         for o in function.opset_import})
+        for node in function.node:
+            _resolve(node, imported, local, f" in function '{function.domain}.{function.name}'")
+
+
+def _resolve(node: onnx.NodeProto, opsets: "dict[str, int]", local, where: str) -> None:
+    domain = "" if is_default_domain(node.domain) else node.domain
+    if domain not in opsets:
+        raise ModelError(f"Node '{node.name}'{where} uses {node.op_type} of domain "
+                         f"'{_domain_label(domain)}', which the model's opset_import does not "
+                         f"import (ONNX IR: each operator used MUST be declared by an imported "
+                         f"operator set)")
+    if (node.domain, node.op_type) in local or domain not in newest_opsets():
+        return
+    version = opsets[domain]
+    if not 1 <= version <= newest_opsets()[domain]:
+        raise ModelError(f"Node '{node.name}'{where} uses {_domain_label(domain)} opset "
+                         f"{version}; onnx {onnx.__version__} knows opsets 1 to "
+                         f"{newest_opsets()[domain]}")
+    try:
+        onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        first = _first_version(node.op_type, domain)
+        hint = f"; it first appears in opset {first}" if first else ""
+        raise ModelError(f"Node '{node.name}'{where} uses {node.op_type}, which "
+                         f"{_domain_label(domain)} opset {version} does not define{hint} (ONNX "
+                         f"IR: each operator used MUST be declared by an imported operator set)"
+                         ) from None
+
+
+def _first_version(op_type: str, domain: str) -> int:
+    """Return the opset version that introduced ``op_type`` (0 if no version defines it)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, newest_opsets()[domain], domain)
+    except onnx.defs.SchemaError:
+        return 0
+    while True:
+        try:
+            schema = onnx.defs.get_schema(op_type, schema.since_version - 1, domain)
+        except onnx.defs.SchemaError:
+            return schema.since_version

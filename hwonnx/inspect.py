@@ -1,0 +1,77 @@
+"""``hwonnx inspect``: show what the frontend read from a model (versions, producer, metadata,
+inputs and outputs with their declared and bound shapes, the float graph, and every
+conversion, note and warning)."""
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from .frontend import load_model
+from .ir.graph import Graph
+
+__all__ = ["inspect_model", "format_inspection"]
+
+
+def inspect_model(path: "str | os.PathLike", input_shapes: "dict[str, tuple[int, ...]] | None"
+                  = None, override_initializers: "dict[str, np.ndarray] | None" = None) -> str:
+    """Read ``path`` with :func:`hwonnx.frontend.load_model` and return the report that
+    ``hwonnx inspect`` prints.
+
+    Raises
+    ------
+    ModelError, UnsupportedOperatorError
+        As :func:`~hwonnx.frontend.load_model` does; the CLI prints them as one
+        ``hwonnx: error:`` line.
+    """
+    graph = load_model(path, input_shapes=input_shapes,
+                       override_initializers=override_initializers)
+    return format_inspection(graph, os.fspath(path))
+
+
+def format_inspection(graph: Graph, source: str) -> str:
+    """Format the metadata of a graph made by :func:`~hwonnx.frontend.load_model`."""
+    meta = graph.meta
+    opsets = ", ".join(f"{domain} {version}" for domain, version in
+                       meta.get("opset_imports", {}).items())
+    producer = " ".join(p for p in (meta.get("producer_name"), meta.get("producer_version"))
+                        if p) or "(not given)"
+    lines = [f"Model: {Path(source).name}",
+             f"  IR version:    {meta.get('ir_version')}",
+             f"  Opsets:        {opsets or '(none)'}",
+             f"  Producer:      {producer}",
+             f"  Domain:        {meta.get('domain') or '(not given)'}",
+             f"  Model version: {meta.get('model_version')}",
+             f"  Graph:         {meta.get('graph_name')}"]
+    doc = " ".join(str(meta.get("doc_string", "")).split())
+    if doc:
+        lines.append(f"  Doc:           {doc[:200]}{'...' if len(doc) > 200 else ''}")
+    for key in ("model_author", "model_license"):
+        if meta.get(key):
+            lines.append(f"  {key + ':':15}{meta[key]}")
+    props = {k: v for k, v in meta.get("metadata_props", {}).items()
+             if k not in ("model_author", "model_license")}
+    if props:
+        lines.append("  Metadata:")
+        lines += [f"    {key}: {value}" for key, value in props.items()]
+    for title, key in (("Inputs", "inputs"), ("Outputs", "outputs")):
+        lines.append(f"{title}:")
+        for value in meta.get(key, ()):
+            bound = "x".join(str(d) for d in value["shape"]) or "scalar"
+            declared = "" if value["declared"] == bound else f" (declared {value['declared']})"
+            lines.append(f"  {value['name']}: {value['dtype']} {bound}{declared}")
+    bindings = meta.get("dim_bindings", {})
+    if bindings:
+        lines.append("Dimension variables: " +
+                     ", ".join(f"{name}={size}" for name, size in bindings.items()))
+    ops = Counter(node.op for node in graph.nodes)
+    lines.append(f"Float graph: {len(graph.nodes)} node(s)" +
+                 (f" ({', '.join(f'{op} {n}' for op, n in ops.items())})" if ops else "") +
+                 f", {len(graph.constants)} constant(s), "
+                 f"{sum(np.asarray(c).size for c in graph.constants.values()):,} parameters")
+    for title, key in (("Notes", "notes"), ("Warnings", "warnings")):
+        if meta.get(key):
+            lines.append(f"{title}:")
+            lines += [f"  - {text}" for text in meta[key]]
+    return "\n".join(lines)

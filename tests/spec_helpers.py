@@ -1,0 +1,74 @@
+"""Shared helpers of the ONNX IR conformance tests (``tests/test_spec_*.py``): build small
+models with onnx.helper, compare hwonnx's reading with onnxruntime, match messages exactly."""
+
+import re
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hwonnx.frontend import load_model
+from hwonnx.ir.evaluate import evaluate_float
+
+__all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "relu_model",
+           "FLOAT", "SUPPORTED"]
+
+FLOAT = TensorProto.FLOAT
+SUPPORTED = ("supported operators are Add, BatchNormalization, Conv, Dropout, Flatten, Gemm, "
+             "Identity, MatMul, Relu, Reshape")
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed + len(shape)).standard_normal(shape).astype(np.float32)
+
+
+def make_model(nodes, inputs, outputs, inits=None, opset=17, elem=FLOAT, opsets=None, ir=8,
+               out_elem=None, **kw):
+    """``inputs``/``outputs`` map names to shapes (``None`` entries are unknown dims)."""
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, elem, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, out_elem or elem, s) for n, s in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, ir_version=ir, opset_imports=opsets or [
+        helper.make_opsetid("", opset)], **kw)
+
+
+def relu_model(**kw):
+    return make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], {"x": [1, 4]},
+                      {"y": [1, 4]}, **kw)
+
+
+def raises(cls, message):
+    """``pytest.raises`` matching the whole message exactly."""
+    return pytest.raises(cls, match="^" + re.escape(message) + "$")
+
+
+def ort_outputs(model, feeds):
+    """Run ``model`` (a ModelProto or a path) on onnxruntime's CPU provider."""
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    inputs = {}
+    for i in session.get_inputs():
+        if i.name in feeds:
+            dtype = {"tensor(double)": np.float64, "tensor(float16)": np.float16}.get(
+                i.type, np.float32)
+            inputs[i.name] = feeds[i.name].astype(dtype)
+    return [o.name for o in session.get_outputs()], session.run(None, inputs)
+
+
+def check_against_ort(model, source=None, **load_args):
+    """Load ``source`` (default: ``model``) with hwonnx, evaluate the float graph and compare
+    every output with onnxruntime running ``model``; return the graph."""
+    graph = load_model(model if source is None else source, **load_args)
+    feeds = {name: rand(*graph.types[name].shape, seed=3) for name in graph.inputs}
+    names, expected = ort_outputs(model, feeds)
+    got = evaluate_float(graph, feeds)
+    assert names == list(graph.outputs)
+    for name, value in zip(names, expected):
+        np.testing.assert_allclose(got[name], value.astype(np.float32), rtol=1e-3, atol=1e-4)
+    return graph
