@@ -53,7 +53,9 @@ class Board:
     bram_kbits: int
     luts: int
     default_config: ArchConfig
-    clock_hz: int                # the clock the accelerator runs at on this board
+    clock_hz: int                # the clock the accelerator runs at on this board: the 8x8
+    #                              array reaches 40.8 MHz on ECP5 (bench/results/boards.md);
+    #                              Xilinx/Intel/Gowin clocks are unmeasured here (no tools)
     pll: bool = False            # derive clock_hz from the board oscillator with a PLL
 
     @property
@@ -86,13 +88,13 @@ BOARDS = {board.name: board for board in [
           25_000_000),
     Board("ecpix5-85", "LambdaConcept ECPIX-5, Lattice ECP5 LFE5UM5G-85F",
           "ecpix5:ECPIX585Platform", "ecp5", 156, 3744, 83640,
-          _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 50_000_000), 50_000_000, pll=True),
+          _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000), 25_000_000, pll=True),
     Board("arty-a7-35", "Digilent Arty A7-35T, Xilinx Artix-7 XC7A35T",
           "arty_a7:ArtyA7_35Platform", "xilinx7", 90, 1800, 20800,
-          _cfg(8, 6, 2048, 2048, 512, 64, 512, 50_000_000), 50_000_000, pll=True),
+          _cfg(8, 6, 2048, 2048, 512, 64, 512, 40_000_000), 40_000_000, pll=True),
     Board("arty-a7-100", "Digilent Arty A7-100T, Xilinx Artix-7 XC7A100T",
           "arty_a7:ArtyA7_100Platform", "xilinx7", 240, 4860, 63400,
-          _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 50_000_000), 50_000_000, pll=True),
+          _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 40_000_000), 40_000_000, pll=True),
     Board("de10-nano", "Terasic DE10-Nano, Intel Cyclone V 5CSEBA6", "de10_nano:"
           "DE10NanoPlatform", "cyclonev", 112, 5570, 83820,
           _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 50_000_000), 50_000_000),
