@@ -16,7 +16,7 @@ from .golden import dequantize, evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
 
-__all__ = ["BuildResult", "SimResult", "bitstream", "build", "run_board", "compile_model", "simulate", "load_build",
+__all__ = ["BuildResult", "SimResult", "bitstream", "build", "plan_model", "run_board", "compile_model", "simulate", "load_build",
            "run_golden", "run_rtl_batch"]
 
 
@@ -94,7 +94,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
         check_fits(config, target)          # before any compilation or synthesis
     graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
                                    override_initializers=override_initializers, log=log)
-    report = build_report(program, str(model), board, dict(graph.meta))
+    report = build_report(program, str(model), board, dict(graph.meta), graph)
     if out_dir is None:
         if bitstream:
             raise UsageError("--bitstream needs an output folder")
@@ -183,6 +183,21 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     return _result(result, q_out, cycles, 0.0)
 
 
+def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
+               override_initializers=None) -> "tuple[Graph, Program]":
+    """Compile ``model`` in memory without calibration data (placement, tiling and cycle
+    prediction depend only on shapes and weights, not on activation ranges)."""
+    from .frontend import load_model
+    from .quant import quantize_graph
+
+    float_graph = load_model(model, input_shapes=input_shapes,
+                             override_initializers=override_initializers)
+    dummy = {name: np.zeros((1,) + float_graph.types[name].shape, dtype=np.float32)
+             for name in float_graph.inputs}
+    int_graph = quantize_graph(float_graph, dummy)
+    return int_graph, lower(int_graph, config or ArchConfig())
+
+
 def load_build(out_dir) -> BuildResult:
     out = Path(out_dir)
     if not (out / "program.json").exists():
@@ -199,9 +214,10 @@ def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarr
     return quantize(samples, **dict(node.attrs))
 
 
-def _dequantize(graph: Graph, program: Program, q: np.ndarray) -> "dict[str, np.ndarray]":
-    node = next(n for n in graph.nodes if n.op == "Dequantize")
-    return {program.output_name: dequantize(q, **dict(node.attrs))}
+def _host_outputs(graph: Graph, program: Program, q: np.ndarray) -> "dict[str, np.ndarray]":
+    """The model's outputs from the accelerator's int8 output: dequantization and any host
+    steps after it (a final Softmax), with the golden model's host functions."""
+    return evaluate(graph, {program.output_value: q}, downstream=True)
 
 
 def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> SimResult:
@@ -225,7 +241,7 @@ def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
 
 def _result(build_result, q_out, cycles, speed) -> SimResult:
     program = build_result.program
-    return SimResult(_dequantize(build_result.graph, program, q_out), q_out, cycles,
+    return SimResult(_host_outputs(build_result.graph, program, q_out), q_out, cycles,
                      predict(program.instructions, program.config).total, program.macs,
                      program.config.rows * program.config.cols, speed)
 

@@ -50,8 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="NAME=file.npy",
                    help="use this value for an initializer that is also a graph input")
 
-    p = commands.add_parser("inspect", help="show what the frontend reads from a model")
+    p = commands.add_parser("inspect", help="show what the frontend reads from a model, where "
+                                            "each node runs, MACs and predicted cycles")
     p.add_argument("model", type=Path, help="the .onnx model")
+    p.add_argument("--board", default="sim", choices=sorted(BOARDS),
+                   help="target whose default array the prediction uses (default: %(default)s)")
+    p.add_argument("--rows", type=int, help="array rows (default: the board's)")
+    p.add_argument("--cols", type=int, help="array columns (default: the board's)")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
                    metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
     p.add_argument("--override-initializer", action="append", default=[],
@@ -118,8 +123,23 @@ def _run(args) -> int:
     elif args.command == "inspect":
         from .frontend import read_overrides
         from .inspect import inspect_model
-        print(inspect_model(args.model, dict(args.input_shape) or None,
-                            read_overrides(args.override_initializer) or None))
+        shapes = dict(args.input_shape) or None
+        overrides = read_overrides(args.override_initializer) or None
+        print(inspect_model(args.model, shapes, overrides))
+        from dataclasses import replace
+
+        from .boards import get_board
+        from .report import placement_table
+        config = get_board(args.board).default_config
+        config = replace(config, rows=args.rows or config.rows, cols=args.cols or config.cols)
+        graph, program = api.plan_model(args.model, config=config, input_shapes=shapes,
+                                        override_initializers=overrides)
+        from .compiler.timing import predict
+        total = predict(program.instructions, config).total
+        utilization = program.macs / (total * config.rows * config.cols)
+        print(f"\nPlacement on a {config.name} array ({program.macs:,} MACs, {total:,} "
+              f"predicted cycles per inference, {utilization:.1%} utilization):")
+        print(placement_table(graph, program))
     elif args.command == "sim":
         mode = "golden" if args.golden else "compare" if args.compare else "rtl"
         result = api.simulate(args.out, args.input, mode=mode, log=_log)

@@ -7,7 +7,45 @@ from pathlib import Path
 from .compiler.lower import Program
 from .compiler.timing import predict
 
-__all__ = ["layer_cycles", "build_report", "write_report"]
+__all__ = ["layer_cycles", "build_report", "write_report", "placement", "placement_table"]
+
+_WHY = {
+    "Quantize": ("host", "converts the float input to int8 before it is sent"),
+    "Dequantize": ("host", "converts the int8 result back to float"),
+    "QConv": ("hardware", "convolution on the systolic array"),
+    "QDense": ("hardware", "matrix multiply on the systolic array"),
+    "QAdd": ("hardware", "residual sum: a 1x1 convolution over both inputs"),
+    "QAvgPool": ("hardware", "average pooling: a depthwise convolution with weights of one"),
+    "Flatten": ("hardware", "layout only: the buffer is read in another order"),
+    "Reshape": ("hardware", "layout only: the buffer is read in another order"),
+    "Softmax": ("host", "no array mapping; runs in NumPy after the accelerator's output"),
+}
+
+
+def placement(graph) -> "list[dict]":
+    """Where each node of the integer graph runs (hardware or host) and why."""
+    rows = []
+    for node in graph.nodes:
+        float_layout = node.op in ("Flatten", "Reshape") and \
+            graph.types[node.outputs[0]].dtype != "int8"
+        where, why = (("host", "layout of a host value") if float_layout
+                      else _WHY.get(node.op, ("host", "host operator")))
+        rows.append({"node": node.name, "op": node.op, "where": where, "why": why})
+    return rows
+
+
+def placement_table(graph, program: "Program | None" = None) -> str:
+    """Markdown table of :func:`placement`, with MACs and predicted cycles per array layer."""
+    cycles = dict(zip((layer.name for layer in program.layers), layer_cycles(program))) \
+        if program else {}
+    macs = {layer.name: layer.macs for layer in program.layers} if program else {}
+    lines = ["| node | op | runs on | MACs | predicted cycles | why |",
+             "|---|---|---|---:|---:|---|"]
+    for row in placement(graph):
+        lines.append(f"| {row['node']} | {row['op']} | {row['where']} | "
+                     f"{macs.get(row['node'], '')} | {cycles.get(row['node'], '')} | "
+                     f"{row['why']} |")
+    return "\n".join(lines)
 
 
 def layer_cycles(program: Program) -> "list[int]":
@@ -19,7 +57,7 @@ def layer_cycles(program: Program) -> "list[int]":
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 
-def build_report(program: Program, model: str, board: str, meta: dict) -> dict:
+def build_report(program: Program, model: str, board: str, meta: dict, graph=None) -> dict:
     cfg = program.config
     pes = cfg.rows * cfg.cols
     cycles = layer_cycles(program)
@@ -44,6 +82,7 @@ def build_report(program: Program, model: str, board: str, meta: dict) -> dict:
         "rounding": "requantize: (v * mult + 2**(shift-1)) >> shift (half up); "
                     "host input: round half to even",
         "layers": layers,
+        "placement": placement(graph) if graph is not None else [],
         "total": {"macs": program.macs, "predicted_cycles": total,
                   "utilization": program.macs / (total * pes) if total else 0},
         "buffers": {name: {"used": used, "depth": getattr(cfg, f"{name}_depth")}
@@ -73,6 +112,10 @@ def write_report(report: dict, folder: Path) -> None:
               f"{total['utilization']:.1%} |", "", "| buffer | used words | depth |",
               "|---|---:|---:|"]
     lines += [f"| {name} | {b['used']} | {b['depth']} |" for name, b in report["buffers"].items()]
+    if report.get("placement"):
+        lines += ["", "| node | op | runs on | why |", "|---|---|---|---|"]
+        lines += [f"| {r['node']} | {r['op']} | {r['where']} | {r['why']} |"
+                  for r in report["placement"]]
     if report["model_info"]:
         lines += ["", "Model: " + ", ".join(f"{k} {v}" for k, v in report["model_info"].items())]
     if report["notes"] or report["warnings"]:

@@ -32,27 +32,58 @@ def random_dense_spec(rng) -> dict:
 
 
 def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Graph:
-    """A graph applying ``specs`` in order; a ``{"op": "flatten"}`` spec flattens. Layer
-    shapes follow from ``input_shape``; weights, biases, scales and zero points are random."""
+    """A graph applying ``specs`` in order; a ``{"op": "flatten"}`` spec flattens,
+    ``{"op": "avgpool", "k": ..., "strides": ..., "pads": ...}`` pools, and
+    ``{"op": "add", "with": i}`` adds the output of spec ``i`` (-1: the graph input) to the
+    current value. Conv specs may have a ``group``. Layer shapes follow from
+    ``input_shape``; weights, biases, scales and zero points are random."""
     types = {"x": TensorType("float32", input_shape), "x:q": TensorType("int8", input_shape)}
     zp = int(rng.integers(-128, 20))
     nodes = [Node("quantize", "Quantize", ("x",), ("x:q",), {"scale": 0.05, "zero_point": zp})]
     constants, value, shape = {}, "x:q", input_shape
+    history = {-1: ("x:q", input_shape, zp)}
     for index, spec in enumerate(specs):
         name, out = f"layer{index}", f"v{index}:q"
         if spec["op"] == "flatten":
             shape = (1, int(np.prod(shape[1:])))
             nodes.append(Node(name, "Flatten", (value,), (out,), {"axis": 1}))
+        elif spec["op"] in ("avgpool", "add"):
+            zp_out = int(rng.integers(-30, 30))
+            c = shape[1]
+            mult, shift = requant_params(rng.uniform(0.3, 1.0, c) / 4, name)
+            consts = {f"{name}:m": mult, f"{name}:s": shift}
+            if spec["op"] == "avgpool":
+                kh, kw = spec["k"]
+                oh = conv_output_size(shape[2], kh, spec["strides"][0], spec["pads"][0],
+                                      spec["pads"][2], 1)
+                ow = conv_output_size(shape[3], kw, spec["strides"][1], spec["pads"][1],
+                                      spec["pads"][3], 1)
+                op, inputs, new_shape = "QAvgPool", (value,), (1, c, oh, ow)
+                attrs = {"in_zp": zp, "kernel": (kh, kw), "strides": spec["strides"],
+                         "pads": spec["pads"]}
+            else:
+                other, other_shape, other_zp = history[spec["with"]]
+                assert other_shape == shape
+                op, inputs, new_shape = "QAdd", (value, other), shape
+                attrs = {"wa": int(rng.integers(20, 128)), "wb": int(rng.integers(20, 128)),
+                         "za": zp, "zb": other_zp}
+            attrs.update(out_zp=zp_out, lo=-128, hi=127)
+            constants.update(consts)
+            for key, array in consts.items():
+                types[key] = TensorType(str(array.dtype), array.shape)
+            nodes.append(Node(name, op, inputs + tuple(consts), (out,), attrs))
+            zp, shape = zp_out, new_shape
         else:
             cin = shape[1]
             if spec["op"] == "conv":
                 kh, kw = spec["k"]
-                w = rng.integers(-127, 128, (spec["cout"], cin, kh, kw)).astype(np.int8)
+                group = spec.get("group", 1)
+                w = rng.integers(-127, 128, (spec["cout"], cin // group, kh, kw)).astype(np.int8)
                 oh = conv_output_size(shape[2], kh, spec["strides"][0], spec["pads"][0],
                                       spec["pads"][2], spec["dilations"][0])
                 ow = conv_output_size(shape[3], kw, spec["strides"][1], spec["pads"][1],
                                       spec["pads"][3], spec["dilations"][1])
-                new_shape, fan_in = (1, spec["cout"], oh, ow), cin * kh * kw
+                new_shape, fan_in = (1, spec["cout"], oh, ow), cin // group * kh * kw
             else:
                 w = rng.integers(-127, 128, (cin, spec["cout"])).astype(np.int8)
                 new_shape, fan_in = (1, spec["cout"]), cin
@@ -67,7 +98,7 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
                      "hi": 127}
             if spec["op"] == "conv":
                 attrs.update(strides=spec["strides"], pads=spec["pads"],
-                             dilations=spec["dilations"])
+                             dilations=spec["dilations"], group=spec.get("group", 1))
             constants.update(consts)
             for key, array in consts.items():
                 types[key] = TensorType(str(array.dtype), array.shape)
@@ -76,6 +107,7 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
             zp, shape = zp_out, new_shape
         types[out] = TensorType("int8", shape)
         value = out
+        history[index] = (value, shape, zp)
     types["y"] = TensorType("float32", shape)
     nodes.append(Node("dequantize", "Dequantize", (value,), ("y",),
                       {"scale": 0.1, "zero_point": 0}))

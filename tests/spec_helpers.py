@@ -16,8 +16,8 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
            "FLOAT", "SUPPORTED"]
 
 FLOAT = TensorProto.FLOAT
-SUPPORTED = ("supported operators are Add, BatchNormalization, Conv, Dropout, Flatten, Gemm, "
-             "Identity, MatMul, Relu, Reshape")
+SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Conv, Dropout, "
+             "Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Relu, Reshape, Softmax")
 
 
 def rand(*shape, seed=0):

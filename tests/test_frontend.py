@@ -66,8 +66,9 @@ def test_conv_matches_onnxruntime(attrs, out_hw, bias):
     (node,) = graph.nodes
     assert node.op == "Conv" and node.name == "conv" and node.outputs == ("y",)
     assert len(node.inputs) == (3 if bias else 2)
-    assert set(node.attrs) == {"strides", "pads", "dilations", "relu"}
-    assert node.attrs["relu"] is False
+    assert set(node.attrs) == {"strides", "pads", "dilations", "group", "relu", "act_max"}
+    assert node.attrs["relu"] is False and node.attrs["act_max"] is None
+    assert node.attrs["group"] == 1
     assert graph.types["y"].shape == (1, 4, *out_hw)
 
 

@@ -183,7 +183,7 @@ def test_fuse_relu_needs_a_single_consumer(outputs):
 
 def test_float_pipeline_order():
     assert [p.name for p in FLOAT_PIPELINE] == [
-        "remove-identity", "fold-batchnorm", "fuse-bias", "fuse-relu"]
+        "remove-identity", "fold-batchnorm", "fuse-bias", "fuse-relu", "fuse-clip"]
 
 
 def bn_add_relu_graph():
@@ -203,14 +203,14 @@ def test_pipeline_fuses_conv_bn_add_relu_and_dumps(tmp_path):
     assert_equivalent(graph, new)
     assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == [
         "00-input.ir.txt", "01-remove-identity.ir.txt", "02-fold-batchnorm.ir.txt",
-        "03-fuse-bias.ir.txt", "04-fuse-relu.ir.txt"]
-    assert (tmp_path / "ir" / "04-fuse-relu.ir.txt").read_text() == repr(new) + "\n"
+        "03-fuse-bias.ir.txt", "04-fuse-relu.ir.txt", "05-fuse-clip.ir.txt"]
+    assert (tmp_path / "ir" / "05-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
 
 
 def test_pipeline_skips_passes():
     graph = bn_add_relu_graph()
     new = run_pipeline(graph, FLOAT_PIPELINE, PassContext(skip=frozenset({"fuse-bias"})))
-    assert [n.op for n in new.nodes] == ["Conv", "Add", "Relu"]
+    assert [(n.op, n.attrs["relu"]) for n in new.nodes] == [("Conv", False), ("Add", True)]
     assert_equivalent(graph, new)
 
 

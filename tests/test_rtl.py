@@ -94,3 +94,24 @@ def test_mismatch_names_first_differing_layer(config):
     assert message.startswith("sample 0: layer 'layer3' (QDense) output differs first at")
     with pytest.raises(MismatchError):
         raise MismatchError(message)
+
+
+def test_cnn_operators(config):
+    """Depthwise and grouped convolutions, average pooling with padding, a global average
+    pool and a residual Add, as the MLPerf Tiny CNNs use them."""
+    rng = np.random.default_rng(21)
+    specs = [dict(op="conv", cout=6, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=True),
+             dict(op="conv", cout=6, k=(3, 3), strides=(2, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=True, group=6),                  # depthwise
+             dict(op="conv", cout=6, k=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+                  dilations=(1, 1), relu=False, group=2),
+             dict(op="add", **{"with": 1}),
+             dict(op="avgpool", k=(2, 3), strides=(1, 2), pads=(1, 0, 0, 1)),
+             dict(op="avgpool", k=(3, 3), strides=(1, 1), pads=(0, 0, 0, 0)),  # global
+             dict(op="flatten"), dict(op="dense", cout=5, relu=False)]
+    graph = chain_graph(rng, specs, (1, 4, 6, 7))
+    assert graph.types["v5:q"].shape[2:] == (1, 1)
+    program, _ = _run_and_check(graph, config, rng, samples=2)
+    assert [layer.op for layer in program.layers] == [
+        "QConv", "QConv", "QConv", "QAdd", "QAvgPool", "QAvgPool", "QDense"]

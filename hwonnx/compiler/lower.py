@@ -14,7 +14,7 @@ from .alloc import ActAllocator
 from .isa import Op, encode
 from .layout import Placement, natural_placement
 
-__all__ = ["Program", "LayerPlan", "lower", "encode_program"]
+__all__ = ["ARRAY_OPS", "Program", "LayerPlan", "lower", "encode_program"]
 
 
 @dataclass
@@ -67,6 +67,15 @@ class Program:
                        output_value=self.layers[layer].output)
 
 
+#: Integer operators the array computes (each lowered as a convolution over its sources).
+ARRAY_OPS = ("QConv", "QDense", "QAdd", "QAvgPool")
+
+
+def _activations(node: Node, graph: Graph) -> "list[str]":
+    """The int8 activation inputs of a node (its other inputs are constants)."""
+    return [v for v in node.inputs if v and v not in graph.constants]
+
+
 def lower(graph: Graph, config: ArchConfig) -> Program:
     """Compile the integer ``graph`` for ``config``."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
@@ -75,8 +84,11 @@ def lower(graph: Graph, config: ArchConfig) -> Program:
         raise ResourceError(f"The model has {len(quantizers)} input(s) and "
                             f"{len(dequantizers)} output(s); this version of hwonnx maps "
                             f"models with exactly one input and one output")
-    body = [n for n in graph.nodes if n.op not in ("Quantize", "Dequantize")]
-    unknown = [n for n in body if n.op not in ("QConv", "QDense", "Flatten", "Reshape")]
+    # The accelerator runs everything on int8 values; float steps after the Dequantize (a
+    # final Softmax, say) run on the host.
+    body = [n for n in graph.nodes if n.op not in ("Quantize", "Dequantize")
+            and graph.types[n.outputs[0]].dtype == "int8"]
+    unknown = [n for n in body if n.op not in ARRAY_OPS + ("Flatten", "Reshape")]
     if unknown:
         raise UnsupportedOperatorError([(n.name, n.op, "", 0) for n in unknown])
 
@@ -84,7 +96,7 @@ def lower(graph: Graph, config: ArchConfig) -> Program:
     alloc = ActAllocator(config)
     last_use = {}
     for index, node in enumerate(body):
-        for value in node.inputs[:1]:
+        for value in _activations(node, graph):
             last_use[value] = index
     last_use[dequantizers[0].inputs[0]] = len(body)
 
@@ -111,13 +123,14 @@ def lower(graph: Graph, config: ArchConfig) -> Program:
             words = natural_placement(0, out_shape, rows).words
             base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
             placements[out] = natural_placement(base, out_shape, rows)
-            layers.append(builder.layer(node, source, placements[out]))
+            sources = [placements[v] for v in _activations(node, graph)]
+            layers.append(builder.layer(node, sources, placements[out]))
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
     instructions = builder.finish()
     program = Program(config, instructions, builder.images(), layers, placements,
-                      quantizers[0].inputs[0], dequantizers[0].outputs[0], input_value,
+                      quantizers[0].inputs[0], graph.outputs[0], input_value,
                       dequantizers[0].inputs[0])
     program.words = {"prog": len(instructions), "wgt": len(builder.wgt),
                      "par": len(builder.par), "act": alloc.high_water}
@@ -141,62 +154,69 @@ class _Builder:
         self.output_tiles = 0
         self.layer_count = 0
 
-    def layer(self, node: Node, source: Placement, target: Placement) -> LayerPlan:
-        cfg, rows, cols = self.config, self.config.rows, self.config.cols
-        consts = self.graph.constants
-        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
-        attrs = node.attrs
-        if node.op == "QConv":
-            if not source.is_natural_image(rows):
-                raise ResourceError(f"Layer '{node.name}': its input is a reshaped tensor "
-                                    f"that is not an image in [1, C, H, W] order")
-            n_out, c_in, kh, kw = w.shape
-            ih, iw = source.height, source.width
-            sy, sx = attrs["strides"]
-            pt, pl, pb, pr = attrs["pads"]
-            dy, dx = attrs["dilations"]
-            oh = conv_output_size(ih, kh, sy, pt, pb, dy)
-            ow = conv_output_size(iw, kw, sx, pl, pr, dx)
-            phys = np.zeros((n_out, kh, kw, source.cb * rows), dtype=np.int64)
-            phys[..., :c_in] = w.transpose(0, 2, 3, 1)
-            macs = oh * ow * n_out * c_in * kh * kw
-        else:   # QDense: the whole input tensor is one pixel of source.words words
-            k_in, n_out = w.shape
-            ih = iw = oh = ow = kh = kw = sy = sx = dy = dx = 1
-            pt = pl = 0
-            phys = np.zeros((n_out, 1, 1, source.words * rows), dtype=np.int64)
-            valid = source.logical >= 0
-            phys[:, 0, 0, valid] = w[source.logical[valid]].T
-            macs = n_out * k_in
-        cb_in = source.cb if node.op == "QConv" else source.words
-        in_zp, out_zp = int(attrs["in_zp"]), int(attrs["out_zp"])
-        bound = accumulate_bound(phys.reshape(n_out, -1)) + np.abs(bias.astype(np.int64))
+    def layer(self, node: Node, sources: "list[Placement]", target: Placement) -> LayerPlan:
+        """Emit the tiles of one array layer. Every layer is a convolution over one or more
+        sources: a K tile reads one channel block of one source at one kernel tap, so a
+        residual Add is a 1x1 convolution over both inputs, and average pooling a depthwise
+        convolution with weights of one."""
+        rows = self.config.rows
+        spec = _layer_spec(node, sources, self.graph, rows)
+        n_out, kh, kw = spec.phys.shape[:3]
+        bound = accumulate_bound(spec.phys.reshape(n_out, -1)) + np.abs(spec.bias)
         if bound.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': its int32 accumulator could overflow "
                                 f"(bound {int(bound.max())} for channel "
                                 f"{int(bound.argmax())}); splitting the reduction is not "
                                 f"supported yet")
-        folded = bias.astype(np.int64) - in_zp * phys.reshape(n_out, -1).sum(axis=1)
+        # The hardware adds raw activations; the zero points move into the bias.
+        folded = spec.bias.copy()
+        for source, offset in zip(spec.sources, spec.offsets):
+            width = source.cb * rows
+            folded -= source.zp * spec.phys[..., offset:offset + width].reshape(
+                n_out, -1).sum(axis=1)
         if folded.min(initial=0) < INT32_MIN or folded.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': the bias with the input zero point "
                                 f"folded in does not fit int32")
-
-        plan = LayerPlan(node.name, node.op, node.outputs[0], int(macs))
+        plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
         plan.first = len(self.tiles)
-        m_total, m_tile = oh * ow, min(oh * ow, cfg.acc_half)
-        k_tiles = [(ky, kx, cb) for ky in range(kh) for kx in range(kw) for cb in range(cb_in)]
-        tile_addr = {}
+        self._emit(spec, folded, target)
+        plan.tiles = len(self.tiles) - plan.first
+        self.layer_count += 1
+        return plan
+
+    def _emit(self, spec: "_LayerSpec", folded: np.ndarray, target: Placement) -> None:
+        cfg, rows, cols = self.config, self.config.rows, self.config.cols
+        n_out, kh, kw = spec.phys.shape[:3]
+        oh, ow = spec.out_hw
+        sy, sx = spec.strides
+        dy, dx = spec.dilations
+        pt, pl = spec.pads[0], spec.pads[1]
         par_base = len(self.par)
+        k_tiles, tile_addr = {}, {}
         for n0 in range(0, n_out, cols):
             nt = min(cols, n_out - n0)
-            self.par.append(_param_word(folded[n0:n0 + nt], mult[n0:n0 + nt],
-                                        shift[n0:n0 + nt], cols))
-            for ky, kx, cb in k_tiles:
-                tile_addr[n0, ky, kx, cb] = len(self.wgt)
-                block = np.zeros((rows, cols), dtype=np.int64)
-                block[:, :nt] = phys[n0:n0 + nt, ky, kx, cb * rows:(cb + 1) * rows].T
-                self.wgt.extend(_int8_word(row) for row in block)
+            self.par.append(_param_word(folded[n0:n0 + nt], spec.mult[n0:n0 + nt],
+                                        spec.shift[n0:n0 + nt], cols))
+            # K tiles whose weights are all zero for these channels (grouped and depthwise
+            # convolutions, the other input of an Add) are skipped; one is kept so that the
+            # accumulators are initialized.
+            k_tiles[n0] = []
+            for index, (source, offset) in enumerate(zip(spec.sources, spec.offsets)):
+                for ky in range(kh):
+                    for kx in range(kw):
+                        for cb in range(source.cb):
+                            lanes = slice(offset + cb * rows, offset + (cb + 1) * rows)
+                            block = spec.phys[n0:n0 + nt, ky, kx, lanes]
+                            if block.any() or (not k_tiles[n0] and index == len(spec.sources)
+                                               - 1 and ky == kh - 1 and kx == kw - 1
+                                               and cb == source.cb - 1):
+                                k_tiles[n0].append((index, ky, kx, cb))
+                                tile_addr[n0, index, ky, kx, cb] = len(self.wgt)
+                                padded = np.zeros((rows, cols), dtype=np.int64)
+                                padded[:, :nt] = block.T
+                                self.wgt.extend(_int8_word(row) for row in padded)
         first_of_layer = True
+        m_total, m_tile = oh * ow, min(oh * ow, cfg.acc_half)
         for m0 in range(0, m_total, m_tile):
             mt = min(m_tile, m_total - m0)
             oy0, ox0 = divmod(m0, ow)
@@ -204,30 +224,28 @@ class _Builder:
                 nt = min(cols, n_out - n0)
                 acc_base = (self.output_tiles % 2) * cfg.acc_half
                 self.output_tiles += 1
-                for k_index, (ky, kx, cb) in enumerate(k_tiles):
+                for k_index, (index, ky, kx, cb) in enumerate(k_tiles[n0]):
+                    src = spec.sources[index]
                     iy0 = oy0 * sy + ky * dy - pt
                     ix0 = ox0 * sx + kx * dx - pl
                     ixr = kx * dx - pl
                     matmul = dict(
                         op=Op.MATMUL, wait=int(first_of_layer), first=int(k_index == 0),
-                        count=mt, wgt_addr=tile_addr[n0, ky, kx, cb], acc_addr=acc_base,
-                        act_addr=source.base + (iy0 * iw + ix0) * cb_in + cb,
-                        act_row=source.base + (iy0 * iw + ixr) * cb_in + cb,
-                        ow=ow, ox0=ox0, ih=ih, iw=iw, iy0=iy0, ix0=ix0, ixr=ixr, sy=sy, sx=sx,
-                        step_x=sx * cb_in, step_y=sy * iw * cb_in, zp=in_zp)
+                        count=mt, wgt_addr=tile_addr[n0, index, ky, kx, cb], acc_addr=acc_base,
+                        act_addr=src.base + (iy0 * src.iw + ix0) * src.cb + cb,
+                        act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
+                        ow=ow, ox0=ox0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ixr,
+                        sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
+                        zp=src.zp)
                     first_of_layer = False
                     post = None
-                    if k_index == len(k_tiles) - 1:
+                    if k_index == len(k_tiles[n0]) - 1:
                         post = dict(
                             op=Op.POST, acc_addr=acc_base, count=mt, par_addr=par_base + n_index,
                             out_addr=target.base + m0 * target.cb + n0 // rows,
                             out_stride=target.cb, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
-                            lane_off=n0 % rows, nt=nt, zp=out_zp, lo=int(attrs["lo"]),
-                            hi=int(attrs["hi"]))
+                            lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi)
                     self.tiles.append((matmul, post, self.layer_count))
-        plan.tiles = len(self.tiles) - plan.first
-        self.layer_count += 1
-        return plan
 
     def finish(self) -> "list[dict]":
         """Order the instructions so that weight loads run ahead of the array: LOADW for tile
@@ -283,3 +301,100 @@ def encode_program(program: Program) -> "list[int]":
             raise ResourceError(f"Layer '{layer}': instruction {index} cannot be encoded: "
                                 f"{error}") from error
     return words
+
+
+@dataclass(frozen=True)
+class _Source:
+    """How a layer reads one input: its placement, words per pixel and zero point."""
+    base: int
+    ih: int
+    iw: int
+    cb: int
+    zp: int
+
+
+@dataclass
+class _LayerSpec:
+    """A layer as a convolution over its sources: ``phys`` is ``[N, KH, KW, lanes]`` with the
+    sources' channel lanes side by side (``offsets``)."""
+    sources: "list[_Source]"
+    offsets: "list[int]"
+    phys: np.ndarray
+    bias: np.ndarray
+    mult: np.ndarray
+    shift: np.ndarray
+    out_hw: "tuple[int, int]"
+    strides: "tuple[int, int]"
+    pads: "tuple[int, int, int, int]"
+    dilations: "tuple[int, int]"
+    out_zp: int
+    lo: int
+    hi: int
+    macs: int
+
+
+def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
+    if not placement.is_natural_image(rows):
+        raise ResourceError(f"Layer '{node.name}': its input is a reshaped tensor that is not "
+                            f"an image in [1, C, H, W] order")
+    return _Source(placement.base, placement.height, placement.width, placement.cb, zp)
+
+
+def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                ) -> _LayerSpec:
+    consts, attrs = graph.constants, node.attrs
+    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]))
+    if node.op == "QDense":
+        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
+        source = placements[0]
+        k_in, n_out = w.shape
+        phys = np.zeros((n_out, 1, 1, source.words * rows), dtype=np.int64)
+        valid = source.logical >= 0
+        phys[:, 0, 0, valid] = w[source.logical[valid]].T
+        return _LayerSpec([_Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
+                          phys, bias.astype(np.int64), mult, shift, (1, 1), (1, 1),
+                          (0, 0, 0, 0), (1, 1), macs=n_out * k_in, **out)
+    if node.op == "QAdd":
+        a, b = placements[:2]
+        mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
+        if len(a.shape) == 4:
+            sources = [_image_source(node, a, int(attrs["za"]), rows),
+                       _image_source(node, b, int(attrs["zb"]), rows)]
+            channels = a.shape[1]
+        else:
+            sources = [_Source(p.base, 1, 1, p.words, int(attrs[z]))
+                       for p, z in ((a, "za"), (b, "zb"))]
+            channels = int(np.prod(a.shape[1:]))
+        width = sources[0].cb * rows
+        phys = np.zeros((channels, 1, 1, 2 * width), dtype=np.int64)
+        lanes = np.arange(channels) if len(a.shape) == 4 else None
+        if lanes is None:         # vectors: physical lane of each logical element
+            lanes = np.argsort(np.where(a.logical >= 0, a.logical, 1 << 40))[:channels]
+        phys[np.arange(channels), 0, 0, lanes] = int(attrs["wa"])
+        phys[np.arange(channels), 0, 0, width + lanes] = int(attrs["wb"])
+        h, w_ = (a.height, a.width) if len(a.shape) == 4 else (1, 1)
+        return _LayerSpec(sources, [0, width], phys, np.zeros(channels, dtype=np.int64), mult,
+                          shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
+                          macs=2 * channels * h * w_, **out)
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    if node.op == "QAvgPool":
+        channels = placements[0].shape[1]
+        kh, kw = attrs["kernel"]
+        w = np.ones((channels, 1, kh, kw), dtype=np.int64)
+        bias, group, dilations = np.zeros(channels, dtype=np.int64), channels, (1, 1)
+        mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
+    else:                     # QConv
+        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
+        group, dilations = int(attrs.get("group", 1)), tuple(attrs["dilations"])
+        bias = bias.astype(np.int64)
+    n_out, c_group, kh, kw = w.shape
+    strides, pads = tuple(attrs["strides"]), tuple(attrs["pads"])
+    oh = conv_output_size(source.ih, kh, strides[0], pads[0], pads[2], dilations[0])
+    ow = conv_output_size(source.iw, kw, strides[1], pads[1], pads[3], dilations[1])
+    phys = np.zeros((n_out, kh, kw, source.cb * rows), dtype=np.int64)
+    per_group = n_out // group
+    for g in range(group):
+        outs = slice(g * per_group, (g + 1) * per_group)
+        phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
+    return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
+                      dilations, macs=oh * ow * n_out * c_group * kh * kw, **out)

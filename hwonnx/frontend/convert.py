@@ -101,40 +101,93 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return attrs
 
 
-def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, attrs = b.value(node.input[0]), _attrs(node)
+def _explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
+                   kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
+                   dilations: "tuple[int, ...]") -> "tuple[int, int, int, int]":
+    """Return ``(top, left, bottom, right)`` from ``pads`` or ``auto_pad`` of a Conv or pool."""
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad == "NOTSET":
+        return tuple(attrs.get("pads", (0, 0, 0, 0)))
+    if auto_pad == "VALID":
+        return (0, 0, 0, 0)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for n, k, s, d in zip(size, kernel, strides, dilations):
+            total = max(0, (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n)
+            first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            begin.append(first)
+            end.append(total - first)
+        return (*begin, *end)
+    raise ModelError(f"{node.op_type} '{node.name}' has auto_pad '{auto_pad}'; it must be "
+                     f"NOTSET, VALID, SAME_UPPER or SAME_LOWER")
+
+
+def _input_4d(b: _Builder, node: onnx.NodeProto, what: str) -> "tuple[str, tuple[int, ...]]":
+    x = b.value(node.input[0])
     shape = b.shape(x)
     if len(shape) != 4:
-        raise ModelError(f"Conv '{node.name}' must be a 2-D convolution (4-D input), not "
+        raise ModelError(f"{node.op_type} '{node.name}' must be a 2-D {what} (4-D input), not "
                          f"{len(shape) - 2}-D")
+    return x, shape
+
+
+#: Attributes of a layer-like node (Conv, Dense, Add, AvgPool) before any fusion.
+_ACTIVATION = {"relu": False, "act_max": None}
+
+
+def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
+    x, shape = _input_4d(b, node, "convolution")
+    attrs = _attrs(node)
     weight = b.onnx_constants[node.input[1]]
     kernel = tuple(attrs.get("kernel_shape", weight.shape[2:]))
     if kernel != tuple(weight.shape[2:]):
         raise ModelError(f"Conv '{node.name}' has kernel_shape {list(kernel)}, but its weight "
                          f"has shape {list(weight.shape)}")
+    group = int(attrs.get("group", 1))
+    if group < 1 or shape[1] % group or weight.shape[0] % group \
+            or weight.shape[1] * group != shape[1]:
+        raise ModelError(f"Conv '{node.name}' has group={group}, which does not fit its input "
+                         f"of {shape[1]} channels and its weight of shape {list(weight.shape)} "
+                         f"(it needs input channels = group x weight.shape[1] and output "
+                         f"channels divisible by group)")
     strides = tuple(attrs.get("strides", (1, 1)))
     dilations = tuple(attrs.get("dilations", (1, 1)))
-    auto_pad = attrs.get("auto_pad", "NOTSET")
-    if auto_pad == "NOTSET":
-        pads = tuple(attrs.get("pads", (0, 0, 0, 0)))
-    elif auto_pad == "VALID":
-        pads = (0, 0, 0, 0)
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for size, k, s, d in zip(shape[2:], kernel, strides, dilations):
-            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
-            first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            begin.append(first)
-            end.append(total - first)
-        pads = (*begin, *end)
-    else:
-        raise ModelError(f"Conv '{node.name}' has auto_pad '{auto_pad}'; it must be NOTSET, "
-                         f"VALID, SAME_UPPER or SAME_LOWER")
+    pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
     inputs = [x, b.constant(node, node.input[1])]
     if len(node.input) > 2 and node.input[2]:
         inputs.append(b.constant(node, node.input[2]))
     return Node(node.name, "Conv", inputs, (b.value(node.output[0]),),
-                {"strides": strides, "pads": pads, "dilations": dilations, "relu": False})
+                {"strides": strides, "pads": pads, "dilations": dilations, "group": group,
+                 **_ACTIVATION})
+
+
+def _average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
+    x, shape = _input_4d(b, node, "pooling")
+    attrs = _attrs(node)
+    if attrs.get("ceil_mode", 0):
+        raise ModelError(f"AveragePool '{node.name}' has ceil_mode=1; only ceil_mode=0 (output "
+                         f"size rounded down) is supported")
+    kernel = tuple(attrs["kernel_shape"])
+    dilations = tuple(attrs.get("dilations", (1, 1)))
+    if dilations != (1, 1):
+        raise ModelError(f"AveragePool '{node.name}' has dilations {list(dilations)}; only "
+                         f"dilations [1, 1] are supported")
+    strides = tuple(attrs.get("strides", (1, 1)))
+    pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    if any(p >= k for p, k in zip(pads, kernel * 2)):
+        raise ModelError(f"AveragePool '{node.name}' has pads {list(pads)}; each must be "
+                         f"smaller than the kernel {list(kernel)} (a window must not lie "
+                         f"entirely in the padding)")
+    return Node(node.name, "AvgPool", (x,), (b.value(node.output[0]),),
+                {"kernel": kernel, "strides": strides, "pads": pads,
+                 "count_include_pad": bool(attrs.get("count_include_pad", 0)), **_ACTIVATION})
+
+
+def _global_average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
+    x, shape = _input_4d(b, node, "pooling")
+    return Node(node.name, "AvgPool", (x,), (b.value(node.output[0]),),
+                {"kernel": tuple(shape[2:]), "strides": (1, 1), "pads": (0, 0, 0, 0),
+                 "count_include_pad": True, **_ACTIVATION})
 
 
 def _dense_input(b: _Builder, node: onnx.NodeProto) -> str:
@@ -167,7 +220,7 @@ def _gemm(b: _Builder, node: onnx.NodeProto) -> Node:
             raise ModelError(f"Gemm '{node.name}' must have C of shape [{n}] or [1, {n}], not "
                              f"{list(c.shape)}")
         inputs.append(b.new_constant(f"{node.name}_bias", c.reshape(n) * np.float32(beta)))
-    return Node(node.name, "Dense", inputs, (b.value(node.output[0]),), {"relu": False})
+    return Node(node.name, "Dense", inputs, (b.value(node.output[0]),), dict(_ACTIVATION))
 
 
 def _matmul(b: _Builder, node: onnx.NodeProto) -> Node:
@@ -176,7 +229,7 @@ def _matmul(b: _Builder, node: onnx.NodeProto) -> Node:
         raise ModelError(f"MatMul '{node.name}' must have a 2-D second operand, not "
                          f"{list(b.onnx_constants[node.input[1]].shape)}")
     return Node(node.name, "Dense", (x, b.constant(node, node.input[1])),
-                (b.value(node.output[0]),), {"relu": False})
+                (b.value(node.output[0]),), dict(_ACTIVATION))
 
 
 def _add(b: _Builder, node: onnx.NodeProto) -> Node:
@@ -184,11 +237,59 @@ def _add(b: _Builder, node: onnx.NodeProto) -> Node:
     if a in b.onnx_constants:                # constant second, the form fuse-bias looks for
         a, c = c, a
     c = b.constant(node, c) if c in b.onnx_constants else b.value(c)
-    return Node(node.name, "Add", (b.value(a), c), (b.value(node.output[0]),))
+    return Node(node.name, "Add", (b.value(a), c), (b.value(node.output[0]),),
+                dict(_ACTIVATION))
 
 
 def _relu(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Relu", (b.value(node.input[0]),), (b.value(node.output[0]),))
+
+
+def _clip_bound(b: _Builder, node: onnx.NodeProto, index: int, attrs: dict, key: str,
+                lower: bool) -> "float | None":
+    """Return the ``min`` (``lower``) or ``max`` bound of a Clip, None when it is absent or
+    unbounded (-inf / the lowest float for ``min``, +inf / the largest float for ``max``)."""
+    limit = float(np.finfo(np.float32).max)
+    if len(node.input) > index and node.input[index]:
+        raw = np.asarray(b.onnx_constants[node.input[index]])
+        if raw.size != 1 or (raw.dtype.kind != "f" and str(raw.dtype) != "bfloat16"):
+            raise ModelError(f"Clip '{node.name}' needs a floating-point scalar {key}, not "
+                             f"{raw.dtype} of shape {list(raw.shape)}")
+        value = float(raw.reshape(-1)[0])
+        if raw.dtype.kind == "f":                         # float16's largest value is 65504
+            limit = min(limit, float(np.finfo(raw.dtype).max))
+    elif key in attrs:                                    # opset < 11
+        value = float(attrs[key])
+    else:
+        return None
+    if math.isnan(value):
+        raise ModelError(f"Clip '{node.name}' has {key}=NaN")
+    if (lower and value <= -limit) or (not lower and value >= limit):
+        return None
+    if not math.isfinite(value):
+        raise ModelError(f"Clip '{node.name}' has {key}={value}, which clips every value")
+    return value
+
+
+def _clip(b: _Builder, node: onnx.NodeProto) -> Node:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    low = _clip_bound(b, node, 1, attrs, "min", lower=True)
+    high = _clip_bound(b, node, 2, attrs, "max", lower=False)
+    x, y = b.value(node.input[0]), b.value(node.output[0])
+    if low is None and high is None:
+        return Node(node.name, "Identity", (x,), (y,))
+    return Node(node.name, "Clip", (x,), (y,), {"min": low, "max": high})
+
+
+def _softmax(b: _Builder, node: onnx.NodeProto) -> Node:
+    x = b.value(node.input[0])
+    rank = len(b.shape(x))
+    axis = _attrs(node).get("axis", -1)                  # opset >= 13 (older is converted)
+    if not -rank <= axis < rank:
+        raise ModelError(f"Softmax '{node.name}' has axis={axis}, out of range for its "
+                         f"rank-{rank} input")
+    return Node(node.name, "Softmax", (x,), (b.value(node.output[0]),),
+                {"axis": axis + rank if axis < 0 else axis})
 
 
 def _check_unused(b: _Builder, node: onnx.NodeProto, what: str) -> None:
@@ -248,7 +349,8 @@ def _dropout(b: _Builder, node: onnx.NodeProto) -> Node:
 CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "BatchNormalization": _batchnorm, "Flatten": _flatten, "Reshape": _reshape,
-    "Identity": _identity, "Dropout": _dropout,
+    "Identity": _identity, "Dropout": _dropout, "AveragePool": _average_pool,
+    "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
 }
 
 

@@ -19,7 +19,7 @@ from .opsets import check_signatures, convert_opset
 from .read import read_model
 from .shapes import apply_overrides, bind_input_shapes, infer_shapes, value_types
 from .sparse import densify_sparse
-from .support import check_support
+from .support import check_fused, check_support
 from .validate import resolve_operators, validate_model
 
 __all__ = ["load_model", "read_model", "model_meta"]
@@ -38,7 +38,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     signatures, converted to a supported opset if older, its symbolic dimensions are bound,
     shapes are inferred, constant subgraphs are folded, and the result is converted to the
     float vocabulary of :mod:`hwonnx.ir.graph` and run through
-    :data:`hwonnx.passes.FLOAT_PIPELINE`.
+    :data:`hwonnx.passes.FLOAT_PIPELINE`; a ``Clip`` the pipeline could not fuse into the
+    layer before it is then refused.
 
     Parameters
     ----------
@@ -67,7 +68,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         If the model cannot be read, breaks an ONNX IR rule, has unbound or contradictory
         dimensions, or uses a supported operator in a form hwonnx cannot map.
     UnsupportedOperatorError
-        If any node uses an unsupported operator; lists all of them.
+        If any node uses an unsupported operator (lists all of them), a ``Softmax`` is not at
+        the end of the graph, or a ``Clip`` cannot be fused.
     """
     rlog = ReadLog()
     model = read_model(path_or_model)
@@ -105,7 +107,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         meta[key] = tuple({**declared, "shape": list(graph.types[declared["name"]].shape)}
                           for declared in meta[key] if declared["name"] in values)
     graph = replace(graph, meta=meta)
-    return run_pipeline(graph, FLOAT_PIPELINE, pass_context or PassContext())
+    graph = run_pipeline(graph, FLOAT_PIPELINE, pass_context or PassContext())
+    check_fused(graph, meta["opset"])
+    return graph
 
 
 def _dims(value: onnx.ValueInfoProto) -> str:

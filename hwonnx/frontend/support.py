@@ -4,15 +4,22 @@ unsupported operator gets one error listing every such node, not an onnx traceba
 import onnx
 
 from ..errors import UnsupportedOperatorError
+from ..ir.graph import Graph
 from .common import domain_opset, is_default_domain
 
-__all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support"]
+__all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "HOST_TAIL_OPS", "constant_values", "check_support",
+           "check_fused"]
 
 #: Operators mapped onto the float IR vocabulary.
 COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
-    "Identity", "Dropout",
+    "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Softmax",
 })
+#: Operators that may follow a ``Softmax``, which runs on the host after the accelerator.
+HOST_TAIL_OPS = frozenset({"Softmax", "Identity", "Dropout", "Flatten", "Reshape"})
+#: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
+#: ``AvgPool``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
+_LAYER_SOURCES = "Conv, Gemm, MatMul, Add, AveragePool or GlobalAveragePool"
 #: Operators accepted only on constant inputs; constant folding removes them.
 FOLDABLE_OPS = frozenset({
     "Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice", "Mul",
@@ -26,6 +33,7 @@ _CONSTANT_INPUTS = {
     "MatMul": {1: "second operand"},
     "BatchNormalization": {1: "scale", 2: "B", 3: "input_mean", 4: "input_var"},
     "Reshape": {1: "shape"},
+    "Clip": {1: "min", 2: "max"},
 }
 
 
@@ -57,13 +65,21 @@ def check_support(model: onnx.ModelProto) -> None:
     UnsupportedOperatorError
         If any node is in a domain other than ``ai.onnx``, is not a supported operator, is a
         foldable operator on a run-time value, or has a run-time value where a constant is
-        needed (convolution weights, ``MatMul`` second operand, ...) or ``group != 1``.
+        needed (convolution weights, ``MatMul`` second operand, ``Clip`` bounds, ...), or is
+        a ``Softmax`` that is not at the end of the graph (see :func:`_host_tail`).
     """
     graph = model.graph
     constant = constant_values(graph)
+    tail = _host_tail(graph)
     nodes, reasons = [], []
     for node in graph.node:
         reason = _reason(node, constant)
+        if reason is None and node.op_type == "Softmax" and is_default_domain(node.domain) \
+                and not all(v in constant for v in node.input if v) \
+                and node.output[0] not in tail:
+            reason = (f"Softmax '{node.name}' runs on the host and must be at the end of the "
+                      f"graph; only {', '.join(sorted(HOST_TAIL_OPS))} may follow it on the "
+                      f"way to the graph outputs")
         if reason is not None:
             nodes.append((node.name, node.op_type, node.domain,
                           domain_opset(model, node.domain)))
@@ -99,12 +115,50 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
         return ""
     if inputs_constant:
         return None                                  # folded away like any constant subgraph
-    if node.op_type == "Conv":
-        group = next((a.i for a in node.attribute if a.name == "group"), 1)
-        if group != 1:
-            return f"Conv '{node.name}' has attribute group={group}; only group=1 is supported"
     for index, role in _CONSTANT_INPUTS.get(node.op_type, {}).items():
         if index < len(node.input) and node.input[index] and node.input[index] not in constant:
             return (f"{node.op_type} '{node.name}' needs a constant {role}, but "
                     f"'{node.input[index]}' is computed at run time")
     return None
+
+
+def _host_tail(graph: onnx.GraphProto) -> "set[str]":
+    """Return the values every consumer path of which leads only to graph outputs through
+    :data:`HOST_TAIL_OPS` nodes (reading the value as their first input)."""
+    consumers: "dict[str, list[onnx.NodeProto]]" = {}
+    for node in graph.node:
+        for value in node.input:
+            if value:
+                consumers.setdefault(value, []).append(node)
+    tail: "set[str]" = set()
+    for node in reversed(graph.node):              # topological order: consumers first
+        for value in node.output:
+            if value and all(is_default_domain(c.domain) and c.op_type in HOST_TAIL_OPS
+                             and c.input[0] == value and value not in c.input[1:]
+                             and all(out in tail or out not in consumers
+                                     for out in c.output if out)
+                             for c in consumers.get(value, [])):
+                tail.add(value)
+    return tail
+
+
+def check_fused(graph: Graph, opset: int) -> None:
+    """Raise one :class:`UnsupportedOperatorError` naming every ``Clip`` the float pipeline
+    could not fuse into the layer before it (``opset``: the model's ai.onnx opset, for the
+    message). Runs after :data:`hwonnx.passes.FLOAT_PIPELINE`."""
+    nodes, reasons = [], []
+    for node in graph.nodes:
+        if node.op != "Clip":
+            continue
+        nodes.append((node.name, "Clip", "", opset))
+        low = node.attrs["min"]
+        if low is not None and low != 0:
+            reasons.append(f"Clip '{node.name}' has min={low:g}; only min 0 (a ReLU) or no "
+                           f"minimum can be fused into the layer before it")
+        else:
+            reasons.append(f"Clip '{node.name}' does not follow a {_LAYER_SOURCES} whose output "
+                           f"only it reads, so it cannot be fused")
+    if nodes:
+        error = UnsupportedOperatorError(nodes)
+        error.args = (f"{error} ({'; '.join(reasons)})",)
+        raise error

@@ -8,15 +8,20 @@ from .ops import GOLDEN_OPS
 __all__ = ["evaluate"]
 
 
-def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = False
-             ) -> "dict[str, np.ndarray]":
+def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = False,
+             downstream: bool = False) -> "dict[str, np.ndarray]":
     """Run ``graph`` on ``feeds`` (a leading sample axis is allowed) and return its outputs,
     or every value when ``keep_all`` (used to find the first differing layer). A node
-    whose outputs are all in ``feeds`` is skipped, so integer values can be fed directly."""
+    whose outputs are all in ``feeds`` is skipped, so integer values can be fed directly.
+    With ``downstream``, only nodes computable from ``feeds`` run (the host steps after the
+    accelerator's output, fed with the RTL's result); every graph output must still come
+    out."""
     env = {**graph.constants, **feeds}
     for node in graph.nodes:
         if all(v in feeds for v in node.outputs):
             continue                      # fed directly (e.g. already-quantized inputs)
+        if downstream and not all(v in env for v in node.inputs if v):
+            continue                      # upstream of the fed values: not asked for
         if node.op not in GOLDEN_OPS:  # the quantizer emits only golden ops: this is a bug
             raise NotImplementedError(f"No golden model for IR op {node.op} "
                                       f"(node '{node.name}')")
@@ -24,4 +29,7 @@ def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = Fals
         env[node.outputs[0]] = GOLDEN_OPS[node.op](*args, **dict(node.attrs))
     if keep_all:
         return env
+    missing = [name for name in graph.outputs if name not in env]
+    if missing:
+        raise ValueError(f"Graph outputs {missing} cannot be computed from the fed values")
     return {name: env[name] for name in graph.outputs}

@@ -10,8 +10,11 @@ import numpy as np
 
 from .im2col import im2col
 
-__all__ = ["GOLDEN_OPS", "golden_op", "quantize", "dequantize", "requantize", "qconv",
-           "qdense", "accumulate_bound"]
+__all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
+           "qconv", "qdense", "qavgpool", "qadd", "softmax", "accumulate_bound"]
+
+#: Operators that run on the host (NumPy float32) after the accelerator's output.
+HOST_OPS = frozenset({"Softmax"})
 
 GOLDEN_OPS: "dict[str, Callable[..., np.ndarray]]" = {}
 
@@ -72,13 +75,20 @@ def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
 @golden_op("QConv")
 def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
           shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int,
-          strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), **_) -> np.ndarray:
-    """int8 2-D convolution, NCHW: ``x`` ``[N, C, H, W]``, ``w`` ``[M, C, KH, KW]``.
-    Padding reads as ``in_zp`` (i.e. as real zero)."""
-    n, _, h, wd = x.shape
-    m, _, kh, kw = w.shape
-    patches = im2col(x, (kh, kw), strides, pads, dilations, pad_value=np.int8(in_zp))
-    acc = _accumulate(patches, w.reshape(m, -1), in_zp)       # [N, OH*OW, M]
+          strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1,
+          **_) -> np.ndarray:
+    """int8 2-D convolution, NCHW: ``x`` ``[N, C, H, W]``, ``w`` ``[M, C / group, KH, KW]``
+    (output channels ``[g M/group, (g+1) M/group)`` read input channels
+    ``[g C/group, (g+1) C/group)``). Padding reads as ``in_zp`` (i.e. as real zero)."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    mg = m // group
+    accs = []
+    for g in range(group):
+        patches = im2col(x[:, g * cg:(g + 1) * cg], (kh, kw), strides, pads, dilations,
+                         pad_value=np.int8(in_zp))
+        accs.append(_accumulate(patches, w[g * mg:(g + 1) * mg].reshape(mg, -1), in_zp))
+    acc = np.concatenate(accs, axis=-1)                        # [N, OH*OW, M]
     y = requantize(acc, bias, mult, shift, out_zp, lo, hi)
     top, left, bottom, right = pads
     oh = (h + top + bottom - dilations[0] * (kh - 1) - 1) // strides[0] + 1
@@ -92,6 +102,39 @@ def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
     """int8 fully connected layer: ``x`` ``[N, K]``, ``w`` ``[K, M]`` -> ``[N, M]``."""
     acc = _accumulate(x, w.T, in_zp)
     return requantize(acc, bias, mult, shift, out_zp, lo, hi)
+
+
+@golden_op("QAvgPool")
+def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
+             lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0), **_) -> np.ndarray:
+    """int8 average pooling: ``sum over the window of (x - in_zp)`` (padding contributes 0,
+    which is ONNX's ``count_include_pad=1``), requantized with ``mult * 2**-shift`` (which
+    includes the division by the window size)."""
+    c = x.shape[1]
+    ones = np.ones((c, 1) + tuple(kernel), dtype=np.int8)
+    return qconv(x, ones, np.zeros(c, dtype=np.int32), mult, shift, in_zp=in_zp,
+                 out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c)
+
+
+@golden_op("QAdd")
+def qadd(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, wa: int,
+         wb: int, za: int, zb: int, out_zp: int, lo: int, hi: int, **_) -> np.ndarray:
+    """Sum of two int8 tensors with different scales: ``wa (a - za) + wb (b - zb)`` with
+    int8 weights ``wa``, ``wb`` in the ratio of the two input scales, requantized per
+    channel (channel axis 1)."""
+    acc = wa * (a.astype(np.int64) - za) + wb * (b.astype(np.int64) - zb)
+    moved = np.moveaxis(acc, 1, -1)
+    y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
+                   hi)
+    return np.moveaxis(y, -1, 1)
+
+
+@golden_op("Softmax")
+def softmax(x: np.ndarray, *, axis: int = -1, **_) -> np.ndarray:
+    """Host operator (float32): softmax along ``axis``."""
+    x = np.asarray(x, dtype=np.float32)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
 
 
 @golden_op("Flatten")

@@ -1,9 +1,14 @@
-"""NumPy float32 reference evaluator of the float IR vocabulary (``Conv``, ``Dense``, ``Relu``,
-``Add``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``)."""
+"""NumPy float32 reference evaluator of the float IR vocabulary (``Conv``, ``Dense``, ``Add``,
+``AvgPool``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``,
+``Softmax``).
+
+The layer-like ops ``Conv``, ``Dense``, ``Add`` and ``AvgPool`` apply their fused activation
+after the op: ``max(y, 0)`` if ``relu``, then ``min(y, act_max)`` if ``act_max`` is set."""
 
 from typing import Callable
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node
@@ -21,25 +26,77 @@ def _batch(shape: "tuple[int, ...]", n: int) -> "tuple[int, ...]":
     return (n, *shape[1:])
 
 
+def _activation(node: Node, y: np.ndarray) -> np.ndarray:
+    """Apply the fused ``relu`` and ``act_max`` of a layer-like node."""
+    if node.attrs.get("relu"):
+        y = np.maximum(y, 0)
+    act_max = node.attrs.get("act_max")
+    if act_max is not None:
+        y = np.minimum(y, np.float32(act_max))
+    return y
+
+
 def _conv(graph: Graph, node: Node, x, w, b=None):
-    m, _, kh, kw = w.shape
+    m, cg, kh, kw = w.shape
+    group = node.attrs.get("group", 1)
     cols = im2col(x, (kh, kw), node.attrs["strides"], node.attrs["pads"],
-                  node.attrs["dilations"])
+                  node.attrs["dilations"])                           # [N, L, C*KH*KW]
     (sy, sx), (dy, dx) = node.attrs["strides"], node.attrs["dilations"]
     top, left, bottom, right = node.attrs["pads"]
     out_h = conv_output_size(x.shape[2], kh, sy, top, bottom, dy)
     out_w = conv_output_size(x.shape[3], kw, sx, left, right, dx)
-    y = (cols @ w.reshape(m, -1).T).transpose(0, 2, 1).reshape(x.shape[0], m, out_h, out_w)
+    n, length = cols.shape[:2]
+    # The patch axis is ordered (c, ky, kx), so group g owns a contiguous slice of it.
+    cols = cols.reshape(n, length, group, cg * kh * kw).transpose(2, 0, 1, 3)  # [G, N, L, K]
+    wg = w.reshape(group, 1, m // group, cg * kh * kw).transpose(0, 1, 3, 2)   # [G, 1, K, J]
+    y = (cols @ wg).transpose(1, 0, 3, 2)                                      # [N, G, J, L]
+    y = y.reshape(n, m, out_h, out_w)
     if b is not None:
         y = y + b.reshape(1, m, 1, 1)
-    return np.maximum(y, 0) if node.attrs.get("relu") else y
+    return _activation(node, y)
 
 
 def _dense(graph: Graph, node: Node, x, w, b=None):
     y = x @ w
     if b is not None:
         y = y + b
-    return np.maximum(y, 0) if node.attrs.get("relu") else y
+    return _activation(node, y)
+
+
+def _avgpool(graph: Graph, node: Node, x):
+    (kh, kw), (sy, sx) = node.attrs["kernel"], node.attrs["strides"]
+    top, left, bottom, right = node.attrs["pads"]
+    n, c, h, w = x.shape
+    padded = np.zeros((n, c, h + top + bottom, w + left + right), np.float32)
+    padded[:, :, top:top + h, left:left + w] = x
+    out_h = conv_output_size(h, kh, sy, top, bottom, 1)
+    out_w = conv_output_size(w, kw, sx, left, right, 1)
+    windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))
+    total = windows[:, :, :sy * (out_h - 1) + 1:sy, :sx * (out_w - 1) + 1:sx].sum(
+        axis=(-2, -1), dtype=np.float32)
+    if node.attrs["count_include_pad"]:
+        count = np.float32(kh * kw)
+    else:                                     # the real (unpadded) pixels under each window
+        inside = np.zeros(padded.shape[2:], np.float32)
+        inside[top:top + h, left:left + w] = 1
+        count = sliding_window_view(inside, (kh, kw))[
+            :sy * (out_h - 1) + 1:sy, :sx * (out_w - 1) + 1:sx].sum(axis=(-2, -1))
+    return _activation(node, total / count)
+
+
+def _softmax(graph: Graph, node: Node, x):
+    axis = node.attrs["axis"]
+    if axis == 0 and graph.types[node.inputs[0]].shape[0] == 1:
+        return np.ones_like(x)                # each sample of a batch is a softmax over 1 value
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _clip(graph: Graph, node: Node, x):
+    low, high = node.attrs["min"], node.attrs["max"]
+    if low is not None:
+        x = np.maximum(x, np.float32(low))
+    return x if high is None else np.minimum(x, np.float32(high))
 
 
 def _batchnorm(graph: Graph, node: Node, x, scale, bias, mean, var):
@@ -56,12 +113,15 @@ def _reshape(graph: Graph, node: Node, x):
 FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Conv": _conv,
     "Dense": _dense,
+    "Add": lambda graph, node, a, b: _activation(node, a + b),
+    "AvgPool": _avgpool,
     "Relu": lambda graph, node, x: np.maximum(x, 0),
-    "Add": lambda graph, node, a, b: a + b,
+    "Clip": _clip,
     "BatchNorm": _batchnorm,
     "Flatten": _reshape,
     "Reshape": _reshape,
     "Identity": lambda graph, node, x: x,
+    "Softmax": _softmax,
 }
 
 

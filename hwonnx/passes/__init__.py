@@ -2,11 +2,12 @@
 
 from .fold_batchnorm import FoldBatchNorm
 from .fuse_bias import FuseBias
+from .fuse_clip import FuseClip
 from .fuse_relu import FuseRelu
 from .pipeline import FLOAT_PIPELINE, Pass, PassContext, run_pipeline
 from .remove_identity import RemoveIdentity
 
 __all__ = [
     "FLOAT_PIPELINE", "Pass", "PassContext", "run_pipeline", "RemoveIdentity", "FoldBatchNorm",
-    "FuseBias", "FuseRelu",
+    "FuseBias", "FuseRelu", "FuseClip",
 ]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import fresh_name, fuse_into_producer, rewrite_each, sole_consumer
+from .rewrite import fresh_name, fuse_into_producer, has_activation, rewrite_each, sole_consumer
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -16,8 +16,8 @@ __all__ = ["FoldBatchNorm"]
 
 @dataclass(frozen=True)
 class FoldBatchNorm:
-    """Fold ``BatchNorm`` whose input is written by a ``Conv`` or ``Dense`` (without fused
-    ReLU) that nothing else reads: with ``s = scale / sqrt(var + epsilon)``, output channel
+    """Fold ``BatchNorm`` whose input is written by a ``Conv`` (any ``group``) or ``Dense``
+    (without fused ReLU or ``act_max``) that nothing else reads: with ``s = scale / sqrt(var + epsilon)``, output channel
     ``m`` of the weights is scaled by ``s[m]`` and the bias becomes ``(B - mean) * s + bias``.
 
     A ``BatchNorm`` that cannot be folded is left alone.
@@ -32,7 +32,7 @@ def _fold(graph: Graph, bn: Node) -> "Graph | None":
     if bn.op != "BatchNorm":
         return None
     producer = graph.producer(bn.inputs[0])
-    if producer is None or producer.op not in ("Conv", "Dense") or producer.attrs.get("relu") \
+    if producer is None or producer.op not in ("Conv", "Dense") or has_activation(producer) \
             or sole_consumer(graph, bn.inputs[0]) is not bn \
             or not all(v in graph.constants for v in (*bn.inputs[1:], *producer.inputs[1:])):
         return None

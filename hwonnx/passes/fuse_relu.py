@@ -1,10 +1,11 @@
-"""``fuse-relu``: fold ``Relu`` into the preceding ``Conv``/``Dense``."""
+"""``fuse-relu``: fold ``Relu`` into the preceding layer-like node (``Conv``, ``Dense``,
+``Add``, ``AvgPool``)."""
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..ir.graph import Graph, Node
-from .rewrite import fuse_into_producer, rewrite_each, sole_consumer
+from .rewrite import LAYER_OPS, fuse_into_producer, rewrite_each, sole_consumer
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -14,7 +15,8 @@ __all__ = ["FuseRelu"]
 
 @dataclass(frozen=True)
 class FuseRelu:
-    """Replace ``Relu(y)``, where ``y`` is written by a ``Conv``/``Dense`` that nothing else
+    """Replace ``Relu(y)``, where ``y`` is written by a ``Conv``, ``Dense``, ``Add`` or
+    ``AvgPool`` without fused ReLU (and without a negative ``act_max``) that nothing else
     reads, by that node with ``relu=True`` writing the ``Relu`` output."""
     name: str = "fuse-relu"
 
@@ -26,8 +28,11 @@ def _fuse(graph: Graph, relu: Node) -> "Graph | None":
     if relu.op != "Relu":
         return None
     producer = graph.producer(relu.inputs[0])
-    if producer is None or producer.op not in ("Conv", "Dense") or producer.attrs.get("relu") \
+    if producer is None or producer.op not in LAYER_OPS or producer.attrs.get("relu") \
             or sole_consumer(graph, relu.inputs[0]) is not relu:
+        return None
+    act_max = producer.attrs.get("act_max")
+    if act_max is not None and act_max < 0:   # max(min(y, a), 0) = 0 is not min(max(y, 0), a)
         return None
     fused = replace(producer.with_attrs(relu=True), outputs=relu.outputs)
     return fuse_into_producer(graph, producer, relu, fused)

@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 from ..ir.graph import Graph, IRVerificationError
 from .fold_batchnorm import FoldBatchNorm
 from .fuse_bias import FuseBias
+from .fuse_clip import FuseClip
 from .fuse_relu import FuseRelu
 from .remove_identity import RemoveIdentity
 
@@ -67,4 +68,5 @@ def run_pipeline(graph: Graph, passes: "Sequence[Pass]", ctx: PassContext) -> Gr
 
 
 #: The passes :func:`hwonnx.frontend.load_model` runs on every float graph.
-FLOAT_PIPELINE: "list[Pass]" = [RemoveIdentity(), FoldBatchNorm(), FuseBias(), FuseRelu()]
+FLOAT_PIPELINE: "list[Pass]" = [RemoveIdentity(), FoldBatchNorm(), FuseBias(), FuseRelu(),
+                                FuseClip()]

@@ -7,7 +7,16 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, TensorType
 
-__all__ = ["sole_consumer", "fresh_name", "prune", "rewrite_each", "fuse_into_producer"]
+__all__ = ["LAYER_OPS", "has_activation", "sole_consumer", "fresh_name", "prune", "rewrite_each", "fuse_into_producer"]
+
+#: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
+#: in that order after the op itself.
+LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool"})
+
+
+def has_activation(node: Node) -> bool:
+    """Return whether ``node`` already has a fused ReLU or an upper clip bound."""
+    return bool(node.attrs.get("relu")) or node.attrs.get("act_max") is not None
 
 
 def sole_consumer(graph: Graph, value: str) -> "Node | None":

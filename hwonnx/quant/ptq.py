@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from ..errors import QuantizationError, UnsupportedOperatorError
-from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
+from ..golden.ops import HOST_OPS, INT32_MAX, INT32_MIN, accumulate_bound
 from ..ir import Graph, Node, TensorType
 from ..ir.evaluate import evaluate_float
 
@@ -13,6 +13,7 @@ __all__ = ["quantize_graph", "activation_params", "requant_params", "CALIBRATION
 
 CALIBRATION_METHOD = "min-max"
 _LAYOUT_OPS = ("Flatten", "Reshape")
+_HOST = tuple(sorted(HOST_OPS))
 
 
 def activation_params(lo: float, hi: float) -> "tuple[float, int]":
@@ -49,7 +50,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
     """Quantize a float graph (``Conv``, ``Dense``, ``Flatten``, ``Reshape``) with min/max
     calibration on ``calib`` (``name -> [S, *shape]``): int8 weights, symmetric per output
     channel; int8 activations, asymmetric per tensor; int32 bias."""
-    leftover = [n for n in graph.nodes if n.op not in ("Conv", "Dense") + _LAYOUT_OPS]
+    leftover = [n for n in graph.nodes
+                if n.op not in ("Conv", "Dense", "Add", "AvgPool") + _LAYOUT_OPS + _HOST]
     if leftover:
         raise UnsupportedOperatorError(
             [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
@@ -75,29 +77,49 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
         nodes.append(Node(f"quantize_{name}", "Quantize", (name,), (qname[name],),
                           {"scale": scale, "zero_point": zp}))
 
+    host_values: "set[str]" = set()
+    dequantized: "dict[str, str]" = {}
+
+    def float_value(value: str) -> str:
+        """The float version of an accelerator value, dequantized once on the host."""
+        if value in host_values or value in graph.inputs:
+            return value
+        if value not in dequantized:
+            scale, zp = params[value]
+            name = value if value in graph.outputs else f"{value}:dq"
+            types[name] = TensorType("float32", graph.types[value].shape)
+            nodes.append(Node(f"dequantize_{value}", "Dequantize", (qname[value],), (name,),
+                              {"scale": scale, "zero_point": zp}))
+            dequantized[value] = name
+        return dequantized[value]
+
     for node in graph.nodes:
         x = node.inputs[0]
         out = node.outputs[0]
+        if node.op in _HOST or x in host_values:       # host steps after the accelerator
+            if node.op not in _HOST + _LAYOUT_OPS:
+                raise UnsupportedOperatorError([(node.name, f"{node.op} after a host step",
+                                                 "", graph.meta.get("opset", 0))])
+            types[out] = TensorType("float32", graph.types[out].shape)
+            nodes.append(Node(node.name, node.op, (float_value(x),), (out,), node.attrs))
+            host_values.add(out)
+            continue
         qname[out] = f"{out}:q"
         types[qname[out]] = TensorType("int8", graph.types[out].shape)
         if node.op in _LAYOUT_OPS:
             params[out] = params[x]
             nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
             continue
-        if node.attrs.get("relu"):
-            params[out] = activation_params(0.0, values[out].max())
+        params[out] = _output_params(node, values[out])
+        if node.op == "Add":
+            nodes.append(_quantize_add(node, params, qname, constants, types))
+        elif node.op == "AvgPool":
+            nodes.append(_quantize_avgpool(node, params, qname, constants, types))
         else:
-            params[out] = activation_params(values[out].min(), values[out].max())
-        nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
-                                     constants, types))
+            nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
+                                         constants, types))
 
-    outputs = []
-    for name in graph.outputs:
-        scale, zp = params[name]
-        types[name] = TensorType("float32", graph.types[name].shape)
-        nodes.append(Node(f"dequantize_{name}", "Dequantize", (qname[name],), (name,),
-                          {"scale": scale, "zero_point": zp}))
-        outputs.append(name)
+    outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
     meta = {**graph.meta, "calibration": CALIBRATION_METHOD,
             "calibration_samples": int(next(iter(calib.values())).shape[0]),
             "activation_quantization": "int8 asymmetric per tensor",
@@ -122,7 +144,7 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
         raise QuantizationError(f"Layer '{node.name}': the int32 accumulator could overflow "
                                 f"(bound {int((bound + np.abs(bq)).max())})")
     mult, shift = requant_params(s_in * s_w / s_out, node.name)
-    lo = max(-128, zp_out) if node.attrs.get("relu") else -128
+    lo, hi = _clamp(node, out_params)
     prefix = node.name
     names = {k: f"{prefix}:{k}" for k in ("w", "bias", "mult", "shift")}
     if node.op == "Conv":
@@ -134,11 +156,78 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     constants[names["shift"]] = shift
     for key, array in ((k, constants[names[k]]) for k in names):
         types[names[key]] = TensorType(str(array.dtype), array.shape)
-    attrs = {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": 127,
+    attrs = {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
              "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))}
     if node.op == "Conv":
         attrs.update(strides=tuple(node.attrs["strides"]), pads=tuple(node.attrs["pads"]),
-                     dilations=tuple(node.attrs["dilations"]))
+                     dilations=tuple(node.attrs["dilations"]),
+                     group=int(node.attrs.get("group", 1)))
     return Node(node.name, "QConv" if node.op == "Conv" else "QDense",
                 (qname[node.inputs[0]], names["w"], names["bias"], names["mult"],
                  names["shift"]), (qname[node.outputs[0]],), attrs)
+
+
+def _output_params(node: Node, values: np.ndarray) -> "tuple[float, int]":
+    """Output scale and zero point from calibration, within a fused ReLU / Clip range."""
+    lo, hi = float(values.min()), float(values.max())
+    if node.attrs.get("relu"):
+        lo = max(lo, 0.0)
+    if node.attrs.get("act_max") is not None:
+        hi = min(hi, float(node.attrs["act_max"]))
+    return activation_params(lo, hi)
+
+
+def _clamp(node: Node, out_params) -> "tuple[int, int]":
+    """int8 clamp bounds of a fused ReLU (real 0) and Clip maximum."""
+    scale, zp = out_params
+    lo = max(-128, zp) if node.attrs.get("relu") else -128
+    hi = 127
+    if node.attrs.get("act_max") is not None:
+        hi = int(np.clip(round(float(node.attrs["act_max"]) / scale) + zp, lo, 127))
+    return lo, hi
+
+
+def _add_constants(prefix: str, arrays: dict, constants: dict, types: dict) -> "tuple[str, ...]":
+    names = []
+    for key, array in arrays.items():
+        name = f"{prefix}:{key}"
+        constants[name] = array
+        types[name] = TensorType(str(array.dtype), array.shape)
+        names.append(name)
+    return tuple(names)
+
+
+def _quantize_add(node: Node, params, qname, constants, types) -> Node:
+    """Residual Add: both inputs are rescaled by int8 weights in the ratio of their scales
+    (the larger gets 127), summed exactly and requantized once."""
+    a, b = node.inputs[:2]
+    (sa, za), (sb, zb) = params[a], params[b]
+    s_out, zp_out = params[node.outputs[0]]
+    largest = max(sa, sb)
+    wa, wb = int(round(127 * sa / largest)), int(round(127 * sb / largest))
+    channels = types[qname[a]].shape[1]
+    mult, shift = requant_params(np.full(channels, largest / 127 / s_out), node.name)
+    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = _clamp(node, params[node.outputs[0]])
+    return Node(node.name, "QAdd", (qname[a], qname[b]) + names, (qname[node.outputs[0]],),
+                {"wa": wa, "wb": wb, "za": za, "zb": zb, "out_zp": zp_out, "lo": lo,
+                 "hi": hi, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+
+
+def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
+    x = node.inputs[0]
+    (s_in, zp_in), (s_out, zp_out) = params[x], params[node.outputs[0]]
+    kernel = tuple(node.attrs["kernel"])
+    if any(node.attrs["pads"]) and not node.attrs.get("count_include_pad"):
+        raise UnsupportedOperatorError([(
+            node.name, "AveragePool with padding and count_include_pad=0 (the divisor "
+            "changes at the border)", "", 0)])
+    channels = types[qname[x]].shape[1]
+    real = np.full(channels, s_in / (kernel[0] * kernel[1] * s_out))
+    mult, shift = requant_params(real, node.name)
+    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = _clamp(node, params[node.outputs[0]])
+    return Node(node.name, "QAvgPool", (qname[x],) + names, (qname[node.outputs[0]],),
+                {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
+                 "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
+                 "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})

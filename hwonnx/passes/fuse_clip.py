@@ -1,0 +1,47 @@
+"""``fuse-clip``: fold ``Clip`` into the preceding layer-like node (``Conv``, ``Dense``,
+``Add``, ``AvgPool``) as ``relu`` and ``act_max``."""
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..ir.graph import Graph, Node
+from .rewrite import LAYER_OPS, fuse_into_producer, rewrite_each, sole_consumer
+
+if TYPE_CHECKING:
+    from .pipeline import PassContext
+
+__all__ = ["FuseClip"]
+
+
+@dataclass(frozen=True)
+class FuseClip:
+    """Replace ``Clip(y)`` {``min``, ``max``}, where ``y`` is written by a ``Conv``,
+    ``Dense``, ``Add`` or ``AvgPool`` that nothing else reads, by that node writing the
+    ``Clip`` output, with ``relu=True`` if ``min`` is 0 and ``act_max`` lowered to ``max``
+    (``min(act_max, max)``) if ``max`` is set; ``Relu6`` exports as ``Clip(0, 6)``.
+
+    A ``Clip`` with any other ``min`` (not 0, not None), or after any other node, is left
+    alone; :func:`hwonnx.frontend.load_model` then refuses it.
+    """
+    name: str = "fuse-clip"
+
+    def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
+        return rewrite_each(graph, _fuse)
+
+
+def _fuse(graph: Graph, clip: Node) -> "Graph | None":
+    if clip.op != "Clip":
+        return None
+    low, high = clip.attrs["min"], clip.attrs["max"]
+    producer = graph.producer(clip.inputs[0])
+    if low not in (None, 0) or producer is None or producer.op not in LAYER_OPS \
+            or sole_consumer(graph, clip.inputs[0]) is not clip:
+        return None
+    attrs = {}
+    if low == 0:
+        attrs["relu"] = True
+    if high is not None:
+        old = producer.attrs.get("act_max")
+        attrs["act_max"] = float(high) if old is None else min(float(old), float(high))
+    fused = replace(producer.with_attrs(**attrs), outputs=clip.outputs)
+    return fuse_into_producer(graph, producer, clip, fused)
