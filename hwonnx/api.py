@@ -47,18 +47,18 @@ class SimResult:
 
 def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
                   override_initializers=None, log=print) -> "tuple[Graph, Program]":
-    """Frontend, quantizer and compiler, in memory."""
+    """Frontend, quantizer and compiler, in memory. ``calib`` (samples or a sample file) may
+    be None for a pre-quantized model that gives every quantization parameter; otherwise
+    :func:`~hwonnx.quant.quantize_graph` raises :class:`QuantizationError`."""
     from .frontend import load_model
     from .quant import load_samples, normalize_samples, quantize_graph
 
     started = time.monotonic()
     float_graph = load_model(model, input_shapes=input_shapes,
                              override_initializers=override_initializers)
-    if calib is None:
-        raise QuantizationError("Calibration data is required to quantize a float model: "
-                                "pass --calib samples.npz (one array per input, first axis = "
-                                "samples) or an .npy for a single-input model")
-    if isinstance(calib, dict):
+    if calib is None:       # enough when the model gives every quantization parameter
+        samples = None
+    elif isinstance(calib, dict):
         samples = normalize_samples(float_graph, calib, "Calibration data")
     else:
         samples = load_samples(calib, float_graph, "Calibration file")

@@ -219,7 +219,8 @@ def _gemm(b: _Builder, node: onnx.NodeProto) -> Node:
         if c.shape not in ((n,), (1, n)):
             raise ModelError(f"Gemm '{node.name}' must have C of shape [{n}] or [1, {n}], not "
                              f"{list(c.shape)}")
-        inputs.append(b.new_constant(f"{node.name}_bias", c.reshape(n) * np.float32(beta)))
+        inputs.append(b.constant(node, node.input[2]) if c.shape == (n,) and beta == 1.0 else
+                      b.new_constant(f"{node.name}_bias", c.reshape(n) * np.float32(beta)))
     return Node(node.name, "Dense", inputs, (b.value(node.output[0]),), dict(_ACTIVATION))
 
 

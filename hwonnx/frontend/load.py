@@ -16,6 +16,7 @@ from .fold import fold_constants, remove_dead_nodes
 from .functions import inline_functions
 from .graph_rules import check_graph
 from .opsets import check_signatures, convert_opset
+from .prequant import annotate_graph, dequantize_model, is_prequantized
 from .read import read_model
 from .shapes import apply_overrides, bind_input_shapes, infer_shapes, value_types
 from .sparse import densify_sparse
@@ -39,7 +40,10 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     shapes are inferred, constant subgraphs are folded, and the result is converted to the
     float vocabulary of :mod:`hwonnx.ir.graph` and run through
     :data:`hwonnx.passes.FLOAT_PIPELINE`; a ``Clip`` the pipeline could not fuse into the
-    layer before it is then refused.
+    layer before it is then refused. A model already quantized by onnxruntime (QDQ or
+    QOperator) is first rewritten into the float model it encodes, right before the support
+    check (:mod:`.prequant`); its quantization parameters end up in
+    ``graph.meta["quantization"]`` (:func:`.annotate.annotate_graph`).
 
     Parameters
     ----------
@@ -84,6 +88,10 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         resolve_operators(inlined)
     model = inlined
     prune_dead_nodes(model)
+    annotations = None
+    if is_prequantized(model):                  # onnxruntime QDQ / QOperator model
+        annotations = dequantize_model(model)
+        prune_dead_nodes(model)
     check_support(model)
     check_signatures(model)
     model = convert_opset(model, rlog)
@@ -109,6 +117,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     graph = replace(graph, meta=meta)
     graph = run_pipeline(graph, FLOAT_PIPELINE, pass_context or PassContext())
     check_fused(graph, meta["opset"])
+    if annotations is not None:
+        graph = annotate_graph(graph, annotations)
     return graph
 
 

@@ -1,7 +1,11 @@
-"""Quantization: post-training quantization of float graphs with calibration data."""
+"""Quantization: post-training quantization of float graphs with calibration data, or with
+the parameters of a pre-quantized model; onnxruntime's rounding for comparison."""
 
 from .data import load_samples, normalize_samples
-from .ptq import CALIBRATION_METHOD, activation_params, quantize_graph, requant_params
+from .ort_rounding import evaluate_onnxruntime, requantize_float32
+from .ptq import (CALIBRATION_METHOD, activation_params, add_weights, quantize_graph,
+                  requant_params)
 
-__all__ = ["CALIBRATION_METHOD", "activation_params", "load_samples", "normalize_samples",
-           "quantize_graph", "requant_params"]
+__all__ = ["CALIBRATION_METHOD", "activation_params", "add_weights", "evaluate_onnxruntime",
+           "load_samples", "normalize_samples", "quantize_graph", "requant_params",
+           "requantize_float32"]

@@ -9,7 +9,8 @@ from ..golden.ops import HOST_OPS, INT32_MAX, INT32_MIN, accumulate_bound
 from ..ir import Graph, Node, TensorType
 from ..ir.evaluate import evaluate_float
 
-__all__ = ["quantize_graph", "activation_params", "requant_params", "CALIBRATION_METHOD"]
+__all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
+           "CALIBRATION_METHOD"]
 
 CALIBRATION_METHOD = "min-max"
 _LAYOUT_OPS = ("Flatten", "Reshape")
@@ -46,26 +47,59 @@ def requant_params(real: np.ndarray, layer: str) -> "tuple[np.ndarray, np.ndarra
     return mult.astype(np.int32), shift.astype(np.int32)
 
 
-def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
-    """Quantize a float graph (``Conv``, ``Dense``, ``Flatten``, ``Reshape``) with min/max
-    calibration on ``calib`` (``name -> [S, *shape]``): int8 weights, symmetric per output
-    channel; int8 activations, asymmetric per tensor; int32 bias."""
+_CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = samples) or "
+                   "an .npy for a single-input model")
+
+
+def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
+    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``Flatten``,
+    ``Reshape``, host ``Softmax``) to the integer vocabulary.
+
+    Quantization parameters a pre-quantized model gives (``graph.meta["quantization"]``, see
+    :func:`hwonnx.frontend.prequant.annotate_graph`) are used as they are: activation scales
+    and zero points, int8 weights with their per-channel scales (a weight zero point is
+    folded into the weights), int32 biases. Everything else comes from min/max calibration
+    on ``calib`` (``name -> [S, *shape]``): int8 weights symmetric per output channel, int8
+    activations asymmetric per tensor, int32 bias. ``calib`` may be None when the model
+    gives the parameters of every value that needs them.
+
+    Raises
+    ------
+    QuantizationError
+        If calibration data is needed but missing or not finite, a layout op would have to
+        requantize, a weight zero point cannot be folded, or a layer could overflow int32.
+    """
     leftover = [n for n in graph.nodes
                 if n.op not in ("Conv", "Dense", "Add", "AvgPool") + _LAYOUT_OPS + _HOST]
     if leftover:
         raise UnsupportedOperatorError(
             [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
                 "opset", 0)) for n in leftover])
-    feeds = {name: calib[name].reshape((-1,) + graph.types[name].shape[1:])
-             for name in graph.inputs}
-    for name, array in feeds.items():
-        if not np.isfinite(array).all():
-            raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
-                                    f"infinite values")
-    values = evaluate_float(graph, feeds, keep_all=True)
+    ann = graph.meta.get("quantization") or {}
+    given = {v: (float(s), int(z)) for v, (s, z) in ann.get("activations", {}).items()}
+    missing = [v for v in _quantized_values(graph) if v not in given]
+    values: "dict[str, np.ndarray]" = {}
+    if missing and calib is None:
+        if not ann:
+            raise QuantizationError(f"Calibration data is required to quantize a float model: "
+                                    f"{_CALIB_REQUIRED}")
+        listed = ", ".join(f"'{v}'" for v in missing[:5]) + (", ..." if len(missing) > 5
+                                                              else "")
+        raise QuantizationError(f"Calibration data is required: the model gives no "
+                                f"quantization parameters for {len(missing)} value(s) "
+                                f"({listed}); {_CALIB_REQUIRED}")
+    if missing:
+        feeds = {name: calib[name].reshape((-1,) + graph.types[name].shape[1:])
+                 for name in graph.inputs}
+        for name, array in feeds.items():
+            if not np.isfinite(array).all():
+                raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
+                                        f"infinite values")
+        values = evaluate_float(graph, feeds, keep_all=True)
     params: "dict[str, tuple[float, int]]" = {}
     for name in graph.inputs:
-        params[name] = activation_params(values[name].min(), values[name].max())
+        params[name] = given.get(name) or activation_params(values[name].min(),
+                                                            values[name].max())
 
     nodes, types, constants = [], {}, {}
     qname = {}
@@ -93,6 +127,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
             dequantized[value] = name
         return dequantized[value]
 
+    layer_ann = (ann.get("weights", {}), ann.get("bias", {}), given)
     for node in graph.nodes:
         x = node.inputs[0]
         out = node.outputs[0]
@@ -108,42 +143,117 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray]") -> Graph:
         types[qname[out]] = TensorType("int8", graph.types[out].shape)
         if node.op in _LAYOUT_OPS:
             params[out] = params[x]
+            if given.get(out, params[x]) != params[x]:
+                raise QuantizationError(
+                    f"{node.op} '{node.name}': its output '{out}' is quantized with scale "
+                    f"{given[out][0]:.6g} and zero point {given[out][1]}, its input '{x}' with "
+                    f"scale {params[x][0]:.6g} and zero point {params[x][1]}; a layout op "
+                    f"cannot requantize")
             nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
             continue
-        params[out] = _output_params(node, values[out])
+        params[out] = given.get(out) or _output_params(node, values[out])
         if node.op == "Add":
-            nodes.append(_quantize_add(node, params, qname, constants, types))
+            exact = all(v in given for v in (*node.inputs[:2], out))
+            nodes.append(_quantize_add(node, params, qname, constants, types, exact))
         elif node.op == "AvgPool":
             nodes.append(_quantize_avgpool(node, params, qname, constants, types))
         else:
             nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
-                                         constants, types))
+                                         constants, types, layer_ann))
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
-    meta = {**graph.meta, "calibration": CALIBRATION_METHOD,
-            "calibration_samples": int(next(iter(calib.values())).shape[0]),
-            "activation_quantization": "int8 asymmetric per tensor",
-            "weight_quantization": "int8 symmetric per output channel"}
+    meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
+    meta.update(_describe(ann, graph, missing, calib))
     return Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
 
 
+def _quantized_values(graph: Graph) -> "list[str]":
+    """The values whose quantization parameters must be chosen: graph inputs and the outputs
+    of accelerator nodes other than layout ops (which keep their input's parameters)."""
+    host: "set[str]" = set()
+    needed = list(graph.inputs)
+    for node in graph.nodes:
+        if node.op in _HOST or node.inputs[0] in host:
+            host.update(node.outputs)
+        elif node.op not in _LAYOUT_OPS:
+            needed.append(node.outputs[0])
+    return needed
+
+
+def _describe(ann: dict, graph: Graph, missing: "list[str]", calib) -> dict:
+    """The quantization entries of the integer graph's metadata (and the build report)."""
+    samples = int(next(iter(calib.values())).shape[0]) if calib and missing else 0
+    if not ann:
+        return {"calibration": CALIBRATION_METHOD, "calibration_samples": samples,
+                "activation_quantization": "int8 asymmetric per tensor",
+                "weight_quantization": "int8 symmetric per output channel"}
+    source = f"from the {ann.get('source', 'pre-quantized').upper()} model"
+    layers = sum(n.op in ("Conv", "Dense") for n in graph.nodes)
+    given = len(ann.get("weights", {}))
+    calibration = source + (f"; {CALIBRATION_METHOD} for {len(missing)} value(s)"
+                            if missing else "")
+    weights = f"int8 per output channel, {source}" if given == layers else (
+        f"int8 per output channel: {given} of {layers} layer(s) {source}, the others "
+        f"symmetric from float")
+    return {"calibration": calibration, "calibration_samples": samples,
+            "activation_quantization": f"int8 per tensor, {source}", "weight_quantization":
+            weights}
+
+
+def _layer_weights(node: Node, w: np.ndarray, channels: int, record: "dict | None"
+                   ) -> "tuple[np.ndarray, np.ndarray]":
+    """Per-channel weight scale and int8 weights ``[channels, K]``: the model's integers
+    minus their zero point (``record``), else symmetric from the float weights."""
+    w_by_channel = w.reshape(channels, -1) if node.op == "Conv" else w.T
+    if record is None:
+        s_w = np.abs(w_by_channel).max(axis=1) / 127.0
+        s_w[s_w == 0] = 1.0
+        return s_w, np.clip(np.rint(w_by_channel / s_w[:, None]), -127, 127).astype(np.int8)
+    q = np.asarray(record["q"]).astype(np.int64)
+    q = q.reshape(channels, -1) if node.op == "Conv" else q.T
+    zero_point = np.broadcast_to(np.asarray(record["zero_point"], np.int64).reshape(-1),
+                                 (channels,))
+    wq = q - zero_point[:, None]
+    bad = np.flatnonzero((wq < -128).any(axis=1) | (wq > 127).any(axis=1))
+    if bad.size:
+        ch = int(bad[0])
+        worst = int(wq[ch][np.argmax(np.abs(wq[ch]))])
+        raise QuantizationError(f"Layer '{node.name}': the weight zero point of output "
+                                f"channel {ch} takes q - zero_point to {worst}, outside int8 "
+                                f"[-128, 127]; the array multiplies int8 weights without a "
+                                f"zero point")
+    s_w = np.broadcast_to(np.asarray(record["scale"], np.float64).reshape(-1), (channels,))
+    return s_w.copy(), wq.astype(np.int8)
+
+
 def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, constants,
-                    types) -> Node:
+                    types, layer_ann=({}, {}, {})) -> Node:
     (s_in, zp_in), (s_out, zp_out) = in_params, out_params
+    weights, biases, given = layer_ann
     w = graph.constants[node.inputs[1]].astype(np.float64)
     channels = w.shape[0] if node.op == "Conv" else w.shape[1]
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = (graph.constants[node.inputs[2]].astype(np.float64).reshape(-1)
-            if len(node.inputs) > 2 and node.inputs[2] else np.zeros(channels))
-    w_by_channel = w.reshape(channels, -1) if node.op == "Conv" else w.T
-    s_w = np.abs(w_by_channel).max(axis=1) / 127.0
-    s_w[s_w == 0] = 1.0
-    wq = np.clip(np.rint(w_by_channel / s_w[:, None]), -127, 127).astype(np.int8)
+            if has_bias else np.zeros(channels))
+    record = weights.get(node.inputs[1])
+    s_w, wq = _layer_weights(node, w, channels, record)
     bound = accumulate_bound(wq)
-    bq = np.rint(bias / (s_in * s_w))
+    if has_bias and record is not None and node.inputs[2] in biases \
+            and node.inputs[0] in given:
+        bq = np.asarray(biases[node.inputs[2]], np.int64).reshape(-1).astype(np.float64)
+    else:
+        bq = np.rint(bias / (s_in * s_w))
     if np.any(np.abs(bq) > INT32_MAX) or np.any(bound + np.abs(bq) > INT32_MAX):
         raise QuantizationError(f"Layer '{node.name}': the int32 accumulator could overflow "
                                 f"(bound {int((bound + np.abs(bq)).max())})")
-    mult, shift = requant_params(s_in * s_w / s_out, node.name)
+    if record is not None and node.inputs[0] in given and node.outputs[0] in given:
+        # the model's own parameters: the multiplier onnxruntime uses, (s_in * s_w) / s_out
+        # in float32, which the 31-bit mult represents exactly
+        real = (np.float32(s_in) * s_w.astype(np.float32) / np.float32(s_out)).astype(
+            np.float64)
+    else:
+        real = s_in * s_w / s_out
+    mult, shift = requant_params(real, node.name)
     lo, hi = _clamp(node, out_params)
     prefix = node.name
     names = {k: f"{prefix}:{k}" for k in ("w", "bias", "mult", "shift")}
@@ -197,21 +307,50 @@ def _add_constants(prefix: str, arrays: dict, constants: dict, types: dict) -> "
     return tuple(names)
 
 
-def _quantize_add(node: Node, params, qname, constants, types) -> Node:
+def _quantize_add(node: Node, params, qname, constants, types, exact: bool = False) -> Node:
     """Residual Add: both inputs are rescaled by int8 weights in the ratio of their scales
-    (the larger gets 127), summed exactly and requantized once."""
+    (the larger gets 127; with ``exact``, the model's own parameters, the pair of weights
+    that best fits the two scales, see :func:`add_weights`), summed exactly and requantized
+    once."""
     a, b = node.inputs[:2]
     (sa, za), (sb, zb) = params[a], params[b]
     s_out, zp_out = params[node.outputs[0]]
-    largest = max(sa, sb)
-    wa, wb = int(round(127 * sa / largest)), int(round(127 * sb / largest))
+    if exact:
+        wa, wb, real = add_weights(sa / s_out, sb / s_out, za, zb)
+    else:
+        largest = max(sa, sb)
+        wa, wb = int(round(127 * sa / largest)), int(round(127 * sb / largest))
+        real = largest / 127 / s_out
     channels = types[qname[a]].shape[1]
-    mult, shift = requant_params(np.full(channels, largest / 127 / s_out), node.name)
+    mult, shift = requant_params(np.full(channels, real), node.name)
     names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = _clamp(node, params[node.outputs[0]])
     return Node(node.name, "QAdd", (qname[a], qname[b]) + names, (qname[node.outputs[0]],),
                 {"wa": wa, "wb": wb, "za": za, "zb": zb, "out_zp": zp_out, "lo": lo,
-                 "hi": hi, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+                 "hi": hi, "a_scale": sa, "b_scale": sb, "out_scale": s_out,
+                 "relu": bool(node.attrs.get("relu"))})
+
+
+def add_weights(ra: float, rb: float, za: int, zb: int) -> "tuple[int, int, float]":
+    """Integer weights ``wa``, ``wb`` in ``[1, 127]`` and a real multiplier ``m`` such that
+    ``m * (wa * A + wb * B)`` best approximates ``ra * A + rb * B`` for every int8 ``a``,
+    ``b`` (``A = a - za``, ``B = b - zb``): the largest possible error,
+    ``|A|max * |wa m - ra| + |B|max * |wb m - rb|``, is smallest (ties: larger weights)."""
+    span_a, span_b = max(abs(-128 - za), abs(127 - za)), max(abs(-128 - zb), abs(127 - zb))
+    best = None
+    for wa in range(1, 128):
+        for wb in {math.floor(wa * rb / ra), math.ceil(wa * rb / ra)}:
+            if not 1 <= wb <= 127:
+                continue
+            for m in (ra / wa, rb / wb):
+                error = span_a * abs(wa * m - ra) + span_b * abs(wb * m - rb)
+                key = (error, -(wa + wb))
+                if best is None or key < best[0]:
+                    best = (key, wa, wb, m)
+    if best is None:                      # a ratio beyond 127: the smaller weight rounds to 1
+        wa, wb = (127, 1) if ra > rb else (1, 127)
+        return wa, wb, max(ra, rb) / 127
+    return best[1], best[2], best[3]
 
 
 def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
@@ -230,4 +369,4 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
     return Node(node.name, "QAvgPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
-                 "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+                 "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})

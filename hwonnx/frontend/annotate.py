@@ -1,0 +1,121 @@
+"""The quantization annotations of a pre-quantized model (see :mod:`.prequant`): what the
+model says about its integers, and ``graph.meta["quantization"]`` built from it after the
+float pass pipeline, keyed by the final value and constant names."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.graph import Graph
+
+__all__ = ["Annotations", "IntegerConstant", "annotate_graph"]
+
+
+@dataclass
+class IntegerConstant:
+    """A dequantized constant: ``value = (q - zero_point) * scale`` (float32), with ``q`` and
+    ``zero_point`` int8 (uint8 shifted by -128) or int32, ``scale`` float32; ``scale`` and
+    ``zero_point`` are 0-D, or 1-D along ``axis`` of ``q``."""
+    q: np.ndarray
+    zero_point: np.ndarray
+    scale: np.ndarray
+    axis: "int | None"
+    value: np.ndarray
+    bits: int
+
+    def transposed(self) -> "IntegerConstant":
+        axis = None if self.axis is None else 1 - self.axis
+        return IntegerConstant(self.q.T, self.zero_point, self.scale, axis, self.value.T,
+                               self.bits)
+
+    def channels(self, axis: int) -> "tuple[np.ndarray, np.ndarray] | None":
+        """``(scale, zero_point)`` per index of ``axis``, None when quantized along another."""
+        if self.axis not in (None, axis):
+            return None
+        count = self.q.shape[axis]
+        return (np.broadcast_to(self.scale.reshape(-1), (count,)).astype(np.float64),
+                np.broadcast_to(self.zero_point.reshape(-1), (count,)).astype(np.int64))
+
+
+@dataclass
+class Annotations:
+    """What the model says about its quantization: ``activations`` maps value names to
+    ``(scale, zero_point)`` (int8 zero point), ``integers`` maps the names of dequantized
+    float constants to their :class:`IntegerConstant`."""
+    source: str
+    activations: "dict[str, tuple[float, int]]" = field(default_factory=dict)
+    integers: "dict[str, IntegerConstant]" = field(default_factory=dict)
+
+
+def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
+    """Return ``graph`` (the float graph after the pass pipeline) with
+    ``meta["quantization"]`` built from ``ann``, keyed by the graph's value and constant
+    names, and with ``relu=True`` on every layer whose annotated output range starts at
+    real 0 (int8 zero point -128): the clipping of a ReLU that onnxruntime's quantizer
+    removed because the quantized range already clips.
+
+    ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``),
+    ``weights`` (``Conv``/``Dense`` weight constant -> ``{"q", "scale", "zero_point"}``,
+    ``q`` int8 in the constant's layout, ``scale`` and ``zero_point`` per output channel),
+    ``bias`` (bias constant -> int32 per output channel, in units of input scale x weight
+    scale), ``source`` (``"qdq"`` or ``"qoperator"``).
+    """
+    values = set(graph.inputs) | {v for node in graph.nodes for v in node.outputs}
+    activations = {v: p for v, p in ann.activations.items() if v in values}
+    weights, bias, notes, nodes = {}, {}, [], []
+    for node in graph.nodes:
+        if node.op in ("Conv", "Dense"):
+            record = _weight_annotation(graph, node, ann)
+            if record is None:
+                notes.append(f"The weights of '{node.name}' carry no usable integers; "
+                             f"hwonnx quantizes them itself (int8 symmetric per channel)")
+            else:
+                weights[node.inputs[1]] = record
+                q_bias = _bias_annotation(graph, node, ann, activations, record)
+                if q_bias is not None:
+                    bias[node.inputs[2]] = q_bias
+                elif len(node.inputs) > 2:
+                    notes.append(f"The bias of '{node.name}' is requantized from float: the "
+                                 f"model gives no int32 bias in units of input scale x weight "
+                                 f"scale")
+        out = activations.get(node.outputs[0]) if node.outputs else None
+        if node.op in ("Conv", "Dense", "Add", "AvgPool") and out is not None \
+                and out[1] == -128 and not node.attrs.get("relu") \
+                and (node.attrs.get("act_max") is None or node.attrs["act_max"] >= 0):
+            node = node.with_attrs(relu=True)
+        nodes.append(node)
+    meta = dict(graph.meta)
+    meta["quantization"] = {"activations": activations, "weights": weights, "bias": bias,
+                            "source": ann.source}
+    meta["notes"] = tuple(meta.get("notes", ())) + (
+        f"Quantization parameters imported from an onnxruntime {ann.source.upper()} model: "
+        f"{len(activations)} tensor(s), {len(weights)} weight(s), {len(bias)} bias(es)",
+        *notes)
+    return Graph(nodes, graph.inputs, graph.outputs, graph.types, graph.constants, meta)
+
+
+def _weight_annotation(graph: Graph, node, ann: Annotations) -> "dict | None":
+    name = node.inputs[1]
+    record = ann.integers.get(name)
+    if record is None or record.bits != 8 or \
+            not np.array_equal(graph.constants.get(name), record.value):
+        return None
+    channels = record.channels(0 if node.op == "Conv" else 1)
+    if channels is None:
+        return None
+    return {"q": record.q, "scale": channels[0], "zero_point": channels[1]}
+
+
+def _bias_annotation(graph: Graph, node, ann: Annotations, activations: dict,
+                     weight: dict) -> "np.ndarray | None":
+    if len(node.inputs) < 3 or node.inputs[0] not in activations:
+        return None
+    record = ann.integers.get(node.inputs[2])
+    if record is None or record.bits != 32 or np.any(record.zero_point != 0) or \
+            not np.array_equal(graph.constants.get(node.inputs[2]), record.value.reshape(-1)):
+        return None
+    scale = record.channels(0)[0] if record.q.ndim == 1 else None
+    expected = np.float32(activations[node.inputs[0]][0]) * weight["scale"].astype(np.float32)
+    if scale is None or not np.allclose(scale, expected, rtol=1e-6, atol=0):
+        return None
+    return record.q.reshape(-1).astype(np.int32)
