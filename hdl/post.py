@@ -82,36 +82,31 @@ class PostProcessor(wiring.Component):
                 m.d.sync += word.eq(word + 1)
         m.d.comb += self.acc_addr.eq(acc_addr)
 
+        # Each stage carries (valid, word address, channel of lane 0) along with its data.
+        def stage(name, valid, addr, base):
+            regs = (Signal(name=f"{name}_valid"), Signal(26, name=f"{name}_addr"),
+                    Signal(signed(18), name=f"{name}_base"))
+            m.d.sync += [regs[0].eq(valid), regs[1].eq(addr), regs[2].eq(base)]
+            return regs
+
         # Stage 1 (accumulator data valid): add the bias.
-        s1_valid = Signal()
-        s1_addr = Signal(26)
-        s1_base = Signal(signed(18))         # channel of lane 0: j * rows - lane_off
-        m.d.sync += [s1_valid.eq(active), s1_addr.eq(pix_addr + word),
-                     s1_base.eq(word * rows - cur.lane_off)]
-        sb_valid = Signal()
-        sb_addr = Signal(26)
-        sb_base = Signal(signed(18))
+        s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word,
+                                           word * rows - cur.lane_off)
+        sb_valid, sb_addr, sb_base = stage("sb", s1_valid, s1_addr, s1_base)
         biased = [Signal(signed(32), name=f"biased_{c}") for c in range(cols)]
-        m.d.sync += [sb_valid.eq(s1_valid), sb_addr.eq(s1_addr), sb_base.eq(s1_base)]
         for c in range(cols):
             # int32 wrap-around, as in the golden model's accumulator.
             m.d.sync += biased[c].eq((self.acc_data[c] + self.par_data[c].bias)[:32])
 
         # Stage 2: multiply.
-        s2_valid = Signal()
-        s2_addr = Signal(26)
-        s2_base = Signal(signed(18))
+        s2_valid, s2_addr, s2_base = stage("s2", sb_valid, sb_addr, sb_base)
         products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
-        m.d.sync += [s2_valid.eq(sb_valid), s2_addr.eq(sb_addr), s2_base.eq(sb_base)]
         for c in range(cols):
             m.d.sync += products[c].eq(biased[c] * self.par_data[c].mult)
 
-        # Stage 2: round half up, arithmetic shift, zero point, clamp.
-        s3_valid = Signal()
-        s3_addr = Signal(26)
-        s3_base = Signal(signed(18))
+        # Stage 3: round half up, arithmetic shift, zero point, clamp.
+        s3_valid, s3_addr, s3_base = stage("s3", s2_valid, s2_addr, s2_base)
         values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
-        m.d.sync += [s3_valid.eq(s2_valid), s3_addr.eq(s2_addr), s3_base.eq(s2_base)]
         for c in range(cols):
             # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
             shr = (self.par_data[c].shift - 1)[:6]
@@ -122,7 +117,7 @@ class PostProcessor(wiring.Component):
             m.d.sync += values[c].eq(Mux(level < cur.lo, cur.lo,
                                          Mux(level > cur.hi, cur.hi, level[:8])))
 
-        # Stage 3: route channels to lanes and write.
+        # Stage 4: route channels to lanes and write.
         lanes = Array(values)
         m.d.comb += self.out_addr.eq(s3_addr[:cfg.act_addr_bits])
         for lane in range(rows):
