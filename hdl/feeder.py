@@ -1,6 +1,6 @@
 """The MATMUL engine: walks the im2col addresses of one tile and tracks its partial sums."""
 
-from amaranth.hdl import Cat, Const, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

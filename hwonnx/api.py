@@ -12,12 +12,12 @@ from .compiler.lower import Program, lower
 from .compiler.timing import predict
 from .config import ArchConfig
 from .errors import MismatchError, ModelError, QuantizationError, ResourceError, UsageError
-from .golden import dequantize, evaluate, quantize
+from .golden import evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
 
-__all__ = ["BuildResult", "SimResult", "bitstream", "build", "plan_model", "run_board", "compile_model", "simulate", "load_build",
-           "run_golden", "run_rtl_batch"]
+__all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "load_build",
+           "plan_model", "run_board", "run_golden", "run_rtl_batch", "simulate"]
 
 
 @dataclass

@@ -32,7 +32,7 @@ def test_board_build_sources(tmp_path, name, calib):
     info = json.loads((folder / "hwonnx_board.json").read_text())
     assert info["board"] == name and info["clock_hz"] == board.clock_hz
     files = [p.name for p in folder.iterdir()]
-    assert f"build_hwonnx_top.sh" in files
+    assert "build_hwonnx_top.sh" in files
     for suffix in PLAN_FILES[board.family]:
         assert any(f.endswith(suffix) for f in files), (suffix, files)
     hdl = "".join(p.read_text() for p in folder.iterdir() if p.suffix in (".v", ".il"))

@@ -123,8 +123,6 @@ def train(model, x: np.ndarray, y: np.ndarray, seed: int) -> None:
 def export(model, example: np.ndarray, path: pathlib.Path) -> None:
     import warnings
 
-    import torch
-
     model.eval()
     with warnings.catch_warnings():
         # The legacy (TorchScript) exporter is chosen on purpose: it keeps the

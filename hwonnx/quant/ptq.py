@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from ..errors import QuantizationError, UnsupportedOperatorError
-from ..golden.ops import HOST_OPS, INT32_MAX, INT32_MIN, accumulate_bound
+from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound
 from ..ir import Graph, Node, TensorType
 from ..ir.evaluate import evaluate_float
 
