@@ -1,0 +1,80 @@
+"""A float ONNX CNN with the operators of the MLPerf Tiny models (Conv+BatchNorm+Relu,
+depthwise Conv with Relu6, 1x1 Conv, residual Add+Relu, GlobalAveragePool, Flatten, Gemm,
+final Softmax on the host) through the whole flow: RTL equal to golden bit for bit, golden
+close to onnxruntime on the float model."""
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hwonnx.api import build, simulate
+from hwonnx.report import placement
+
+pytestmark = pytest.mark.rtl
+
+
+def _model(rng) -> onnx.ModelProto:
+    def weight(name, *shape):
+        fan_in = int(np.prod(shape[1:]))
+        return numpy_helper.from_array(
+            rng.normal(0, (2 / fan_in) ** 0.5, shape).astype(np.float32), name)
+
+    inits = [weight("w1", 8, 3, 3, 3), weight("w2", 8, 1, 3, 3), weight("w3", 8, 8, 1, 1),
+             weight("fc", 5, 8),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "beta"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 8).astype(np.float32), "var"),
+             numpy_helper.from_array(np.float32(0), "zero"),
+             numpy_helper.from_array(np.float32(6), "six")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "gamma", "beta", "mean", "var"], ["b1"],
+                         name="bn1"),
+        helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="dw", group=8, strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c2", "zero", "six"], ["r2"], name="relu6"),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], name="pw"),
+        helper.make_node("Add", ["c3", "r2"], ["a"], name="residual"),
+        helper.make_node("Relu", ["a"], ["r3"], name="relu3"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["g"], name="pool"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=1),
+    ]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 12, 12])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_cnn_operators_end_to_end():
+    rng = np.random.default_rng(5)
+    model = _model(rng)
+    calib = rng.uniform(0, 1, (64, 1, 3, 12, 12)).astype(np.float32)
+    result = build(model, None, calib={"x": calib}, log=lambda message: None)
+    where = {row["op"]: row["where"] for row in placement(result.graph)}
+    assert where["QConv"] == where["QAdd"] == where["QAvgPool"] == "hardware"
+    assert where["Softmax"] == "host"
+
+    inputs = {"x": rng.uniform(0, 1, (20, 1, 3, 12, 12)).astype(np.float32)}
+    rtl = simulate(result, inputs, mode="compare", log=lambda message: None)
+    golden = simulate(result, inputs, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [rtl.predicted_cycles] * 20
+
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    reference = np.concatenate([session.run(None, {"x": x})[0] for x in inputs["x"]])
+    got = rtl.outputs["y"].reshape(reference.shape)
+    error = np.abs(got - reference).max()
+    agreement = (got.argmax(-1) == reference.argmax(-1)).mean()
+    print(f"\nint8 vs float: max |probability difference| {error:.4f}, top-1 agreement "
+          f"{agreement:.0%}")
+    assert error < 0.02          # int8 quantization error of the network (measured 0.0018)
+    assert agreement >= 0.9
