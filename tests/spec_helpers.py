@@ -17,7 +17,8 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
 
 FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Conv, Dropout, "
-             "Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Relu, Reshape, Softmax")
+             "Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Mul, Pad, Relu, Reshape, Softmax, "
+             "Squeeze, Transpose, Unsqueeze")
 
 
 def rand(*shape, seed=0):

@@ -183,13 +183,13 @@ def test_batchnorm_fused_with_conv_add_relu():
     assert set(graph.types) == {"x", "y", *node.inputs[1:]}
 
 
-def test_standalone_batchnorm_is_kept():
+def test_standalone_batchnorm_becomes_depthwise_conv():
     model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
                                          ["y"])],
                        {"x": [1, 3, 2, 2]}, {"y": [1, 3, 2, 2]},
                        {"s": rand(3), "b": rand(3), "m": rand(3), "v": np.abs(rand(3)) + 0.1})
     graph = check_against_ort(model)
-    assert ops(graph) == ["BatchNorm"] and graph.nodes[0].attrs == {"epsilon": 1e-5}
+    assert ops(graph) == ["Conv"] and graph.nodes[0].attrs["group"] == 3
 
 
 def test_batchnorm_after_dense_is_folded():

@@ -78,3 +78,50 @@ def test_cnn_operators_end_to_end():
           f"{agreement:.0%}")
     assert error < 0.02          # int8 quantization error of the network (measured 0.0018)
     assert agreement >= 0.9
+
+
+def test_layout_and_scaling_operators_end_to_end():
+    """A standalone BatchNormalization and a per-channel Mul become depthwise 1x1
+    convolutions, a zero Pad folds into the next Conv, Squeeze becomes a Reshape: the RTL
+    equals golden and golden follows onnxruntime."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, 3).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 3).astype(np.float32), "beta"),
+             numpy_helper.from_array(rng.normal(0.5, 0.1, 3).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 3).astype(np.float32), "var"),
+             numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 1, 0], np.int64), "pads"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, (1, 6, 1, 1)).astype(np.float32), "s"),
+             numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
+             numpy_helper.from_array(rng.normal(0, 0.5, (6, 4)).astype(np.float32), "fc")]
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "gamma", "beta", "mean", "var"], ["n"],
+                         name="bn"),
+        helper.make_node("Pad", ["n", "pads"], ["p"], name="pad"),
+        helper.make_node("Conv", ["p", "w"], ["c"], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Mul", ["r", "s"], ["m"], name="scale"),
+        helper.make_node("GlobalAveragePool", ["m"], ["g"], name="pool"),
+        helper.make_node("Squeeze", ["g", "axes"], ["q"], name="squeeze"),
+        helper.make_node("MatMul", ["q", "fc"], ["y"], name="fc"),
+    ]
+    graph = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 9, 10])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    calib = rng.uniform(0, 1, (64, 1, 3, 9, 10)).astype(np.float32)
+    result = build(model, None, calib={"x": calib}, log=lambda message: None)
+    assert [layer.op for layer in result.program.layers] == [
+        "QConv", "QConv", "QConv", "QAvgPool", "QDense"]
+
+    inputs = {"x": rng.uniform(0, 1, (8, 1, 3, 9, 10)).astype(np.float32)}
+    rtl = simulate(result, inputs, mode="compare", log=lambda message: None)
+    assert rtl.cycles == [rtl.predicted_cycles] * 8
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    reference = np.concatenate([session.run(None, {"x": x})[0] for x in inputs["x"]])
+    error = np.abs(rtl.outputs["y"].reshape(reference.shape) - reference).max()
+    print(f"\nint8 vs float: max |difference| {error:.4f} (output range "
+          f"{np.ptp(reference):.2f})")
+    assert error < 0.05 * np.ptp(reference)

@@ -7,9 +7,10 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..errors import ModelError
+from ..errors import ModelError, UnsupportedOperatorError
 from ..ir.graph import Graph, Node, TensorType
-from .common import FLOAT_TYPES, MAX_TENSOR_ELEMENTS, elem_type_name
+from ..passes.rewrite import channel_scale_node, channel_weight
+from .common import FLOAT_TYPES, MAX_TENSOR_ELEMENTS, domain_opset, elem_type_name
 
 __all__ = ["CONVERTERS", "convert_graph"]
 
@@ -18,6 +19,7 @@ class _Builder:
     """Collects the IR constants and types while the nodes are converted."""
 
     def __init__(self, model: onnx.ModelProto, nodes, constants: dict, types: dict):
+        self.opset = domain_opset(model, "")
         self.onnx_constants = constants
         self.onnx_types = types
         self.constants: "dict[str, np.ndarray]" = {}
@@ -347,11 +349,93 @@ def _dropout(b: _Builder, node: onnx.NodeProto) -> Node:
     return _identity(b, node)
 
 
+def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedOperatorError:
+    """Return the error refusing ``node`` (a form of a supported operator hwonnx cannot map)."""
+    error = UnsupportedOperatorError([(node.name, node.op_type, "", b.opset)])
+    error.args = (f"{error} ({reason})",)
+    return error
+
+
+#: The largest ``K`` of a ``[1, K]`` tensor scaled per element through a diagonal ``Dense``.
+DIAGONAL_MAX = 4096
+
+
+def _mul(b: _Builder, node: onnx.NodeProto) -> Node:
+    a, c = node.input
+    if a in b.onnx_constants:                 # the run-time operand first
+        a, c = c, a
+    x, out = b.value(a), b.value(node.output[0])
+    shape, scale = b.shape(x), b.array(node, c)
+    rank = len(shape)
+    padded = scale.shape if scale.ndim > rank else (1,) * (rank - scale.ndim) + scale.shape
+    channels = shape[1] if rank >= 2 else 0
+    if rank in (2, 4) and b.shape(out) == shape and padded[1] in (1, channels) \
+            and all(d == 1 for i, d in enumerate(padded) if i != 1) \
+            and (rank == 4 or (shape[0] == 1 and channels <= DIAGONAL_MAX)):
+        per_channel = np.broadcast_to(scale.reshape(-1), (channels,))
+        weight = b.new_constant(f"{node.name}_weight", channel_weight(shape, per_channel))
+        return channel_scale_node(node.name, (x, weight), out, shape)
+    raise _unsupported(b, node, (
+        f"Mul '{node.name}' multiplies '{x}' of shape {list(shape)} by a constant of shape "
+        f"{list(scale.shape)}; hwonnx maps only a scalar or per-channel constant ([C, 1, 1], "
+        f"[1, C, 1, 1]) on a 4-D input (a depthwise 1x1 Conv) or a scalar, [K] or [1, K] "
+        f"constant on a [1, K] input with K <= {DIAGONAL_MAX} (a diagonal Dense)"))
+
+
+def _as_reshape(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``Squeeze``/``Unsqueeze`` (and a ``Transpose`` moving only size-1 axes): a ``Reshape``
+    to the inferred output shape."""
+    x, out = b.value(node.input[0]), b.value(node.output[0])
+    if math.prod(b.shape(x)) != math.prod(b.shape(out)):
+        raise ModelError(f"{node.op_type} '{node.name}' maps input {list(b.shape(x))} to output "
+                         f"{list(b.shape(out))}, which has a different number of elements")
+    return Node(node.name, "Reshape", (x,), (out,), {"shape": tuple(b.shape(out))})
+
+
+def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
+    shape = b.shape(b.value(node.input[0]))
+    perm = [int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1))]
+    moved = [axis for axis in perm if shape[axis] != 1]
+    if moved != sorted(moved):
+        raise _unsupported(b, node, (
+            f"Transpose '{node.name}' has perm {perm} on an input of shape {list(shape)}, "
+            f"which reorders its axes of size > 1; only a Transpose that moves size-1 axes (a "
+            f"reshape) is supported"))
+    return _as_reshape(b, node)
+
+
+def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
+    """A transient ``Pad`` node {``pads``: (top, left, bottom, right)}, folded into the padding
+    of the layers reading it by the ``fold-pad`` pass (any ``Pad`` left is refused)."""
+    x, out = b.value(node.input[0]), b.value(node.output[0])
+    rank = len(b.shape(x))
+    pads = [int(v) for v in np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)]
+    axes = list(range(rank))
+    if len(node.input) > 3 and node.input[3]:
+        axes = [int(a) + (rank if a < 0 else 0)
+                for a in np.asarray(b.onnx_constants[node.input[3]]).reshape(-1)]
+    full = [0] * (2 * rank)
+    for i, axis in enumerate(axes):
+        full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
+    value = 0.0
+    if len(node.input) > 2 and node.input[2]:
+        value = float(np.asarray(b.onnx_constants[node.input[2]]).reshape(-1)[0])
+    if rank != 4 or value != 0 or any(p < 0 for p in full) \
+            or any(full[a] or full[a + rank] for a in (0, 1)):
+        raise _unsupported(b, node, (
+            f"Pad '{node.name}' pads a {rank}-D input by {full} with value {value:g}; only "
+            f"non-negative zero padding of the two spatial axes of a 4-D input (folded into "
+            f"the padding of the Conv or AveragePool reading it) is supported"))
+    return Node(node.name, "Pad", (x,), (out,), {"pads": (full[2], full[3], full[6], full[7])})
+
+
 CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "BatchNormalization": _batchnorm, "Flatten": _flatten, "Reshape": _reshape,
     "Identity": _identity, "Dropout": _dropout, "AveragePool": _average_pool,
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
+    "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
+    "Pad": _pad,
 }
 
 

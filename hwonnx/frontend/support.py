@@ -13,17 +13,21 @@ __all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "HOST_TAIL_OPS", "constant_values", "c
 #: Operators mapped onto the float IR vocabulary.
 COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
-    "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Softmax",
+    "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Softmax", "Mul", "Pad",
+    "Squeeze", "Unsqueeze", "Transpose",
 })
 #: Operators that may follow a ``Softmax``, which runs on the host after the accelerator.
 HOST_TAIL_OPS = frozenset({"Softmax", "Identity", "Dropout", "Flatten", "Reshape"})
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
 #: ``AvgPool``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
 _LAYER_SOURCES = "Conv, Gemm, MatMul, Add, AveragePool or GlobalAveragePool"
-#: Operators accepted only on constant inputs; constant folding removes them.
+#: (A run-time ``Mul`` by a per-channel constant and a standalone ``BatchNormalization`` become
+#: ``Conv`` or ``Dense`` too, so a ``Clip`` after them is fused as well.)
+#: Operators accepted only on constant inputs; constant folding removes them. (``Mul``,
+#: ``Squeeze`` and ``Unsqueeze`` are compute operators: folded on constants, mapped on run-time
+#: values.)
 FOLDABLE_OPS = frozenset({
-    "Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice", "Mul",
-    "Div", "Sub",
+    "Constant", "Shape", "Gather", "Concat", "Cast", "Slice", "Div", "Sub",
 })
 _CONTROL_FLOW = frozenset({"Loop", "Scan", "SequenceMap"})
 # Inputs (by position) of compute operators that must be constants.
@@ -34,6 +38,9 @@ _CONSTANT_INPUTS = {
     "BatchNormalization": {1: "scale", 2: "B", 3: "input_mean", 4: "input_var"},
     "Reshape": {1: "shape"},
     "Clip": {1: "min", 2: "max"},
+    "Pad": {1: "pads", 2: "constant_value", 3: "axes"},
+    "Squeeze": {1: "axes"},
+    "Unsqueeze": {1: "axes"},
 }
 
 
@@ -115,6 +122,17 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
         return ""
     if inputs_constant:
         return None                                  # folded away like any constant subgraph
+    if node.op_type == "Mul" and not any(v in constant for v in node.input if v):
+        return (f"Mul '{node.name}' needs a constant operand (a per-channel or scalar scale), "
+                f"but both '{node.input[0]}' and '{node.input[1]}' are computed at run time")
+    if node.op_type == "Pad":
+        mode = next((onnx.helper.get_attribute_value(a) for a in node.attribute
+                     if a.name == "mode"), b"constant")
+        mode = mode.decode(errors="replace") if isinstance(mode, bytes) else str(mode)
+        if mode != "constant":
+            return (f"Pad '{node.name}' has mode '{mode}'; only mode 'constant' with value 0 "
+                    f"(folded into the padding of the Conv or AveragePool reading it) is "
+                    f"supported")
     for index, role in _CONSTANT_INPUTS.get(node.op_type, {}).items():
         if index < len(node.input) and node.input[index] and node.input[index] not in constant:
             return (f"{node.op_type} '{node.name}' needs a constant {role}, but "
@@ -144,10 +162,18 @@ def _host_tail(graph: onnx.GraphProto) -> "set[str]":
 
 def check_fused(graph: Graph, opset: int) -> None:
     """Raise one :class:`UnsupportedOperatorError` naming every ``Clip`` the float pipeline
-    could not fuse into the layer before it (``opset``: the model's ai.onnx opset, for the
-    message). Runs after :data:`hwonnx.passes.FLOAT_PIPELINE`."""
+    could not fuse into the layer before it and every ``Pad`` it could not fold into the
+    padding of the layers after it (``opset``: the model's ai.onnx opset, for the message).
+    Runs after :data:`hwonnx.passes.FLOAT_PIPELINE`."""
     nodes, reasons = [], []
     for node in graph.nodes:
+        if node.op == "Pad":
+            nodes.append((node.name, "Pad", "", opset))
+            reasons.append(f"Pad '{node.name}' is not read only by Conv nodes or by "
+                           f"AveragePool nodes with count_include_pad=1 (or no padding of "
+                           f"their own) whose padding can absorb it, so it cannot be folded; "
+                           f"hwonnx pads only inside a convolution or pooling window")
+            continue
         if node.op != "Clip":
             continue
         nodes.append((node.name, "Clip", "", opset))

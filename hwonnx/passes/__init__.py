@@ -1,6 +1,8 @@
 """Graph-to-graph passes and the pipeline that runs them."""
 
+from .batchnorm_to_conv import BatchNormToConv
 from .fold_batchnorm import FoldBatchNorm
+from .fold_pad import FoldPad
 from .fuse_bias import FuseBias
 from .fuse_clip import FuseClip
 from .fuse_relu import FuseRelu
@@ -9,5 +11,5 @@ from .remove_identity import RemoveIdentity
 
 __all__ = [
     "FLOAT_PIPELINE", "Pass", "PassContext", "run_pipeline", "RemoveIdentity", "FoldBatchNorm",
-    "FuseBias", "FuseRelu", "FuseClip",
+    "FuseBias", "FuseRelu", "FuseClip", "FoldPad", "BatchNormToConv",
 ]

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from ..ir.graph import Graph, IRVerificationError
+from .batchnorm_to_conv import BatchNormToConv
 from .fold_batchnorm import FoldBatchNorm
+from .fold_pad import FoldPad
 from .fuse_bias import FuseBias
 from .fuse_clip import FuseClip
 from .fuse_relu import FuseRelu
@@ -68,5 +70,7 @@ def run_pipeline(graph: Graph, passes: "Sequence[Pass]", ctx: PassContext) -> Gr
 
 
 #: The passes :func:`hwonnx.frontend.load_model` runs on every float graph.
-FLOAT_PIPELINE: "list[Pass]" = [RemoveIdentity(), FoldBatchNorm(), FuseBias(), FuseRelu(),
-                                FuseClip()]
+#: ``fold-pad`` and ``batchnorm-to-conv`` come before the fusions, so that the ``Conv``/``Dense``
+#: they produce (or pad) still absorbs a following ``Add``, ``Relu`` or ``Clip``.
+FLOAT_PIPELINE: "list[Pass]" = [RemoveIdentity(), FoldPad(), FoldBatchNorm(), BatchNormToConv(),
+                                FuseBias(), FuseRelu(), FuseClip()]

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, TensorType
 
-__all__ = ["LAYER_OPS", "has_activation", "sole_consumer", "fresh_name", "prune", "rewrite_each", "fuse_into_producer"]
+__all__ = ["LAYER_OPS", "has_activation", "sole_consumer", "fresh_name", "prune", "rewrite_each",
+           "fuse_into_producer", "channel_scale_node", "channel_weight"]
 
 #: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
 #: in that order after the op itself.
@@ -72,3 +73,26 @@ def fuse_into_producer(graph: Graph, producer: Node, consumer: Node, fused: Node
         types[name] = TensorType(str(value.dtype), tuple(value.shape))
     return prune(replace(graph, nodes=nodes, types=types,
                          constants={**graph.constants, **constants}))
+
+
+def channel_scale_node(name: str, op_inputs: "tuple[str, ...]", output: str,
+                       shape: "tuple[int, ...]") -> "Node | None":
+    """Return the ``Conv`` (4-D ``shape``: depthwise 1x1, ``group = C``) or ``Dense`` (``[1, K]``
+    ``shape``: diagonal weight) that scales channel ``c`` of its input by ``w[c]`` (plus
+    ``bias[c]`` when a bias is given); ``op_inputs`` are the input, weight (and bias) names.
+    None for any other shape. Used by the ``batchnorm-to-conv`` pass and the
+    frontend's ``Mul`` converter."""
+    if len(shape) == 4:
+        return Node(name, "Conv", op_inputs, (output,),
+                    {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1),
+                     "group": int(shape[1]), "relu": False, "act_max": None})
+    if len(shape) == 2 and shape[0] == 1:
+        return Node(name, "Dense", op_inputs, (output,), {"relu": False, "act_max": None})
+    return None
+
+
+def channel_weight(shape: "tuple[int, ...]", scale: np.ndarray) -> np.ndarray:
+    """Return the weight of :func:`channel_scale_node` for the per-channel ``scale``
+    (``[C, 1, 1, 1]``, or the ``[K, K]`` diagonal matrix for a 2-D ``shape``)."""
+    scale = np.asarray(scale, np.float32)
+    return scale.reshape(-1, 1, 1, 1) if len(shape) == 4 else np.diag(scale)

@@ -1,0 +1,64 @@
+"""``fold-pad``: fold a zero ``Pad`` of the spatial axes into the padding of the ``Conv`` and
+``AvgPool`` nodes reading it."""
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..ir.graph import Graph, Node
+from .rewrite import prune, rewrite_each
+
+if TYPE_CHECKING:
+    from .pipeline import PassContext
+
+__all__ = ["FoldPad"]
+
+
+@dataclass(frozen=True)
+class FoldPad:
+    """Remove ``y = Pad(x) {pads}`` (the frontend's transient node for an ONNX ``Pad`` with mode
+    ``constant``, value 0, on the two spatial axes; ``pads`` is ``(top, left, bottom, right)``)
+    when every reader of ``y`` is a ``Conv`` or an ``AvgPool`` reading it as its input: each
+    reader reads ``x`` instead, with ``pads`` added to its own. An ``AvgPool`` qualifies only
+    with ``count_include_pad`` (the padded zeros count in the mean) or no padding of its own
+    (it then gets ``count_include_pad = True``), and only while every pad stays smaller than its
+    kernel.
+
+    A ``Pad`` that is a graph output or has any other reader is left alone;
+    :func:`hwonnx.frontend.load_model` then refuses it.
+    """
+    name: str = "fold-pad"
+
+    def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
+        return rewrite_each(graph, _fold)
+
+
+def _absorb(node: Node, value: str, pads: "tuple[int, ...]") -> "Node | None":
+    """Return ``node`` reading the unpadded input with ``pads`` added, None if it cannot."""
+    if node.op not in ("Conv", "AvgPool") or node.inputs[0] != value \
+            or value in node.inputs[1:]:
+        return None
+    total = tuple(a + b for a, b in zip(node.attrs["pads"], pads))
+    if node.op == "Conv":
+        return node.with_attrs(pads=total)
+    if not node.attrs["count_include_pad"] and any(node.attrs["pads"]):
+        return None
+    if any(p >= k for p, k in zip(total, tuple(node.attrs["kernel"]) * 2)):
+        return None
+    return node.with_attrs(pads=total, count_include_pad=True)
+
+
+def _fold(graph: Graph, pad: Node) -> "Graph | None":
+    if pad.op != "Pad":
+        return None
+    source, value = pad.inputs[0], pad.outputs[0]
+    readers = graph.consumers(value)
+    if value in graph.outputs or not readers:
+        return None
+    absorbed = {}
+    for reader in readers:
+        new = _absorb(reader, value, tuple(pad.attrs["pads"]))
+        if new is None:
+            return None
+        absorbed[id(reader)] = replace(new, inputs=(source, *new.inputs[1:]))
+    nodes = tuple(absorbed.get(id(n), n) for n in graph.nodes if n is not pad)
+    return prune(replace(graph, nodes=nodes))
