@@ -9,13 +9,11 @@ import re
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper, save
+from spec_helpers import SUPPORTED
 
 from hwonnx.cli import build_parser, main
 from hwonnx.examples import example_path, load_digits_data
 
-SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Conv, Dropout, "
-             "Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Mul, Pad, Relu, Reshape, Softmax, "
-             "Squeeze, Transpose, Unsqueeze")
 MLP = str(example_path("digits_mlp"))
 
 

@@ -6,13 +6,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from spec_helpers import SUPPORTED
 
 from hwonnx.errors import ModelError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
-
-SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Conv, Dropout, "
-             "Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Mul, Pad, Relu, Reshape, Softmax, "
-             "Squeeze, Transpose, Unsqueeze")
 
 
 def rand(*shape):

@@ -17,8 +17,10 @@ __all__ = ["FoldBatchNorm"]
 @dataclass(frozen=True)
 class FoldBatchNorm:
     """Fold ``BatchNorm`` whose input is written by a ``Conv`` (any ``group``) or ``Dense``
-    (without fused ReLU or ``act_max``) that nothing else reads: with ``s = scale / sqrt(var + epsilon)``, output channel
-    ``m`` of the weights is scaled by ``s[m]`` and the bias becomes ``(B - mean) * s + bias``.
+    (without fused ReLU or ``act_max``) that nothing else reads: with
+    ``s = scale / sqrt(var + epsilon)``, output channel ``m`` of the weights is scaled by
+    ``s[m]`` and the layer bias becomes ``(bias - mean) * s + B`` (``B``: the BatchNorm
+    offset).
 
     A ``BatchNorm`` that cannot be folded is left alone.
     """

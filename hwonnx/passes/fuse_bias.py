@@ -17,7 +17,8 @@ __all__ = ["FuseBias"]
 @dataclass(frozen=True)
 class FuseBias:
     """Fuse ``Add(y, c)`` into the ``Conv``/``Dense`` writing ``y`` (without fused ReLU or
-    ``act_max``, and read by nothing else) when the constant ``c`` holds one value per output channel: shape
+    ``act_max``, and read by nothing else) when the constant ``c`` holds one value per output
+    channel: shape
     ``[N]`` or ``[1, N]`` after ``Dense``, ``[N, 1, 1]`` or ``[1, N, 1, 1]`` after ``Conv``.
     The bias input is created if absent; the fused node takes the ``relu`` and ``act_max``
     of the ``Add``.
