@@ -6,17 +6,17 @@ RAM and logic use, build time. Needs ``pip install -e '.[bitstream]'``; one buil
 """
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from results_io import RESULTS, write_results
+
 from hwonnx.api import build
 from hwonnx.boards import estimate, get_board
 from hwonnx.examples import example_path, load_digits_data
 
-HERE = Path(__file__).resolve().parent
 SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
 KEYS = {"ecp5": ("MULT18X18D", "DP16KD", "TRELLIS_COMB", "TRELLIS_FF"),
         "ice40": ("ICESTORM_DSP", "ICESTORM_RAM", "ICESTORM_LC", "ICESTORM_LC")}
@@ -62,14 +62,12 @@ def markdown(results) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--boards", nargs="*", default=["ulx3s-85f"])
     parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     args = parser.parse_args(argv)
     results = [measure(board, model) for board in args.boards for model in args.models]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "boards.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "boards.md").write_text(markdown(results))
+    write_results(args.out, "boards", results, markdown(results))
     print(markdown(results))
     return 0
 

@@ -7,7 +7,6 @@ simulation. ``python bench/bench_mlperf.py [--arrays 16x16 8x8]``.
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -15,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from results_io import RESULTS, write_results
+
 from hwonnx.api import build, simulate
 from hwonnx.config import ArchConfig
 from hwonnx.sim import rtl_build
 from hwonnx.zoo import MLPERF_TINY, count_macs, random_inputs
 
-HERE = Path(__file__).resolve().parent
 # Simulation-sized buffers: the per-tile program and the whole weight set live on chip.
 ARRAYS = {
     "16x16": ArchConfig(rows=16, cols=16, act_depth=32768, wgt_depth=65536, acc_depth=2048,
@@ -91,7 +91,7 @@ def markdown(results) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--arrays", nargs="*", default=list(ARRAYS), choices=list(ARRAYS))
     parser.add_argument("--samples", type=int, default=4)
     args = parser.parse_args(argv)
@@ -102,9 +102,7 @@ def main(argv=None) -> int:
             r = results[-1]
             print(f"{name} on {array}: {r['simulated_cycles']:,} cycles (predicted "
                   f"{r['predicted_cycles']:,}), utilization {r['utilization']:.1%}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mlperf_tiny.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "mlperf_tiny.md").write_text(markdown(results))
+    write_results(args.out, "mlperf_tiny", results, markdown(results))
     print(markdown(results))
     return 0
 

@@ -7,7 +7,6 @@ Measures MACs, predicted and simulated cycles (per layer and per inference), uti
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from models import calibration, conv_layer_model, mlp_model  # noqa: E402
+from results_io import RESULTS, write_results  # noqa: E402
 
 from hwonnx.api import build, simulate  # noqa: E402
 from hwonnx.config import PRESETS  # noqa: E402
@@ -113,7 +113,7 @@ def markdown(results) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--arrays", nargs="*", default=list(ARRAYS), choices=list(ARRAYS))
     args = parser.parse_args(argv)
     results = []
@@ -125,10 +125,7 @@ def main(argv=None) -> int:
             print(f"  {r['macs']:,} MACs, {r['simulated_cycles']:,} cycles (predicted "
                   f"{r['predicted_cycles']:,}), utilization {r['utilization']:.1%}, "
                   f"{r['sim_cycles_per_second']:,} cycles/s", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "spine.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "spine.md").write_text(markdown(results))
-    print(f"Wrote {args.out / 'spine.json'} and {args.out / 'spine.md'}")
+    write_results(args.out, "spine", results, markdown(results))
     return 0
 
 

@@ -62,14 +62,14 @@ def ort_outputs(model, feeds):
     return [o.name for o in session.get_outputs()], session.run(None, inputs)
 
 
-def check_against_ort(model, source=None, **load_args):
+def check_against_ort(model, source=None, *, seed=3, rtol=1e-3, atol=1e-4, **load_args):
     """Load ``source`` (default: ``model``) with hwonnx, evaluate the float graph and compare
     every output with onnxruntime running ``model``; return the graph."""
     graph = load_model(model if source is None else source, **load_args)
-    feeds = {name: rand(*graph.types[name].shape, seed=3) for name in graph.inputs}
+    feeds = {name: rand(*graph.types[name].shape, seed=seed) for name in graph.inputs}
     names, expected = ort_outputs(model, feeds)
     got = evaluate_float(graph, feeds)
     assert names == list(graph.outputs)
     for name, value in zip(names, expected):
-        np.testing.assert_allclose(got[name], value.astype(np.float32), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(got[name], value.astype(np.float32), rtol=rtol, atol=atol)
     return graph

@@ -8,9 +8,8 @@ from onnx import helper
 
 from hwonnx.errors import UnsupportedOperatorError
 from hwonnx.frontend import load_model
-from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.passes import FLOAT_PIPELINE, PassContext
-from spec_helpers import make_model, ort_outputs, rand
+from spec_helpers import check_against_ort, make_model, rand
 
 CONV_ATTRS = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "relu": False,
               "act_max": None}
@@ -18,14 +17,7 @@ CONV_ATTRS = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "rel
 
 def check(model, **load_args):
     """Load ``model``, compare evaluate_float with onnxruntime, return the graph."""
-    graph = load_model(model, **load_args)
-    feeds = {name: rand(*graph.types[name].shape, seed=5) for name in graph.inputs}
-    names, expected = ort_outputs(model, feeds)
-    got = evaluate_float(graph, feeds)
-    assert names == list(graph.outputs)
-    for name, value in zip(names, expected):
-        np.testing.assert_allclose(got[name], value.astype(np.float32), rtol=1e-4, atol=1e-5)
-    return graph
+    return check_against_ort(model, seed=5, rtol=1e-4, atol=1e-5, **load_args)
 
 
 def ops(graph):
