@@ -16,6 +16,8 @@ _WHY = {
     "QDense": ("hardware", "matrix multiply on the systolic array"),
     "QAdd": ("hardware", "residual sum: a 1x1 convolution over both inputs"),
     "QAvgPool": ("hardware", "average pooling: a depthwise convolution with weights of one"),
+    "QConcat": ("hardware", "channel concatenation: a block-diagonal 1x1 convolution, each "
+                "source requantized by its own multiplier"),
     "Flatten": ("hardware", "layout only: the buffer is read in another order"),
     "Reshape": ("hardware", "layout only: the buffer is read in another order"),
     "Softmax": ("host", "no array mapping; runs in NumPy after the accelerator's output"),

@@ -16,9 +16,9 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
            "FLOAT", "SUPPORTED"]
 
 FLOAT = TensorProto.FLOAT
-SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Conv, "
-             "Dropout, Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Mul, Pad, Relu, "
-             "Reshape, Softmax, Squeeze, Transpose, Unsqueeze")
+SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Concat, "
+             "Conv, Dropout, Flatten, Gemm, GlobalAveragePool, Identity, MatMul, Mul, Pad, "
+             "Relu, Reshape, Softmax, Squeeze, Transpose, Unsqueeze")
 
 
 def rand(*shape, seed=0):

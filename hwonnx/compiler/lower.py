@@ -68,7 +68,7 @@ class Program:
 
 
 #: Integer operators the array computes (each lowered as a convolution over its sources).
-ARRAY_OPS = ("QConv", "QDense", "QAdd", "QAvgPool")
+ARRAY_OPS = ("QConv", "QDense", "QAdd", "QAvgPool", "QConcat")
 
 
 def _activations(node: Node, graph: Graph) -> "list[str]":
@@ -340,6 +340,42 @@ def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Sour
     return _Source(placement.base, placement.height, placement.width, placement.cb, zp)
 
 
+def _vector_lanes(placement: Placement, elements: int) -> np.ndarray:
+    """The physical lane (within the placement's words) of each logical element of a vector
+    (a Flatten of an image keeps the image's pixel-major order)."""
+    return np.argsort(np.where(placement.logical >= 0, placement.logical, 1 << 40))[:elements]
+
+
+def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int,
+                 out: dict) -> _LayerSpec:
+    """Channel concatenation as a block-diagonal 1x1 convolution over all sources: output
+    channel ``c``, channel ``c'`` of source ``j``, has weight 1 on that source lane and 0
+    elsewhere (the zero K tiles are skipped), and its own multiplier."""
+    consts = graph.constants
+    mult, shift = consts[node.inputs[-2]], consts[node.inputs[-1]]
+    image = len(placements[0].shape) == 4
+    sources, offsets, columns = [], [], []
+    width = 0
+    for placement, zp in zip(placements, node.attrs["zps"]):
+        if image:
+            source = _image_source(node, placement, int(zp), rows)
+            lanes = np.arange(placement.shape[1])
+        else:
+            source = _Source(placement.base, 1, 1, placement.words, int(zp))
+            lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))
+        sources.append(source)
+        offsets.append(width)
+        columns.append(width + lanes)
+        width += source.cb * rows
+    lanes = np.concatenate(columns)
+    channels = len(lanes)
+    phys = np.zeros((channels, 1, 1, width), dtype=np.int64)
+    phys[np.arange(channels), 0, 0, lanes] = 1
+    h, w = (placements[0].height, placements[0].width) if image else (1, 1)
+    return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                      (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w, **out)
+
+
 def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
                 ) -> _LayerSpec:
     consts, attrs = graph.constants, node.attrs
@@ -354,6 +390,8 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         return _LayerSpec([_Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
                           phys, bias.astype(np.int64), mult, shift, (1, 1), (1, 1),
                           (0, 0, 0, 0), (1, 1), macs=n_out * k_in, **out)
+    if node.op == "QConcat":
+        return _concat_spec(node, placements, graph, rows, out)
     if node.op == "QAdd":
         a, b = placements[:2]
         mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
@@ -367,9 +405,7 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
             channels = int(np.prod(a.shape[1:]))
         width = sources[0].cb * rows
         phys = np.zeros((channels, 1, 1, 2 * width), dtype=np.int64)
-        lanes = np.arange(channels) if len(a.shape) == 4 else None
-        if lanes is None:         # vectors: physical lane of each logical element
-            lanes = np.argsort(np.where(a.logical >= 0, a.logical, 1 << 40))[:channels]
+        lanes = np.arange(channels) if len(a.shape) == 4 else _vector_lanes(a, channels)
         phys[np.arange(channels), 0, 0, lanes] = int(attrs["wa"])
         phys[np.arange(channels), 0, 0, width + lanes] = int(attrs["wb"])
         h, w_ = (a.height, a.width) if len(a.shape) == 4 else (1, 1)

@@ -429,13 +429,48 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Pad", (x,), (out,), {"pads": (full[2], full[3], full[6], full[7])})
 
 
+#: Names of the axes a ``Concat`` cannot join, by input rank.
+_AXIS_NAMES = {4: ("batch", "channel", "height", "width"), 2: ("batch", "feature")}
+
+
+def _concat(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``Concat`` of run-time tensors along the channel axis: of ``[1, C_j, H, W]`` images
+    along axis 1, or of ``[1, K_j]`` vectors along axis 1 (a single input is an
+    ``Identity``)."""
+    constant = next((v for v in node.input if v in b.onnx_constants), None)
+    if constant is not None:
+        raise _unsupported(b, node, (
+            f"Concat '{node.name}' joins the constant '{constant}' to values computed at run "
+            f"time; only run-time inputs can be concatenated"))
+    xs = [b.value(v) for v in node.input]
+    out = b.value(node.output[0])
+    shape = b.shape(xs[0])
+    rank = len(shape)
+    axis = int(_attrs(node).get("axis", 1))     # required (shape inference checks it)
+    if not -rank <= axis < rank:
+        raise ModelError(f"Concat '{node.name}' has axis={axis}, out of range for its rank-{rank} "
+                         f"inputs")
+    axis = axis + rank if axis < 0 else axis
+    if rank not in _AXIS_NAMES or shape[0] != 1:
+        raise _unsupported(b, node, (
+            f"Concat '{node.name}' joins values of shape {list(shape)}; only [1, C, H, W] "
+            f"images and [1, K] vectors can be concatenated, along axis 1"))
+    if axis != 1:
+        raise _unsupported(b, node, (
+            f"Concat '{node.name}' along axis {axis} ({_AXIS_NAMES[rank][axis]}) has no "
+            f"hardware mapping; only the channel axis is supported"))
+    if len(xs) == 1:
+        return Node(node.name, "Identity", (xs[0],), (out,))
+    return Node(node.name, "Concat", xs, (out,), {"axis": 1, **_ACTIVATION})
+
+
 CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "BatchNormalization": _batchnorm, "Flatten": _flatten, "Reshape": _reshape,
     "Identity": _identity, "Dropout": _dropout, "AveragePool": _average_pool,
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
-    "Pad": _pad,
+    "Pad": _pad, "Concat": _concat,
 }
 
 

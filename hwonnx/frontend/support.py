@@ -14,20 +14,20 @@ __all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "HOST_TAIL_OPS", "constant_values", "c
 COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
     "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Softmax", "Mul", "Pad",
-    "Squeeze", "Unsqueeze", "Transpose",
+    "Squeeze", "Unsqueeze", "Transpose", "Concat",
 })
 #: Operators that may follow a ``Softmax``, which runs on the host after the accelerator.
 HOST_TAIL_OPS = frozenset({"Softmax", "Identity", "Dropout", "Flatten", "Reshape"})
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
-#: ``AvgPool``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
-_LAYER_SOURCES = "Conv, Gemm, MatMul, Add, AveragePool or GlobalAveragePool"
+#: ``AvgPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
+_LAYER_SOURCES = "Conv, Gemm, MatMul, Add, Concat, AveragePool or GlobalAveragePool"
 #: (A run-time ``Mul`` by a per-channel constant and a standalone ``BatchNormalization`` become
 #: ``Conv`` or ``Dense`` too, so a ``Clip`` after them is fused as well.)
 #: Operators accepted only on constant inputs; constant folding removes them. (``Mul``,
-#: ``Squeeze`` and ``Unsqueeze`` are compute operators: folded on constants, mapped on run-time
-#: values.)
+#: ``Squeeze``, ``Unsqueeze`` and ``Concat`` are compute operators: folded on constants, mapped
+#: on run-time values.)
 FOLDABLE_OPS = frozenset({
-    "Constant", "Shape", "Gather", "Concat", "Cast", "Slice", "Div", "Sub",
+    "Constant", "Shape", "Gather", "Cast", "Slice", "Div", "Sub",
 })
 _CONTROL_FLOW = frozenset({"Loop", "Scan", "SequenceMap"})
 # Inputs (by position) of compute operators that must be constants.

@@ -2,9 +2,9 @@
 
 from .evaluate import evaluate
 from .im2col import conv_output_size, im2col
-from .ops import (GOLDEN_OPS, HOST_OPS, accumulate_bound, dequantize, qadd, qavgpool, qconv,
-                  qdense, quantize, requantize, softmax)
+from .ops import (GOLDEN_OPS, HOST_OPS, accumulate_bound, dequantize, qadd, qavgpool,
+                  qconcat, qconv, qdense, quantize, requantize, softmax)
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "accumulate_bound", "conv_output_size", "dequantize",
-           "evaluate", "im2col", "qadd", "qavgpool", "qconv", "qdense", "quantize",
+           "evaluate", "im2col", "qadd", "qavgpool", "qconcat", "qconv", "qdense", "quantize",
            "requantize", "softmax"]

@@ -11,7 +11,7 @@ import numpy as np
 from .im2col import im2col
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
-           "qconv", "qdense", "qavgpool", "qadd", "softmax", "accumulate_bound"]
+           "qconv", "qdense", "qavgpool", "qadd", "qconcat", "softmax", "accumulate_bound"]
 
 #: Operators that run on the host (NumPy float32) after the accelerator's output.
 HOST_OPS = frozenset({"Softmax"})
@@ -123,6 +123,24 @@ def qadd(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, w
     int8 weights ``wa``, ``wb`` in the ratio of the two input scales, requantized per
     channel (channel axis 1)."""
     acc = wa * (a.astype(np.int64) - za) + wb * (b.astype(np.int64) - zb)
+    moved = np.moveaxis(acc, 1, -1)
+    y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
+                   hi)
+    return np.moveaxis(y, -1, 1)
+
+
+@golden_op("QConcat")
+def qconcat(*args: np.ndarray, zps, out_zp: int, lo: int, hi: int, **_) -> np.ndarray:
+    """Concatenation along the channel axis (axis 1) of int8 tensors with their own scales:
+    ``args`` is ``x_0, ..., x_{n-1}, mult, shift`` and output channel ``c``, taken from
+    channel ``c'`` of source ``j``, is ``requantize(x_j[:, c'] - zps[j], 0, mult[c],
+    shift[c], out_zp, lo, hi)`` (``mult``, ``shift``: int32 per output channel; the identity
+    ``mult = 2**30, shift = 30`` copies a source whose scale and zero point are the
+    output's)."""
+    *xs, mult, shift = args
+    if len(xs) != len(zps):
+        raise ValueError(f"QConcat has {len(xs)} inputs but {len(zps)} zero points")
+    acc = np.concatenate([x.astype(np.int64) - int(z) for x, z in zip(xs, zps)], axis=1)
     moved = np.moveaxis(acc, 1, -1)
     y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
                    hi)

@@ -1,9 +1,10 @@
 """NumPy float32 reference evaluator of the float IR vocabulary (``Conv``, ``Dense``, ``Add``,
-``AvgPool``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``,
-``Softmax``).
+``AvgPool``, ``Concat``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``,
+``Identity``, ``Softmax``).
 
-The layer-like ops ``Conv``, ``Dense``, ``Add`` and ``AvgPool`` apply their fused activation
-after the op: ``max(y, 0)`` if ``relu``, then ``min(y, act_max)`` if ``act_max`` is set."""
+The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool`` and ``Concat`` (channel axis)
+apply their fused activation after the op: ``max(y, 0)`` if ``relu``, then ``min(y, act_max)``
+if ``act_max`` is set."""
 
 from typing import Callable
 
@@ -115,6 +116,7 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Dense": _dense,
     "Add": lambda graph, node, a, b: _activation(node, a + b),
     "AvgPool": _avgpool,
+    "Concat": lambda graph, node, *xs: _activation(node, np.concatenate(xs, axis=1)),
     "Relu": lambda graph, node, x: np.maximum(x, 0),
     "Clip": _clip,
     "BatchNorm": _batchnorm,

@@ -4,10 +4,10 @@
 Two op vocabularies share this structure (documented in ``docs/ir.md``):
 
 * the **float graph** made by the frontend: ``Conv``, ``Dense``, ``Relu``, ``Add``,
-  ``AvgPool``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``, ``Softmax``;
+  ``AvgPool``, ``Concat``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``, ``Softmax``;
 * the **integer graph** made by the quantizer: ``Quantize``, ``QConv``, ``QDense``, ``QAdd``,
-  ``QAvgPool``, ``Flatten``, ``Reshape``, ``Dequantize`` and host ``Softmax``; every one of
-  them is defined bit for bit by a function of :mod:`hwonnx.golden`.
+  ``QAvgPool``, ``QConcat``, ``Flatten``, ``Reshape``, ``Dequantize`` and host ``Softmax``;
+  every one of them is defined bit for bit by a function of :mod:`hwonnx.golden`.
 """
 
 from dataclasses import dataclass, field, replace

@@ -1,5 +1,5 @@
 """``fuse-clip``: fold ``Clip`` into the preceding layer-like node (``Conv``, ``Dense``,
-``Add``, ``AvgPool``) as ``relu`` and ``act_max``."""
+``Add``, ``AvgPool``, ``Concat``) as ``relu`` and ``act_max``."""
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -16,7 +16,7 @@ __all__ = ["FuseClip"]
 @dataclass(frozen=True)
 class FuseClip:
     """Replace ``Clip(y)`` {``min``, ``max``}, where ``y`` is written by a ``Conv``,
-    ``Dense``, ``Add`` or ``AvgPool`` that nothing else reads, by that node writing the
+    ``Dense``, ``Add``, ``AvgPool`` or ``Concat`` that nothing else reads, by that node writing the
     ``Clip`` output, with ``relu=True`` if ``min`` is 0 and ``act_max`` lowered to ``max``
     (``min(act_max, max)``) if ``max`` is set; ``Relu6`` exports as ``Clip(0, 6)``.
 

@@ -1,5 +1,5 @@
 """``fuse-relu``: fold ``Relu`` into the preceding layer-like node (``Conv``, ``Dense``,
-``Add``, ``AvgPool``)."""
+``Add``, ``AvgPool``, ``Concat``)."""
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -15,9 +15,9 @@ __all__ = ["FuseRelu"]
 
 @dataclass(frozen=True)
 class FuseRelu:
-    """Replace ``Relu(y)``, where ``y`` is written by a ``Conv``, ``Dense``, ``Add`` or
-    ``AvgPool`` without fused ReLU (and without a negative ``act_max``) that nothing else
-    reads, by that node with ``relu=True`` writing the ``Relu`` output."""
+    """Replace ``Relu(y)``, where ``y`` is written by a ``Conv``, ``Dense``, ``Add``,
+    ``AvgPool`` or ``Concat`` without fused ReLU (and without a negative ``act_max``) that
+    nothing else reads, by that node with ``relu=True`` writing the ``Relu`` output."""
     name: str = "fuse-relu"
 
     def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:

@@ -52,8 +52,8 @@ _CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = 
 
 
 def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
-    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``Flatten``,
-    ``Reshape``, host ``Softmax``) to the integer vocabulary.
+    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``Concat``,
+    ``Flatten``, ``Reshape``, host ``Softmax``) to the integer vocabulary.
 
     Quantization parameters a pre-quantized model gives (``graph.meta["quantization"]``, see
     :func:`hwonnx.frontend.prequant.annotate_graph`) are used as they are: activation scales
@@ -70,7 +70,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         requantize, a weight zero point cannot be folded, or a layer could overflow int32.
     """
     leftover = [n for n in graph.nodes
-                if n.op not in ("Conv", "Dense", "Add", "AvgPool") + _LAYOUT_OPS + _HOST]
+                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "Concat") + _LAYOUT_OPS
+                + _HOST]
     if leftover:
         raise UnsupportedOperatorError(
             [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
@@ -151,12 +152,16 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                     f"cannot requantize")
             nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
             continue
-        params[out] = given.get(out) or _output_params(node, values[out])
+        params[out] = given.get(out) or (
+            _concat_params(node, params, values) if node.op == "Concat"
+            else _output_params(node, values[out]))
         if node.op == "Add":
             exact = all(v in given for v in (*node.inputs[:2], out))
             nodes.append(_quantize_add(node, params, qname, constants, types, exact))
         elif node.op == "AvgPool":
             nodes.append(_quantize_avgpool(node, params, qname, constants, types))
+        elif node.op == "Concat":
+            nodes.append(_quantize_concat(node, params, qname, constants, types))
         else:
             nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
                                          constants, types, layer_ann))
@@ -370,3 +375,31 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
                  "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+
+
+def _concat_params(node: Node, params, values) -> "tuple[float, int]":
+    """Output scale and zero point of a channel ``Concat``: the inputs' own when they all
+    share one scale and zero point (the requantization is then the identity and the output
+    exactly its inputs' integers), else min/max calibration of the output, whose range is
+    the union of the inputs' ranges (within a fused ReLU / Clip)."""
+    shared = {params[x] for x in node.inputs}
+    if len(shared) == 1:
+        return next(iter(shared))
+    return _output_params(node, values[node.outputs[0]])
+
+
+def _quantize_concat(node: Node, params, qname, constants, types) -> Node:
+    """Channel ``Concat``: output channel ``c``, from source ``j``, is ``x_j - zp_j``
+    requantized with its own multiplier ``s_j / s_out`` (weight 1: the precision of the
+    31-bit multiplier, exactly the identity when ``s_j = s_out``)."""
+    s_out, zp_out = params[node.outputs[0]]
+    real = np.concatenate([np.full(types[qname[x]].shape[1], params[x][0] / s_out)
+                           for x in node.inputs])
+    mult, shift = requant_params(real, node.name)
+    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = _clamp(node, params[node.outputs[0]])
+    return Node(node.name, "QConcat", tuple(qname[x] for x in node.inputs) + names,
+                (qname[node.outputs[0]],),
+                {"zps": tuple(params[x][1] for x in node.inputs), "out_zp": zp_out, "lo": lo,
+                 "hi": hi, "scales": tuple(params[x][0] for x in node.inputs),
+                 "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
