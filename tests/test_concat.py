@@ -3,9 +3,14 @@
 golden model against onnxruntime on float Concat models."""
 
 import numpy as np
+import onnx
+import onnxruntime
 import pytest
 from onnx import helper
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_static)
 
+from hwonnx.api import build, simulate
 from hwonnx.compiler import lower
 from hwonnx.compiler.isa import Op
 from hwonnx.config import ArchConfig
@@ -282,3 +287,35 @@ def test_golden_within_one_lsb_of_onnxruntime(seed):
           f"(bound {bound:.4g})")
     assert worst <= 1
     assert float_error <= bound * (1 + 1e-5)
+
+
+def test_prequantized_qdq_concat_follows_onnxruntime(tmp_path):
+    """onnxruntime's QDQ quantizer gives each Concat input its own scale: hwonnx uses them as
+    they are (no calibration data) and the golden model stays within 1 LSB of onnxruntime
+    running the same quantized model."""
+    rng = np.random.default_rng(3)
+    data = rng.uniform(-1, 1, (48, 1, 3, 4, 5)).astype(np.float32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter([{"x": x} for x in data[:32]])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    onnx.save(_branches(["a", "b"]), tmp_path / "float.onnx")
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    result = build(tmp_path / "qdq.onnx", None, calib=None, verilog=False,
+                   log=lambda message: None)
+    node = next(n for n in result.graph.nodes if n.op == "QConcat")
+    assert len(set(node.attrs["scales"])) == 2
+    golden = simulate(result, {"x": data[32:]}, mode="golden").outputs["c"]
+    session = onnxruntime.InferenceSession(str(tmp_path / "qdq.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    reference = np.concatenate([session.run(None, {"x": x})[0] for x in data[32:]])
+    lsb = np.rint(np.abs(golden.reshape(reference.shape) - reference) / node.attrs["out_scale"])
+    print(f"\nQDQ Concat: {int(np.count_nonzero(lsb))} of {lsb.size} values differ from "
+          f"onnxruntime, at most {int(lsb.max())} LSB")
+    assert lsb.max() <= 1
