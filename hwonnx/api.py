@@ -49,9 +49,10 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
                   override_initializers=None, log=print) -> "tuple[Graph, Program]":
     """Frontend, quantizer and compiler, in memory. ``calib`` (samples or a sample file) may
     be None for a pre-quantized model that gives every quantization parameter; otherwise
-    :func:`~hwonnx.quant.quantize_graph` raises :class:`QuantizationError`."""
+    :func:`~hwonnx.quant.quantize_graph` raises :class:`QuantizationError`. Host steps at the
+    start and end of the graph stay float (:func:`~hwonnx.quant.quantize_model`)."""
     from .frontend import load_model
-    from .quant import load_samples, normalize_samples, quantize_graph
+    from .quant import load_samples, normalize_samples, quantize_model
 
     started = time.monotonic()
     float_graph = load_model(model, input_shapes=input_shapes,
@@ -62,7 +63,7 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
         samples = normalize_samples(float_graph, calib, "Calibration data")
     else:
         samples = load_samples(calib, float_graph, "Calibration file")
-    int_graph = quantize_graph(float_graph, samples)
+    int_graph = quantize_model(float_graph, samples)
     program = lower(int_graph, config)
     log(f"Compiled {len(program.layers)} layer(s), {len(program.instructions)} instructions, "
         f"{program.macs:,} MACs in {time.monotonic() - started:.1f} s")
@@ -188,13 +189,13 @@ def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
     """Compile ``model`` in memory without calibration data (placement, tiling and cycle
     prediction depend only on shapes and weights, not on activation ranges)."""
     from .frontend import load_model
-    from .quant import quantize_graph
+    from .quant import quantize_model
 
     float_graph = load_model(model, input_shapes=input_shapes,
                              override_initializers=override_initializers)
     dummy = {name: np.zeros((1,) + float_graph.types[name].shape, dtype=np.float32)
              for name in float_graph.inputs}
-    int_graph = quantize_graph(float_graph, dummy)
+    int_graph = quantize_model(float_graph, dummy)
     return int_graph, lower(int_graph, config or ArchConfig())
 
 
@@ -209,9 +210,28 @@ def load_build(out_dir) -> BuildResult:
 
 
 def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"):
-    node = next(n for n in graph.nodes if n.op == "Quantize")
-    samples = inputs[program.input_name]
-    return quantize(samples, **dict(node.attrs))
+    """The accelerator's int8 input ``[S, ...]`` from the model's inputs: the host steps
+    before the accelerator (if any), then the quantization, with the golden model's
+    functions."""
+    node = graph.producer(program.input_value)
+    value = node.inputs[0]
+    feeds = {name: inputs[name].reshape((-1,) + graph.types[name].shape[1:])
+             for name in graph.inputs}
+    if value not in feeds:
+        prefix = Graph(_upstream(graph, value), graph.inputs, (value,), graph.types,
+                       graph.constants)
+        feeds = evaluate(prefix, feeds)
+    return quantize(feeds[value], **dict(node.attrs))
+
+
+def _upstream(graph: Graph, value: str) -> "list":
+    """The nodes ``value`` depends on, in graph order."""
+    needed, nodes = {value}, []
+    for node in reversed(graph.nodes):
+        if needed & set(node.outputs):
+            nodes.append(node)
+            needed.update(node.inputs)
+    return nodes[::-1]
 
 
 def _host_outputs(graph: Graph, program: Program, q: np.ndarray) -> "dict[str, np.ndarray]":
@@ -224,7 +244,8 @@ def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> Si
     graph, program = build_result.graph, build_result.program
     q_in = _quantize_inputs(graph, program, inputs)
     q_out = evaluate(graph, {program.input_value: q_in.reshape(
-        (-1,) + program.input_placement.shape[1:])}, keep_all=True)[program.output_value]
+        (-1,) + program.input_placement.shape[1:])}, keep_all=True,
+        downstream=True)[program.output_value]
     return _result(build_result, q_out, [], 0.0)
 
 
@@ -255,7 +276,7 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
     q_in = _quantize_inputs(graph, program, inputs)[sample:sample + 1]
     shape = program.input_placement.shape
     env = evaluate(graph, {program.input_value: q_in.reshape((-1,) + shape[1:])},
-                   keep_all=True)
+                   keep_all=True, downstream=True)
     for index, layer in enumerate(program.layers):
         partial = program.truncated(index)
         got, _ = execute_rtl(partial, q_in.reshape((-1,) + shape), log=log)

@@ -25,13 +25,19 @@ _WHY = {
 
 
 def placement(graph) -> "list[dict]":
-    """Where each node of the integer graph runs (hardware or host) and why."""
+    """Where each node of the integer graph runs (hardware or host) and why; a host step at
+    the start or end of the graph gives the frontend's reason (``graph.meta["host_steps"]``,
+    see :mod:`hwonnx.frontend.host`)."""
+    steps = graph.meta.get("host_steps") or {}
     rows = []
     for node in graph.nodes:
         float_layout = node.op in ("Flatten", "Reshape") and \
             graph.types[node.outputs[0]].dtype != "int8"
-        where, why = (("host", "layout of a host value") if float_layout
-                      else _WHY.get(node.op, ("host", "host operator")))
+        if node.name in steps and graph.types[node.outputs[0]].dtype != "int8":
+            where, why = "host", steps[node.name]["why"]
+        else:
+            where, why = (("host", "layout of a host value") if float_layout
+                          else _WHY.get(node.op, ("host", "host operator")))
         rows.append({"node": node.name, "op": node.op, "where": where, "why": why})
     return rows
 

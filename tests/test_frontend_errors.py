@@ -49,9 +49,9 @@ def test_all_unsupported_nodes_are_listed_in_one_error():
     with raises(UnsupportedOperatorError,
                 "3 unsupported node(s): node 'soft' Softmax (domain 'ai.onnx', opset 17); "
                 "node 'LSTM_1' LSTM (domain 'ai.onnx', opset 17); node 'Frobnicate_3' "
-                "Frobnicate (domain 'com.example', opset 3) (Softmax 'soft' runs on the host and "
-                "must be at the end of the graph; only Dropout, Flatten, Identity, Reshape, "
-                f"Softmax may follow it on the way to the graph outputs); {SUPPORTED}") as info:
+                "Frobnicate (domain 'com.example', opset 3) (Softmax 'soft' runs on neither: no "
+                "hardware mapping and not at the start or end of the graph); "
+                f"{SUPPORTED}") as info:
         load_model(model)
     assert info.value.nodes == [("soft", "Softmax", "", 17), ("LSTM_1", "LSTM", "", 17),
                                 ("Frobnicate_3", "Frobnicate", "com.example", 3)]
@@ -84,8 +84,8 @@ def test_support_check_runs_before_shape_inference():
                        {"x": [1, 2, 3]}, {"y": [1, 4]}, {"w": rand(3, 4)})
     with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node "
                        r"'Softmax_0' Softmax \(domain 'ai\.onnx', opset 17\) \(Softmax "
-                       r"'Softmax_0' runs on the host and must be at the end of the graph; "
-                       r".*\); supported .*$"):
+                       r"'Softmax_0' runs on neither: no hardware mapping and not at the start "
+                       r"or end of the graph\); supported .*$"):
         load_model(model)
 
 
@@ -109,12 +109,27 @@ def test_matmul_of_two_runtime_values_is_unsupported():
 
 
 def test_foldable_op_on_runtime_value_is_unsupported():
-    model = make_model([helper.make_node("Div", ["x", "k"], ["y"], name="scale")],
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Slice", ["r", "starts", "ends"], ["y"], name="cut")],
+                       {"x": [1, 4]}, {"y": [1, 2]},
+                       {"starts": np.array([0], np.int64), "ends": np.array([2], np.int64)})
+    with raises(UnsupportedOperatorError,
+                "1 unsupported node(s): node 'cut' Slice (domain 'ai.onnx', opset 17) (Slice "
+                "'cut' is folded away, so its inputs must be constants, but 'r' is computed "
+                f"at run time); {SUPPORTED}"):
+        load_model(model)
+
+
+def test_host_only_op_on_runtime_value_in_the_middle_is_unsupported():
+    # Div on a run-time value runs on the host at the start of the graph only (the leading
+    # chain on the input); after the Relu it runs on neither side.
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Div", ["r", "k"], ["y"], name="scale")],
                        {"x": [1, 4]}, {"y": [1, 4]}, {"k": np.float32(2)})
     with raises(UnsupportedOperatorError,
                 "1 unsupported node(s): node 'scale' Div (domain 'ai.onnx', opset 17) (Div "
-                "'scale' is folded away, so its inputs must be constants, but 'x' is computed "
-                f"at run time); {SUPPORTED}"):
+                "'scale' runs on neither: no hardware mapping and not at the start or end of "
+                f"the graph); {SUPPORTED}"):
         load_model(model)
 
 

@@ -96,11 +96,13 @@ def test_conv_bn_still_folds_after_mul_conv():
 
 
 def test_mul_by_spatial_constant_is_unsupported():
-    model = make_model([helper.make_node("Mul", ["x", "c"], ["y"], name="mask")],
+    # After a Relu: on the graph input it would be a host step (tests/test_host_fallback.py).
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Mul", ["r", "c"], ["y"], name="mask")],
                        {"x": [1, 2, 3, 3]}, {"y": [1, 2, 3, 3]}, {"c": rand(1, 1, 3, 3)})
     with pytest.raises(UnsupportedOperatorError,
                        match=r"^1 unsupported node\(s\): node 'mask' Mul \(domain 'ai\.onnx', "
-                             r"opset 17\) \(Mul 'mask' multiplies 'x' of shape \[1, 2, 3, 3\] by "
+                             r"opset 17\) \(Mul 'mask' multiplies 'r' of shape \[1, 2, 3, 3\] by "
                              r"a constant of shape \[1, 1, 3, 3\]; hwonnx maps only .*\)$"):
         load_model(model)
 
@@ -265,7 +267,11 @@ def test_transpose_of_unit_axes_becomes_reshape():
 
 
 def test_transpose_of_non_unit_axes_is_unsupported():
-    nodes = [helper.make_node("Transpose", ["x"], ["y"], name="nhwc", perm=[0, 2, 3, 1])]
+    # Between two Relus: at the start or the end of the graph it would be a host step
+    # (tests/test_host_fallback.py).
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Transpose", ["r"], ["t"], name="nhwc", perm=[0, 2, 3, 1]),
+             helper.make_node("Relu", ["t"], ["y"], name="relu2")]
     model = make_model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, 4, 4, 3]})
     with pytest.raises(UnsupportedOperatorError,
                        match=r"^1 unsupported node\(s\): node 'nhwc' Transpose \(domain "

@@ -304,9 +304,8 @@ def test_softmax_in_the_middle_is_refused():
                        {"x": [1, 3]}, {"y": [1, 2]}, {"w": rand(3, 2)})
     with raises(UnsupportedOperatorError, re.escape(
             "1 unsupported node(s): node 'probs' Softmax (domain 'ai.onnx', opset 17) (Softmax "
-            "'probs' runs on the host and must be at the end of the graph; only Dropout, "
-            "Flatten, Identity, Reshape, Softmax may follow it on the way to the graph "
-            "outputs); supported operators are ") + ".*") as info:
+            "'probs' runs on neither: no hardware mapping and not at the start or end of the "
+            "graph); supported operators are ") + ".*") as info:
         load_model(model)
     assert info.value.nodes == [("probs", "Softmax", "", 17)]
 
@@ -316,7 +315,8 @@ def test_softmax_that_is_an_output_and_also_read_by_a_layer_is_refused():
                         helper.make_node("Gemm", ["s", "w"], ["y"], name="fc")],
                        {"x": [1, 3]}, {"s": [1, 3], "y": [1, 2]}, {"w": rand(3, 2)})
     with raises(UnsupportedOperatorError, r"1 unsupported node\(s\): node 'probs' Softmax .* "
-                r"runs on the host and must be at the end of the graph; .*"):
+                r"runs on neither: no hardware mapping and not at the start or end of the "
+                r"graph\); .*"):
         load_model(model)
 
 

@@ -360,18 +360,28 @@ def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedO
 DIAGONAL_MAX = 4096
 
 
+def mul_maps(shape: "tuple[int, ...]", out_shape: "tuple[int, ...]",
+             scale_shape: "tuple[int, ...]") -> bool:
+    """Whether a ``Mul`` of a run-time ``shape`` by a constant of ``scale_shape`` maps to the
+    array: a scalar or per-channel scale of a 4-D input (a depthwise 1x1 ``Conv``) or of a
+    ``[1, K]`` input with ``K <= DIAGONAL_MAX`` (a diagonal ``Dense``)."""
+    rank = len(shape)
+    padded = tuple(scale_shape) if len(scale_shape) > rank else \
+        (1,) * (rank - len(scale_shape)) + tuple(scale_shape)
+    channels = shape[1] if rank >= 2 else 0
+    return rank in (2, 4) and tuple(out_shape) == tuple(shape) and padded[1] in (1, channels) \
+        and all(d == 1 for i, d in enumerate(padded) if i != 1) \
+        and (rank == 4 or (shape[0] == 1 and channels <= DIAGONAL_MAX))
+
+
 def _mul(b: _Builder, node: onnx.NodeProto) -> Node:
     a, c = node.input
     if a in b.onnx_constants:                 # the run-time operand first
         a, c = c, a
     x, out = b.value(a), b.value(node.output[0])
     shape, scale = b.shape(x), b.array(node, c)
-    rank = len(shape)
-    padded = scale.shape if scale.ndim > rank else (1,) * (rank - scale.ndim) + scale.shape
-    channels = shape[1] if rank >= 2 else 0
-    if rank in (2, 4) and b.shape(out) == shape and padded[1] in (1, channels) \
-            and all(d == 1 for i, d in enumerate(padded) if i != 1) \
-            and (rank == 4 or (shape[0] == 1 and channels <= DIAGONAL_MAX)):
+    channels = shape[1] if len(shape) >= 2 else 0
+    if mul_maps(shape, b.shape(out), scale.shape):
         per_channel = np.broadcast_to(scale.reshape(-1), (channels,))
         weight = b.new_constant(f"{node.name}_weight", channel_weight(shape, per_channel))
         return channel_scale_node(node.name, (x, weight), out, shape)
@@ -392,11 +402,17 @@ def _as_reshape(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Reshape", (x,), (out,), {"shape": tuple(b.shape(out))})
 
 
+def transpose_is_reshape(shape: "tuple[int, ...]", perm: "list[int]") -> bool:
+    """Whether ``perm`` keeps the relative order of the axes of size > 1 of ``shape`` (only
+    size-1 axes move, so the data order is unchanged: a reshape)."""
+    moved = [axis for axis in perm if shape[axis] != 1]
+    return moved == sorted(moved)
+
+
 def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
     shape = b.shape(b.value(node.input[0]))
     perm = [int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1))]
-    moved = [axis for axis in perm if shape[axis] != 1]
-    if moved != sorted(moved):
+    if not transpose_is_reshape(shape, perm):
         raise _unsupported(b, node, (
             f"Transpose '{node.name}' has perm {perm} on an input of shape {list(shape)}, "
             f"which reorders its axes of size > 1; only a Transpose that moves size-1 axes (a "
@@ -475,7 +491,8 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
 
 
 def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constants: dict,
-                  types: dict, meta: "dict | None" = None) -> Graph:
+                  types: dict, meta: "dict | None" = None,
+                  special: "dict[str, Callable] | None" = None) -> Graph:
     """Build the float IR graph from the folded nodes of ``model``.
 
     Parameters
@@ -491,6 +508,9 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
     meta : dict, optional
         The graph's metadata; the converter appends its notes (dtype conversions) to
         ``meta["notes"]``.
+    special : dict of str to converter, optional
+        Converters of particular nodes, by node name, used instead of ``CONVERTERS`` (the
+        host steps, :mod:`.host`).
 
     Raises
     ------
@@ -499,13 +519,14 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
     """
     b = _Builder(model, nodes, constants, types)
     graph = model.graph
-    inputs = tuple(b.value(value.name) for value in graph.input)
     ir_nodes = []
     for node in nodes:
-        converter = CONVERTERS.get(node.op_type)
+        converter = (special or {}).get(node.name) or CONVERTERS.get(node.op_type)
         if converter is None:                 # the support check lets no other op through
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
         ir_nodes.append(converter(b, node))
+    # after the nodes: a host Cast gives an integer input its type
+    inputs = tuple(b.value(value.name) for value in graph.input)
     outputs = []
     for value in graph.output:
         if value.name in constants:

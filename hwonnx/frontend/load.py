@@ -15,6 +15,7 @@ from .convert import convert_graph
 from .fold import fold_constants, remove_dead_nodes
 from .functions import inline_functions
 from .graph_rules import check_graph
+from .host import HOST_CONVERTERS, check_host_steps, host_steps
 from .opsets import check_signatures, convert_opset
 from .prequant import annotate_graph, dequantize_model, is_prequantized
 from .read import read_model
@@ -108,8 +109,11 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     live = remove_dead_nodes(list(model.graph.node), outputs)
     nodes, constants = fold_constants(model, types, live)
     nodes = remove_dead_nodes(nodes, outputs)
-    meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound)
-    graph = convert_graph(model, nodes, constants, types, meta)
+    steps = host_steps(model, nodes, constants, types)
+    meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
+                **({"host_steps": steps} if steps else {}))
+    graph = convert_graph(model, nodes, constants, types, meta, {
+        node.name: HOST_CONVERTERS[node.op_type] for node in nodes if node.name in steps})
     meta = dict(graph.meta)
     for key, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):
         meta[key] = tuple({**declared, "shape": list(graph.types[declared["name"]].shape)}
@@ -117,6 +121,7 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     graph = replace(graph, meta=meta)
     graph = run_pipeline(graph, FLOAT_PIPELINE, pass_context or PassContext())
     check_fused(graph, meta["opset"])
+    check_host_steps(graph, meta["opset"])
     if annotations is not None:
         graph = annotate_graph(graph, annotations)
     return graph

@@ -6,18 +6,19 @@ import onnx
 from ..errors import UnsupportedOperatorError
 from ..ir.graph import Graph
 from .common import domain_opset, is_default_domain
+from .host import (HOST_END_OPS, HOST_ONLY_OPS, HOST_START_OPS, at_end, end_values,
+                   leading_chain, runs_on_neither)
 
-__all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "HOST_TAIL_OPS", "constant_values", "check_support",
+__all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support",
            "check_fused"]
 
-#: Operators mapped onto the float IR vocabulary.
+#: Operators mapped onto the float IR vocabulary. (The operators without a hardware mapping
+#: that the host runs at the start or end of the graph are :data:`.host.HOST_ONLY_OPS`.)
 COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
-    "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Softmax", "Mul", "Pad",
+    "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Mul", "Pad",
     "Squeeze", "Unsqueeze", "Transpose", "Concat",
 })
-#: Operators that may follow a ``Softmax``, which runs on the host after the accelerator.
-HOST_TAIL_OPS = frozenset({"Softmax", "Identity", "Dropout", "Flatten", "Reshape"})
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
 #: ``AvgPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
 _LAYER_SOURCES = "Conv, Gemm, MatMul, Add, Concat, AveragePool or GlobalAveragePool"
@@ -25,7 +26,8 @@ _LAYER_SOURCES = "Conv, Gemm, MatMul, Add, Concat, AveragePool or GlobalAverageP
 #: ``Conv`` or ``Dense`` too, so a ``Clip`` after them is fused as well.)
 #: Operators accepted only on constant inputs; constant folding removes them. (``Mul``,
 #: ``Squeeze``, ``Unsqueeze`` and ``Concat`` are compute operators: folded on constants, mapped
-#: on run-time values.)
+#: on run-time values; ``Cast``, ``Div`` and ``Sub`` on run-time values are host steps at the
+#: start of the graph.)
 FOLDABLE_OPS = frozenset({
     "Constant", "Shape", "Gather", "Cast", "Slice", "Div", "Sub",
 })
@@ -73,20 +75,28 @@ def check_support(model: onnx.ModelProto) -> None:
         If any node is in a domain other than ``ai.onnx``, is not a supported operator, is a
         foldable operator on a run-time value, or has a run-time value where a constant is
         needed (convolution weights, ``MatMul`` second operand, ``Clip`` bounds, ...), or is
-        a ``Softmax`` that is not at the end of the graph (see :func:`_host_tail`).
+        an operator without a hardware mapping (``Sub``, ``Softmax``, ``ArgMax``, ...) that
+        is not where the host can run it: ``Sub``, ``Div`` and ``Cast`` in the leading chain
+        on the graph input, ``Softmax``, ``LogSoftmax``, ``ArgMax`` and ``TopK`` at the end
+        of the graph (:mod:`.host`).
     """
     graph = model.graph
     constant = constant_values(graph)
-    tail = _host_tail(graph)
+    start = {node.name for node in leading_chain(graph.node, [v.name for v in graph.input],
+                                                  {v.name for v in graph.output}, constant)}
+    end = end_values(graph.node)
     nodes, reasons = [], []
     for node in graph.node:
-        reason = _reason(node, constant)
-        if reason is None and node.op_type == "Softmax" and is_default_domain(node.domain) \
-                and not all(v in constant for v in node.input if v) \
-                and node.output[0] not in tail:
-            reason = (f"Softmax '{node.name}' runs on the host and must be at the end of the "
-                      f"graph; only {', '.join(sorted(HOST_TAIL_OPS))} may follow it on the "
-                      f"way to the graph outputs")
+        if is_default_domain(node.domain) and node.op_type in HOST_ONLY_OPS:
+            here = (node.op_type in HOST_START_OPS and node.name in start) or \
+                (node.op_type in HOST_END_OPS and at_end(node, end)) or \
+                all(v in constant for v in node.input if v)            # folded
+            reason = None if here else runs_on_neither(node.name, node.op_type)
+            if here and node.op_type == "TopK" and node.input[1] not in constant:
+                reason = (f"TopK '{node.name}' needs a constant K, but '{node.input[1]}' is "
+                          f"computed at run time")
+        else:
+            reason = _reason(node, constant)
         if reason is not None:
             nodes.append((node.name, node.op_type, node.domain,
                           domain_opset(model, node.domain)))
@@ -96,7 +106,10 @@ def check_support(model: onnx.ModelProto) -> None:
         error = UnsupportedOperatorError(nodes)
         supported = ", ".join(sorted(COMPUTE_OPS))
         detail = f" ({'; '.join(reasons)})" if reasons else ""
-        error.args = (f"{error}{detail}; supported operators are {supported}",)
+        error.args = (f"{error}{detail}; supported operators are {supported}; on the host "
+                      f"also {', '.join(sorted(HOST_ONLY_OPS & HOST_START_OPS))} at the start "
+                      f"of the graph and {', '.join(sorted(HOST_ONLY_OPS & HOST_END_OPS))} at "
+                      f"the end",)
         raise error
 
 
@@ -138,26 +151,6 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
             return (f"{node.op_type} '{node.name}' needs a constant {role}, but "
                     f"'{node.input[index]}' is computed at run time")
     return None
-
-
-def _host_tail(graph: onnx.GraphProto) -> "set[str]":
-    """Return the values every consumer path of which leads only to graph outputs through
-    :data:`HOST_TAIL_OPS` nodes (reading the value as their first input)."""
-    consumers: "dict[str, list[onnx.NodeProto]]" = {}
-    for node in graph.node:
-        for value in node.input:
-            if value:
-                consumers.setdefault(value, []).append(node)
-    tail: "set[str]" = set()
-    for node in reversed(graph.node):              # topological order: consumers first
-        for value in node.output:
-            if value and all(is_default_domain(c.domain) and c.op_type in HOST_TAIL_OPS
-                             and c.input[0] == value and value not in c.input[1:]
-                             and all(out in tail or out not in consumers
-                                     for out in c.output if out)
-                             for c in consumers.get(value, [])):
-                tail.add(value)
-    return tail
 
 
 def check_fused(graph: Graph, opset: int) -> None:

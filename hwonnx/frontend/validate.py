@@ -17,6 +17,11 @@ from .common import (
 )
 from .graph_rules import check_graph, name_nodes
 
+#: Integer graph input types a ``Cast`` to float may read, on the host (exact in float32).
+CASTABLE_INPUT_TYPES = frozenset({onnx.TensorProto.UINT8, onnx.TensorProto.INT8,
+                                  onnx.TensorProto.UINT16, onnx.TensorProto.INT16,
+                                  onnx.TensorProto.INT32})
+
 __all__ = ["name_nodes", "validate_model", "resolve_operators", "newest_opsets"]
 
 #: The first IR version with ``opset_import``; older models implicitly use ai.onnx opset 1.
@@ -68,9 +73,16 @@ def validate_model(model: onnx.ModelProto, rlog: ReadLog) -> None:
         {s.values.name for s in model.graph.sparse_initializer}
     for value in model.graph.input:
         elem = value.type.tensor_type.elem_type
-        if value.name not in initialized and elem not in FLOAT_TYPES:
-            raise ModelError(f"Graph input '{value.name}' must be float32, float16, bfloat16 or "
-                             f"float64, not {elem_type_name(elem)}")
+        if value.name in initialized or elem in FLOAT_TYPES:
+            continue
+        readers = [n for n in model.graph.node if value.name in n.input]
+        castable = elem in CASTABLE_INPUT_TYPES
+        if castable and readers and all(n.op_type == "Cast" and n.domain == "" for n in readers):
+            continue                             # a host step converts it (frontend/host.py)
+        raise ModelError(f"Graph input '{value.name}' must be float32, float16, bfloat16 or "
+                         f"float64, not {elem_type_name(elem)}" + (
+                             ", unless only a Cast to float reads it (a host step)"
+                             if castable else ""))
 
 
 def _check_versions(model: onnx.ModelProto, rlog: ReadLog) -> None:

@@ -3,6 +3,7 @@
 import numpy as np
 
 from ..ir import Graph
+from .host import HOST_FUNCTIONS, run_host
 from .ops import GOLDEN_OPS
 
 __all__ = ["evaluate"]
@@ -15,17 +16,22 @@ def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = Fals
     whose outputs are all in ``feeds`` is skipped, so integer values can be fed directly.
     With ``downstream``, only nodes computable from ``feeds`` run (the host steps after the
     accelerator's output, fed with the RTL's result); every graph output must still come
-    out."""
+    out. Host steps (:mod:`.host`) run sample by sample."""
     env = {**graph.constants, **feeds}
     for node in graph.nodes:
         if all(v in feeds for v in node.outputs):
             continue                      # fed directly (e.g. already-quantized inputs)
         if downstream and not all(v in env for v in node.inputs if v):
             continue                      # upstream of the fed values: not asked for
+        args = [env[v] for v in node.inputs]
+        if node.op in HOST_FUNCTIONS:
+            env.update(zip(node.outputs, run_host(node, args, [v not in graph.constants
+                                                               for v in node.inputs],
+                                                  graph.types)))
+            continue
         if node.op not in GOLDEN_OPS:  # the quantizer emits only golden ops: this is a bug
             raise NotImplementedError(f"No golden model for IR op {node.op} "
                                       f"(node '{node.name}')")
-        args = [env[v] for v in node.inputs]
         env[node.outputs[0]] = GOLDEN_OPS[node.op](*args, **dict(node.attrs))
     if keep_all:
         return env

@@ -13,7 +13,9 @@ from .im2col import im2col
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
            "qconv", "qdense", "qavgpool", "qadd", "qconcat", "softmax", "accumulate_bound"]
 
-#: Operators that run on the host (NumPy float32) after the accelerator's output.
+#: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
+#: after the accelerator's output. Host steps in general, before and after the accelerator,
+#: are :data:`hwonnx.golden.host.HOST_FUNCTIONS`.
 HOST_OPS = frozenset({"Softmax"})
 
 GOLDEN_OPS: "dict[str, Callable[..., np.ndarray]]" = {}

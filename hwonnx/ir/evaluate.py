@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node
 
@@ -144,7 +145,9 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
     Returns
     -------
     dict of str to numpy.ndarray
-        float32 arrays, by value name.
+        Arrays of the values' IR types (float32; int64 indices of a host ``ArgMax`` or
+        ``TopK``), by value name. Host steps (:mod:`hwonnx.golden.host`) run sample by
+        sample.
 
     Raises
     ------
@@ -166,12 +169,19 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
                              f"{list(expected)} (any leading size), not {list(value.shape)}")
         env[name] = value
     for node in graph.nodes:
+        args = [env[v] for v in node.inputs]
         fn = FLOAT_OPS.get(node.op)
+        if fn is None and node.op in HOST_FUNCTIONS:     # a host step, sample by sample
+            env.update(zip(node.outputs, run_host(node, args, [v not in graph.constants
+                                                               for v in node.inputs],
+                                                  graph.types)))
+            continue
         if fn is None:
             raise NotImplementedError(f"No float reference for IR op {node.op} "
                                       f"(node '{node.name}')")
-        args = [env[v] for v in node.inputs]
-        env[node.outputs[0]] = np.asarray(fn(graph, node, *args), dtype=np.float32)
+        out = graph.types.get(node.outputs[0])
+        env[node.outputs[0]] = np.asarray(fn(graph, node, *args),
+                                          dtype=out.dtype if out else np.float32)
     if keep_all:
         return env
     return {name: env[name] for name in graph.outputs}

@@ -8,6 +8,9 @@ Two op vocabularies share this structure (documented in ``docs/ir.md``):
 * the **integer graph** made by the quantizer: ``Quantize``, ``QConv``, ``QDense``, ``QAdd``,
   ``QAvgPool``, ``QConcat``, ``Flatten``, ``Reshape``, ``Dequantize`` and host ``Softmax``;
   every one of them is defined bit for bit by a function of :mod:`hwonnx.golden`.
+
+Both may hold float32 host steps before the accelerator's input and after its output (``Sub``,
+``Div``, ``Transpose``, ``ArgMax``, ``TopK``, ...: :mod:`hwonnx.golden.host`).
 """
 
 from dataclasses import dataclass, field, replace

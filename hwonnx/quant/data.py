@@ -44,6 +44,14 @@ def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
         count = array.shape[0]
         if count == 0:
             raise QuantizationError(f"{what}: array '{name}' holds no samples")
+        dtype = np.dtype(graph.types[name].dtype)
+        if dtype.kind in "iu":                  # an integer input (read by a host Cast)
+            info = np.iinfo(dtype)
+            bad = (array != np.round(array)) | (array < info.min) | (array > info.max)
+            if bad.any():
+                raise QuantizationError(
+                    f"{what}: array '{name}' holds {float(array[bad].reshape(-1)[0]):g}, which "
+                    f"is not a {dtype} value (input '{name}' is {dtype})")
         result[name] = array.astype(np.float32)
     return result
 

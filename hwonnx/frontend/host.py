@@ -1,0 +1,350 @@
+"""Host steps: the nodes at the start and at the end of a graph that run on the host, in
+float32 NumPy (:mod:`hwonnx.golden.host`), instead of on the accelerator.
+
+The rule (``docs/ir.md``, "Host steps"):
+
+* **Start.** The *leading chain* is the run of nodes from the graph's one run-time input, each
+  of a :data:`HOST_START_OPS` operator whose only run-time input is the previous value (the
+  others are constants), and each the only reader of that value, which is no graph output.
+  The chain's nodes up to and including the **last one without a hardware mapping** run on the
+  host; the accelerator's input is that node's output. The chain's nodes after it (and the
+  whole chain when every node in it maps) run on the accelerator as before.
+* **End.** A node of a :data:`HOST_END_OPS` operator is *at the end* when every path from its
+  outputs reaches graph outputs through such nodes only (reading the value as their first
+  input). Every node at the end without a hardware mapping runs on the host, and so does every
+  node that reads a host value; the others (a ``Flatten`` before a ``Softmax``) stay on the
+  accelerator.
+* A node without a hardware mapping anywhere else runs on neither: the support check refuses
+  it, listing every such node. hwonnx does not split a program into several accelerator
+  segments with host steps between them.
+"""
+
+import math
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError, UnsupportedOperatorError
+from ..ir.graph import Graph, Node, TensorType
+from .common import FLOAT_TYPES, elem_type_name, is_default_domain
+from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
+
+__all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS", "HOST_CONVERTERS",
+           "leading_chain", "end_values", "at_end", "host_steps", "runs_on_neither",
+           "check_host_steps"]
+
+#: Operators the host runs at the start of the graph (in the leading chain).
+HOST_START_OPS = frozenset({
+    "Sub", "Div", "Mul", "Add", "Transpose", "Cast", "Reshape", "Flatten", "Squeeze",
+    "Unsqueeze", "Identity", "Dropout",
+})
+#: Operators the host runs at the end of the graph.
+HOST_END_OPS = frozenset({
+    "Softmax", "LogSoftmax", "ArgMax", "TopK", "Transpose", "Reshape", "Flatten", "Squeeze",
+    "Unsqueeze", "Identity", "Dropout",
+})
+#: Operators with no hardware mapping at all (on run-time values): accepted only at the start
+#: (the first three) or at the end (the others) of the graph.
+HOST_ONLY_OPS = frozenset({"Sub", "Div", "Cast", "Softmax", "LogSoftmax", "ArgMax", "TopK"})
+#: Float IR ops that exist only as host steps (``Add`` and the layout ops are host steps too
+#: when the placement says so, but they also map to the array).
+HOST_IR_OPS = frozenset({"Sub", "Div", "Mul", "Transpose", "Cast", "LogSoftmax", "ArgMax",
+                         "TopK", "Softmax"})
+_ELEMENTWISE = ("Sub", "Div", "Mul", "Add")
+_START = "at the start of the graph, before the accelerator's input"
+_END = "at the end of the graph, after the accelerator's output"
+
+
+def runs_on_neither(node_name: str, op: str) -> str:
+    """The reason the support check gives for a node that can run on neither side."""
+    return (f"{op} '{node_name}' runs on neither: no hardware mapping and not at the start or "
+            f"end of the graph")
+
+
+def leading_chain(nodes, inputs, outputs, constant: "set[str]") -> "list[onnx.NodeProto]":
+    """The leading chain (see the module docstring) of ``nodes``; ``inputs``/``outputs``: the
+    graph's input and output names, ``constant``: the constant values."""
+    runtime = [name for name in inputs if name not in constant]
+    if len(runtime) != 1:
+        return []
+    readers: "dict[str, list[onnx.NodeProto]]" = {}
+    for node in nodes:
+        for value in set(node.input):
+            if value:
+                readers.setdefault(value, []).append(node)
+    chain, value = [], runtime[0]
+    while value not in outputs and len(readers.get(value, ())) == 1:
+        node = readers[value][0]
+        reads = [v for v in node.input if v and v not in constant]
+        if not is_default_domain(node.domain) or node.op_type not in HOST_START_OPS \
+                or reads != [value] or (node.op_type not in _ELEMENTWISE
+                                        and node.input[0] != value):
+            break
+        chain.append(node)
+        value = node.output[0]
+    return chain
+
+
+def end_values(nodes) -> "set[str]":
+    """The values every reader of which is a :data:`HOST_END_OPS` node reading it as its first
+    input only, whose outputs are such values too (a value nothing reads is one)."""
+    readers: "dict[str, list[onnx.NodeProto]]" = {}
+    for node in nodes:
+        for value in node.input:
+            if value:
+                readers.setdefault(value, []).append(node)
+    end: "set[str]" = set()
+    for node in reversed(list(nodes)):              # topological order: readers first
+        for value in node.output:
+            if value and all(is_default_domain(r.domain) and r.op_type in HOST_END_OPS
+                             and r.input[0] == value and value not in r.input[1:]
+                             and all(out in end or out not in readers
+                                     for out in r.output if out)
+                             for r in readers.get(value, [])):
+                end.add(value)
+    return end
+
+
+def at_end(node: onnx.NodeProto, end: "set[str]") -> bool:
+    """Whether ``node`` is at the end of the graph (``end``: :func:`end_values`)."""
+    return is_default_domain(node.domain) and node.op_type in HOST_END_OPS \
+        and all(out in end for out in node.output if out)
+
+
+def _shape(types, value) -> "tuple[int, ...] | None":
+    return types.get(value, (0, None))[1]
+
+
+def _per_sample(node: onnx.NodeProto, types) -> bool:
+    """Whether the first input and the outputs of ``node`` have a leading axis of size 1 (a
+    host step runs sample by sample along it)."""
+    return all(bool(_shape(types, v)) and _shape(types, v)[0] == 1
+               for v in (node.input[0], *node.output) if v)
+
+
+def _missing_mapping(node: onnx.NodeProto, chain: "list[onnx.NodeProto]", constants, types,
+                     maps: "dict[str, bool]") -> "str | None":
+    """None when ``node`` (of the leading chain or at the end) has a hardware mapping there,
+    else the detail of why not ('' when the operator has none at all)."""
+    op = node.op_type
+    if op in HOST_ONLY_OPS:
+        return ""
+    if op == "Transpose":
+        shape = _shape(types, node.input[0])
+        if shape is None:
+            return None                              # the converter names the missing shape
+        perm = [int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1))]
+        return None if transpose_is_reshape(shape, perm) else \
+            f" (perm {perm} reorders axes of size > 1 of {list(shape)})"
+    if op not in _ELEMENTWISE:
+        return None                                  # a layout op: the buffer is re-read
+    x = next(v for v in node.input if v not in constants)
+    c = next(v for v in node.input if v in constants)
+    c_shape = tuple(np.shape(constants[c]))
+    if op == "Mul":
+        if mul_maps(_shape(types, x), _shape(types, node.output[0]), c_shape):
+            return None
+        return f" (a constant of shape {list(c_shape)} is neither a scalar nor per channel)"
+    # Add: only folded into the bias of a per-channel Mul right before it (fuse-bias)
+    before = next((n for n in chain if n.output[0] == x), None)
+    shape = _shape(types, x)
+    if before is not None and before.op_type == "Mul" and maps.get(before.name) \
+            and shape is not None and len(shape) in (2, 4):
+        n = shape[1]
+        if c_shape in (((n, 1, 1), (1, n, 1, 1)) if len(shape) == 4 else ((n,), (1, n))):
+            return None
+    return (" (only a per-channel constant after a Conv, Gemm or per-channel Mul is folded "
+            "into its bias)")
+
+
+def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict) -> "dict[str, dict]":
+    """Decide which of the folded ``nodes`` run on the host.
+
+    Returns ``node name -> {"at": "start" | "end", "why": reason}`` for every host step (see
+    the module docstring for the rule); ``constants`` and ``types`` are the folded constants
+    and the inferred ``(elem_type, shape)`` of every value."""
+    graph = model.graph
+    outputs = {value.name for value in graph.output}
+    chain = leading_chain(nodes, [v.name for v in graph.input], outputs, set(constants))
+    steps: "dict[str, dict]" = {}
+    maps: "dict[str, bool]" = {}
+    details = {}
+    for node in chain:
+        details[node.name] = _missing_mapping(node, chain, constants, types, maps)
+        # a host step runs sample by sample, along a leading axis of size 1: an operator that
+        # also has an array form stays there without one (and fails there, if it must)
+        maps[node.name] = details[node.name] is None or (
+            node.op_type not in HOST_ONLY_OPS and not _per_sample(node, types))
+    last = max((i for i, node in enumerate(chain) if not maps[node.name]), default=-1)
+    for node in chain[:last + 1]:
+        if maps[node.name]:
+            why = (f"{node.op_type} could map to the array, but {chain[last].op_type} "
+                   f"'{chain[last].name}' after it cannot; {_START}")
+        else:
+            why = f"{node.op_type} has no hardware mapping{details[node.name]}; {_START}"
+        steps[node.name] = {"at": "start", "why": why}
+    end = end_values(nodes)
+    host_values: "set[str]" = set()
+    for node in nodes:
+        if not at_end(node, end):
+            continue
+        detail = _missing_mapping(node, [], constants, types, {})
+        if detail is not None and (node.op_type in HOST_ONLY_OPS or _per_sample(node, types)):
+            why = f"{node.op_type} has no hardware mapping{detail}; {_END}"
+        elif node.input[0] in host_values:
+            why = f"{node.op_type} reads the host value '{node.input[0]}'; {_END}"
+        else:
+            continue
+        steps[node.name] = {"at": "end", "why": why}
+        host_values.update(v for v in node.output if v)
+    return steps
+
+
+def check_host_steps(graph: Graph, opset: int) -> None:
+    """Raise one :class:`UnsupportedOperatorError` naming every host-only op of the float
+    ``graph`` (after the pass pipeline) that is no host step (the support check has refused
+    those already, so this guards the converters)."""
+    steps = graph.meta.get("host_steps") or {}
+    nodes, reasons = [], []
+    for node in graph.nodes:
+        if node.name not in steps and node.op in HOST_IR_OPS:
+            reasons.append(runs_on_neither(node.name, node.op))
+            nodes.append((node.name, node.op, "", opset))
+    if nodes:
+        error = UnsupportedOperatorError(nodes)
+        error.args = (f"{error} ({'; '.join(reasons)})",)
+        raise error
+
+
+# Conversion of host steps to float IR nodes ------------------------------------------------------
+
+def _typed(b: _Builder, node: onnx.NodeProto, name: str, dtype: str = "float32") -> str:
+    """Register the type of the run-time value ``name`` written or read by host step ``node``
+    (float values through the converter's own check) and check its sample axis."""
+    if name not in b.types:
+        if dtype == "float32":
+            b.value(name)
+        else:
+            shape = b.onnx_types.get(name, (0, None))[1]
+            if shape is None:
+                raise ModelError(f"Shape inference could not give '{name}' a static shape")
+            b.types[name] = TensorType(dtype, shape)
+    shape = b.types[name].shape
+    if not shape or shape[0] != 1:
+        raise ModelError(f"{node.op_type} '{node.name}' runs on the host, one sample at a time "
+                         f"along a leading axis of size 1, but '{name}' has shape "
+                         f"{list(shape)}")
+    return name
+
+
+def _elementwise(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``Sub``, ``Div``, ``Mul``, ``Add`` of a run-time value and a constant (either order)."""
+    x = next(v for v in node.input if v not in b.onnx_constants)
+    inputs = tuple(b.constant(node, v) if v in b.onnx_constants else _typed(b, node, v)
+                   for v in node.input)
+    out = _typed(b, node, node.output[0])
+    if b.shape(out) != b.shape(x):
+        raise ModelError(f"{node.op_type} '{node.name}' broadcasts '{x}' of shape "
+                         f"{list(b.shape(x))} to {list(b.shape(out))}; a host step keeps the "
+                         f"shape of its run-time input")
+    attrs = dict(_ACTIVATION) if node.op_type == "Add" else {}
+    return Node(node.name, node.op_type, inputs, (out,), attrs)
+
+
+def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
+    x = _typed(b, node, node.input[0], _dtype(b, node.input[0]))
+    rank = len(b.types[x].shape)
+    perm = tuple(int(p) for p in _attrs(node).get("perm", range(rank - 1, -1, -1)))
+    out = _typed(b, node, node.output[0], b.types[x].dtype)
+    return Node(node.name, "Transpose", (x,), (out,), {"perm": perm})
+
+
+def _cast(b: _Builder, node: onnx.NodeProto) -> Node:
+    to = int(_attrs(node)["to"])
+    if to not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+        raise ModelError(f"Cast '{node.name}' converts to {elem_type_name(to)}; a Cast on the "
+                         f"host must convert to float (float32, or float64, which hwonnx "
+                         f"computes in float32)")
+    x = _typed(b, node, node.input[0], _dtype(b, node.input[0]))     # an integer input too
+    return Node(node.name, "Cast", (x,), (_typed(b, node, node.output[0]),))
+
+
+def _dtype(b: _Builder, value: str) -> str:
+    """The IR dtype of a run-time value: int64 for indices, else float32."""
+    if value in b.types:
+        return b.types[value].dtype
+    elem = b.onnx_types.get(value, (0, None))[0]
+    return "float32" if elem in FLOAT_TYPES else elem_type_name(elem)
+
+
+def _layout(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` (to the inferred output shape),
+    ``Identity`` and ``Dropout`` of a host value of any dtype."""
+    if node.op_type == "Dropout":
+        extra = [v for v in node.output[1:] if v and v in b.used]
+        if extra:
+            raise ModelError(f"Dropout '{node.name}' output '{extra[0]}' (the dropout mask) "
+                             f"must be unused; hwonnx runs inference only")
+    x = _typed(b, node, node.input[0], _dtype(b, node.input[0]))
+    out = _typed(b, node, node.output[0], b.types[x].dtype)
+    if node.op_type in ("Identity", "Dropout"):
+        return Node(node.name, "Identity", (x,), (out,))
+    if math.prod(b.shape(x)) != math.prod(b.shape(out)):
+        raise ModelError(f"{node.op_type} '{node.name}' maps input {list(b.shape(x))} to "
+                         f"output {list(b.shape(out))}, which has a different number of "
+                         f"elements")
+    return Node(node.name, "Reshape", (x,), (out,), {"shape": tuple(b.shape(out))})
+
+
+def _axis(node: onnx.NodeProto, attrs: dict, rank: int, default: int) -> int:
+    axis = int(attrs.get("axis", default))
+    if not -rank <= axis < rank:
+        raise ModelError(f"{node.op_type} '{node.name}' has axis={axis}, out of range for its "
+                         f"rank-{rank} input")
+    return axis + rank if axis < 0 else axis
+
+
+def _softmax_like(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``Softmax`` (the converter of the float IR op) and ``LogSoftmax`` (the same form)."""
+    _typed(b, node, node.input[0])
+    _typed(b, node, node.output[0])
+    return _softmax(b, node) if node.op_type == "Softmax" else \
+        Node(node.name, "LogSoftmax", (node.input[0],), (node.output[0],),
+             {"axis": _axis(node, _attrs(node), len(b.shape(node.input[0])), -1)})
+
+
+def _argmax(b: _Builder, node: onnx.NodeProto) -> Node:
+    x = _typed(b, node, node.input[0])
+    attrs = _attrs(node)
+    out = _typed(b, node, node.output[0], "int64")
+    return Node(node.name, "ArgMax", (x,), (out,),
+                {"axis": _axis(node, attrs, len(b.shape(x)), 0),
+                 "keepdims": int(attrs.get("keepdims", 1)),
+                 "select_last_index": int(attrs.get("select_last_index", 0))})
+
+
+def _topk(b: _Builder, node: onnx.NodeProto) -> Node:
+    x = _typed(b, node, node.input[0])
+    attrs = _attrs(node)
+    axis = _axis(node, attrs, len(b.shape(x)), -1)
+    k = np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)
+    size = b.shape(x)[axis]
+    if k.size != 1 or not 1 <= int(k[0]) <= size:
+        raise ModelError(f"TopK '{node.name}' has K={k.tolist()}; it must be one value from 1 "
+                         f"to {size}, the size of axis {axis}")
+    values = _typed(b, node, node.output[0])
+    indices = _typed(b, node, node.output[1], "int64")
+    return Node(node.name, "TopK", (x,), (values, indices),
+                {"k": int(k[0]), "axis": axis, "largest": int(attrs.get("largest", 1)),
+                 "sorted": int(attrs.get("sorted", 1))})
+
+
+#: Converters of the host steps, by ONNX operator (used instead of ``CONVERTERS`` for the
+#: nodes :func:`host_steps` places on the host).
+HOST_CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
+    "Sub": _elementwise, "Div": _elementwise, "Mul": _elementwise, "Add": _elementwise,
+    "Transpose": _transpose, "Cast": _cast, "Reshape": _layout, "Flatten": _layout,
+    "Squeeze": _layout, "Unsqueeze": _layout, "Identity": _layout, "Dropout": _layout,
+    "Softmax": _softmax_like, "LogSoftmax": _softmax_like, "ArgMax": _argmax, "TopK": _topk,
+}

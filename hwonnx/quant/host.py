@@ -1,0 +1,98 @@
+"""Quantization of a float graph with host steps at its start and end (``graph.meta
+["host_steps"]``, decided by :func:`hwonnx.frontend.host.host_steps`): the host prefix runs in
+float32 on the calibration data, the accelerator part between the two is quantized by
+:func:`~hwonnx.quant.ptq.quantize_graph`, and the host steps are put back around it."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import QuantizationError, UnsupportedOperatorError
+from ..ir import Graph, Node
+from ..ir.evaluate import evaluate_float
+from .ptq import quantize_graph
+
+__all__ = ["HostSplit", "split_host", "quantize_model"]
+
+
+@dataclass(frozen=True)
+class HostSplit:
+    """A float graph cut into the host steps before the accelerator (``prefix``), the
+    accelerator part (``core``, a graph from the accelerator's input to the values the host
+    reads back) and the host steps after it (``suffix``)."""
+    prefix: "tuple[Node, ...]"
+    core: Graph
+    suffix: "tuple[Node, ...]"
+
+
+def split_host(graph: Graph) -> HostSplit:
+    """Cut ``graph`` at its host steps (none when ``graph.meta`` names none)."""
+    steps = graph.meta.get("host_steps") or {}
+    prefix = tuple(n for n in graph.nodes if steps.get(n.name, {}).get("at") == "start")
+    suffix = tuple(n for n in graph.nodes if steps.get(n.name, {}).get("at") == "end")
+    host = {n.name for n in prefix + suffix}
+    core_nodes = [n for n in graph.nodes if n.name not in host]
+    made = {v for n in prefix for v in n.outputs}
+    read = [v for n in core_nodes for v in n.inputs]
+    inputs = tuple(dict.fromkeys(v for v in read if v in made)) if prefix else graph.inputs
+    if len(inputs) != 1 and prefix:          # the leading chain has exactly one such value
+        raise ValueError(f"Host prefix of {[n.name for n in prefix]} feeds {list(inputs)}")
+    produced = set(inputs) | {v for n in core_nodes for v in n.outputs}
+    wanted = [v for n in suffix for v in n.inputs] + list(graph.outputs)
+    outputs = tuple(dict.fromkeys(v for v in wanted if v in produced))
+    core = Graph(core_nodes, inputs, outputs, graph.types, graph.constants, graph.meta)
+    return HostSplit(prefix, core, suffix)
+
+
+def _check_core(core: Graph) -> None:
+    """Refuse, in one error, every ``Add`` of a constant left in the accelerator part (one the
+    ``fuse-bias`` pass could not fold into a bias: neither the array nor the host runs it
+    there)."""
+    bad = [n for n in core.nodes
+           if n.op == "Add" and any(v in core.constants for v in n.inputs)]
+    if bad:
+        error = UnsupportedOperatorError([(n.name, "Add", "", core.meta.get("opset", 0))
+                                          for n in bad])
+        reasons = "; ".join(f"Add '{n.name}' adds a constant that cannot be folded into the "
+                            f"bias of a Conv or Gemm right before it, and runs on neither: no "
+                            f"hardware mapping and not at the start or end of the graph"
+                            for n in bad)
+        error.args = (f"{error} ({reasons})",)
+        raise error
+
+
+def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
+    """Quantize a float graph whose start and end may hold host steps.
+
+    The integer graph has the float host prefix (reading the graph inputs), then the
+    ``Quantize`` of its result, the accelerator's nodes, the ``Dequantize`` of the values the
+    host suffix reads (named as in the float graph), and the float host suffix, which writes
+    the graph outputs (an ``ArgMax`` or ``TopK`` index output is int64). ``calib`` is as for
+    :func:`~hwonnx.quant.ptq.quantize_graph`; the prefix runs on it in float32 to calibrate
+    the accelerator's input.
+    """
+    split = split_host(graph)
+    _check_core(split.core)
+    if not split.prefix and not split.suffix:
+        return quantize_graph(graph, calib)
+    core_calib = calib
+    if calib is not None and split.prefix:
+        feeds = {name: np.asarray(calib[name]).reshape((-1,) + graph.types[name].shape[1:])
+                 for name in graph.inputs}
+        for name, array in feeds.items():
+            if not np.isfinite(array).all():
+                raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
+                                        f"infinite values")
+        (value,) = split.core.inputs
+        prefix = Graph(split.prefix, graph.inputs, (value,), graph.types, graph.constants)
+        core_calib = {value: evaluate_float(prefix, feeds)[value]}
+    core = quantize_graph(split.core, core_calib)
+    host = split.prefix + split.suffix
+    values = {v for n in host for v in (*n.inputs, *n.outputs)} | set(graph.inputs)
+    types = {v: graph.types[v] for v in values if v in graph.types}
+    constants = {v: graph.constants[v] for v in values if v in graph.constants}
+    result = Graph(split.prefix + tuple(core.nodes) + split.suffix, graph.inputs,
+                   graph.outputs, {**types, **core.types}, {**constants, **core.constants},
+                   core.meta)
+    result.verify()
+    return result
