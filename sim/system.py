@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compiler.layout import pack_words, unpack_words
-from ..compiler.lower import Program
+from ..compiler.lower import Program, encode_program
 from ..errors import SimulationError, ToolchainError
 from .runner import _BUILD_ARGS, cache_root, setup_verilator
 
@@ -68,6 +68,7 @@ def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_
             "inputs": [b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
                 x, source, cfg.rows)).hex() for x in np.asarray(inputs, dtype=np.int8)],
             "results": str(tmp / "results.json"),
+            "program": [hex(w) for w in encode_program(program)],
         }
         (tmp / "job.json").write_text(json.dumps(job))
         try:
