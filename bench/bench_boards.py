@@ -6,6 +6,7 @@ RAM and logic use, build time. Needs ``pip install -e '.[bitstream]'``; one buil
 """
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -20,6 +21,8 @@ from hwonnx.examples import example_path, load_digits_data
 SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
 KEYS = {"ecp5": ("MULT18X18D", "DP16KD", "TRELLIS_COMB", "TRELLIS_FF"),
         "ice40": ("ICESTORM_DSP", "ICESTORM_RAM", "ICESTORM_LC", "ICESTORM_LC")}
+#: The iCE40 report counts logic cells (a LUT4 and a flip-flop each): the LUT and FF columns
+#: both show them.
 
 
 def measure(board_name: str, model: str) -> dict:
@@ -63,10 +66,15 @@ def markdown(results) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--boards", nargs="*", default=["ulx3s-85f"])
+    parser.add_argument("--boards", nargs="*", default=["icebreaker", "ulx3s-85f"])
     parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     args = parser.parse_args(argv)
     results = [measure(board, model) for board in args.boards for model in args.models]
+    previous = args.out / "boards.json"      # keep the rows of boards not measured this time
+    if previous.exists():
+        fresh = {(r["board"], r["model"]) for r in results}
+        results = [r for r in json.loads(previous.read_text())
+                   if (r["board"], r["model"]) not in fresh] + results
     write_results(args.out, "boards", results, markdown(results))
     print(markdown(results))
     return 0

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,7 +32,21 @@ YOWASP_TOOLS = {
 }
 
 
+#: Yosys script overrides per family (amaranth's ``synth_opts``/``script_after_read``). iCE40:
+#: the UltraPlus DSPs and single-port RAMs are used, and every multiplier narrower than the
+#: requantizer's goes through ``booth`` into logic first, because Yosys would otherwise put
+#: each 8x8 product into one of the only eight SB_MAC16 blocks (toolchain notes).
+SYNTH_OVERRIDES = {
+    "ice40": {"synth_opts": "-dsp -spram", "script_after_read":
+              "proc; booth t:$mul r:Y_WIDTH<=32 %i"},
+}
+
+
 def board_images(program: Program) -> "dict[str, list[int]]":
+    """The memories' initial contents in the bitstream: all but a program loaded at run
+    time (``ArchConfig.runtime_program``)."""
+    if program.config.runtime_program:
+        return dict(program.images)
     return {"prog": encode_program(program), **program.images}
 
 
@@ -39,7 +54,7 @@ def build_id(program: Program) -> int:
     """32-bit identity of the program and weights: the board reports it, and ``hwonnx run``
     checks it against the build folder before using the board."""
     digest = hashlib.sha256()
-    for name, words in sorted(board_images(program).items()):
+    for name, words in sorted({"prog": encode_program(program), **program.images}.items()):
         digest.update(name.encode() + b":" + ",".join(map(str, words)).encode())
     return int.from_bytes(digest.digest()[:4], "little")
 
@@ -55,7 +70,8 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print) ->
     platform = board.platform()
     top = BoardTop(board, config, board_images(program), build_id(program))
     log(f"Writing {board.name} build sources ({board.family_info.toolchain}) ...")
-    plan = platform.build(top, name=TOP_NAME, do_build=False)
+    plan = platform.build(top, name=TOP_NAME, do_build=False,
+                          **SYNTH_OVERRIDES.get(board.family, {}))
     target = Path(folder) / "board"
     if target.exists():
         shutil.rmtree(target)
@@ -89,8 +105,10 @@ def build_bitstream(board: Board, folder: Path, log=print) -> dict:
         raise ToolchainError(f"Board '{board.name}' needs {board.family_info.toolchain} to "
                              f"build a bitstream; its complete project is in "
                              f"'{Path(folder) / 'board'}'")
-    tools = YOWASP_TOOLS[family]
-    missing = [tool for tool in tools.values() if shutil.which(tool) is None]
+    # The tools may sit next to this Python (a venv that is not activated).
+    found = {var: shutil.which(tool) or shutil.which(tool, path=str(Path(sys.executable).parent))
+             for var, tool in YOWASP_TOOLS[family].items()}
+    missing = [YOWASP_TOOLS[family][var] for var, path in found.items() if path is None]
     if missing:
         raise ToolchainError(f"Building a {family} bitstream needs {', '.join(missing)}: "
                              f"install them with 'pip install hwonnx[bitstream]'")
@@ -99,7 +117,7 @@ def build_bitstream(board: Board, folder: Path, log=print) -> dict:
     if not script.exists():
         raise ToolchainError(f"'{root}' holds no build script; run 'hwonnx build ... --board "
                              f"{board.name}' first")
-    env = {**os.environ, **tools}
+    env = {**os.environ, **found}
     started = time.monotonic()
     log(f"Building the {board.name} bitstream (Yosys, nextpnr, pack); this takes minutes ...")
     stop = threading.Event()

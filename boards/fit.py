@@ -24,6 +24,7 @@ class Usage:
     bram_kbits: int
     luts: int
     memories: "dict[str, int]"     # blocks per buffer
+    huge_rams: int = 0             # single-port RAM blocks of the program (iCE40 SPRAM)
 
 
 def _blocks(depth: int, width: int, board: Board) -> int:
@@ -40,15 +41,22 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     errs on the large side; the place-and-route report is the final word)."""
     family = board.family_info
     pes = config.rows * config.cols
-    dsp = ceil(pes / family.mults_per_dsp) + config.cols * family.dsps_per_wide_mult
+    pe_dsp = 0 if family.luts_per_mult else ceil(pes / family.mults_per_dsp)
+    dsp = pe_dsp + config.cols * family.dsps_per_wide_mult
     shapes = {name: Accelerator.buffer_shape(config, name) for name in ("prog", "wgt", "par",
                                                                         "act")}
     shapes["acc"] = (config.acc_depth, config.cols * config.acc_width)
+    huge = 0
+    if config.runtime_program and board.huge_rams:
+        depth, width = shapes.pop("prog")
+        huge = ceil(width / family.huge_width) * ceil(
+            depth / (family.huge_bits // family.huge_width))
     memories = {name: _blocks(depth, width, board) * _READ_PORTS[name]
                 for name, (depth, width) in shapes.items()}
     blocks = sum(memories.values())
-    luts = family.luts_base + pes * family.luts_per_pe + config.cols * 300
-    return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories)
+    luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
+            + config.cols * 300)
+    return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge)
 
 
 def check_fits(config: ArchConfig, board: Board, margin: float = 1.0) -> Usage:
@@ -67,6 +75,9 @@ def check_fits(config: ArchConfig, board: Board, margin: float = 1.0) -> Usage:
         problems.append(f"{usage.bram_blocks} block RAMs but the device has "
                         f"{capacity_blocks} (largest: the {worst} buffer, "
                         f"{usage.memories[worst]} blocks)")
+    if usage.huge_rams > board.huge_rams:
+        problems.append(f"{usage.huge_rams} single-port RAM blocks for the program but the "
+                        f"device has {board.huge_rams}")
     if usage.luts > board.luts * margin:
         problems.append(f"about {usage.luts} logic cells but the device has {board.luts}")
     if problems:

@@ -7,7 +7,7 @@ pyserial is imported only when a port is opened, so the rest of hwonnx works wit
 from ..errors import ToolchainError, UsageError
 from .protocol import ProtocolError
 
-__all__ = ["SerialTransport", "run_samples"]
+__all__ = ["SerialTransport", "run_samples", "send_program"]
 
 
 class SerialTransport:
@@ -75,6 +75,13 @@ class SerialTransport:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def send_program(client, config, program_words: "list[int]") -> None:
+    """Load the program over the host link when ``config`` keeps it in a memory without
+    initial contents (``ArchConfig.runtime_program``); otherwise it is in the bitstream."""
+    if config.runtime_program:
+        client.load_program(program_words, config.prog_width)
 
 
 def run_samples(client, in_addr: int, out_addr: int, out_words: int,

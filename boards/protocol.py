@@ -36,6 +36,7 @@ class Command(enum.IntEnum):
     READ = 0x02
     RUN = 0x03
     STATUS = 0x04
+    LOAD = 0x05
 
 
 class Status(enum.IntEnum):
@@ -50,7 +51,7 @@ _STATUS_TEXT = {
     Status.BAD_CHECKSUM: "the frame checksum was wrong",
     Status.UNKNOWN_COMMAND: "the command is unknown",
     Status.BAD_LENGTH: "the payload length is wrong for the command",
-    Status.ADDRESS_RANGE: "the words are outside the activation buffer",
+    Status.ADDRESS_RANGE: "the words are outside the buffer",
 }
 
 
@@ -219,6 +220,17 @@ class Client:
         for first in range(0, len(data) // rows, per_frame):
             chunk = data[first * rows:(first + per_frame) * rows]
             self.command(Command.WRITE, struct.pack("<H", addr + first) + chunk)
+
+    def load_program(self, words: "list[int]", width: int) -> None:
+        """Write the program-memory ``words`` of ``width`` bits from word 0 on (``LOAD``; only
+        boards whose program memory is loaded at run time accept it)."""
+        size = width // 8
+        data = b"".join(int(w).to_bytes(size, "little") for w in words)
+        _check_address(0, len(words))
+        per_frame = (MAX_PAYLOAD - 2) // size
+        for first in range(0, len(words), per_frame):
+            chunk = data[first * size:(first + per_frame) * size]
+            self.command(Command.LOAD, struct.pack("<H", first) + chunk)
 
     def read_words(self, addr: int, count: int) -> bytes:
         """Read ``count`` activation words from word ``addr`` on (``count * rows`` bytes)."""

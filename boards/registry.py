@@ -18,7 +18,12 @@ class Family:
     ``dsps_per_wide_mult``: DSP blocks of one 32x32 requantization multiplier;
     ``block_bits`` and ``block_widths``: one block RAM's capacity and its data widths;
     ``luts_per_pe``: logic cells of one PE beside its multiplier, ``luts_base``: the
-    controller, post-processor and host link.
+    controller, post-processor and host link;
+    ``luts_per_mult``: logic cells of one 8x8 multiplier built from logic, nonzero for families
+    whose board builds keep the PE multipliers out of the DSP blocks (iCE40: its 8 SB_MAC16
+    are kept for the requantizers, the products go through Yosys's ``booth`` pass);
+    ``huge_bits``, ``huge_width``: one single-port RAM block (iCE40 UltraPlus SPRAM) that a
+    program memory loaded at run time (``ArchConfig.prog_width``) maps onto.
     """
     name: str
     toolchain: str
@@ -29,10 +34,14 @@ class Family:
     luts_per_pe: int
     luts_base: int
     open_flow: bool          # a bitstream can be built with YoWASP from PyPI
+    luts_per_mult: int = 0
+    huge_bits: int = 0
+    huge_width: int = 0
 
 
 FAMILIES = {f.name: f for f in [
-    Family("ice40", "Yosys + nextpnr-ice40 (YoWASP)", 1, 4, 4096, (16, 8, 4, 2), 60, 2500, True),
+    Family("ice40", "Yosys + nextpnr-ice40 (YoWASP)", 1, 4, 4096, (16, 8, 4, 2), 60, 3600, True,
+           luts_per_mult=150, huge_bits=262144, huge_width=16),
     Family("ecp5", "Yosys + nextpnr-ecp5 (YoWASP)", 1, 4, 18432, (36, 18, 9), 70, 4000, True),
     Family("xilinx7", "Vivado", 1, 4, 36864, (72, 36, 18, 9), 45, 3000, False),
     Family("cyclonev", "Quartus", 3, 2, 10240, (40, 20, 10), 45, 3000, False),
@@ -57,6 +66,7 @@ class Board:
     #                              array reaches 40.8 MHz on ECP5 (bench/results/boards.md);
     #                              Xilinx/Intel/Gowin clocks are unmeasured here (no tools)
     pll: bool = False            # derive clock_hz from the board oscillator with a PLL
+    huge_rams: int = 0           # single-port RAM blocks (iCE40 SPRAM) for the program
 
     @property
     def is_simulation(self) -> bool:
@@ -72,9 +82,9 @@ class Board:
         return FAMILIES[self.family]
 
 
-def _cfg(rows, cols, act, wgt, acc, par, prog, clock) -> ArchConfig:
+def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0) -> ArchConfig:
     return ArchConfig(rows=rows, cols=cols, act_depth=act, wgt_depth=wgt, acc_depth=acc,
-                      par_depth=par, prog_depth=prog, clock_hz=clock)
+                      par_depth=par, prog_depth=prog, clock_hz=clock, prog_width=prog_width)
 
 
 BOARDS = {board.name: board for board in [
@@ -82,7 +92,11 @@ BOARDS = {board.name: board for board in [
           ArchConfig(), 50_000_000),
     Board("icebreaker", "1BitSquared iCEBreaker, Lattice iCE40 UP5K", "icebreaker:"
           "ICEBreakerPlatform", "ice40", 8, 120, 5280,
-          _cfg(2, 2, 512, 512, 32, 16, 64, 12_000_000), 12_000_000),
+          # The program (6 words of 64 bits per instruction) lives in the four SPRAMs and is
+          # loaded over the UART; the block RAMs hold weights, parameters and activations. One
+          # column: the 8 DSPs make two 32x32 requantizers, but the logic holds only one.
+          _cfg(4, 1, 512, 4096, 64, 64, 2560, 12_000_000, prog_width=64), 12_000_000,
+          huge_rams=4),
     Board("ulx3s-85f", "Radiona ULX3S, Lattice ECP5 LFE5U-85F", "ulx3s:ULX3S_85F_Platform",
           "ecp5", 156, 3744, 83640, _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000),
           25_000_000),

@@ -1,7 +1,7 @@
 """The host bridge: the board's UART speaks the framed protocol of ``docs/protocol.md`` and
 drives the accelerator's activation-buffer host ports, ``start`` and ``done``."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -13,20 +13,22 @@ __all__ = ["HostBridge"]
 
 _HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr",
                "host_act_data", "host_act_raddr", "host_act_rdata")
+_PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
 
 
 class HostBridge(wiring.Component):
     """Parses host frames arriving on ``rx``, executes them on the accelerator's host ports and
     sends the reply on ``tx`` (protocol: ``docs/protocol.md``).
 
-    Bytes are handled as they arrive; the only buffer is one activation word. A frame's
-    length and, for ``WRITE``, its address range are checked before any data byte arrives, so
-    a rejected ``WRITE`` writes nothing, but the checksum can only be checked at the end: a
-    ``WRITE`` with a bad checksum has already written its words when it replies
-    ``BAD_CHECKSUM``. ``RUN`` pulses ``start`` and replies when ``done`` rises. One command
-    is outstanding at a time: bytes that arrive while a command executes or its reply is
-    being sent are discarded. A frame that stops arriving for ``timeout_bits`` bit times, or
-    has a UART framing error, is abandoned without a reply.
+    Bytes are handled as they arrive; the only buffer is one word. A frame's length and, for
+    ``WRITE``, its address range are checked before any data byte arrives, so a rejected
+    ``WRITE`` writes nothing, but the checksum can only be checked at the end: a ``WRITE``
+    with a bad checksum has already written its words when it replies ``BAD_CHECKSUM``.
+    ``LOAD`` writes program words the same way; it exists only when the program memory is
+    loaded at run time (``ArchConfig.prog_width``). ``RUN`` pulses ``start`` and replies when
+    ``done`` rises. One command is outstanding at a time: bytes that arrive while a command
+    executes or its reply is being sent are discarded. A frame that stops arriving for
+    ``timeout_bits`` bit times, or has a UART framing error, is abandoned without a reply.
 
     Parameters
     ----------
@@ -48,13 +50,16 @@ class HostBridge(wiring.Component):
         To the accelerator's ports of the same names.
     host_act_we, host_act_addr, host_act_data, host_act_raddr : ``Out``. host_act_rdata : ``In``
         To the accelerator's activation-buffer host ports of the same names and shapes.
+    host_prog_we, host_prog_addr, host_prog_data : ``Out``
+        To the accelerator's program-memory host ports, with ``prog_width`` only.
 
     Raises
     ------
     ValueError
         If ``divisor``, ``build_id`` or ``timeout_bits`` is out of range.
     ResourceError
-        If the activation buffer has more words than a 16-bit address reaches.
+        If the activation buffer or program memory has more words than a 16-bit address
+        reaches.
     """
 
     def __init__(self, config: ArchConfig, divisor: int, build_id: int, *,
@@ -68,6 +73,10 @@ class HostBridge(wiring.Component):
             self._MustUse__used = True
             raise ResourceError(f"Activation buffer must have at most 65535 words to be reached "
                                 f"over the host link, not {config.act_depth}")
+        if config.runtime_program and config.prog_words > 0xFFFF:
+            self._MustUse__used = True
+            raise ResourceError(f"Program memory must have at most 65535 words to be loaded "
+                                f"over the host link, not {config.prog_words}")
         if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
             self._MustUse__used = True
             raise ValueError(f"Build id must be a 32-bit unsigned integer, not {build_id!r}")
@@ -78,13 +87,17 @@ class HostBridge(wiring.Component):
         self._build_id = build_id
         self._timeout = timeout_bits * divisor
         word = config.rows * 8
-        super().__init__({
+        members = {
             "rx": In(1, init=1), "tx": Out(1, init=1),
             "start": Out(1), "busy": In(1), "done": In(1), "cycles": In(32),
             "host_act_we": Out(1), "host_act_addr": Out(range(config.act_depth)),
             "host_act_data": Out(word), "host_act_raddr": Out(range(config.act_depth)),
             "host_act_rdata": In(word),
-        })
+        }
+        if config.runtime_program:
+            members.update(host_prog_we=Out(1), host_prog_addr=Out(range(config.prog_words)),
+                           host_prog_data=Out(config.prog_width))
+        super().__init__(members)
 
     @property
     def config(self) -> ArchConfig:
@@ -92,7 +105,7 @@ class HostBridge(wiring.Component):
 
     def connect_accelerator(self, m: Module, accelerator) -> None:
         """Add to ``m`` the assignments joining this bridge to ``accelerator``'s ports."""
-        for name in _HOST_PORTS:
+        for name in _HOST_PORTS + (_PROG_PORTS if self.config.runtime_program else ()):
             ours, theirs = getattr(self, name), getattr(accelerator, name)
             if self.signature.members[name].flow == Out:
                 m.d.comb += theirs.eq(ours)
@@ -101,6 +114,9 @@ class HostBridge(wiring.Component):
 
     def elaborate(self, platform):
         p, cfg, rows = self._protocol, self.config, self.config.rows
+        load = cfg.runtime_program
+        pbytes = cfg.prog_width // 8            # bytes per program word (LOAD)
+        widest = max(rows, pbytes)
         Cmd, St = p.Command, p.Status
         m = Module()
         m.submodules.uart_rx = urx = UartRx(self._divisor)
@@ -114,9 +130,16 @@ class HostBridge(wiring.Component):
         err, status = Signal(8), Signal(8)
         index = Signal(16)                      # payload byte, received or sent
         addr, count, words = Signal(16), Signal(16), Signal(16)
-        lane = Signal(range(rows))
-        wbuf = Signal(rows * 8)
-        rem, it = Signal(range(2 * rows)), Signal(range(16))
+        lane = Signal(range(widest))
+        wbuf = Signal(widest * 8)
+        rem, it = Signal(range(2 * widest)), Signal(range(16))
+        is_load = Signal()
+        unit = Signal(range(widest + 1))        # bytes per word of the command's buffer
+        m.d.comb += [is_load.eq(cmd == Cmd.LOAD) if load else is_load.eq(0),
+                     unit.eq(Mux(is_load, pbytes, rows))]
+        writes = Signal()                       # WRITE or LOAD
+        m.d.comb += writes.eq((cmd == Cmd.WRITE) | is_load)
+        last_cmd = int(Cmd.LOAD) if load else int(Cmd.STATUS)
         reply_len, tsum = Signal(16), Signal(8)
         kind = Signal(range(5))                 # reply payload source
         K_NONE, K_INFO, K_READ, K_RUN, K_STATUS = range(5)
@@ -126,12 +149,18 @@ class HostBridge(wiring.Component):
 
         # Activation word writes: each word goes out as its last byte arrives.
         data_byte = Signal()
-        m.d.comb += [self.host_act_addr.eq(addr), self.host_act_data.eq(Cat(wbuf[8:], byte)),
-                     self.host_act_we.eq(data_byte & (lane == rows - 1) & (err == 0)),
+        word_done = Signal()
+        shifted = Cat(wbuf[8:], byte)
+        m.d.comb += [word_done.eq(data_byte & (lane == unit - 1) & (err == 0)),
+                     self.host_act_addr.eq(addr), self.host_act_data.eq(shifted[-rows * 8:]),
+                     self.host_act_we.eq(word_done & ~is_load),
                      self.host_act_raddr.eq(addr)]
+        if load:
+            m.d.comb += [self.host_prog_addr.eq(addr), self.host_prog_we.eq(word_done & is_load),
+                         self.host_prog_data.eq(shifted[-pbytes * 8:])]
         with m.If(data_byte):
-            m.d.sync += [wbuf.eq(Cat(wbuf[8:], byte)), lane.eq(lane + 1)]
-            with m.If(lane == rows - 1):
+            m.d.sync += [wbuf.eq(shifted), lane.eq(lane + 1)]
+            with m.If(lane == unit - 1):
                 m.d.sync += [lane.eq(0), addr.eq(addr + 1)]
         m.d.sync += stale.eq(0)
 
@@ -186,20 +215,20 @@ class HostBridge(wiring.Component):
                         m.next = after
                     receiving()
             with m.State("HEADER"):
-                with m.If(cmd > int(max(Cmd))):
+                with m.If(cmd > last_cmd):
                     fail(St.UNKNOWN_COMMAND)
                 with m.Elif(((cmd == Cmd.READ) & (length != 4)) |
-                          ((cmd == Cmd.WRITE) & (length < 2)) |
-                          ((cmd != Cmd.READ) & (cmd != Cmd.WRITE) & (length != 0))):
+                          (writes & (length < 2)) |
+                          ((cmd != Cmd.READ) & ~writes & (length != 0))):
                     fail(St.BAD_LENGTH)
-                # words, rem = divmod(length - 2, rows), one quotient bit per cycle
+                # words, rem = divmod(length - 2, unit), one quotient bit per cycle
                 m.d.sync += [words.eq(length - 2), rem.eq(0), it.eq(0)]
                 m.next = "DIVIDE"
                 receiving()
             with m.State("DIVIDE"):
                 partial = Cat(words[15], rem)
-                with m.If(partial >= rows):
-                    m.d.sync += [rem.eq(partial - rows), words.eq(Cat(1, words[:15]))]
+                with m.If(partial >= unit):
+                    m.d.sync += [rem.eq(partial - unit), words.eq(Cat(1, words[:15]))]
                 with m.Else():
                     m.d.sync += [rem.eq(partial), words.eq(Cat(0, words[:15]))]
                 m.d.sync += it.eq(it + 1)
@@ -207,7 +236,7 @@ class HostBridge(wiring.Component):
                     m.next = "DIVIDED"
                 receiving()
             with m.State("DIVIDED"):
-                with m.If((cmd == Cmd.WRITE) & (rem != 0)):
+                with m.If(writes & (rem != 0)):
                     fail(St.BAD_LENGTH)
                 m.next = "PAYLOAD"
                 with m.If(length == 0):
@@ -222,8 +251,8 @@ class HostBridge(wiring.Component):
                             m.d.sync += addr[:8].eq(byte)
                         with m.Case(1):
                             m.d.sync += addr[8:].eq(byte)
-                            with m.If((cmd == Cmd.WRITE) &
-                                      (Cat(addr[:8], byte) + words > cfg.act_depth)):
+                            depth = Mux(is_load, cfg.prog_words, cfg.act_depth)
+                            with m.If(writes & (Cat(addr[:8], byte) + words > depth)):
                                 fail(St.ADDRESS_RANGE)
                         with m.Case(2):
                             m.d.sync += count[:8].eq(byte)
@@ -234,7 +263,7 @@ class HostBridge(wiring.Component):
                                     fail(St.BAD_LENGTH)
                                 with m.Elif(addr + count_in > cfg.act_depth):
                                     fail(St.ADDRESS_RANGE)
-                    m.d.comb += data_byte.eq((cmd == Cmd.WRITE) & (index >= 2))
+                    m.d.comb += data_byte.eq(writes & (index >= 2))
                     with m.If(index == length - 1):
                         m.next = "CHECK"
                 receiving()
@@ -252,7 +281,7 @@ class HostBridge(wiring.Component):
                         with m.Switch(cmd):
                             with m.Case(Cmd.INFO):
                                 reply(K_INFO, len(info.encode()))
-                            with m.Case(Cmd.WRITE):
+                            with m.Case(Cmd.WRITE, Cmd.LOAD):
                                 reply(K_NONE, 0)
                             with m.Case(Cmd.READ):
                                 reply(K_READ, reply_len)

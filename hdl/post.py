@@ -61,23 +61,22 @@ class PostProcessor(wiring.Component):
 
         cur = Signal(InstrLayout())
         active = Signal()
-        remaining = Signal(24)
+        remaining = Signal(16)               # accumulator words left, this one included
         acc_addr = Signal(cfg.acc_addr_bits)
         word = Signal(8)                     # j
         pix_addr = Signal(26)                # out_addr + i * out_stride
         m.d.comb += [self.par_addr.eq(self.instr.par_addr), self.par_en.eq(self.dispatch)]
         with m.If(self.dispatch):
             m.d.sync += [cur.eq(self.instr), active.eq(1),
-                         remaining.eq(self.instr.count * self.instr.nw),
+                         remaining.eq(self.instr.count),
                          acc_addr.eq(self.instr.acc_addr), word.eq(0),
                          pix_addr.eq(self.instr.out_addr)]
         with m.Elif(active):
-            m.d.sync += remaining.eq(remaining - 1)
-            with m.If(remaining == 1):
-                m.d.sync += active.eq(0)
             with m.If(word == cur.nw - 1):
-                m.d.sync += [word.eq(0), acc_addr.eq(acc_addr + 1),
+                m.d.sync += [word.eq(0), acc_addr.eq(acc_addr + 1), remaining.eq(remaining - 1),
                              pix_addr.eq(pix_addr + cur.out_stride)]
+                with m.If(remaining == 1):
+                    m.d.sync += active.eq(0)
             with m.Else():
                 m.d.sync += word.eq(word + 1)
         m.d.comb += self.acc_addr.eq(acc_addr)

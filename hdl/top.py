@@ -5,10 +5,12 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.isa import Op, instruction_width
+from ..compiler.isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
 from .feeder import Feeder
+from .fetch import NarrowFetch
+from .program_ram import ProgramRAM
 from .layouts import PARAM_BITS, InstrLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
@@ -41,6 +43,9 @@ class Accelerator(wiring.Component):
         unknown = set(self._images) - set(_BUFFERS)
         if unknown:
             raise ValueError(f"Unknown buffer images {sorted(unknown)}")
+        if config.runtime_program and "prog" in self._images:
+            raise ValueError("A narrow program memory (prog_width) has no initial contents: "
+                             "the host loads the program at run time")
         members = {"start": In(1), "busy": Out(1), "done": Out(1), "cycles": Out(32)}
         for name in _BUFFERS:
             depth, width = self.buffer_shape(config, name)
@@ -55,7 +60,7 @@ class Accelerator(wiring.Component):
     def buffer_shape(config: ArchConfig, name: str) -> "tuple[int, int]":
         """Depth and word width in bits of buffer ``name``."""
         return {
-            "prog": (config.prog_depth, instruction_width()),
+            "prog": (config.prog_words, config.prog_word_bits),
             "wgt": (config.wgt_depth, config.cols * 8),
             "par": (config.par_depth, config.cols * PARAM_BITS),
             "act": (config.act_depth, config.rows * 8),
@@ -76,7 +81,7 @@ class Accelerator(wiring.Component):
             m.submodules[f"{name}_buf"] = mem
             return mem
 
-        prog = buffer("prog", InstrLayout())
+        prog = None if cfg.runtime_program else buffer("prog", InstrLayout())
         wgt = buffer("wgt", data.ArrayLayout(signed(8), cfg.cols))
         par = buffer("par", ParamLayout(cfg))
         act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
@@ -88,8 +93,9 @@ class Accelerator(wiring.Component):
         m.submodules.loader = loader = WeightLoader(cfg)
         m.submodules.post = post = PostProcessor(cfg)
 
-        # Host writes into program, weight and parameter buffers.
-        for name, mem in (("prog", prog), ("wgt", wgt), ("par", par)):
+        # Host writes into program, weight and parameter buffers (a narrow program memory is
+        # written through the fetch unit's port: see below).
+        for name, mem in (("prog", prog), ("wgt", wgt), ("par", par))[cfg.runtime_program:]:
             port = mem.write_port()
             m.d.comb += [port.addr.eq(getattr(self, f"host_{name}_addr")),
                          port.data.eq(getattr(self, f"host_{name}_data")),
@@ -138,10 +144,21 @@ class Accelerator(wiring.Component):
 
         # Dispatcher: one instruction per cycle, in order, to the engine that can take it.
         running = Signal()
-        instr_valid = Signal()
-        pc = Signal(range(cfg.prog_depth))
-        prog_r = prog.read_port()
-        instr = prog_r.data
+        fire = Signal()
+        if cfg.runtime_program:
+            instr, instr_valid = self._narrow_fetch(m, running, fire)
+        else:
+            instr_valid = Signal()
+            pc = Signal(range(cfg.prog_depth))
+            prog_r = prog.read_port()
+            instr = prog_r.data
+            m.d.comb += prog_r.addr.eq(Mux(self.start, 0, Mux(fire, pc + 1, pc)))
+            with m.If(self.start):
+                m.d.sync += [instr_valid.eq(1), pc.eq(0)]
+            with m.Elif(fire):
+                m.d.sync += pc.eq(pc + 1)
+                with m.If(instr.op == Op.END):
+                    m.d.sync += instr_valid.eq(0)
         accept = Signal()
         with m.Switch(instr.op):
             with m.Case(Op.LOADW):
@@ -152,21 +169,28 @@ class Accelerator(wiring.Component):
                 m.d.comb += accept.eq(post.idle & feeder.drained)
             with m.Case(Op.END):
                 m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle)
-        fire = Signal()
         m.d.comb += fire.eq(instr_valid & accept)
         for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
-        m.d.comb += [feeder.post_idle.eq(post.idle),
-                     prog_r.addr.eq(Mux(self.start, 0, Mux(fire, pc + 1, pc)))]
+        m.d.comb += feeder.post_idle.eq(post.idle)
 
         with m.If(self.start):
-            m.d.sync += [running.eq(1), instr_valid.eq(1), pc.eq(0), self.done.eq(0),
-                         self.cycles.eq(0)]
+            m.d.sync += [running.eq(1), self.done.eq(0), self.cycles.eq(0)]
         with m.Elif(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
-            with m.If(fire):
-                m.d.sync += pc.eq(pc + 1)
-                with m.If(instr.op == Op.END):
-                    m.d.sync += [running.eq(0), instr_valid.eq(0), self.done.eq(1)]
+            with m.If(fire & (instr.op == Op.END)):
+                m.d.sync += [running.eq(0), self.done.eq(1)]
         m.d.comb += self.busy.eq(running)
         return m
+
+    def _narrow_fetch(self, m, running, fire):
+        """Fetch unit over a narrow program memory with one port shared by the host (while
+        the accelerator is idle) and the fetch unit (single-port RAM: iCE40 SPRAM)."""
+        cfg = self.config
+        m.submodules.fetch = fetch = NarrowFetch(cfg)
+        m.submodules.prog_buf = ram = ProgramRAM(cfg.prog_words, cfg.prog_width)
+        m.d.comb += [ram.addr.eq(Mux(self.host_prog_we, self.host_prog_addr, fetch.mem_addr)),
+                     ram.data.eq(self.host_prog_data), ram.we.eq(self.host_prog_we),
+                     ram.re.eq(fetch.mem_en), fetch.mem_data.eq(ram.rdata),
+                     fetch.start.eq(self.start), fetch.running.eq(running), fetch.fire.eq(fire)]
+        return fetch.instr, fetch.valid & running

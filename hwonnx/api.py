@@ -8,7 +8,7 @@ import numpy as np
 
 from .boards import check_fits, get_board
 from .compiler.artifact import load_program, save_program
-from .compiler.lower import Program, lower
+from .compiler.lower import Program, encode_program, lower
 from .compiler.timing import predict
 from .config import ArchConfig
 from .errors import MismatchError, ModelError, QuantizationError, ResourceError, UsageError
@@ -150,7 +150,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     import json
 
     from .boards.build import build_id
-    from .boards.host import SerialTransport, run_samples
+    from .boards.host import SerialTransport, run_samples, send_program
     from .boards.protocol import Client
     from .compiler.layout import pack_words, unpack_words
     from .quant import load_samples, normalize_samples
@@ -172,6 +172,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     with SerialTransport(port, baud or info["baud"], timeout) as transport:
         client = Client(transport)
         client.verify(cfg, build_id(program))
+        send_program(client, cfg, encode_program(program))
         log(f"Board on {port} holds build 0x{build_id(program):08X}; running {len(words)} "
             f"sample(s) ...")
         raw, cycles = run_samples(client, program.input_placement.base,

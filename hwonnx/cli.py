@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("build", help="compile a model: Verilog, program, images, report")
-    p.add_argument("model", type=Path, help="the .onnx model")
+    p.add_argument("model", type=Path, help="the .onnx model, or the name of a bundled "
+                   "example (digits_mlp, digits_cnn: its calibration data is bundled too)")
     p.add_argument("--board", default="sim", choices=sorted(BOARDS),
                    help="target board (default: %(default)s)")
     p.add_argument("-o", "--out", type=Path, required=True, help="build folder to write")
@@ -114,8 +115,12 @@ def _run(args) -> int:
     if args.command == "build":
         depths = {f"{b}_depth": getattr(args, f"{b}_depth")
                   for b in ("act", "wgt", "acc", "par", "prog")}
+        from .examples import EXAMPLES, example_calibration, example_path
         from .frontend import read_overrides
-        api.build(args.model, args.out, board=args.board, calib=args.calib, rows=args.rows,
+        model, calib = args.model, args.calib
+        if not model.exists() and str(model) in EXAMPLES:      # a bundled example by name
+            model, calib = example_path(str(model)), calib or example_calibration(str(model))
+        api.build(model, args.out, board=args.board, calib=calib, rows=args.rows,
                   cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log,
                   override_initializers=read_overrides(args.override_initializer) or None,
                   bitstream=args.bitstream,

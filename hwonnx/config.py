@@ -8,6 +8,11 @@ from dataclasses import asdict, dataclass, replace
 __all__ = ["ArchConfig", "PRESETS"]
 
 
+def instruction_width() -> int:
+    from .compiler.isa import instruction_width as width   # the ISA imports this module
+    return width()
+
+
 def _bits(depth: int) -> int:
     return max(1, (depth - 1).bit_length())
 
@@ -31,6 +36,11 @@ class ArchConfig:
     par_depth : words of post-processing parameters (bias, multiplier, shift for ``cols``
         channels); one per layer and group of ``cols`` output channels.
     prog_depth : instructions in the program buffer.
+    prog_width : bits of one program-memory word, or 0 (the default) for one whole instruction
+        per word. A narrower word stores each instruction as ``fetch_words`` consecutive words
+        that the fetch unit reads one per cycle (documented in ``docs/architecture.md``); the
+        memory is then single-ported without initial contents, so that it maps onto iCE40
+        SPRAM, and the host loads the program over the host link at run time.
     """
     rows: int = 8
     cols: int = 8
@@ -39,6 +49,7 @@ class ArchConfig:
     acc_depth: int = 1024
     par_depth: int = 256
     prog_depth: int = 4096
+    prog_width: int = 0
     data_width: int = 8
     acc_width: int = 32
     clock_hz: int = 50_000_000
@@ -55,6 +66,9 @@ class ArchConfig:
         if self.data_width != 8 or self.acc_width != 32:
             raise ValueError(f"ArchConfig supports int8 data with int32 accumulation only, not "
                              f"{self.data_width}/{self.acc_width} bits")
+        if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
+            raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
+                             f"{instruction_width()}, not {self.prog_width!r}")
         if self.acc_depth < 2 or self.acc_depth % 2:
             raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
                              f"{self.acc_depth}")
@@ -81,8 +95,28 @@ class ArchConfig:
         return _bits(self.par_depth)
 
     @property
+    def fetch_words(self) -> int:
+        """Program-memory words per instruction (1 unless ``prog_width`` is set)."""
+        return -(-instruction_width() // self.prog_width) if self.prog_width else 1
+
+    @property
+    def prog_words(self) -> int:
+        """Depth of the program memory in words."""
+        return self.prog_depth * self.fetch_words
+
+    @property
+    def prog_word_bits(self) -> int:
+        return self.prog_width or instruction_width()
+
+    @property
+    def runtime_program(self) -> bool:
+        """The program is written over the host link before each model is run, not baked into
+        the memory's initial contents."""
+        return self.prog_width != 0
+
+    @property
     def prog_addr_bits(self) -> int:
-        return _bits(self.prog_depth)
+        return _bits(self.prog_words)
 
     @property
     def acc_half(self) -> int:

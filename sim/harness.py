@@ -141,7 +141,7 @@ def harness_verilog(config: ArchConfig) -> str:
         name=config.name, harness=HARNESS_TOP, accel=ACCEL_TOP, stage=STAGE_DEPTH,
         max_samples=STAGE_DEPTH,
         pw=shapes["prog"][1], ww=shapes["wgt"][1], qw=shapes["par"][1], aw=shapes["act"][1],
-        prog_depth=config.prog_depth, wgt_depth=config.wgt_depth, par_depth=config.par_depth,
+        prog_depth=config.prog_words, wgt_depth=config.wgt_depth, par_depth=config.par_depth,
         prog_bits=config.prog_addr_bits, wgt_bits=config.wgt_addr_bits,
         par_bits=config.par_addr_bits, act_bits=config.act_addr_bits)
 

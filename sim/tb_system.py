@@ -14,7 +14,7 @@ from cocotb.clock import Clock
 from cocotb.task import bridge, resume
 from cocotb.triggers import ClockCycles, Event, FallingEdge
 
-from hwonnx.boards.host import run_samples
+from hwonnx.boards.host import run_samples, send_program
 from hwonnx.boards.protocol import Client
 from hwonnx.config import ArchConfig
 
@@ -83,6 +83,7 @@ async def system_run(dut):
     def host() -> dict:
         client = Client(uart)
         info = client.verify(config, job["build_id"])
+        send_program(client, config, [int(w, 16) for w in job["program"]])
         outputs, cycles = run_samples(client, job["in_addr"], job["out_addr"],
                                       job["out_words"], [bytes.fromhex(s) for s in job["inputs"]])
         status = client.status()

@@ -22,7 +22,7 @@ def calib():
     return {"image": load_digits_data()["calib"]}
 
 
-@pytest.mark.parametrize("name", [n for n in BOARD_NAMES if n != "icebreaker"])
+@pytest.mark.parametrize("name", BOARD_NAMES)
 def test_board_build_sources(tmp_path, name, calib):
     board = get_board(name)
     result = build(example_path("digits_mlp"), tmp_path, board=name, calib=calib,
@@ -39,17 +39,37 @@ def test_board_build_sources(tmp_path, name, calib):
     assert "hwonnx_top" in hdl
 
 
-def test_icebreaker_refuses_with_numbers(calib):
-    """The UP5K has 8 DSP blocks and 30 block RAMs; the current architecture's 384-bit
-    instruction word and 32x32 requantizers do not fit, and hwonnx says so before
-    synthesis instead of letting Yosys overflow the device."""
-    with pytest.raises(ResourceError, match=r"^The 2x2 accelerator does not fit board "
-                       r"'icebreaker': 12 DSP blocks for a 2x2 array \(4 multipliers \+ 2 "
+def test_icebreaker_refuses_what_does_not_fit(calib):
+    """The UP5K has 8 DSP blocks, 30 block RAMs and 4 SPRAMs: hwonnx says what overflows
+    before synthesis instead of letting Yosys overflow the device. Its PE products are built
+    from logic, so only the requantizers (four SB_MAC16 each) count as DSPs."""
+    with pytest.raises(ResourceError, match=r"^The 4x4 accelerator does not fit board "
+                       r"'icebreaker': 16 DSP blocks for a 4x4 array \(16 multipliers \+ 4 "
                        r"requantizers\) but the device has 8; \d+ block RAMs but the device "
-                       r"has 30 \(largest: the prog buffer, \d+ blocks\); try a smaller array "
-                       r"or smaller buffers .*$"):
-        build(example_path("digits_mlp"), None, board="icebreaker", calib=calib,
-              log=lambda message: None)
+                       r"has 30 \(largest: the \w+ buffer, \d+ blocks\); about \d+ logic "
+                       r"cells but the device has 5280; try a smaller array or smaller buffers "
+                       r".*$"):
+        build(example_path("digits_mlp"), None, board="icebreaker", calib=calib, rows=4,
+              cols=4, log=lambda message: None)
+    with pytest.raises(ResourceError, match=r"^The 4x1 accelerator does not fit board "
+                       r"'icebreaker': 6 single-port RAM blocks for the program but the device "
+                       r"has 4; .*$"):
+        check_fits(ArchConfig(rows=4, cols=1, act_depth=512, wgt_depth=4096, acc_depth=64,
+                              par_depth=64, prog_depth=4096, prog_width=96),
+                   get_board("icebreaker"))
+
+
+def test_icebreaker_program_is_loaded_at_run_time(tmp_path, calib):
+    """The iCEBreaker keeps the program in SPRAM, which has no initial contents: the
+    bitstream sources carry the weights but not the program, and the SPRAM blocks are
+    instantiated (Yosys does not infer them)."""
+    result = build(example_path("digits_mlp"), tmp_path, board="icebreaker", calib=calib,
+                   verilog=False, log=lambda message: None)
+    config = result.program.config
+    assert config.runtime_program and config.fetch_words == 6
+    hdl = (tmp_path / "board" / "hwonnx_top.il").read_text()
+    assert hdl.count("SB_SPRAM256KA") >= 4
+    assert "booth" in (tmp_path / "board" / "hwonnx_top.ys").read_text()
 
 
 def test_fit_check_counts_dsp_per_family():

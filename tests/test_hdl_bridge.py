@@ -13,6 +13,7 @@ from amaranth.sim import Simulator
 from hwonnx.boards.protocol import (
     Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, decode_reply, encode_frame,
 )
+from hwonnx.compiler import predict
 from hwonnx.compiler.isa import Op, encode
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
@@ -220,8 +221,7 @@ def test_bad_length_writes_and_runs_nothing():
 def test_address_out_of_range_writes_nothing():
     transport = SimTransport(bridge_config(3))
     client, model = Client(transport), transport.model
-    message = (r"^Device rejected {}: status 0x04 \(the words are outside the activation "
-               r"buffer\)$")
+    message = r"^Device rejected {}: status 0x04 \(the words are outside the buffer\)$"
     with pytest.raises(ProtocolError, match=message.format("WRITE")):
         client.write_words(39, bytes(6))
     assert model.writes == []
@@ -268,6 +268,46 @@ def test_with_the_real_accelerator():
     assert client.status() == DeviceStatus(busy=False, done=True, cycles=cycles)
 
 
+def narrow_config(rows: int) -> ArchConfig:
+    """A program memory of 64-bit words loaded at run time (``LOAD``), as on the iCEBreaker."""
+    return ArchConfig(rows=rows, cols=2, act_depth=40, wgt_depth=8, acc_depth=4, par_depth=2,
+                      prog_depth=4, prog_width=64)
+
+
+def test_load_program_then_run_on_the_real_accelerator():
+    config = narrow_config(3)
+    instructions = [dict(op=Op.LOADW, bank=0, wgt_addr=0), dict(op=Op.LOADW, bank=1, wgt_addr=3),
+                    dict(op=Op.LOADW, bank=0, wgt_addr=5), dict(op=Op.END)]
+    words = []
+    for instr in instructions:
+        word = encode(**instr)
+        words += [(word >> (64 * k)) & ((1 << 64) - 1) for k in range(config.fetch_words)]
+    transport = SimTransport(config, accelerator=Accelerator(config))
+    client = Client(transport)
+    client.verify(config, BUILD_ID)
+    client.load_program(words, 64)
+    # The cycle count of this program is set by the fetch unit: three LOADW of 4 cycles each
+    # cannot hide seven-cycle fetches.
+    assert client.run() == predict(instructions, config).total
+    assert predict(instructions, config).total > predict(instructions, bridge_config(3)).total
+    # Loading a shorter program over the first words changes what runs.
+    client.load_program(words[-config.fetch_words:], 64)
+    assert client.run() == predict([dict(op=Op.END)], config).total
+
+
+def test_load_is_checked_like_write():
+    config = narrow_config(2)
+    transport = SimTransport(config, accelerator=Accelerator(config))
+    client = Client(transport)
+    message = r"^Device rejected LOAD: status 0x{:02X} \(the {}\)$"
+    with pytest.raises(ProtocolError, match=message.format(4, "words are outside the buffer")):
+        client.command(Command.LOAD, struct.pack("<H", config.prog_words - 1) + bytes(16))
+    with pytest.raises(ProtocolError, match=message.format(
+            3, "payload length is wrong for the command")):
+        client.command(Command.LOAD, b"\x00\x00" + bytes(12))
+    assert raw_command(transport, encode_frame(Command.LOAD, b"\x00")) == (Status.BAD_LENGTH, b"")
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(divisor=3), ValueError,
      r"^UART divisor must be an integer of at least 4 clock cycles per bit, not 3$"),
@@ -277,6 +317,9 @@ def test_with_the_real_accelerator():
     (dict(config=ArchConfig(act_depth=65536)), ResourceError,
      r"^Activation buffer must have at most 65535 words to be reached over the host link, "
      r"not 65536$"),
+    (dict(config=ArchConfig(prog_width=64, prog_depth=11000)), ResourceError,
+     r"^Program memory must have at most 65535 words to be loaded over the host link, not "
+     r"66000$"),
 ])
 def test_bad_parameters(kwargs, error, message):
     with pytest.raises(error, match=message):

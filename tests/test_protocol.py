@@ -146,7 +146,7 @@ def test_client_verify():
 def test_client_errors():
     client = Client(FakeDevice())
     with pytest.raises(ProtocolError, match=r"^Device rejected WRITE: status 0x04 \(the words "
-                                            r"are outside the activation buffer\)$"):
+                                            r"are outside the buffer\)$"):
         client.write_words(39, bytes(6))
     with pytest.raises(ProtocolError, match=r"^Device rejected command 0x09: status 0x02 "
                                             r"\(the command is unknown\)$"):

@@ -15,15 +15,18 @@ from hwonnx.sim.system import run_system
 pytestmark = pytest.mark.rtl
 
 
-def test_bundled_example_over_uart():
+@pytest.mark.parametrize("board_name", ["ulx3s-85f", "icebreaker"])
+def test_bundled_example_over_uart(board_name):
+    """ULX3S: the program is in the bitstream. iCEBreaker: the program memory is SPRAM, so the
+    host loads the program over the UART first (LOAD), then runs the samples."""
     data = load_digits_data()
-    board = get_board("ulx3s-85f")
+    board = get_board(board_name)
     result = build(example_path("digits_mlp"), None, calib={"image": data["calib"]},
                    config=board.default_config, log=lambda message: None)
     images = data["test_images"][:3]
     quantizer = next(n for n in result.graph.nodes if n.op == "Quantize")
     q_in = quantize(images, **dict(quantizer.attrs)).reshape((-1, 1, 64))
-    outputs, cycles = run_system(result.program, q_in, divisor=8,
+    outputs, cycles = run_system(result.program, q_in, divisor=4 if board.huge_rams else 8,
                                  build_id=build_id(result.program), log=lambda message: None)
     golden = simulate(result, {"image": images}, mode="golden")
     np.testing.assert_array_equal(outputs.reshape(golden.int_outputs.shape), golden.int_outputs)

@@ -290,16 +290,24 @@ def _param_word(bias, mult, shift, cols: int) -> int:
 
 
 def encode_program(program: Program) -> "list[int]":
-    """Instruction words of ``program`` (the ``layer`` key is metadata, not encoded)."""
+    """Program-memory words of ``program`` (the ``layer`` key is metadata, not encoded): one
+    per instruction, or ``fetch_words`` per instruction, least significant first, for a
+    narrow program memory."""
+    cfg = program.config
     words = []
     for index, instr in enumerate(program.instructions):
         fields = {k: v for k, v in instr.items() if k != "layer"}
         try:
-            words.append(encode(**fields))
+            word = encode(**fields)
         except ValueError as error:
             layer = program.layers[instr["layer"]].name
             raise ResourceError(f"Layer '{layer}': instruction {index} cannot be encoded: "
                                 f"{error}") from error
+        if not cfg.runtime_program:
+            words.append(word)
+            continue
+        mask = (1 << cfg.prog_width) - 1
+        words.extend((word >> (cfg.prog_width * k)) & mask for k in range(cfg.fetch_words))
     return words
 
 

@@ -1,7 +1,7 @@
 """The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
-and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/feeder.py``,
-``hdl/loader.py`` and ``hdl/post.py`` exactly, so the prediction equals the simulated cycle
-count (tested in ``tests/test_rtl.py`` and ``tests/test_examples_rtl.py``)."""
+and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/fetch.py``,
+``hdl/feeder.py``, ``hdl/loader.py`` and ``hdl/post.py`` exactly, so the prediction equals the
+simulated cycle count (tested in ``tests/test_rtl.py`` and ``tests/test_examples_rtl.py``)."""
 
 from dataclasses import dataclass
 
@@ -30,9 +30,13 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     drained = 0                   # first cycle no MATMUL or partial sum is in flight
     post_idle = 0                 # first cycle the post-processor is idle
     total = 0
+    words = config.fetch_words if config.runtime_program else 0
+    request = 1                   # narrow fetch: first cycle the next instruction is requested
     for instr in instructions:
         op = instr["op"]
         t = previous + 1
+        if words:                 # its last word arrives at request + words; the instruction
+            t = max(t, request + words + 1)     # register is full one cycle later
         if op == Op.LOADW:
             t = max(t, loader_free, bank_free[instr["bank"]])
             loader_free = t + rows + 1
@@ -57,5 +61,5 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             raise ValueError(f"Unknown opcode {op}")
         dispatch.append(t)
         done.append(finish)
-        previous = t
+        previous = request = t    # the next fetch starts as this instruction leaves
     return Timing(dispatch, done, total)

@@ -19,7 +19,8 @@ import pathlib
 
 import numpy as np
 
-__all__ = ["EXAMPLES", "EXAMPLES_DIR", "example_path", "load_digits_data"]
+__all__ = ["EXAMPLES", "EXAMPLES_DIR", "example_calibration", "example_path",
+           "load_digits_data"]
 
 #: The folder holding the bundled example files.
 EXAMPLES_DIR: pathlib.Path = pathlib.Path(__file__).resolve().parent
@@ -45,6 +46,12 @@ def example_path(name: str) -> pathlib.Path:
             f"unknown example model {name!r}; known examples: {', '.join(EXAMPLES)}"
         )
     return EXAMPLES_DIR / f"{key}.onnx"
+
+
+def example_calibration(name: str) -> dict[str, np.ndarray]:
+    """The bundled calibration samples of example ``name``, keyed by its input name."""
+    shape = (-1, 1, 8, 8) if example_path(name).stem == "digits_cnn" else (-1, 64)
+    return {"image": load_digits_data()["calib"].reshape(shape)}
 
 
 def load_digits_data() -> dict[str, np.ndarray]:
