@@ -12,6 +12,7 @@ from hwonnx.boards import host, protocol
 from hwonnx.boards.build import build_id
 from hwonnx.cli import main
 from hwonnx.compiler.layout import pack_words, unpack_words
+from hwonnx.compiler.lower import encode_program
 from hwonnx.examples import example_path, load_digits_data
 from hwonnx.golden import evaluate
 
@@ -23,6 +24,7 @@ class FakeBoard:
     def __init__(self, result, ident):
         self.result, self.ident = result, ident
         self.memory, self.pending = {}, b""
+        self.program: "dict[int, int]" = {}         # words written by LOAD
 
     def __enter__(self):
         return self
@@ -41,7 +43,15 @@ class FakeBoard:
             for i in range(0, len(payload) - 2, cfg.rows):
                 self.memory[addr + i // cfg.rows] = int.from_bytes(payload[2 + i:2 + i + cfg.rows],
                                                                    "little")
+        elif cmd == protocol.Command.LOAD and cfg.runtime_program:
+            addr, size = struct.unpack("<H", payload[:2])[0], cfg.prog_width // 8
+            for i in range(0, len(payload) - 2, size):
+                self.program[addr + i // size] = int.from_bytes(payload[2 + i:2 + i + size],
+                                                                "little")
         elif cmd == protocol.Command.RUN:
+            if cfg.runtime_program:         # a board without its program does nothing useful
+                words = encode_program(program)
+                assert [self.program.get(i) for i in range(len(words))] == words
             source, target = program.input_placement, program.output_placement
             x = unpack_words([self.memory[source.base + i] for i in range(source.words)],
                              source, cfg.rows)
@@ -61,11 +71,13 @@ class FakeBoard:
         return data
 
 
-@pytest.fixture(scope="module")
-def board_build(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ulx3s")
+@pytest.fixture(scope="module", params=["ulx3s-85f", "icebreaker"])
+def board_build(tmp_path_factory, request):
+    """The ULX3S has its program in the bitstream; the iCEBreaker gets it over the UART
+    (LOAD) from ``hwonnx run`` before the first sample."""
+    folder = tmp_path_factory.mktemp(request.param)
     data = load_digits_data()
-    result = build(example_path("digits_mlp"), folder, board="ulx3s-85f",
+    result = build(example_path("digits_mlp"), folder, board=request.param,
                    calib={"image": data["calib"]}, verilog=False, log=lambda message: None)
     np.save(folder / "x.npy", data["test_images"][:4])
     return folder, result
