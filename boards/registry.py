@@ -92,10 +92,10 @@ BOARDS = {board.name: board for board in [
           ArchConfig(), 50_000_000),
     Board("icebreaker", "1BitSquared iCEBreaker, Lattice iCE40 UP5K", "icebreaker:"
           "ICEBreakerPlatform", "ice40", 8, 120, 5280,
-          # The program (6 words of 64 bits per instruction) lives in the four SPRAMs and is
+          # The program (7 words of 64 bits per instruction) lives in the four SPRAMs and is
           # loaded over the UART; the block RAMs hold weights, parameters and activations. One
           # column: the 8 DSPs make two 32x32 requantizers, but the logic holds only one.
-          _cfg(4, 1, 512, 4096, 64, 64, 2560, 12_000_000, prog_width=64), 12_000_000,
+          _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64), 12_000_000,
           huge_rams=4),
     Board("ulx3s-85f", "Radiona ULX3S, Lattice ECP5 LFE5U-85F", "ulx3s:ULX3S_85F_Platform",
           "ecp5", 156, 3744, 83640, _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000),

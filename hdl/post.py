@@ -1,16 +1,22 @@
 """The POST engine: requantizes accumulators into int8 activations."""
 
-from amaranth.hdl import Array, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .layouts import InstrLayout, ParamLayout
+from .rounding import ORT_LATENCY, OrtRounder
 
-__all__ = ["PostProcessor", "POST_LATENCY"]
+__all__ = ["PostProcessor", "POST_LATENCY", "post_latency"]
 
 #: Cycles from an accumulator read to the write of its activation word.
 POST_LATENCY = 4
+
+
+def post_latency(config: ArchConfig) -> int:
+    """:data:`POST_LATENCY`, plus three stages with the onnxruntime rounding unit."""
+    return POST_LATENCY + (ORT_LATENCY - 1 if config.ort_rounding else 0)
 
 
 class PostProcessor(wiring.Component):
@@ -97,22 +103,39 @@ class PostProcessor(wiring.Component):
             # int32 wrap-around, as in the golden model's accumulator.
             m.d.sync += biased[c].eq((self.acc_data[c] + self.par_data[c].bias)[:32])
 
-        # Stage 2: multiply.
-        s2_valid, s2_addr, s2_base = stage("s2", sb_valid, sb_addr, sb_base)
-        products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
-        for c in range(cols):
-            m.d.sync += products[c].eq(biased[c] * self.par_data[c].mult)
-
-        # Stage 3: round half up, arithmetic shift, zero point, clamp.
-        s3_valid, s3_addr, s3_base = stage("s3", s2_valid, s2_addr, s2_base)
         values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
+        levels = [Signal(signed(67), name=f"level_{c}") for c in range(cols)]
+        valids = [s1_valid, sb_valid]
+        if cfg.ort_rounding:
+            # Stages 2 to 5: the rounding unit, in either rounding (``rne``).
+            chain = (sb_valid, sb_addr, sb_base)
+            for i in range(ORT_LATENCY):
+                chain = stage(f"r{i}", *chain)
+                valids.append(chain[0])
+            for c in range(cols):
+                m.submodules[f"round_{c}"] = rounder = OrtRounder()
+                m.d.comb += [rounder.v.eq(biased[c]), rounder.even.eq(cur.rne),
+                             rounder.mult.eq(self.par_data[c].mult),
+                             rounder.shift.eq(self.par_data[c].shift),
+                             levels[c].eq(rounder.y + cur.zp)]
+        else:
+            # Stage 2: multiply.
+            chain = stage("s2", sb_valid, sb_addr, sb_base)
+            valids.append(chain[0])
+            products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
+            for c in range(cols):
+                m.d.sync += products[c].eq(biased[c] * self.par_data[c].mult)
+                # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
+                shr = (self.par_data[c].shift - 1)[:6]
+                halved = Signal(signed(64), name=f"halved_{c}")
+                m.d.comb += [halved.eq(products[c] >> shr),
+                             levels[c].eq(((halved + 1) >> 1) + cur.zp)]
+
+        # Stage 3 (6 with the rounding unit): zero point, clamp.
+        s3_valid, s3_addr, s3_base = stage("s3", *chain)
+        valids.append(s3_valid)
         for c in range(cols):
-            # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
-            shr = (self.par_data[c].shift - 1)[:6]
-            halved = Signal(signed(64), name=f"halved_{c}")
-            level = Signal(signed(66), name=f"level_{c}")
-            m.d.comb += [halved.eq(products[c] >> shr),
-                         level.eq(((halved + 1) >> 1) + cur.zp)]
+            level = levels[c]
             m.d.sync += values[c].eq(Mux(level < cur.lo, cur.lo,
                                          Mux(level > cur.hi, cur.hi, level[:8])))
 
@@ -127,5 +150,5 @@ class PostProcessor(wiring.Component):
                 self.out_we[lane].eq(s3_valid & (channel >= 0) & (channel < cur.nt)
                                      & (channel < cols)),
             ]
-        m.d.comb += self.idle.eq(~active & ~s1_valid & ~sb_valid & ~s2_valid & ~s3_valid)
+        m.d.comb += self.idle.eq(~active & ~Cat(*valids).any())
         return m

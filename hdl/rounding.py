@@ -53,6 +53,9 @@ class OrtRounder(wiring.Component):
     Members
     -------
     v : ``In(signed(32))`` the biased accumulator, sampled every cycle.
+    even : ``In(1)`` onnxruntime's rounding; 0: the default rounding of
+        :func:`hwonnx.golden.ops.requantize` (exact product, ties toward +inf), so that one
+        unit serves both. Held constant like ``mult``.
     mult : ``In(signed(32))`` (non-negative), shift : ``In(unsigned(8))`` (1 to 63): held
         constant while values are in flight (the post-processor's parameters are).
     y : ``Out(signed(66))`` the rounded ``v * mult * 2**-shift``, :data:`ORT_LATENCY` cycles
@@ -60,6 +63,7 @@ class OrtRounder(wiring.Component):
     """
 
     v: In(signed(32))
+    even: In(1)
     mult: In(signed(32))
     shift: In(unsigned(8))
     y: Out(signed(66))
@@ -71,7 +75,7 @@ class OrtRounder(wiring.Component):
         m.d.comb += magnitude.eq(Mux(self.v < 0, -self.v, self.v))
         length = _bit_length(m, magnitude, "v_length")
         drop = Signal(range(9))
-        m.d.comb += drop.eq(Mux(length > 24, length - 24, 0))
+        m.d.comb += drop.eq(Mux(self.even & (length > 24), length - 24, 0))
         a = Signal(33)
         negative = [Signal(name=f"negative_{i}") for i in range(ORT_LATENCY - 1)]
         m.d.sync += [a.eq(_round_low_bits(m, magnitude, drop, "a_rounded")),
@@ -84,7 +88,7 @@ class OrtRounder(wiring.Component):
         # 3: the float32 product: 24 significant bits.
         p_length = _bit_length(m, product, "p_length")
         p_drop = Signal(range(41))
-        m.d.comb += p_drop.eq(Mux(p_length > 24, p_length - 24, 0))
+        m.d.comb += p_drop.eq(Mux(self.even & (p_length > 24), p_length - 24, 0))
         p = Signal(65)
         m.d.sync += p.eq(_round_low_bits(m, product, p_drop, "p_rounded"))
         # 4: to an integer, ties to even.
@@ -93,7 +97,9 @@ class OrtRounder(wiring.Component):
         quotient = Signal(65)
         m.d.comb += quotient.eq(p >> self.shift)
         rest, half = p & low, (low + 1) >> 1
-        up = (rest > half) | ((rest == half) & quotient[0])
+        # A tie goes to the even neighbour, or (half up) away from zero for a positive value
+        # and toward zero for a negative one.
+        up = (rest > half) | ((rest == half) & Mux(self.even, quotient[0], ~negative[-1]))
         rounded = Signal(66)
         m.d.comb += rounded.eq(quotient + up)
         m.d.sync += self.y.eq(Mux(negative[-1], -rounded, rounded))

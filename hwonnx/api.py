@@ -63,11 +63,25 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
         samples = normalize_samples(float_graph, calib, "Calibration data")
     else:
         samples = load_samples(calib, float_graph, "Calibration file")
-    int_graph = quantize_model(float_graph, samples)
+    int_graph = _choose_rounding(quantize_model(float_graph, samples), config, log)
     program = lower(int_graph, config)
     log(f"Compiled {len(program.layers)} layer(s), {len(program.instructions)} instructions, "
         f"{program.macs:,} MACs in {time.monotonic() - started:.1f} s")
     return int_graph, program
+
+
+def _choose_rounding(graph: Graph, config: ArchConfig, log) -> Graph:
+    """Layers that keep a pre-quantized model's own parameters round as onnxruntime does when
+    the architecture can (``ArchConfig.ort_rounding``); otherwise half up, which differs from
+    onnxruntime by 1 LSB on exact ties."""
+    layers = [n for n in graph.nodes if n.attrs.get("rounding") == "ort"]
+    if not layers or config.ort_rounding:
+        return graph
+    log(f"{len(layers)} layer(s) of this pre-quantized model round half up: the {config.name} "
+        f"architecture has no onnxruntime rounding unit (ort_rounding), so results may differ "
+        f"from onnxruntime by 1 LSB on exact ties")
+    return replace(graph, nodes=tuple(n.with_attrs(rounding="half_up") if n in layers else n
+                                      for n in graph.nodes))
 
 
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,

@@ -41,6 +41,9 @@ class ArchConfig:
         that the fetch unit reads one per cycle (documented in ``docs/architecture.md``); the
         memory is then single-ported without initial contents, so that it maps onto iCE40
         SPRAM, and the host loads the program over the host link at run time.
+    ort_rounding : the post-processor can also round as onnxruntime's int8 kernels do (a
+        float32 multiply, ties to even: ``hdl/rounding.py``), chosen per layer; it adds three
+        pipeline stages and about 400 logic cells per column.
     """
     rows: int = 8
     cols: int = 8
@@ -50,6 +53,7 @@ class ArchConfig:
     par_depth: int = 256
     prog_depth: int = 4096
     prog_width: int = 0
+    ort_rounding: bool = False
     data_width: int = 8
     acc_width: int = 32
     clock_hz: int = 50_000_000
@@ -66,6 +70,8 @@ class ArchConfig:
         if self.data_width != 8 or self.acc_width != 32:
             raise ValueError(f"ArchConfig supports int8 data with int32 accumulation only, not "
                              f"{self.data_width}/{self.acc_width} bits")
+        if not isinstance(self.ort_rounding, bool):
+            raise ValueError(f"ArchConfig.ort_rounding must be a bool, not {self.ort_rounding!r}")
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
                              f"{instruction_width()}, not {self.prog_width!r}")

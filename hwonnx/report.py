@@ -4,6 +4,7 @@ Markdown)."""
 import json
 from pathlib import Path
 
+from .compiler.isa import Op
 from .compiler.lower import Program
 from .compiler.timing import predict
 
@@ -65,6 +66,16 @@ def layer_cycles(program: Program) -> "list[int]":
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 
+def _rounding(program: Program) -> str:
+    posts = [i for i in program.instructions if i["op"] == Op.POST]
+    exact = {program.layers[i["layer"]].name for i in posts if i.get("rne")}
+    text = "requantize: (v * mult + 2**(shift-1)) >> shift (half up)"
+    if exact:
+        text += (f", except {len(exact)} layer(s) rounding as onnxruntime (float32 multiply, "
+                 f"ties to even): {', '.join(sorted(exact))}")
+    return text + "; host input: round half to even"
+
+
 def build_report(program: Program, model: str, board: str, meta: dict, graph=None) -> dict:
     cfg = program.config
     pes = cfg.rows * cfg.cols
@@ -87,8 +98,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
         "quantization": {k: meta.get(k) for k in ("calibration", "calibration_samples",
                                                   "activation_quantization",
                                                   "weight_quantization")},
-        "rounding": "requantize: (v * mult + 2**(shift-1)) >> shift (half up); "
-                    "host input: round half to even",
+        "rounding": _rounding(program),
         "layers": layers,
         "placement": placement(graph) if graph is not None else [],
         "total": {"macs": program.macs, "predicted_cycles": total,

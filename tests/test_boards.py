@@ -7,6 +7,7 @@ import pytest
 
 from hwonnx.api import build
 from hwonnx.boards import BOARDS, check_fits, estimate, get_board
+from hwonnx.compiler.isa import instruction_width
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 from hwonnx.examples import example_path, load_digits_data
@@ -55,7 +56,7 @@ def test_icebreaker_refuses_what_does_not_fit(calib):
                        r"'icebreaker': 6 single-port RAM blocks for the program but the device "
                        r"has 4; .*$"):
         check_fits(ArchConfig(rows=4, cols=1, act_depth=512, wgt_depth=4096, acc_depth=64,
-                              par_depth=64, prog_depth=4096, prog_width=96),
+                              par_depth=64, prog_depth=2048, prog_width=96),
                    get_board("icebreaker"))
 
 
@@ -66,7 +67,7 @@ def test_icebreaker_program_is_loaded_at_run_time(tmp_path, calib):
     result = build(example_path("digits_mlp"), tmp_path, board="icebreaker", calib=calib,
                    verilog=False, log=lambda message: None)
     config = result.program.config
-    assert config.runtime_program and config.fetch_words == 6
+    assert config.runtime_program and config.fetch_words == -(-instruction_width() // 64)
     hdl = (tmp_path / "board" / "hwonnx_top.il").read_text()
     assert hdl.count("SB_SPRAM256KA") >= 4
     assert "booth" in (tmp_path / "board" / "hwonnx_top.ys").read_text()

@@ -44,11 +44,16 @@ def test_golden_differs_from_half_up_on_ties():
                                   [2, -2, 4, -4])
 
 
+@pytest.mark.parametrize("even", [1, 0])
 @pytest.mark.parametrize("seed", range(3))
-def test_rtl_equals_golden(seed):
+def test_rtl_equals_golden(seed, even):
+    """``even``: onnxruntime's rounding; otherwise the default rounding of ``requantize``
+    (the same unit serves both)."""
     rng = np.random.default_rng(100 + seed)
     scale = 2.0 ** -int(rng.integers(1, 20)) if seed == 0 else rng.uniform(1e-6, 2.0)
     _, mult, shift = float32_scale(scale)
+    if seed == 2:                 # a multiplier with all 31 bits significant
+        mult |= int(rng.integers(0, 1 << 7))
     values = samples(rng, 150)
     dut = OrtRounder()
     got = []
@@ -56,6 +61,7 @@ def test_rtl_equals_golden(seed):
     async def bench(ctx):
         ctx.set(dut.mult, mult)
         ctx.set(dut.shift, shift)
+        ctx.set(dut.even, even)
         for cycle in range(len(values) + ORT_LATENCY):
             if cycle < len(values):
                 ctx.set(dut.v, int(values[cycle]))
@@ -67,4 +73,14 @@ def test_rtl_equals_golden(seed):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    np.testing.assert_array_equal(np.array(got), ort_round(values, mult, shift))
+    if even:
+        want = ort_round(values, mult, shift)
+    else:
+        want = np.array([_half_up(int(v), mult, shift) for v in values])
+    np.testing.assert_array_equal(np.array(got), want)
+
+
+def _half_up(v: int, mult: int, shift: int) -> int:
+    """The default rounding of ``requantize`` before the zero point and the clamp (its
+    formula, in Python integers; ``requantize`` itself clamps to int8)."""
+    return (v * mult + (1 << (shift - 1))) >> shift

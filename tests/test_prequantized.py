@@ -112,11 +112,12 @@ def _onnxruntime(path, x):
     return y.reshape(len(x), -1), q.reshape(len(x), -1), float(scale)
 
 
-def compare(path, seed=11):
+def compare(path, seed=11, config=None):
     """Build ``path`` without calibration data and compare the golden model with onnxruntime
     on the same quantized model: (int8 values differing, largest difference in LSB of the
     output scale, top-1 agreement, int8 values differing from :func:`evaluate_onnxruntime`)."""
-    result = api.build(path, None, calib=None, verilog=False, log=lambda *_: None)
+    result = api.build(path, None, calib=None, config=config, verilog=False,
+                       log=lambda *_: None)
     x = np.random.default_rng(seed).normal(0, 1, (SAMPLES, *_dims(path)[1:])).astype(np.float32)
     sim = api.simulate(result, {"x": x}, mode="golden")
     y_ort, q_ort, scale = _onnxruntime(path, x)
@@ -147,6 +148,24 @@ def test_matches_onnxruntime(tmp_path, kind, fmt, per_channel, act_type):
     assert top1 == 1.0
     if kind != "mlp_bias":                  # its bias Add is requantized by a 1x1 layer
         assert emulated == 0
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+@pytest.mark.parametrize("kind", ["conv_relu", "residual", "gemm", "cnn", "mlp_bias"])
+def test_onnxruntime_rounding_mode(tmp_path, kind, fmt):
+    """On an architecture with the onnxruntime rounding unit, every Conv and Gemm that keeps
+    the model's parameters rounds exactly as onnxruntime: models of only such layers equal
+    onnxruntime value for value; a residual Add, a global average pool and a separate bias
+    Add still round half up (see docs/arithmetic.md)."""
+    path = _quantized(tmp_path, kind, fmt, True, "QInt8")
+    default = compare(path)
+    exact = compare(path, config=ArchConfig(ort_rounding=True))
+    print(f"{path.name}: {default[0]} values differ from onnxruntime with half-up rounding, "
+          f"{exact[0]} with onnxruntime's")
+    assert exact[1] <= 1 and exact[2] == 1.0
+    assert exact[0] <= default[0]
+    if kind in ("conv_relu", "gemm"):
+        assert exact[0] == 0
 
 
 # what the import records --------------------------------------------------------------------

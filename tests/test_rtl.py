@@ -17,8 +17,9 @@ pytestmark = pytest.mark.rtl
 
 CONFIGS = {
     "8x8": ArchConfig(),                     # the default: shared with the demo and examples
+    # With the onnxruntime rounding unit (hdl/rounding.py), used here in its default rounding.
     "4x4": ArchConfig(rows=4, cols=4, act_depth=2048, wgt_depth=4096, acc_depth=16,
-                      par_depth=64, prog_depth=2048),
+                      par_depth=64, prog_depth=2048, ort_rounding=True),
     # A narrow program memory: 7 words of 56 bits per instruction (hdl/fetch.py).
     "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,
                       par_depth=64, prog_depth=2048, prog_width=56),

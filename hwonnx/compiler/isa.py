@@ -70,6 +70,7 @@ FIELDS: "tuple[Field, ...]" = (
     Field("nt", 8),          # POST: valid output channels (columns)
     Field("lo", 8, signed=True),
     Field("hi", 8, signed=True),
+    Field("rne", 1),         # POST: onnxruntime's rounding (needs ArchConfig.ort_rounding)
 )
 
 

@@ -177,6 +177,9 @@ class _Builder:
         if folded.min(initial=0) < INT32_MIN or folded.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': the bias with the input zero point "
                                 f"folded in does not fit int32")
+        if spec.rounding == "ort" and not self.config.ort_rounding:
+            raise ResourceError(f"Layer '{node.name}' rounds as onnxruntime does, but the "
+                                f"{self.config.name} architecture has no ort_rounding unit")
         plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
         plan.first = len(self.tiles)
         self._emit(spec, folded, target)
@@ -244,7 +247,8 @@ class _Builder:
                             op=Op.POST, acc_addr=acc_base, count=mt, par_addr=par_base + n_index,
                             out_addr=target.base + m0 * target.cb + n0 // rows,
                             out_stride=target.cb, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
-                            lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi)
+                            lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
+                            rne=int(spec.rounding == "ort"))
                     self.tiles.append((matmul, post, self.layer_count))
 
     def finish(self) -> "list[dict]":
@@ -339,6 +343,7 @@ class _LayerSpec:
     lo: int
     hi: int
     macs: int
+    rounding: str = "half_up"      # or "ort": onnxruntime's (POST ``rne``)
 
 
 def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
@@ -387,7 +392,8 @@ def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: 
 def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
                 ) -> _LayerSpec:
     consts, attrs = graph.constants, node.attrs
-    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]))
+    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
+               rounding=attrs.get("rounding", "half_up"))
     if node.op == "QDense":
         w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
         source = placements[0]

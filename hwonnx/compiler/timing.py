@@ -6,7 +6,7 @@ simulated cycle count (tested in ``tests/test_rtl.py`` and ``tests/test_examples
 from dataclasses import dataclass
 
 from ..config import ArchConfig
-from ..hdl.post import POST_LATENCY
+from ..hdl.post import post_latency
 from .isa import Op
 
 __all__ = ["Timing", "predict"]
@@ -30,6 +30,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     drained = 0                   # first cycle no MATMUL or partial sum is in flight
     post_idle = 0                 # first cycle the post-processor is idle
     total = 0
+    latency = post_latency(config)
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
     for instr in instructions:
@@ -51,7 +52,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             finish = drained - 1
         elif op == Op.POST:
             t = max(t, post_idle, drained)
-            post_idle = t + 1 + POST_LATENCY + instr["count"] * instr["nw"]
+            post_idle = t + 1 + latency + instr["count"] * instr["nw"]
             finish = post_idle - 1
         elif op == Op.END:
             t = max(t, loader_free, drained, post_idle)

@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 
 from .im2col import im2col
+from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
            "qconv", "qdense", "qavgpool", "qadd", "qconcat", "softmax", "accumulate_bound"]
@@ -45,16 +46,20 @@ def dequantize(q: np.ndarray, *, scale: float, zero_point: int) -> np.ndarray:
 
 
 def requantize(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shift: np.ndarray,
-               zero_point: int, lo: int, hi: int) -> np.ndarray:
+               zero_point: int, lo: int, hi: int, rounding: str = "half_up") -> np.ndarray:
     """Requantize int32 accumulators (channel on the last axis) to int8.
 
     ``v = wrap32(acc + bias)``; ``y = clamp(((v * mult) + 2**(shift-1)) >> shift + zero_point,
     lo, hi)`` with an arithmetic shift (rounding half up, toward +inf), ``mult`` in
     ``[0, 2**31)`` and ``shift`` in ``[1, 63]``. ``lo`` is raised to the zero point for a fused
-    ReLU.
+    ReLU. With ``rounding="ort"``, ``v * mult * 2**-shift`` is rounded as onnxruntime's float32
+    arithmetic rounds it (:func:`hwonnx.golden.rounding.ort_round`).
     """
     v = acc.astype(np.int64) + bias.astype(np.int64)
     v = ((v - INT32_MIN) % (1 << 32)) + INT32_MIN           # int32 wrap-around
+    if rounding == "ort":
+        scaled = ort_round(v, mult, shift)
+        return np.clip(scaled + zero_point, lo, hi).astype(np.int8)
     shift = shift.astype(np.int64)
     product = v * mult.astype(np.int64)
     scaled = ((product >> (shift - 1)) + 1) >> 1             # == (p + 2**(s-1)) >> s
@@ -78,7 +83,7 @@ def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
 def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
           shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int,
           strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1,
-          **_) -> np.ndarray:
+          rounding: str = "half_up", **_) -> np.ndarray:
     """int8 2-D convolution, NCHW: ``x`` ``[N, C, H, W]``, ``w`` ``[M, C / group, KH, KW]``
     (output channels ``[g M/group, (g+1) M/group)`` read input channels
     ``[g C/group, (g+1) C/group)``). Padding reads as ``in_zp`` (i.e. as real zero)."""
@@ -91,7 +96,7 @@ def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
                          pad_value=np.int8(in_zp))
         accs.append(_accumulate(patches, w[g * mg:(g + 1) * mg].reshape(mg, -1), in_zp))
     acc = np.concatenate(accs, axis=-1)                        # [N, OH*OW, M]
-    y = requantize(acc, bias, mult, shift, out_zp, lo, hi)
+    y = requantize(acc, bias, mult, shift, out_zp, lo, hi, rounding)
     top, left, bottom, right = pads
     oh = (h + top + bottom - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd + left + right - dilations[1] * (kw - 1) - 1) // strides[1] + 1
@@ -100,10 +105,11 @@ def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
 
 @golden_op("QDense")
 def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
-           shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int, **_) -> np.ndarray:
+           shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int,
+           rounding: str = "half_up", **_) -> np.ndarray:
     """int8 fully connected layer: ``x`` ``[N, K]``, ``w`` ``[K, M]`` -> ``[N, M]``."""
     acc = _accumulate(x, w.T, in_zp)
-    return requantize(acc, bias, mult, shift, out_zp, lo, hi)
+    return requantize(acc, bias, mult, shift, out_zp, lo, hi, rounding)
 
 
 @golden_op("QAvgPool")

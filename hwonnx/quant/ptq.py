@@ -251,7 +251,8 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     if np.any(np.abs(bq) > INT32_MAX) or np.any(bound + np.abs(bq) > INT32_MAX):
         raise QuantizationError(f"Layer '{node.name}': the int32 accumulator could overflow "
                                 f"(bound {int((bound + np.abs(bq)).max())})")
-    if record is not None and node.inputs[0] in given and node.outputs[0] in given:
+    model_params = record is not None and node.inputs[0] in given and node.outputs[0] in given
+    if model_params:
         # the model's own parameters: the multiplier onnxruntime uses, (s_in * s_w) / s_out
         # in float32, which the 31-bit mult represents exactly
         real = (np.float32(s_in) * s_w.astype(np.float32) / np.float32(s_out)).astype(
@@ -273,6 +274,8 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
         types[names[key]] = TensorType(str(array.dtype), array.shape)
     attrs = {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
              "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))}
+    if model_params:          # onnxruntime's rounding, where the architecture has it (api)
+        attrs["rounding"] = "ort"
     if node.op == "Conv":
         attrs.update(strides=tuple(node.attrs["strides"]), pads=tuple(node.attrs["pads"]),
                      dilations=tuple(node.attrs["dilations"]),
