@@ -415,3 +415,30 @@ def test_add_weights_are_the_best_int8_pair():
         a, b, m = add_weights(ra, rb, za, zb)
         error = abs(span_a) * abs(a * m - ra) + abs(span_b) * abs(b * m - rb)
         assert error <= best * (1 + 1e-9) + 1e-12, (ra, rb, za, zb)
+
+
+# on the RTL ----------------------------------------------------------------------------------
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+@pytest.mark.parametrize("kind", ["cnn", "mlp_bias"])
+def test_prequantized_models_on_rtl(tmp_path, kind, fmt):
+    """quantize_static models with their own parameters on the RTL (the 4x4 configuration of
+    tests/test_rtl.py, which has the onnxruntime rounding unit): bit-exact with the golden
+    model, cycles as predicted, and the onnxruntime comparison of the golden model within the
+    issue's bound."""
+    from test_ort_rounding_rtl import ORT_CONFIG
+
+    path = _quantized(tmp_path, kind, fmt, True, "QUInt8")
+    result = api.build(path, None, calib=None, config=ORT_CONFIG, verilog=False,
+                       log=lambda *_: None)
+    assert any(i.get("rne") for i in result.program.instructions)
+    x = np.random.default_rng(3).normal(0, 1, (16, *_dims(path)[1:])).astype(np.float32)
+    golden = api.simulate(result, {"x": x}, mode="golden")
+    rtl = api.simulate(result, {"x": x}, mode="rtl", log=lambda *_: None)
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [golden.predicted_cycles] * len(x)
+    differing, max_lsb, top1, _ = compare(path, config=ORT_CONFIG)
+    print(f"{path.name} on RTL: bit-exact with golden; golden vs onnxruntime: {differing} "
+          f"values differ, max {max_lsb} LSB, top-1 {top1:.0%}")
+    assert max_lsb <= 1 and top1 == 1.0
