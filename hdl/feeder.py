@@ -33,6 +33,8 @@ class Feeder(wiring.Component):
         with ``feed_zp``) and its weight bank.
     acc_raddr : accumulator read address (one cycle before the write).
     acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
+    acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
+        instead of adding them (``first`` still overwrites).
     """
 
     def __init__(self, config: ArchConfig):
@@ -53,6 +55,7 @@ class Feeder(wiring.Component):
             "acc_we": Out(1),
             "acc_waddr": Out(config.acc_addr_bits),
             "acc_first": Out(1),
+            "acc_max": Out(1),
         })
 
     @property
@@ -119,7 +122,7 @@ class Feeder(wiring.Component):
         # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
         # f + latency and written in cycle f + latency + 1.
         latency = array_latency(cfg) + 1
-        tag = Cat(running, acc_addr, cur.first)
+        tag = Cat(running, acc_addr, cur.pool_max, cur.first)
         tags = []
         for stage in range(latency):
             tag_d = Signal(len(tag), name=f"tag_{stage}")
@@ -131,6 +134,7 @@ class Feeder(wiring.Component):
             self.acc_raddr.eq(read_tag[1:1 + cfg.acc_addr_bits]),
             self.acc_we.eq(write_tag[0]),
             self.acc_waddr.eq(write_tag[1:1 + cfg.acc_addr_bits]),
+            self.acc_max.eq(write_tag[-2]),
             self.acc_first.eq(write_tag[-1]),
         ]
         in_flight = Cat(t[0] for t in tags[:latency])

@@ -134,8 +134,10 @@ class Accelerator(wiring.Component):
         m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr), acc_w.addr.eq(feeder.acc_waddr),
                      acc_w.en.eq(feeder.acc_we)]
         for c in range(cfg.cols):
-            m.d.comb += acc_w.data[c].eq(
-                Mux(feeder.acc_first, 0, acc_rmw.data[c]) + array.sums[c])
+            added = Mux(feeder.acc_first, 0, acc_rmw.data[c]) + array.sums[c]
+            larger = Mux(feeder.acc_first | (array.sums[c] > acc_rmw.data[c]), array.sums[c],
+                         acc_rmw.data[c])
+            m.d.comb += acc_w.data[c].eq(Mux(feeder.acc_max, larger, added))
         m.d.comb += [acc_post.addr.eq(post.acc_addr), post.acc_data.eq(acc_post.data)]
 
         par_r = par.read_port()

@@ -17,6 +17,8 @@ _WHY = {
     "QDense": ("hardware", "matrix multiply on the systolic array"),
     "QAdd": ("hardware", "residual sum: a 1x1 convolution over both inputs"),
     "QAvgPool": ("hardware", "average pooling: a depthwise convolution with weights of one"),
+    "QMaxPool": ("hardware", "max pooling: one tap per pass, the accumulators keep the "
+                 "maximum"),
     "QConcat": ("hardware", "channel concatenation: a block-diagonal 1x1 convolution, each "
                 "source requantized by its own multiplier"),
     "Flatten": ("hardware", "layout only: the buffer is read in another order"),

@@ -33,7 +33,8 @@ def random_dense_spec(rng) -> dict:
 
 def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Graph:
     """A graph applying ``specs`` in order; a ``{"op": "flatten"}`` spec flattens,
-    ``{"op": "avgpool", "k": ..., "strides": ..., "pads": ...}`` pools, and
+    ``{"op": "avgpool" | "maxpool", "k": ..., "strides": ..., "pads": ...}`` pools (max pooling
+    also with ``dilations``, and ``identity`` for the quantizer's exact copy), and
     ``{"op": "add", "with": i}`` adds the output of spec ``i`` (-1: the graph input) to the
     current value. Conv specs may have a ``group``. Layer shapes follow from
     ``input_shape``; weights, biases, scales and zero points are random."""
@@ -47,20 +48,28 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
         if spec["op"] == "flatten":
             shape = (1, int(np.prod(shape[1:])))
             nodes.append(Node(name, "Flatten", (value,), (out,), {"axis": 1}))
-        elif spec["op"] in ("avgpool", "add"):
+        elif spec["op"] in ("avgpool", "maxpool", "add"):
             zp_out = int(rng.integers(-30, 30))
             c = shape[1]
             mult, shift = requant_params(rng.uniform(0.3, 1.0, c) / 4, name)
             consts = {f"{name}:m": mult, f"{name}:s": shift}
-            if spec["op"] == "avgpool":
+            if spec["op"] in ("avgpool", "maxpool"):
                 kh, kw = spec["k"]
+                dy, dx = spec.get("dilations", (1, 1))
                 oh = conv_output_size(shape[2], kh, spec["strides"][0], spec["pads"][0],
-                                      spec["pads"][2], 1)
+                                      spec["pads"][2], dy)
                 ow = conv_output_size(shape[3], kw, spec["strides"][1], spec["pads"][1],
-                                      spec["pads"][3], 1)
-                op, inputs, new_shape = "QAvgPool", (value,), (1, c, oh, ow)
+                                      spec["pads"][3], dx)
+                op = "QAvgPool" if spec["op"] == "avgpool" else "QMaxPool"
+                inputs, new_shape = (value,), (1, c, oh, ow)
                 attrs = {"in_zp": zp, "kernel": (kh, kw), "strides": spec["strides"],
                          "pads": spec["pads"]}
+                if spec["op"] == "maxpool":
+                    attrs["dilations"] = (dy, dx)
+                    if spec.get("identity"):          # the quantizer's exact copy
+                        consts = {f"{name}:m": np.full(c, 1 << 30, np.int32),
+                                  f"{name}:s": np.full(c, 30, np.int32)}
+                        zp_out = zp
             else:
                 other, other_shape, other_zp = history[spec["with"]]
                 assert other_shape == shape

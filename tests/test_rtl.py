@@ -117,3 +117,21 @@ def test_cnn_operators(config):
     program, _ = _run_and_check(graph, config, rng, samples=2)
     assert [layer.op for layer in program.layers] == [
         "QConv", "QConv", "QConv", "QAdd", "QAvgPool", "QAvgPool", "QDense"]
+
+
+def test_max_pooling(config):
+    """Max pooling with padding (read as -128), strides and dilation, an exact copy and a
+    requantizing one, a global max pool; channels not a multiple of the array (N tiles
+    aligned to the channel blocks when rows != cols)."""
+    rng = np.random.default_rng(31)
+    specs = [dict(op="conv", cout=7, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=False),
+             dict(op="maxpool", k=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), identity=True),
+             dict(op="maxpool", k=(2, 2), strides=(1, 1), pads=(0, 1, 1, 0), dilations=(1, 2)),
+             dict(op="maxpool", k=(4, 3), strides=(1, 1), pads=(0, 0, 0, 0)),   # global
+             dict(op="flatten"), dict(op="dense", cout=3, relu=False)]
+    graph = chain_graph(rng, specs, (1, 5, 7, 8))
+    assert graph.types["v3:q"].shape == (1, 7, 1, 1)
+    program, _ = _run_and_check(graph, config, rng, samples=3)
+    assert [layer.op for layer in program.layers] == [
+        "QConv", "QMaxPool", "QMaxPool", "QMaxPool", "QDense"]

@@ -5,6 +5,7 @@ once here and read by both the compiler (to encode) and the HDL controller (to d
 ``MATMUL`` stream ``count`` activation words through the array using weight bank ``bank`` and
            accumulate (``first``: overwrite) into accumulator words from ``acc_addr``. The
            activation addresses follow the im2col walk described in ``docs/architecture.md``.
+           With ``pool_max`` the accumulators keep the largest sum instead (max pooling).
 ``POST``   requantize ``count`` accumulator words into activation words (bias, multiplier,
            shift, zero point, clamp) and write them from ``out_addr``.
 ``END``    wait until every engine is idle, then raise ``done``.
@@ -71,6 +72,7 @@ FIELDS: "tuple[Field, ...]" = (
     Field("lo", 8, signed=True),
     Field("hi", 8, signed=True),
     Field("rne", 1),         # POST: onnxruntime's rounding (needs ArchConfig.ort_rounding)
+    Field("pool_max", 1),    # MATMUL: keep the maximum of the sums instead of adding them
 )
 
 

@@ -68,7 +68,7 @@ class Program:
 
 
 #: Integer operators the array computes (each lowered as a convolution over its sources).
-ARRAY_OPS = ("QConv", "QDense", "QAdd", "QAvgPool", "QConcat")
+ARRAY_OPS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat")
 
 
 def _activations(node: Node, graph: Graph) -> "list[str]":
@@ -168,12 +168,13 @@ class _Builder:
                                 f"(bound {int(bound.max())} for channel "
                                 f"{int(bound.argmax())}); splitting the reduction is not "
                                 f"supported yet")
-        # The hardware adds raw activations; the zero points move into the bias.
+        # The hardware adds raw activations; the zero points move into the bias. (A maximum
+        # is one raw activation, so its zero point moves in once.)
         folded = spec.bias.copy()
         for source, offset in zip(spec.sources, spec.offsets):
             width = source.cb * rows
-            folded -= source.zp * spec.phys[..., offset:offset + width].reshape(
-                n_out, -1).sum(axis=1)
+            taps = spec.phys[..., offset:offset + width].reshape(n_out, -1)
+            folded -= source.zp * (taps.max(axis=1) if spec.pool_max else taps.sum(axis=1))
         if folded.min(initial=0) < INT32_MIN or folded.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': the bias with the input zero point "
                                 f"folded in does not fit int32")
@@ -196,8 +197,8 @@ class _Builder:
         pt, pl = spec.pads[0], spec.pads[1]
         par_base = len(self.par)
         k_tiles, tile_addr = {}, {}
-        for n0 in range(0, n_out, cols):
-            nt = min(cols, n_out - n0)
+        n_tiles = _n_tiles(n_out, rows, cols, spec.pool_max)
+        for n0, nt in n_tiles:
             self.par.append(_param_word(folded[n0:n0 + nt], spec.mult[n0:n0 + nt],
                                         spec.shift[n0:n0 + nt], cols))
             # K tiles whose weights are all zero for these channels (grouped and depthwise
@@ -223,8 +224,7 @@ class _Builder:
         for m0 in range(0, m_total, m_tile):
             mt = min(m_tile, m_total - m0)
             oy0, ox0 = divmod(m0, ow)
-            for n_index, n0 in enumerate(range(0, n_out, cols)):
-                nt = min(cols, n_out - n0)
+            for n_index, (n0, nt) in enumerate(n_tiles):
                 acc_base = (self.output_tiles % 2) * cfg.acc_half
                 self.output_tiles += 1
                 for k_index, (index, ky, kx, cb) in enumerate(k_tiles[n0]):
@@ -239,7 +239,7 @@ class _Builder:
                         act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
                         ow=ow, ox0=ox0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ixr,
                         sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
-                        zp=src.zp)
+                        zp=-128 if spec.pool_max else src.zp, pool_max=int(spec.pool_max))
                     first_of_layer = False
                     post = None
                     if k_index == len(k_tiles[n0]) - 1:
@@ -278,6 +278,17 @@ class _Builder:
 
     def images(self) -> "dict[str, list[int]]":
         return {"wgt": list(self.wgt), "par": list(self.par)}
+
+
+def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int, int]]":
+    """First channel and width of each N tile: ``cols`` channels at a time, or, ``aligned``
+    (max pooling), never across a block of ``rows`` input channels, so that every column
+    of a K tile reads its own channel (a column without one would add a 0 to the maximum)."""
+    if not aligned:
+        return [(n0, min(cols, n_out - n0)) for n0 in range(0, n_out, cols)]
+    return [(n0, min(cols, block + rows - n0, n_out - n0))
+            for block in range(0, n_out, rows)
+            for n0 in range(block, min(block + rows, n_out), cols)]
 
 
 def _int8_word(values) -> int:
@@ -344,6 +355,7 @@ class _LayerSpec:
     hi: int
     macs: int
     rounding: str = "half_up"      # or "ort": onnxruntime's (POST ``rne``)
+    pool_max: bool = False         # one tap per K tile, the accumulators keep the maximum
 
 
 def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
@@ -427,12 +439,14 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
                           shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
                           macs=2 * channels * h * w_, **out)
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
-    if node.op == "QAvgPool":
+    if node.op in ("QAvgPool", "QMaxPool"):
         channels = placements[0].shape[1]
         kh, kw = attrs["kernel"]
         w = np.ones((channels, 1, kh, kw), dtype=np.int64)
-        bias, group, dilations = np.zeros(channels, dtype=np.int64), channels, (1, 1)
+        bias, group = np.zeros(channels, dtype=np.int64), channels
+        dilations = tuple(attrs.get("dilations", (1, 1)))
         mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
+        out["pool_max"] = node.op == "QMaxPool"
     else:                     # QConv
         w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
         group, dilations = int(attrs.get("group", 1)), tuple(attrs["dilations"])

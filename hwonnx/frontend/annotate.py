@@ -79,7 +79,7 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
                                  f"model gives no int32 bias in units of input scale x weight "
                                  f"scale")
         out = activations.get(node.outputs[0]) if node.outputs else None
-        if node.op in ("Conv", "Dense", "Add", "AvgPool") and out is not None \
+        if node.op in ("Conv", "Dense", "Add", "AvgPool", "MaxPool") and out is not None \
                 and out[1] == -128 and not node.attrs.get("relu") \
                 and (node.attrs.get("act_max") is None or node.attrs["act_max"] >= 0):
             node = node.with_attrs(relu=True)

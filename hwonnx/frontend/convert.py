@@ -185,6 +185,35 @@ def _average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
                  "count_include_pad": bool(attrs.get("count_include_pad", 0)), **_ACTIVATION})
 
 
+def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
+    x, shape = _input_4d(b, node, "pooling")
+    attrs = _attrs(node)
+    if len(node.output) > 1 and node.output[1]:
+        raise _unsupported(b, node, (
+            f"MaxPool '{node.name}' has an Indices output '{node.output[1]}'; only the pooled "
+            f"values have a hardware mapping"))
+    if attrs.get("ceil_mode", 0):
+        raise ModelError(f"MaxPool '{node.name}' has ceil_mode=1; only ceil_mode=0 (output "
+                         f"size rounded down) is supported")
+    kernel = tuple(attrs["kernel_shape"])
+    dilations = tuple(attrs.get("dilations", (1, 1)))
+    strides = tuple(attrs.get("strides", (1, 1)))
+    pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    if any(p > d * (k - 1) for p, k, d in zip(pads, kernel * 2, dilations * 2)):
+        raise ModelError(f"MaxPool '{node.name}' has pads {list(pads)}; a window would lie "
+                         f"entirely in the padding of kernel {list(kernel)}")
+    return Node(node.name, "MaxPool", (x,), (b.value(node.output[0]),),
+                {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
+                 **_ACTIVATION})
+
+
+def _global_max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
+    x, shape = _input_4d(b, node, "pooling")
+    return Node(node.name, "MaxPool", (x,), (b.value(node.output[0]),),
+                {"kernel": tuple(shape[2:]), "strides": (1, 1), "pads": (0, 0, 0, 0),
+                 "dilations": (1, 1), **_ACTIVATION})
+
+
 def _global_average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
     x, shape = _input_4d(b, node, "pooling")
     return Node(node.name, "AvgPool", (x,), (b.value(node.output[0]),),
@@ -486,7 +515,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Identity": _identity, "Dropout": _dropout, "AveragePool": _average_pool,
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
-    "Pad": _pad, "Concat": _concat,
+    "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
 }
 
 

@@ -17,11 +17,12 @@ __all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support",
 COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
     "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Mul", "Pad",
-    "Squeeze", "Unsqueeze", "Transpose", "Concat",
+    "Squeeze", "Unsqueeze", "Transpose", "Concat", "MaxPool", "GlobalMaxPool",
 })
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
-#: ``AvgPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
-_LAYER_SOURCES = "Conv, Gemm, MatMul, Add, Concat, AveragePool or GlobalAveragePool"
+#: ``AvgPool``, ``MaxPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
+_LAYER_SOURCES = ("Conv, Gemm, MatMul, Add, Concat, AveragePool, GlobalAveragePool, MaxPool or "
+                  "GlobalMaxPool")
 #: (A run-time ``Mul`` by a per-channel constant and a standalone ``BatchNormalization`` become
 #: ``Conv`` or ``Dense`` too, so a ``Clip`` after them is fused as well.)
 #: Operators accepted only on constant inputs; constant folding removes them. (``Mul``,

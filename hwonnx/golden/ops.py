@@ -12,7 +12,7 @@ from .im2col import im2col
 from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
-           "qconv", "qdense", "qavgpool", "qadd", "qconcat", "softmax", "accumulate_bound"]
+           "qconv", "qdense", "qavgpool", "qmaxpool", "qadd", "qconcat", "softmax", "accumulate_bound"]
 
 #: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
 #: after the accelerator's output. Host steps in general, before and after the accelerator,
@@ -122,6 +122,25 @@ def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, 
     ones = np.ones((c, 1) + tuple(kernel), dtype=np.int8)
     return qconv(x, ones, np.zeros(c, dtype=np.int32), mult, shift, in_zp=in_zp,
                  out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c)
+
+
+@golden_op("QMaxPool")
+def qmaxpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
+             lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
+             **_) -> np.ndarray:
+    """int8 max pooling: ``max over the window of x`` (padding reads as -128, so it never
+    wins over a real value), then ``requantize(max - in_zp, 0, mult, shift, out_zp, lo, hi)``
+    per channel (the identity ``mult = 2**30, shift = 30`` with ``out_zp = in_zp`` copies)."""
+    n, c, h, wd = x.shape
+    kh, kw = kernel
+    patches = im2col(x, (kh, kw), strides, pads, dilations, pad_value=np.int8(-128))
+    window = patches.reshape(n, patches.shape[1], c, kh * kw).max(axis=-1)   # [N, L, C]
+    y = requantize(window.astype(np.int64) - in_zp, np.zeros(c, dtype=np.int32), mult, shift,
+                   out_zp, lo, hi)
+    top, left, bottom, right = pads
+    oh = (h + top + bottom - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd + left + right - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    return y.transpose(0, 2, 1).reshape(n, c, oh, ow)
 
 
 @golden_op("QAdd")

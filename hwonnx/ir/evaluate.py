@@ -1,8 +1,8 @@
 """NumPy float32 reference evaluator of the float IR vocabulary (``Conv``, ``Dense``, ``Add``,
-``AvgPool``, ``Concat``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``,
+``AvgPool``, ``MaxPool``, ``Concat``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``,
 ``Identity``, ``Softmax``).
 
-The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool`` and ``Concat`` (channel axis)
+The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool`` and ``Concat`` (channel axis)
 apply their fused activation after the op: ``max(y, 0)`` if ``relu``, then ``min(y, act_max)``
 if ``act_max`` is set."""
 
@@ -86,6 +86,17 @@ def _avgpool(graph: Graph, node: Node, x):
     return _activation(node, total / count)
 
 
+def _maxpool(graph: Graph, node: Node, x):
+    kernel, strides = node.attrs["kernel"], node.attrs["strides"]
+    pads, dilations = node.attrs["pads"], node.attrs["dilations"]
+    n, c = x.shape[:2]
+    patches = im2col(x, kernel, strides, pads, dilations, pad_value=-np.inf)
+    out_h = conv_output_size(x.shape[2], kernel[0], strides[0], pads[0], pads[2], dilations[0])
+    out_w = conv_output_size(x.shape[3], kernel[1], strides[1], pads[1], pads[3], dilations[1])
+    y = patches.reshape(n, out_h * out_w, c, -1).max(axis=-1)
+    return _activation(node, y.transpose(0, 2, 1).reshape(n, c, out_h, out_w))
+
+
 def _softmax(graph: Graph, node: Node, x):
     axis = node.attrs["axis"]
     if axis == 0 and graph.types[node.inputs[0]].shape[0] == 1:
@@ -117,6 +128,7 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Dense": _dense,
     "Add": lambda graph, node, a, b: _activation(node, a + b),
     "AvgPool": _avgpool,
+    "MaxPool": _maxpool,
     "Concat": lambda graph, node, *xs: _activation(node, np.concatenate(xs, axis=1)),
     "Relu": lambda graph, node, x: np.maximum(x, 0),
     "Clip": _clip,

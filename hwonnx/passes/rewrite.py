@@ -12,7 +12,7 @@ __all__ = ["LAYER_OPS", "has_activation", "sole_consumer", "fresh_name", "prune"
 
 #: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
 #: in that order after the op itself.
-LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool", "Concat"})
+LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat"})
 
 
 def has_activation(node: Node) -> bool:

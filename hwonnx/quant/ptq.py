@@ -52,7 +52,7 @@ _CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = 
 
 
 def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
-    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``Concat``,
+    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool``, ``Concat``,
     ``Flatten``, ``Reshape``, host ``Softmax``) to the integer vocabulary.
 
     Quantization parameters a pre-quantized model gives (``graph.meta["quantization"]``, see
@@ -70,7 +70,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         requantize, a weight zero point cannot be folded, or a layer could overflow int32.
     """
     leftover = [n for n in graph.nodes
-                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "Concat") + _LAYOUT_OPS
+                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat") + _LAYOUT_OPS
                 + _HOST]
     if leftover:
         raise UnsupportedOperatorError(
@@ -152,14 +152,19 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                     f"cannot requantize")
             nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
             continue
-        params[out] = given.get(out) or (
-            _concat_params(node, params, values) if node.op == "Concat"
-            else _output_params(node, values[out]))
+        if node.op == "MaxPool":           # a maximum of the inputs: their own parameters
+            params[out] = given.get(out) or params[x]
+        else:
+            params[out] = given.get(out) or (
+                _concat_params(node, params, values) if node.op == "Concat"
+                else _output_params(node, values[out]))
         if node.op == "Add":
             exact = all(v in given for v in (*node.inputs[:2], out))
             nodes.append(_quantize_add(node, params, qname, constants, types, exact))
         elif node.op == "AvgPool":
             nodes.append(_quantize_avgpool(node, params, qname, constants, types))
+        elif node.op == "MaxPool":
+            nodes.append(_quantize_maxpool(node, params, qname, constants, types))
         elif node.op == "Concat":
             nodes.append(_quantize_concat(node, params, qname, constants, types))
         else:
@@ -377,6 +382,26 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
     return Node(node.name, "QAvgPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
+                 "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+
+
+def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
+    """Max pooling commutes with the (monotone) requantization: the int8 maximum is
+    requantized by ``s_in / s_out``, the identity when the output keeps the input's
+    parameters (the default), so the output is then exactly the input's integers."""
+    x = node.inputs[0]
+    (s_in, zp_in), (s_out, zp_out) = params[x], params[node.outputs[0]]
+    channels = types[qname[x]].shape[1]
+    if (s_in, zp_in) == (s_out, zp_out):
+        mult, shift = np.full(channels, 1 << 30, np.int32), np.full(channels, 30, np.int32)
+    else:
+        mult, shift = requant_params(np.full(channels, s_in / s_out), node.name)
+    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = _clamp(node, params[node.outputs[0]])
+    return Node(node.name, "QMaxPool", (qname[x],) + names, (qname[node.outputs[0]],),
+                {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
+                 "kernel": tuple(node.attrs["kernel"]), "strides": tuple(node.attrs["strides"]),
+                 "pads": tuple(node.attrs["pads"]), "dilations": tuple(node.attrs["dilations"]),
                  "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
 
 

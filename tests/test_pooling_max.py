@@ -1,0 +1,85 @@
+"""MaxPool and GlobalMaxPool: the frontend's float op against onnxruntime, the forms that are
+refused, and the quantized golden model against onnxruntime on the float model (within the
+input's quantization error: the maximum of int8 values is exact)."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from hwonnx.api import build, simulate
+from hwonnx.errors import ModelError, UnsupportedOperatorError
+from spec_helpers import check_against_ort, make_model, ort_outputs
+
+
+def pool_model(shape=(1, 3, 7, 8), op="MaxPool", **attrs):
+    node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
+    return make_model([node], {"x": list(shape)}, {"y": [None] * 4})
+
+
+FORMS = {
+    "3x3 s2 p1": dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "2x2": dict(kernel_shape=[2, 2], strides=[2, 2]),
+    "asymmetric pads": dict(kernel_shape=[3, 2], pads=[0, 1, 2, 0]),
+    "dilated": dict(kernel_shape=[2, 3], dilations=[2, 1], pads=[1, 0, 1, 2]),
+    "same_upper": dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+    "same_lower": dict(kernel_shape=[2, 2], auto_pad="SAME_LOWER"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_maxpool_float_op_equals_onnxruntime(form):
+    graph = check_against_ort(pool_model(**FORMS[form]), rtol=0, atol=0)
+    (node,) = graph.nodes
+    assert node.op == "MaxPool"
+
+
+def test_global_maxpool_float_op_equals_onnxruntime():
+    graph = check_against_ort(pool_model(op="GlobalMaxPool"), rtol=0, atol=0)
+    (node,) = graph.nodes
+    assert (node.op, node.attrs["kernel"]) == ("MaxPool", (7, 8))
+
+
+def test_relu_after_maxpool_fuses():
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2]),
+             helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    graph = check_against_ort(make_model(nodes, {"x": [1, 2, 4, 4]}, {"y": [None] * 4}))
+    (node,) = graph.nodes
+    assert (node.op, node.attrs["relu"]) == ("MaxPool", True)
+
+
+def test_maxpool_indices_output_is_refused():
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="pool", kernel_shape=[2, 2])
+    model = make_model([node], {"x": [1, 2, 4, 4]}, {"y": [None] * 4})
+    model.graph.output.append(helper.make_tensor_value_info("i", TensorProto.INT64, [None] * 4))
+    with pytest.raises(UnsupportedOperatorError, match="MaxPool 'pool' has an Indices output"):
+        check_against_ort(model)
+
+
+def test_maxpool_ceil_mode_is_refused():
+    with pytest.raises(ModelError, match="MaxPool 'pool' has ceil_mode=1"):
+        check_against_ort(pool_model(kernel_shape=[2, 2], ceil_mode=1))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quantized_maxpool_is_within_half_a_step_of_onnxruntime(seed, tmp_path):
+    """Golden int8 model of input -> MaxPool -> Relu on random shapes: the only error is the
+    input's rounding, so every output within the calibrated range is within half a
+    quantization step of onnxruntime."""
+    rng = np.random.default_rng(seed)
+    c, h, w = (int(v) for v in rng.integers(1, 10, 3))
+    k = (int(rng.integers(1, min(h, 3) + 1)), int(rng.integers(1, min(w, 3) + 1)))
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=list(k),
+                              strides=[int(rng.integers(1, 3))] * 2, auto_pad="SAME_UPPER"),
+             helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    model = make_model(nodes, {"x": [1, c, h, w]}, {"y": [None] * 4})
+    calib = rng.normal(0, 1, (32, 1, c, h, w)).astype(np.float32)
+    result = build(model, None, calib={"x": calib}, verilog=False, log=lambda m: None)
+    assert [layer.op for layer in result.program.layers] == ["QMaxPool"]
+    x = calib[:8]               # within the calibrated range: no clipping error
+    got = simulate(result, {"x": x}, mode="golden").outputs["y"]
+    want = np.concatenate([ort_outputs(model, {"x": sample})[1][0] for sample in x])
+    scale = result.graph.nodes[0].attrs["scale"]
+    error = np.abs(got.reshape(want.shape) - want).max()
+    print(f"\nMaxPool {c}x{h}x{w} k{k}: max |golden - onnxruntime| {error:.4g} "
+          f"(half a step: {scale / 2:.4g})")
+    assert error <= scale / 2 * (1 + 1e-5)
