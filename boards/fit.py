@@ -53,6 +53,8 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
             depth / (family.huge_bits // family.huge_width))
     memories = {name: _blocks(depth, width, board) * _READ_PORTS[name]
                 for name, (depth, width) in shapes.items()}
+    if config.lut_tables:              # one copy of the activation tables per column
+        memories["lut"] = config.cols * _blocks(config.lut_depth, 8, board)
     blocks = sum(memories.values())
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
             + config.cols * 300)

@@ -1,7 +1,8 @@
 """The POST engine: requantizes accumulators into int8 activations."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
@@ -15,8 +16,10 @@ POST_LATENCY = 4
 
 
 def post_latency(config: ArchConfig) -> int:
-    """:data:`POST_LATENCY`, plus three stages with the onnxruntime rounding unit."""
-    return POST_LATENCY + (ORT_LATENCY - 1 if config.ort_rounding else 0)
+    """:data:`POST_LATENCY`, plus three stages with the onnxruntime rounding unit and one with
+    activation tables."""
+    return (POST_LATENCY + (ORT_LATENCY - 1 if config.ort_rounding else 0)
+            + (1 if config.lut_tables else 0))
 
 
 class PostProcessor(wiring.Component):
@@ -38,11 +41,20 @@ class PostProcessor(wiring.Component):
     idle : no step or write outstanding.
     acc_addr, acc_data : accumulator read port. par_addr, par_en, par_data : parameter read.
     out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
+    lut_we, lut_addr, lut_data : with ``lut_tables``: write entry ``lut_addr`` of the activation
+        tables (every column's copy); ``lut_init`` gives their initial contents.
+
+    With ``lut_tables``, a stage after the clamp looks each value ``y`` up in table
+    ``lut - 1`` (entry ``256 (lut - 1) + y + 128`` of a per-column memory) when the POST's
+    ``lut`` field is set, and passes it through otherwise.
     """
 
-    def __init__(self, config: ArchConfig):
+    def __init__(self, config: ArchConfig, lut_init: "list[int] | None" = None):
         self._config = config
-        super().__init__({
+        self._lut_init = list(lut_init or [])
+        tables = {"lut_we": In(1), "lut_addr": In(range(config.lut_depth)),
+                  "lut_data": In(8)} if config.lut_tables else {}
+        super().__init__({**tables,
             "dispatch": In(1),
             "instr": In(InstrLayout()),
             "idle": Out(1),
@@ -139,7 +151,13 @@ class PostProcessor(wiring.Component):
             m.d.sync += values[c].eq(Mux(level < cur.lo, cur.lo,
                                          Mux(level > cur.hi, cur.hi, level[:8])))
 
-        # Stage 4: route channels to lanes and write.
+        if cfg.lut_tables:
+            # Stage 4 (7 with the rounding unit): the activation table.
+            s3_valid, s3_addr, s3_base = self._tables(m, cur, values, (s3_valid, s3_addr,
+                                                                       s3_base))
+            valids.append(s3_valid)
+
+        # Last stage: route channels to lanes and write.
         lanes = Array(values)
         m.d.comb += self.out_addr.eq(s3_addr[:cfg.act_addr_bits])
         for lane in range(rows):
@@ -152,3 +170,27 @@ class PostProcessor(wiring.Component):
             ]
         m.d.comb += self.idle.eq(~active & ~Cat(*valids).any())
         return m
+
+    def _tables(self, m, cur, values, chain):
+        """Look ``values`` up in activation table ``cur.lut - 1`` (one memory per column, all
+        written together); replaces ``values`` in place by the stage's outputs and returns
+        the stage's (valid, addr, base)."""
+        cfg = self.config
+        index_bits = max(1, (cfg.lut_tables - 1).bit_length())
+        regs = (Signal(name="s4_valid"), Signal(26, name="s4_addr"),
+                Signal(signed(18), name="s4_base"))
+        m.d.sync += [r.eq(v) for r, v in zip(regs, chain)]
+        for c, value in enumerate(values):
+            mem = Memory(shape=unsigned(8), depth=cfg.lut_depth, init=self._lut_init)
+            m.submodules[f"lut_{c}"] = mem
+            write, read = mem.write_port(), mem.read_port()
+            # entry 256 t + y + 128: y + 128 is y with its sign bit inverted
+            m.d.comb += [write.addr.eq(self.lut_addr), write.data.eq(self.lut_data),
+                         write.en.eq(self.lut_we),
+                         read.addr.eq(Cat(value[:7], ~value[7], (cur.lut - 1)[:index_bits]))]
+            passed = Signal(signed(8), name=f"passed_{c}")
+            looked = Signal(signed(8), name=f"looked_{c}")
+            m.d.sync += passed.eq(value)
+            m.d.comb += looked.eq(Mux(cur.lut != 0, read.data.as_signed(), passed))
+            values[c] = looked
+        return regs

@@ -17,7 +17,7 @@ from .post import PostProcessor
 
 __all__ = ["Accelerator"]
 
-_BUFFERS = ("prog", "wgt", "par", "act")
+_BUFFERS = ("prog", "wgt", "par", "act", "lut")
 
 
 class Accelerator(wiring.Component):
@@ -33,21 +33,22 @@ class Accelerator(wiring.Component):
     -------
     start : ``In(1)``. busy, done : ``Out(1)``. cycles : ``Out(32)``.
     host_<buf>_we, host_<buf>_addr, host_<buf>_data : write a whole word of buffer ``<buf>``
-        (``prog``, ``wgt``, ``par``, ``act``) while the accelerator is not busy.
+        (``prog``, ``wgt``, ``par``, ``act``, and ``lut``, the activation tables, when
+        ``lut_tables`` is not 0) while the accelerator is not busy.
     host_act_raddr, host_act_rdata : read an activation word (one cycle latency).
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None):
         self._config = config
         self._images = dict(images or {})
-        unknown = set(self._images) - set(_BUFFERS)
+        unknown = set(self._images) - set(self.buffers(config))
         if unknown:
             raise ValueError(f"Unknown buffer images {sorted(unknown)}")
         if config.runtime_program and "prog" in self._images:
             raise ValueError("A narrow program memory (prog_width) has no initial contents: "
                              "the host loads the program at run time")
         members = {"start": In(1), "busy": Out(1), "done": Out(1), "cycles": Out(32)}
-        for name in _BUFFERS:
+        for name in self.buffers(config):
             depth, width = self.buffer_shape(config, name)
             members[f"host_{name}_we"] = In(1)
             members[f"host_{name}_addr"] = In(range(depth))
@@ -57,6 +58,11 @@ class Accelerator(wiring.Component):
         super().__init__(members)
 
     @staticmethod
+    def buffers(config: ArchConfig) -> "tuple[str, ...]":
+        """The host-writable buffers of ``config``."""
+        return _BUFFERS if config.lut_tables else _BUFFERS[:-1]
+
+    @staticmethod
     def buffer_shape(config: ArchConfig, name: str) -> "tuple[int, int]":
         """Depth and word width in bits of buffer ``name``."""
         return {
@@ -64,6 +70,7 @@ class Accelerator(wiring.Component):
             "wgt": (config.wgt_depth, config.cols * 8),
             "par": (config.par_depth, config.cols * PARAM_BITS),
             "act": (config.act_depth, config.rows * 8),
+            "lut": (config.lut_depth, 8),
         }[name]
 
     @property
@@ -91,7 +98,10 @@ class Accelerator(wiring.Component):
         m.submodules.array = array = SystolicArray(cfg)
         m.submodules.feeder = feeder = Feeder(cfg)
         m.submodules.loader = loader = WeightLoader(cfg)
-        m.submodules.post = post = PostProcessor(cfg)
+        m.submodules.post = post = PostProcessor(cfg, self._images.get("lut"))
+        if cfg.lut_tables:
+            m.d.comb += [post.lut_we.eq(self.host_lut_we), post.lut_addr.eq(self.host_lut_addr),
+                         post.lut_data.eq(self.host_lut_data)]
 
         # Host writes into program, weight and parameter buffers (a narrow program memory is
         # written through the fetch unit's port: see below).

@@ -91,8 +91,10 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
           **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
-    ``cols`` and ``<buffer>_depth`` keywords override the board's default configuration."""
-    unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog")}
+    ``cols``, ``<buffer>_depth`` and ``lut_tables`` keywords override the board's default
+    configuration."""
+    unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog")} \
+        - {"lut_tables"}
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     for buffer in ("act", "wgt", "acc", "par", "prog"):
         p.add_argument(f"--{buffer}-depth", type=int, metavar="WORDS",
                        help=f"{buffer} buffer depth (default: the board's)")
+    p.add_argument("--lut-tables", type=int, metavar="N",
+                   help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-15 "
+                        "(default: the board's)")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
                    metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
     p.add_argument("--override-initializer", action="append", default=[],
@@ -115,6 +118,7 @@ def _run(args) -> int:
     if args.command == "build":
         depths = {f"{b}_depth": getattr(args, f"{b}_depth")
                   for b in ("act", "wgt", "acc", "par", "prog")}
+        depths["lut_tables"] = args.lut_tables
         from .examples import EXAMPLES, example_calibration, example_path
         from .frontend import read_overrides
         model, calib = args.model, args.calib

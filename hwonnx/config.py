@@ -44,6 +44,9 @@ class ArchConfig:
     ort_rounding : the post-processor can also round as onnxruntime's int8 kernels do (a
         float32 multiply, ties to even: ``hdl/rounding.py``), chosen per layer; it adds three
         pipeline stages and about 400 logic cells per column.
+    lut_tables : activation tables (256 int8 entries each: LeakyRelu, Sigmoid, Tanh,
+        HardSigmoid, HardSwish) the post-processor can hold, 0 to 15; with any, each column
+        has a table memory of ``256 * lut_tables`` bytes and the pipeline one more stage.
     """
     rows: int = 8
     cols: int = 8
@@ -54,6 +57,7 @@ class ArchConfig:
     prog_depth: int = 4096
     prog_width: int = 0
     ort_rounding: bool = False
+    lut_tables: int = 4
     data_width: int = 8
     acc_width: int = 32
     clock_hz: int = 50_000_000
@@ -72,6 +76,10 @@ class ArchConfig:
                              f"{self.data_width}/{self.acc_width} bits")
         if not isinstance(self.ort_rounding, bool):
             raise ValueError(f"ArchConfig.ort_rounding must be a bool, not {self.ort_rounding!r}")
+        if not isinstance(self.lut_tables, int) or isinstance(self.lut_tables, bool) \
+                or not 0 <= self.lut_tables <= 15:
+            raise ValueError(f"ArchConfig.lut_tables must be an integer from 0 to 15, not "
+                             f"{self.lut_tables!r}")
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
                              f"{instruction_width()}, not {self.prog_width!r}")
@@ -123,6 +131,11 @@ class ArchConfig:
     @property
     def prog_addr_bits(self) -> int:
         return _bits(self.prog_words)
+
+    @property
+    def lut_depth(self) -> int:
+        """Entries of each column's activation-table memory (0: no tables)."""
+        return 256 * self.lut_tables
 
     @property
     def acc_half(self) -> int:

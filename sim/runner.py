@@ -176,15 +176,19 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
     with tempfile.TemporaryDirectory(prefix="hwonnx-sim-") as tmp:
         tmp = Path(tmp)
         widths = {name: Accelerator.buffer_shape(config, name)[1]
-                  for name in ("prog", "wgt", "par", "act")}
+                  for name in ("prog", "wgt", "par", "act", "lut")}
         counts = {}
-        for name in ("prog", "wgt", "par"):
+        if images.get("lut") and not config.lut_tables:
+            raise ValueError(f"Activation tables given, but the {config.name} architecture has "
+                             f"lut_tables=0")
+        for name in ("prog", "wgt", "par", "lut"):
             words = images.get(name, [])
             _write_hex(tmp / f"{name}.hex", words, widths[name])
             counts[name] = len(words)
         _write_hex(tmp / "input.hex", images.get("input", []), widths["act"])
         plusargs = [f"+IMAGES={tmp}", f"+PROG_WORDS={counts['prog']}",
                     f"+WGT_WORDS={counts['wgt']}", f"+PAR_WORDS={counts['par']}",
+                    f"+LUT_WORDS={counts['lut']}",
                     f"+IN_ADDR={in_addr}", f"+IN_WORDS={in_words}", f"+OUT_ADDR={out_addr}",
                     f"+OUT_WORDS={out_words}", f"+SAMPLES={samples}",
                     f"+MAX_CYCLES={max_cycles}"]

@@ -14,9 +14,9 @@ from hwonnx.config import ArchConfig
 __all__ = ["small_config", "SyncReadMemory", "run_cycles", "set_instr", "words"]
 
 
-def small_config(rows: int, cols: int) -> ArchConfig:
+def small_config(rows: int, cols: int, lut_tables: int = 0) -> ArchConfig:
     return ArchConfig(rows=rows, cols=cols, act_depth=64, wgt_depth=32, acc_depth=16,
-                      par_depth=4, prog_depth=16)
+                      par_depth=4, prog_depth=16, lut_tables=lut_tables)
 
 
 class SyncReadMemory:

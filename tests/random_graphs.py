@@ -34,9 +34,11 @@ def random_dense_spec(rng) -> dict:
 def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Graph:
     """A graph applying ``specs`` in order; a ``{"op": "flatten"}`` spec flattens,
     ``{"op": "avgpool" | "maxpool", "k": ..., "strides": ..., "pads": ...}`` pools (max pooling
-    also with ``dilations``, and ``identity`` for the quantizer's exact copy), and
+    also with ``dilations``, and ``identity`` for the quantizer's exact copy; average pooling
+    with ``exclude_pad``: ``count_include_pad=0``), and
     ``{"op": "add", "with": i}`` adds the output of spec ``i`` (-1: the graph input) to the
-    current value. Conv specs may have a ``group``. Layer shapes follow from
+    current value. Conv specs may have a ``group``; any layer spec with ``table`` gets a
+    random activation table. Layer shapes follow from
     ``input_shape``; weights, biases, scales and zero points are random."""
     types = {"x": TensorType("float32", input_shape), "x:q": TensorType("int8", input_shape)}
     zp = int(rng.integers(-128, 20))
@@ -64,6 +66,12 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
                 inputs, new_shape = (value,), (1, c, oh, ow)
                 attrs = {"in_zp": zp, "kernel": (kh, kw), "strides": spec["strides"],
                          "pads": spec["pads"]}
+                if spec.get("exclude_pad"):     # count_include_pad=0: per window count
+                    real = rng.uniform(0.3, 1.0, c) / np.arange(1, kh * kw + 1)[:, None]
+                    mult, shift = requant_params(real.reshape(-1), name)
+                    consts = {f"{name}:m": mult.reshape(kh * kw, c),
+                              f"{name}:s": shift.reshape(kh * kw, c)}
+                    attrs["count_include_pad"] = False
                 if spec["op"] == "maxpool":
                     attrs["dilations"] = (dy, dx)
                     if spec.get("identity"):          # the quantizer's exact copy
@@ -80,6 +88,8 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
             constants.update(consts)
             for key, array in consts.items():
                 types[key] = TensorType(str(array.dtype), array.shape)
+            if spec.get("table"):
+                attrs["table"] = tuple(int(v) for v in rng.integers(-128, 128, 256))
             nodes.append(Node(name, op, inputs + tuple(consts), (out,), attrs))
             zp, shape = zp_out, new_shape
         else:
@@ -108,6 +118,8 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
             if spec["op"] == "conv":
                 attrs.update(strides=spec["strides"], pads=spec["pads"],
                              dilations=spec["dilations"], group=spec.get("group", 1))
+            if spec.get("table"):
+                attrs["table"] = tuple(int(v) for v in rng.integers(-128, 128, 256))
             constants.update(consts)
             for key, array in consts.items():
                 types[key] = TensorType(str(array.dtype), array.shape)

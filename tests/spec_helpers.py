@@ -17,8 +17,9 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
 
 FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Add, AveragePool, BatchNormalization, Clip, Concat, "
-             "Conv, Dropout, Flatten, Gemm, GlobalAveragePool, GlobalMaxPool, Identity, "
-             "MatMul, MaxPool, Mul, Pad, Relu, Reshape, Squeeze, Transpose, Unsqueeze"
+             "Conv, Dropout, Flatten, Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, "
+             "HardSwish, Identity, LeakyRelu, MatMul, MaxPool, Mul, Pad, Relu, Reshape, "
+             "Sigmoid, Squeeze, Tanh, Transpose, Unsqueeze"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph and ArgMax, "
              "LogSoftmax, Softmax, TopK at the end")

@@ -234,8 +234,8 @@ def test_clip_with_a_nonzero_minimum_is_refused_by_name():
 def test_clip_after_a_graph_input_is_refused_by_name():
     with raises(UnsupportedOperatorError, re.escape(
             "1 unsupported node(s): node 'clip' Clip (domain 'ai.onnx', opset 13) (Clip 'clip' "
-            "does not follow a Conv, Gemm, MatMul, Add, Concat, AveragePool or GlobalAveragePool "
-            "whose output only it reads, so it cannot be fused)")):
+            "does not follow a Conv, Gemm, MatMul, Add, Concat, AveragePool, GlobalAveragePool, "
+            "MaxPool or GlobalMaxPool whose output only it reads, so it cannot be fused)")):
         load_model(clip_model(0.0, 6.0, producer=None))
 
 

@@ -1,13 +1,15 @@
-"""PostProcessor: bit-exact against ``hwonnx.golden.requantize``, lane routing of output tiles
-that straddle activation words (``nw > 1``, ``lane_off > 0``), byte enables, write timing
-(``POST_LATENCY``) and the ``idle`` timing the cycle model relies on."""
+"""PostProcessor: bit-exact against ``hwonnx.golden.requantize`` (and ``lookup`` for the
+activation tables), lane routing of output tiles that straddle activation words (``nw > 1``,
+``lane_off > 0``), byte enables, write timing (``post_latency``) and the ``idle`` timing the
+cycle model relies on."""
 
 import numpy as np
 import pytest
 
 from hwonnx.compiler.isa import Op
 from hwonnx.golden import requantize
-from hwonnx.hdl.post import POST_LATENCY, PostProcessor
+from hwonnx.golden.ops import lookup
+from hwonnx.hdl.post import POST_LATENCY, PostProcessor, post_latency
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
 
@@ -57,11 +59,13 @@ def expected_writes(config, instr, y):
     return steps
 
 
-def run_post(config, instrs, acc, params, act_init):
+def run_post(config, instrs, acc, params, act_init, tables=()):
     """Dispatch ``instrs`` back to back (each in the cycle ``idle`` is predicted to rise) and
-    check every cycle's ``idle`` and write port; returns the activation memory afterwards."""
+    check every cycle's ``idle`` and write port; returns the activation memory afterwards.
+    ``tables`` are the activation tables' initial contents (``lut`` of an instruction)."""
     rows = config.rows
-    dut = PostProcessor(config)
+    latency = post_latency(config)
+    dut = PostProcessor(config, [v & 0xFF for table in tables for v in table])
     acc_mem = SyncReadMemory([[int(v) for v in word] for word in acc], dut.acc_addr,
                              dut.acc_data)
     par_words = [[{"bias": int(b), "mult": int(m), "shift": int(s)} for b, m, s in zip(*p)]
@@ -69,7 +73,7 @@ def run_post(config, instrs, acc, params, act_init):
     par_mem = SyncReadMemory(par_words, dut.par_addr, dut.par_data, en=dut.par_en)
 
     # The cycle model: dispatch in cycle t -> writes in t+1+L .. t+L+count*nw, idle at
-    # t+1+L+n, with L = POST_LATENCY.
+    # t+1+L+n, with L = post_latency(config).
     dispatch, writes, t = {}, {}, 1
     for instr in instrs:
         bias, mult, shift = (np.asarray(a) for a in params[instr["par_addr"]])
@@ -77,11 +81,13 @@ def run_post(config, instrs, acc, params, act_init):
         words = acc[instr["acc_addr"]:instr["acc_addr"] + instr["count"], :nt]
         y = requantize(words, bias[:nt], mult[:nt], shift[:nt], instr["zp"], instr["lo"],
                        instr["hi"])
+        if instr.get("lut"):
+            y = lookup(y, tables[instr["lut"] - 1])
         dispatch[t] = instr
         for k, write in enumerate(expected_writes(config, instr, y)):
-            writes[t + 1 + POST_LATENCY + k] = write
-        t += 1 + POST_LATENCY + instr["count"] * instr["nw"]
-    busy_until = {s: s + 1 + POST_LATENCY + i["count"] * i["nw"] for s, i in dispatch.items()}
+            writes[t + 1 + latency + k] = write
+        t += 1 + latency + instr["count"] * instr["nw"]
+    busy_until = {s: s + 1 + latency + i["count"] * i["nw"] for s, i in dispatch.items()}
     act = [list(word) for word in act_init]
 
     def step(ctx, cycle):
@@ -170,3 +176,21 @@ def test_post_idle_rises_4_plus_count_times_nw_after_dispatch(count, nw):
                  out_stride=nw, nw=nw, lane_off=1, nt=2, zp=-3, lo=-3, hi=127)
     run_post(config, [instr, dict(instr, par_addr=2, acc_addr=0)], acc, params,
              np.zeros((config.act_depth, 3), dtype=np.int64))
+
+
+@pytest.mark.parametrize("rows, cols, tables", [(3, 2, 3), (4, 4, 1), (2, 5, 15)])
+def test_post_activation_tables(rows, cols, tables):
+    """Each value goes through table ``lut - 1`` (random tables: every entry matters), or
+    passes unchanged with ``lut = 0``; the table stage is one more cycle of latency."""
+    config = small_config(rows, cols, lut_tables=tables)
+    assert post_latency(config) == POST_LATENCY + 1
+    rng = np.random.default_rng(rows * 10 + tables)
+    contents = [tuple(int(v) for v in rng.integers(-128, 128, 256)) for _ in range(tables)]
+    acc = rng.integers(-40000, 40000, (config.acc_depth, cols))
+    params = [(rng.integers(-1000, 1000, cols), np.full(cols, 1 << 30), np.full(cols, 38))
+              for _ in range(4)]        # v / 256: int8 values across the whole table
+    instrs = [dict(tile_instr(config, 0, cols, cols, 6, config.acc_half * (k % 2), k % 4, 0,
+                              int(rng.integers(-20, 20)), -128, 127), lut=lut)
+              for k, lut in enumerate([tables, 0, 1, tables // 2 + 1])]
+    run_post(config, instrs, acc, params, np.zeros((config.act_depth, rows), dtype=np.int64),
+             contents)

@@ -135,3 +135,41 @@ def test_max_pooling(config):
     program, _ = _run_and_check(graph, config, rng, samples=3)
     assert [layer.op for layer in program.layers] == [
         "QConv", "QMaxPool", "QMaxPool", "QMaxPool", "QDense"]
+
+
+def test_activation_tables(config):
+    """Layers whose outputs go through activation tables (random, so every entry matters):
+    four different tables on conv, pooling, add and dense layers, the same table twice, and
+    layers without one in between."""
+    rng = np.random.default_rng(41)
+    specs = [dict(op="conv", cout=6, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=False, table=True),
+             dict(op="maxpool", k=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), table=True),
+             dict(op="conv", cout=6, k=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+                  dilations=(1, 1), relu=True),
+             dict(op="add", table=True, **{"with": 1}),
+             dict(op="avgpool", k=(2, 2), strides=(1, 1), pads=(0, 0, 0, 0)),
+             dict(op="flatten"), dict(op="dense", cout=9, relu=False, table=True)]
+    graph = chain_graph(rng, specs, (1, 3, 6, 6))
+    tables = [n.attrs["table"] for n in graph.nodes if "table" in n.attrs]
+    assert len(set(tables)) == 4
+    program, _ = _run_and_check(graph, config, rng, samples=3)
+    assert len(program.images["lut"]) == 4 * 256
+    assert [i["lut"] for i in program.instructions if i["op"] == 3 and i.get("lut")]
+
+
+def test_average_pooling_without_padding_in_the_divisor(config):
+    """count_include_pad=0: each run of output pixels whose windows hold the same number of
+    real pixels gets its own POST and parameter word (corners, edges, interior), also when an
+    output tile (the small accumulators of 4x4 and 3x5) starts in the middle of a run."""
+    rng = np.random.default_rng(51)
+    specs = [dict(op="conv", cout=5, k=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+                  dilations=(1, 1), relu=False),
+             dict(op="avgpool", k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), exclude_pad=True),
+             dict(op="avgpool", k=(3, 2), strides=(2, 1), pads=(2, 0, 1, 1), exclude_pad=True),
+             dict(op="flatten"), dict(op="dense", cout=4, relu=False)]
+    graph = chain_graph(rng, specs, (1, 3, 7, 6))
+    program, _ = _run_and_check(graph, config, rng, samples=2)
+    posts = [i for i in program.instructions if i["op"] == 3 and i["layer"] == 1]
+    assert len({i["par_addr"] for i in posts}) == 3 * -(-5 // config.cols)  # counts 4, 6, 9
+    assert sum(i["count"] for i in posts) == 7 * 6 * -(-5 // config.cols)

@@ -81,7 +81,8 @@ def load_program(folder: Path) -> Program:
         with np.load(folder / "placements.npz") as npz:
             logical = [npz[f"p{i}"] for i in range(len(doc["placements"]))]
         images = {name: [int(w, 16) for w in (folder / f"{name}.hex").read_text().split()]
-                  for name in ("wgt", "par")}
+                  for name in ("wgt", "par", "lut") if name in ("wgt", "par")
+                  or (folder / f"{name}.hex").exists()}
     except (OSError, ValueError, KeyError) as error:
         raise ModelError(f"'{folder}' is not a complete hwonnx build folder ({error}); "
                          f"run 'hwonnx build' first") from error

@@ -7,7 +7,8 @@ once here and read by both the compiler (to encode) and the HDL controller (to d
            activation addresses follow the im2col walk described in ``docs/architecture.md``.
            With ``pool_max`` the accumulators keep the largest sum instead (max pooling).
 ``POST``   requantize ``count`` accumulator words into activation words (bias, multiplier,
-           shift, zero point, clamp) and write them from ``out_addr``.
+           shift, zero point, clamp) and write them from ``out_addr``; ``lut`` > 0 maps each
+           value through activation table ``lut - 1``.
 ``END``    wait until every engine is idle, then raise ``done``.
 """
 
@@ -73,6 +74,7 @@ FIELDS: "tuple[Field, ...]" = (
     Field("hi", 8, signed=True),
     Field("rne", 1),         # POST: onnxruntime's rounding (needs ArchConfig.ort_rounding)
     Field("pool_max", 1),    # MATMUL: keep the maximum of the sums instead of adding them
+    Field("lut", 4),         # POST: activation table + 1 applied to the outputs (0: none)
 )
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size
-from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
+from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound, window_counts
 from ..ir import Graph, Node
 from .alloc import ActAllocator
 from .isa import Op, encode
@@ -148,9 +148,10 @@ class _Builder:
 
     def __init__(self, graph: Graph, config: ArchConfig):
         self.graph, self.config = graph, config
-        self.tiles: "list[tuple[dict, dict | None, int]]" = []   # (matmul, post, layer)
+        self.tiles: "list[tuple[dict, list[dict], int]]" = []   # (matmul, posts, layer)
         self.wgt: "list[int]" = []
         self.par: "list[int]" = []
+        self.tables: "list[tuple[int, ...]]" = []     # activation tables, 256 int8 each
         self.output_tiles = 0
         self.layer_count = 0
 
@@ -181,26 +182,43 @@ class _Builder:
         if spec.rounding == "ort" and not self.config.ort_rounding:
             raise ResourceError(f"Layer '{node.name}' rounds as onnxruntime does, but the "
                                 f"{self.config.name} architecture has no ort_rounding unit")
+        lut = 0
+        if spec.table is not None:
+            if spec.table not in self.tables:
+                self.tables.append(spec.table)
+            lut = self.tables.index(spec.table) + 1
+            if lut > self.config.lut_tables:
+                raise ResourceError(
+                    f"Layer '{node.name}': its {node.attrs.get('activation', 'activation')} "
+                    f"needs activation table {lut}, but the {self.config.name} architecture "
+                    f"has {self.config.lut_tables} (lut_tables); raise --lut-tables or use "
+                    f"a board whose array has more")
         plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
         plan.first = len(self.tiles)
-        self._emit(spec, folded, target)
+        self._emit(spec, folded, target, lut)
         plan.tiles = len(self.tiles) - plan.first
         self.layer_count += 1
         return plan
 
-    def _emit(self, spec: "_LayerSpec", folded: np.ndarray, target: Placement) -> None:
+    def _emit(self, spec: "_LayerSpec", folded: np.ndarray, target: Placement,
+              lut: int) -> None:
         cfg, rows, cols = self.config, self.config.rows, self.config.cols
         n_out, kh, kw = spec.phys.shape[:3]
         oh, ow = spec.out_hw
         sy, sx = spec.strides
         dy, dx = spec.dilations
         pt, pl = spec.pads[0], spec.pads[1]
-        par_base = len(self.par)
-        k_tiles, tile_addr = {}, {}
+        k_tiles, tile_addr, par_addr = {}, {}, {}
         n_tiles = _n_tiles(n_out, rows, cols, spec.pool_max)
-        for n0, nt in n_tiles:
-            self.par.append(_param_word(folded[n0:n0 + nt], spec.mult[n0:n0 + nt],
-                                        spec.shift[n0:n0 + nt], cols))
+        # one parameter word per N tile, or per N tile and window count (count_include_pad=0)
+        variants = [None] if spec.counts is None else sorted(set(spec.counts.tolist()))
+        for n_index, (n0, nt) in enumerate(n_tiles):
+            for k in variants:
+                mult, shift = (spec.mult, spec.shift) if k is None else (spec.mult[k - 1],
+                                                                         spec.shift[k - 1])
+                par_addr[n_index, k] = len(self.par)
+                self.par.append(_param_word(folded[n0:n0 + nt], mult[n0:n0 + nt],
+                                            shift[n0:n0 + nt], cols))
             # K tiles whose weights are all zero for these channels (grouped and depthwise
             # convolutions, the other input of an Add) are skipped; one is kept so that the
             # accumulators are initialized.
@@ -241,15 +259,17 @@ class _Builder:
                         sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
                         zp=-128 if spec.pool_max else src.zp, pool_max=int(spec.pool_max))
                     first_of_layer = False
-                    post = None
+                    posts = []
                     if k_index == len(k_tiles[n0]) - 1:
-                        post = dict(
-                            op=Op.POST, acc_addr=acc_base, count=mt, par_addr=par_base + n_index,
-                            out_addr=target.base + m0 * target.cb + n0 // rows,
+                        posts = [dict(
+                            op=Op.POST, acc_addr=acc_base + start - m0, count=length,
+                            par_addr=par_addr[n_index, k],
+                            out_addr=target.base + start * target.cb + n0 // rows,
                             out_stride=target.cb, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
                             lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
-                            rne=int(spec.rounding == "ort"))
-                    self.tiles.append((matmul, post, self.layer_count))
+                            rne=int(spec.rounding == "ort"), lut=lut)
+                            for start, length, k in _runs(spec.counts, m0, mt)]
+                    self.tiles.append((matmul, posts, self.layer_count))
 
     def finish(self) -> "list[dict]":
         """Order the instructions so that weight loads run ahead of the array: LOADW for tile
@@ -267,17 +287,35 @@ class _Builder:
         loadw(0)
         if count > 1:
             loadw(1)
-        for i, (matmul, post, layer) in enumerate(self.tiles):
+        for i, (matmul, posts, layer) in enumerate(self.tiles):
             program.append({**matmul, "bank": i % 2, "layer": layer})
             if 1 <= i < count - 1:
                 loadw(i + 1)
-            if post is not None:
-                program.append({**post, "layer": layer})
+            program.extend({**post, "layer": layer} for post in posts)
         program.append(dict(op=Op.END, layer=self.layer_count - 1))
         return program
 
     def images(self) -> "dict[str, list[int]]":
-        return {"wgt": list(self.wgt), "par": list(self.par)}
+        images = {"wgt": list(self.wgt), "par": list(self.par)}
+        if self.tables:            # entry 256 t + i: table t at the int8 value i - 128
+            images["lut"] = [v & 0xFF for table in self.tables for v in table]
+        return images
+
+
+def _runs(counts: "np.ndarray | None", m0: int, mt: int) -> "list[tuple[int, int, int | None]]":
+    """The POSTs of output pixels ``m0 .. m0 + mt - 1``: (first pixel, pixels, window count),
+    one for all of them, or one per run of pixels whose pooling windows hold the same number
+    of real pixels (``counts``, average pooling with ``count_include_pad=0``)."""
+    if counts is None:
+        return [(m0, mt, None)]
+    runs = []
+    for m in range(m0, m0 + mt):
+        k = int(counts[m])
+        if runs and runs[-1][2] == k:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, k)
+        else:
+            runs.append((m, 1, k))
+    return runs
 
 
 def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int, int]]":
@@ -356,6 +394,8 @@ class _LayerSpec:
     macs: int
     rounding: str = "half_up"      # or "ort": onnxruntime's (POST ``rne``)
     pool_max: bool = False         # one tap per K tile, the accumulators keep the maximum
+    table: "tuple[int, ...] | None" = None     # activation table after the requantization
+    counts: "np.ndarray | None" = None         # real pixels per window (count_include_pad=0)
 
 
 def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
@@ -404,8 +444,10 @@ def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: 
 def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
                 ) -> _LayerSpec:
     consts, attrs = graph.constants, node.attrs
+    table = attrs.get("table")
     out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
-               rounding=attrs.get("rounding", "half_up"))
+               rounding=attrs.get("rounding", "half_up"),
+               table=None if table is None else tuple(int(v) for v in table))
     if node.op == "QDense":
         w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
         source = placements[0]
@@ -447,6 +489,9 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         dilations = tuple(attrs.get("dilations", (1, 1)))
         mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
         out["pool_max"] = node.op == "QMaxPool"
+        if mult.ndim == 2:          # count_include_pad=0: a multiplier per window count
+            out["counts"] = window_counts((source.ih, source.iw), (kh, kw), attrs["strides"],
+                                          attrs["pads"])
     else:                     # QConv
         w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
         group, dilations = int(attrs.get("group", 1)), tuple(attrs["dilations"])

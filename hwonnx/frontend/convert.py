@@ -277,6 +277,20 @@ def _relu(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Relu", (b.value(node.input[0]),), (b.value(node.output[0]),))
 
 
+#: Elementwise activations and the default of each attribute they have (ONNX).
+_TABLE_DEFAULTS = {"LeakyRelu": {"alpha": 0.01}, "Sigmoid": {}, "Tanh": {},
+                   "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "HardSwish": {}}
+
+
+def _table_activation(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``LeakyRelu``, ``Sigmoid``, ``Tanh``, ``HardSigmoid``, ``HardSwish``: an elementwise
+    function the accelerator computes by a lookup table on the int8 value."""
+    attrs = {**_TABLE_DEFAULTS[node.op_type], **{k: float(v) for k, v in _attrs(node).items()
+                                                 if k in _TABLE_DEFAULTS[node.op_type]}}
+    return Node(node.name, node.op_type, (b.value(node.input[0]),), (b.value(node.output[0]),),
+                attrs)
+
+
 def _clip_bound(b: _Builder, node: onnx.NodeProto, index: int, attrs: dict, key: str,
                 lower: bool) -> "float | None":
     """Return the ``min`` (``lower``) or ``max`` bound of a Clip, None when it is absent or
@@ -516,6 +530,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
+    **{op: _table_activation for op in _TABLE_DEFAULTS},
 }
 
 

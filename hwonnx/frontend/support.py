@@ -18,6 +18,7 @@ COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
     "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Mul", "Pad",
     "Squeeze", "Unsqueeze", "Transpose", "Concat", "MaxPool", "GlobalMaxPool",
+    "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
 })
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
 #: ``AvgPool``, ``MaxPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.

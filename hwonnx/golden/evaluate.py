@@ -4,7 +4,7 @@ import numpy as np
 
 from ..ir import Graph
 from .host import HOST_FUNCTIONS, run_host
-from .ops import GOLDEN_OPS
+from .ops import GOLDEN_OPS, lookup
 
 __all__ = ["evaluate"]
 
@@ -33,6 +33,8 @@ def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = Fals
             raise NotImplementedError(f"No golden model for IR op {node.op} "
                                       f"(node '{node.name}')")
         env[node.outputs[0]] = GOLDEN_OPS[node.op](*args, **dict(node.attrs))
+        if node.attrs.get("table") is not None:      # a fused activation (lookup table)
+            env[node.outputs[0]] = lookup(env[node.outputs[0]], node.attrs["table"])
     if keep_all:
         return env
     missing = [name for name in graph.outputs if name not in env]

@@ -8,11 +8,11 @@ from typing import Callable
 
 import numpy as np
 
-from .im2col import im2col
+from .im2col import conv_output_size, im2col
 from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
-           "qconv", "qdense", "qavgpool", "qmaxpool", "qadd", "qconcat", "softmax", "accumulate_bound"]
+           "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat", "softmax", "accumulate_bound", "lookup"]
 
 #: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
 #: after the accelerator's output. Host steps in general, before and after the accelerator,
@@ -66,6 +66,12 @@ def requantize(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shift: np.nd
     return np.clip(scaled + zero_point, lo, hi).astype(np.int8)
 
 
+def lookup(y: np.ndarray, table) -> np.ndarray:
+    """The activation table of a layer (its ``table`` attribute: 256 int8 values, entry
+    ``i`` for the requantized value ``i - 128``) applied to its int8 output ``y``."""
+    return np.asarray(table, dtype=np.int8)[y.astype(np.int16) + 128]
+
+
 def accumulate_bound(w: np.ndarray) -> np.ndarray:
     """Largest possible |sum_k (a_k - zp) * w_k| per output channel (``w``: ``[N, K]``) for
     int8 ``a`` and zero point: 255 * sum |w|."""
@@ -114,14 +120,35 @@ def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
 
 @golden_op("QAvgPool")
 def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
-             lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0), **_) -> np.ndarray:
-    """int8 average pooling: ``sum over the window of (x - in_zp)`` (padding contributes 0,
-    which is ONNX's ``count_include_pad=1``), requantized with ``mult * 2**-shift`` (which
-    includes the division by the window size)."""
+             lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0),
+             count_include_pad: bool = True, **_) -> np.ndarray:
+    """int8 average pooling: ``sum over the window of (x - in_zp)`` (padding contributes 0),
+    requantized with ``mult * 2**-shift``, which includes the division: by the window size
+    (``mult``, ``shift`` ``[C]``; ONNX's ``count_include_pad=1``), or, without
+    ``count_include_pad``, by the ``k`` real pixels under each window (``mult``, ``shift``
+    ``[kh * kw, C]``, row ``k - 1``)."""
     c = x.shape[1]
     ones = np.ones((c, 1) + tuple(kernel), dtype=np.int8)
-    return qconv(x, ones, np.zeros(c, dtype=np.int32), mult, shift, in_zp=in_zp,
-                 out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c)
+    if count_include_pad or mult.ndim == 1:
+        return qconv(x, ones, np.zeros(c, dtype=np.int32), mult, shift, in_zp=in_zp,
+                     out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c)
+    n, _, h, w = x.shape
+    patches = im2col(x, tuple(kernel), strides, pads, (1, 1), pad_value=np.int8(in_zp))
+    acc = (patches.astype(np.int64) - in_zp).reshape(n, patches.shape[1], c, -1).sum(axis=-1)
+    counts = window_counts((h, w), kernel, strides, pads)                     # [OH * OW]
+    y = requantize(acc, np.zeros(c, dtype=np.int32), mult[counts - 1], shift[counts - 1],
+                   out_zp, lo, hi)
+    oh, ow = conv_output_size(h, kernel[0], strides[0], pads[0], pads[2], 1), \
+        conv_output_size(w, kernel[1], strides[1], pads[1], pads[3], 1)
+    return y.transpose(0, 2, 1).reshape(n, c, oh, ow)
+
+
+def window_counts(size, kernel, strides, pads) -> np.ndarray:
+    """The number of real (unpadded) pixels under each pooling window, output pixels in
+    row-major order."""
+    inside = np.ones((1, 1) + tuple(size), dtype=np.int8)
+    return im2col(inside, tuple(kernel), strides, pads, (1, 1)).sum(axis=-1)[0].astype(
+        np.int64)
 
 
 @golden_op("QMaxPool")

@@ -1,6 +1,7 @@
 """NumPy float32 reference evaluator of the float IR vocabulary (``Conv``, ``Dense``, ``Add``,
 ``AvgPool``, ``MaxPool``, ``Concat``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``,
-``Identity``, ``Softmax``).
+``Identity``, ``Softmax``, and the elementwise ``LeakyRelu``, ``Sigmoid``, ``Tanh``,
+``HardSigmoid``, ``HardSwish``).
 
 The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool`` and ``Concat`` (channel axis)
 apply their fused activation after the op: ``max(y, 0)`` if ``relu``, then ``min(y, act_max)``
@@ -15,7 +16,7 @@ from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node
 
-__all__ = ["FLOAT_OPS", "evaluate_float"]
+__all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float"]
 
 
 def _batch(shape: "tuple[int, ...]", n: int) -> "tuple[int, ...]":
@@ -122,6 +123,22 @@ def _reshape(graph: Graph, node: Node, x):
     return x.reshape(_batch(graph.types[node.outputs[0]].shape, x.shape[0]))
 
 
+def _hard_sigmoid(x, alpha, beta):
+    return np.clip(np.float32(alpha) * x + np.float32(beta), 0, 1)
+
+
+#: Elementwise functions of one value (float32, ONNX's definitions), by float IR op; the
+#: accelerator computes each as a 256-entry lookup table on the int8 value
+#: (:func:`hwonnx.quant.ptq.activation_table`). ``attrs`` holds ``alpha``/``beta``.
+TABLE_FUNCTIONS: "dict[str, Callable[[np.ndarray, dict], np.ndarray]]" = {
+    "LeakyRelu": lambda x, attrs: np.where(x >= 0, x, x * np.float32(attrs["alpha"])),
+    "Sigmoid": lambda x, attrs: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "Tanh": lambda x, attrs: np.tanh(x),
+    "HardSigmoid": lambda x, attrs: _hard_sigmoid(x, attrs["alpha"], attrs["beta"]),
+    "HardSwish": lambda x, attrs: x * _hard_sigmoid(x, 1 / 6, 0.5),
+}
+
+
 #: One function per float IR op: ``fn(graph, node, *inputs) -> output``.
 FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Conv": _conv,
@@ -137,6 +154,8 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Reshape": _reshape,
     "Identity": lambda graph, node, x: x,
     "Softmax": _softmax,
+    **{op: (lambda fn: lambda graph, node, x: fn(np.asarray(x, np.float32), node.attrs))(fn)
+       for op, fn in TABLE_FUNCTIONS.items()},
 }
 
 

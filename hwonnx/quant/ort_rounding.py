@@ -14,7 +14,7 @@ model (no hardware computes it): it explains, value by value, every difference b
 import numpy as np
 
 from ..golden import GOLDEN_OPS, im2col
-from ..golden.ops import INT32_MIN
+from ..golden.ops import INT32_MIN, lookup
 from ..ir import Graph
 
 __all__ = ["requantize_float32", "evaluate_onnxruntime"]
@@ -68,7 +68,10 @@ def _qadd(a, b, mult, shift, *, za, zb, out_zp, lo, hi, a_scale, b_scale, out_sc
 
 
 def _qavgpool(x, mult, shift, *, in_zp, out_zp, lo, hi, kernel, strides=(1, 1),
-              pads=(0, 0, 0, 0), **_):
+              pads=(0, 0, 0, 0), **attrs):
+    if np.ndim(mult) == 2:     # a divisor per window (count_include_pad=0): golden's rounding
+        return GOLDEN_OPS["QAvgPool"](x, mult, shift, in_zp=in_zp, out_zp=out_zp, lo=lo, hi=hi,
+                                      kernel=kernel, strides=strides, pads=pads, **attrs)
     c = x.shape[1]
     ones = np.ones((c, 1) + tuple(kernel), dtype=np.int8)
     return _qconv(x, ones, np.zeros(c, np.int32), mult, shift, in_zp=in_zp, out_zp=out_zp,
@@ -90,4 +93,6 @@ def evaluate_onnxruntime(graph: Graph, feeds: "dict[str, np.ndarray]"
             continue
         env[node.outputs[0]] = _OPS[node.op](*(env[v] for v in node.inputs),
                                              **dict(node.attrs))
+        if node.attrs.get("table") is not None:
+            env[node.outputs[0]] = lookup(env[node.outputs[0]], node.attrs["table"])
     return env

@@ -7,14 +7,17 @@ import numpy as np
 from ..errors import QuantizationError, UnsupportedOperatorError
 from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound
 from ..ir import Graph, Node, TensorType
-from ..ir.evaluate import evaluate_float
+from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
-           "CALIBRATION_METHOD"]
+           "activation_table", "CALIBRATION_METHOD"]
 
 CALIBRATION_METHOD = "min-max"
 _LAYOUT_OPS = ("Flatten", "Reshape")
 _HOST = tuple(sorted(HOST_OPS))
+_TABLES = tuple(sorted(TABLE_FUNCTIONS))
+#: Integer ops whose post-processing can apply an activation table.
+_TABLE_HOSTS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat")
 
 
 def activation_params(lo: float, hi: float) -> "tuple[float, int]":
@@ -71,7 +74,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     """
     leftover = [n for n in graph.nodes
                 if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat") + _LAYOUT_OPS
-                + _HOST]
+                + _HOST + _TABLES]
     if leftover:
         raise UnsupportedOperatorError(
             [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
@@ -151,6 +154,11 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                     f"scale {params[x][0]:.6g} and zero point {params[x][1]}; a layout op "
                     f"cannot requantize")
             nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
+            continue
+        if node.op in _TABLES:
+            params[out] = given.get(out) or activation_params(values[out].min(),
+                                                                values[out].max())
+            _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
         if node.op == "MaxPool":           # a maximum of the inputs: their own parameters
             params[out] = given.get(out) or params[x]
@@ -370,19 +378,22 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
     x = node.inputs[0]
     (s_in, zp_in), (s_out, zp_out) = params[x], params[node.outputs[0]]
     kernel = tuple(node.attrs["kernel"])
-    if any(node.attrs["pads"]) and not node.attrs.get("count_include_pad"):
-        raise UnsupportedOperatorError([(
-            node.name, "AveragePool with padding and count_include_pad=0 (the divisor "
-            "changes at the border)", "", 0)])
     channels = types[qname[x]].shape[1]
-    real = np.full(channels, s_in / (kernel[0] * kernel[1] * s_out))
+    window = kernel[0] * kernel[1]
+    # count_include_pad=0 with padding: one multiplier per number of real pixels (row k - 1)
+    exclude = bool(any(node.attrs["pads"]) and not node.attrs.get("count_include_pad"))
+    counts = np.arange(1, window + 1) if exclude else np.array([window])
+    real = np.repeat(s_in / (counts * s_out), channels)
     mult, shift = requant_params(real, node.name)
+    if exclude:
+        mult, shift = mult.reshape(window, channels), shift.reshape(window, channels)
     names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = _clamp(node, params[node.outputs[0]])
     return Node(node.name, "QAvgPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
-                 "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+                 "count_include_pad": not exclude, "in_scale": s_in, "out_scale": s_out,
+                 "relu": bool(node.attrs.get("relu"))})
 
 
 def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
@@ -403,6 +414,41 @@ def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
                  "kernel": tuple(node.attrs["kernel"]), "strides": tuple(node.attrs["strides"]),
                  "pads": tuple(node.attrs["pads"]), "dilations": tuple(node.attrs["dilations"]),
                  "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+
+
+def activation_table(op: str, attrs, in_params, out_params) -> "tuple[int, ...]":
+    """The 256 int8 outputs of the elementwise function ``op`` for the int8 inputs -128 ...
+    127: dequantized, the function and the quantization in float32, rounding half to even
+    (as onnxruntime's DequantizeLinear -> op -> QuantizeLinear computes them)."""
+    (s_in, zp_in), (s_out, zp_out) = in_params, out_params
+    x = (np.arange(-128, 128) - zp_in).astype(np.float32) * np.float32(s_in)
+    y = np.asarray(TABLE_FUNCTIONS[op](x, attrs), np.float32)
+    q = np.clip(np.rint(y / np.float32(s_out)) + zp_out, -128, 127)
+    return tuple(int(v) for v in q)
+
+
+def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, types) -> None:
+    """An elementwise activation: a lookup table applied by the post-processor of the layer
+    that writes its input, when nothing else reads that value (the layer's output, quantized
+    with the input's parameters, becomes the table's index), else by an identity copy (a
+    one-source ``QConcat``)."""
+    x, out = node.inputs[0], node.outputs[0]
+    table = activation_table(node.op, node.attrs, params[x], params[out])
+    attrs = {"table": table, "activation": node.op}
+    last = nodes[-1] if nodes else None
+    if last is not None and last.outputs == (qname[x],) and last.op in _TABLE_HOSTS             and last.attrs.get("table") is None and x not in graph.outputs             and [n is node for n in graph.consumers(x)] == [True]:
+        del types[qname[x]]
+        nodes[-1] = Node(last.name, last.op, last.inputs, (qname[out],),
+                         {**last.attrs, **attrs, "table_node": node.name})
+        return
+    s_in, zp_in = params[x]
+    channels = types[qname[x]].shape[1]
+    names = _add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
+                                       "shift": np.full(channels, 30, np.int32)},
+                           constants, types)
+    nodes.append(Node(node.name, "QConcat", (qname[x],) + names, (qname[out],),
+                      {"zps": (zp_in,), "out_zp": zp_in, "lo": -128, "hi": 127,
+                       "scales": (s_in,), "out_scale": s_in, **attrs}))
 
 
 def _concat_params(node: Node, params, values) -> "tuple[float, int]":

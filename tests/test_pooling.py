@@ -1,6 +1,7 @@
-"""MaxPool and GlobalMaxPool: the frontend's float op against onnxruntime, the forms that are
-refused, and the quantized golden model against onnxruntime on the float model (within the
-input's quantization error: the maximum of int8 values is exact)."""
+"""MaxPool and GlobalMaxPool, and AveragePool with count_include_pad=0: the frontend's float op
+against onnxruntime, the forms that are refused, and the quantized golden model against
+onnxruntime on the float model (within the input's quantization error: the maximum of int8
+values is exact; an average adds the output's rounding)."""
 
 import numpy as np
 import pytest
@@ -83,3 +84,29 @@ def test_quantized_maxpool_is_within_half_a_step_of_onnxruntime(seed, tmp_path):
     print(f"\nMaxPool {c}x{h}x{w} k{k}: max |golden - onnxruntime| {error:.4g} "
           f"(half a step: {scale / 2:.4g})")
     assert error <= scale / 2 * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_average_pool_excluding_padding_is_within_its_quantization_error(seed):
+    """count_include_pad=0 with padding: each window divides by its own number of real
+    pixels, so the border outputs stay averages; within half an input step (the inputs'
+    rounding, averaged) plus half an output step of onnxruntime, plus the 31-bit
+    multiplier's relative error."""
+    rng = np.random.default_rng(seed)
+    c, h, w = (int(v) for v in rng.integers(2, 8, 3))
+    k = (int(rng.integers(2, min(h, 3) + 1)), int(rng.integers(2, min(w, 3) + 1)))
+    model = pool_model((1, c, h, w), op="AveragePool", kernel_shape=list(k),
+                       pads=[k[0] - 1, k[1] - 1, k[0] - 1, 0], count_include_pad=0)
+    calib = rng.normal(0, 1, (32, 1, c, h, w)).astype(np.float32)
+    result = build(model, None, calib={"x": calib}, verilog=False, log=lambda m: None)
+    (pool,) = [n for n in result.graph.nodes if n.op == "QAvgPool"]
+    assert pool.attrs["count_include_pad"] is False
+    got = simulate(result, {"x": calib[:8]}, mode="golden").outputs["y"]
+    want = np.concatenate([ort_outputs(model, {"x": sample})[1][0] for sample in calib[:8]])
+    s_in = result.graph.nodes[0].attrs["scale"]
+    s_out = result.graph.nodes[-1].attrs["scale"]
+    error = np.abs(got.reshape(want.shape) - want).max()
+    bound = s_in / 2 + s_out / 2 + np.abs(want).max() * 2 ** -30
+    print(f"\nAveragePool {c}x{h}x{w} k{k} excluding padding: max |golden - onnxruntime| "
+          f"{error:.4g}, bound {bound:.4g}")
+    assert error <= bound
