@@ -39,7 +39,9 @@ def _model(nodes, inits, shape, out_shape, inputs=(), out_type=F):
 
 def _float_model(kind: str, rng) -> onnx.ModelProto:
     """Small float models: Conv+Relu, a residual Conv+Add, Gemm, a CNN (Conv, Relu, Add,
-    GlobalAveragePool, Flatten, Gemm) and an MLP with a separate bias Add."""
+    GlobalAveragePool, Flatten, Gemm), an MLP with a separate bias Add and a CNN with
+    LeakyRelu, MaxPool and Sigmoid (QLinearLeakyRelu, int8 MaxPool, QLinearSigmoid in
+    QOperator form)."""
     def w(*shape, s=0.3):
         return rng.normal(0, s, shape).astype(np.float32)
     conv = lambda i, o, name: helper.make_node("Conv", [i, f"{name}_w", f"{name}_b"], [o],  # noqa
@@ -56,6 +58,17 @@ def _float_model(kind: str, rng) -> onnx.ModelProto:
                       [1, 16], [1, 10])
     inits = {"c1_w": w(8, 3, 3, 3), "c1_b": w(8, s=0.1), "c2_w": w(8, 8, 3, 3, s=0.2),
              "c2_b": w(8, s=0.1)}
+    if kind == "pool_act":
+        nodes = [conv("x", "c1", "c1"),
+                 helper.make_node("LeakyRelu", ["c1"], ["l1"], alpha=0.1, name="leaky"),
+                 helper.make_node("MaxPool", ["l1"], ["p1"], kernel_shape=[2, 2],
+                                  strides=[2, 2], name="pool"),
+                 conv("p1", "c2", "c2"), helper.make_node("Sigmoid", ["c2"], ["s2"], name="sig"),
+                 helper.make_node("GlobalAveragePool", ["s2"], ["g"], name="gap"),
+                 helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+                 helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1, name="fc")]
+        return _model(nodes, {**inits, "fc_w": w(10, 8, s=1.0), "fc_b": w(10, s=0.1)},
+                      [1, 3, 8, 8], [1, 10])
     nodes = [conv("x", "c1", "c1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1")]
     if kind == "conv_relu":
         nodes[-1] = helper.make_node("Relu", ["c1"], ["y"], name="relu1")
@@ -137,7 +150,8 @@ def compare(path, seed=11, config=None):
 @pytest.mark.parametrize("act_type", ["QInt8", "QUInt8", "QInt8-symmetric"])
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
-@pytest.mark.parametrize("kind", ["conv_relu", "residual", "gemm", "cnn", "mlp_bias"])
+@pytest.mark.parametrize("kind", ["conv_relu", "residual", "gemm", "cnn", "mlp_bias",
+                                  "pool_act"])
 def test_matches_onnxruntime(tmp_path, kind, fmt, per_channel, act_type):
     path = _quantized(tmp_path, kind, fmt, per_channel, act_type)
     differing, max_lsb, top1, emulated = compare(path)
@@ -421,7 +435,7 @@ def test_add_weights_are_the_best_int8_pair():
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
-@pytest.mark.parametrize("kind", ["cnn", "mlp_bias"])
+@pytest.mark.parametrize("kind", ["cnn", "mlp_bias", "pool_act"])
 def test_prequantized_models_on_rtl(tmp_path, kind, fmt):
     """quantize_static models with their own parameters on the RTL (the 4x4 configuration of
     tests/test_rtl.py, which has the onnxruntime rounding unit): bit-exact with the golden

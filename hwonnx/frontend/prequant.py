@@ -1,7 +1,8 @@
 """Import of models already quantized by onnxruntime: QDQ models (``QuantizeLinear`` /
 ``DequantizeLinear`` around float operators) and QOperator models (``QLinearConv``,
 ``QLinearMatMul``, ``MatMulInteger``, ``ConvInteger`` and onnxruntime's ``com.microsoft``
-``QLinearAdd``, ``QLinearGlobalAveragePool``, ``QLinearAveragePool``, ``QGemm``).
+``QLinearAdd``, ``QLinearGlobalAveragePool``, ``QLinearAveragePool``, ``QGemm``,
+``QLinearSigmoid``, ``QLinearLeakyRelu``; an int8 ``MaxPool`` needs no rewrite).
 
 :func:`dequantize_model` rewrites such a model, in place and before the support check, into
 the ordinary float model it encodes: an integer run-time tensor becomes the float tensor it
@@ -32,7 +33,8 @@ __all__ = ["MS_DOMAIN", "QUANTIZED_OPS", "Annotations", "IntegerConstant", "is_p
 MS_DOMAIN = "com.microsoft"
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _ONNX_OPS = _QDQ_OPS | {"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
-_MS_OPS = _QDQ_OPS | {"QLinearAdd", "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm"}
+_MS_OPS = _QDQ_OPS | {"QLinearAdd", "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm",
+                      "QLinearSigmoid", "QLinearLeakyRelu"}
 #: The ``(domain, operator)`` pairs :func:`dequantize_model` rewrites (``""``: ai.onnx).
 QUANTIZED_OPS = frozenset({("", op) for op in _ONNX_OPS} | {(MS_DOMAIN, op) for op in _MS_OPS})
 
@@ -229,7 +231,8 @@ class _Rewriter(QOperatorRewrites):
         "QLinearConv": "qlinear_conv", "QLinearMatMul": "qlinear_matmul", "QGemm": "qgemm",
         "QLinearAdd": "qlinear_add", "QLinearGlobalAveragePool": "qlinear_pool",
         "QLinearAveragePool": "qlinear_pool", "MatMulInteger": "integer_op",
-        "ConvInteger": "integer_op",
+        "ConvInteger": "integer_op", "QLinearSigmoid": "qlinear_unary",
+        "QLinearLeakyRelu": "qlinear_unary",
     }
 
     def run(self) -> None:

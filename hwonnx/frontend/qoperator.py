@@ -103,6 +103,14 @@ class QOperatorRewrites:
         self.record(node, node.output[0], self.activation_params(node, 3, 4, node.output[0]))
         self.emit(node, node.op_type.replace("QLinear", ""), [x], drop={"channels_last"})
 
+    def qlinear_unary(self, node: onnx.NodeProto) -> None:
+        """``QLinearSigmoid`` / ``QLinearLeakyRelu`` (X, X_scale, X_zero_point, Y_scale,
+        Y_zero_point): the float activation between the recorded parameters, which the
+        quantizer turns into a lookup table as onnxruntime computes it."""
+        x = self.operand(node, 0, 1, 2)
+        self.record(node, node.output[0], self.activation_params(node, 3, 4, node.output[0]))
+        self.emit(node, node.op_type.replace("QLinear", ""), [x], drop=set())
+
     def integer_op(self, node: onnx.NodeProto) -> None:
         """``MatMulInteger``/``ConvInteger`` followed by ``Cast`` to float and ``Mul`` by a
         constant scale, as one ``MatMul``/``Conv`` on dequantized weights."""
