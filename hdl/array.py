@@ -30,6 +30,10 @@ class SystolicArray(wiring.Component):
     -------
     feed : ``In(ArrayLayout(signed(8), rows))`` activation word, one lane per row.
     feed_bank : ``In(1)`` weight bank for the word on ``feed``.
+    feed_dw : ``In(1)`` depthwise streaming for the sums of the word on ``feed``: PE
+        ``(r, c)`` multiplies lane ``c`` of the word presented ``r`` cycles later (the value
+        PE ``(c, 0)`` holds in that cycle) instead of lane ``r`` of this word, so column
+        ``c``'s sum is ``sum_r W[r][c] * word[f + r][c]`` (columns ``c < rows``).
     wload_en, wload_row, wload_bank, wload_data : write ``cols`` weights into row
         ``wload_row`` of bank ``wload_bank`` at the next clock edge.
     sums : ``Out(ArrayLayout(signed(32), cols))`` de-skewed column sums.
@@ -40,6 +44,7 @@ class SystolicArray(wiring.Component):
         super().__init__({
             "feed": In(data.ArrayLayout(signed(8), config.rows)),
             "feed_bank": In(1),
+            "feed_dw": In(1),
             "wload_en": In(1),
             "wload_row": In(range(config.rows)),
             "wload_bank": In(1),
@@ -55,29 +60,37 @@ class SystolicArray(wiring.Component):
         m = Module()
         rows, cols = self.config.rows, self.config.cols
 
-        # Input skew: lane r waits r cycles before entering row r.
-        row_in, bank_in = [], []
+        # Input skew: lane r waits r cycles before entering row r (with its bank and mode).
+        row_in, bank_in, dw_in = [], [], []
         for r in range(rows):
-            act, bank = self.feed[r], self.feed_bank
+            act, bank, dw = self.feed[r], self.feed_bank, self.feed_dw
             for stage in range(r):
                 act_d = Signal(signed(8), name=f"skew_{r}_{stage}")
                 bank_d = Signal(name=f"skew_bank_{r}_{stage}")
-                m.d.sync += [act_d.eq(act), bank_d.eq(bank)]
-                act, bank = act_d, bank_d
+                dw_d = Signal(name=f"skew_dw_{r}_{stage}")
+                m.d.sync += [act_d.eq(act), bank_d.eq(bank), dw_d.eq(dw)]
+                act, bank, dw = act_d, bank_d, dw_d
             row_in.append(act)
             bank_in.append(bank)
+            dw_in.append(dw)
 
+        # Registers of each PE: activation, bank and mode move one PE to the right per cycle.
+        acts = [[Signal(signed(8), name=f"pe_{r}_{c}_act") for c in range(cols)]
+                for r in range(rows)]
         psum_above = [None] * cols
         for r in range(rows):
-            act_left, bank_left = row_in[r], bank_in[r]
+            act_left, bank_left, dw_left = row_in[r], bank_in[r], dw_in[r]
             for c in range(cols):
-                act = Signal(signed(8), name=f"pe_{r}_{c}_act")
+                act = acts[r][c]
                 bank = Signal(name=f"pe_{r}_{c}_bank")
+                dw = Signal(name=f"pe_{r}_{c}_dw")
                 w0 = Signal(signed(8), name=f"pe_{r}_{c}_w0")
                 w1 = Signal(signed(8), name=f"pe_{r}_{c}_w1")
                 psum = Signal(signed(32), name=f"pe_{r}_{c}_psum")
-                m.d.sync += [act.eq(act_left), bank.eq(bank_left)]
-                product = act * Mux(bank, w1, w0)
+                m.d.sync += [act.eq(act_left), bank.eq(bank_left), dw.eq(dw_left)]
+                # Depthwise streaming: lane c of a later word, held by PE (c, 0) now.
+                operand = Mux(dw, acts[c][0], act) if c < rows and (r or c) else act
+                product = operand * Mux(bank, w1, w0)
                 m.d.sync += psum.eq(product if psum_above[c] is None
                                     else psum_above[c] + product)
                 with m.If(self.wload_en & (self.wload_row == r)):
@@ -86,7 +99,7 @@ class SystolicArray(wiring.Component):
                     with m.Else():
                         m.d.sync += w0.eq(self.wload_data[c])
                 psum_above[c] = psum
-                act_left, bank_left = act, bank
+                act_left, bank_left, dw_left = act, bank, dw
 
         # Output de-skew: column c is cols - 1 - c cycles early relative to the last column.
         for c in range(cols):

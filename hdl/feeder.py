@@ -1,6 +1,6 @@
 """The MATMUL engine: walks the im2col addresses of one tile and tracks its partial sums."""
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,8 +29,12 @@ class Feeder(wiring.Component):
     bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
         and its last activation has passed the last column).
     act_addr, act_en : activation-buffer read port.
-    feed_pad, feed_zp, feed_bank : in the cycle after a read: the word is padding (replace it
-        with ``feed_zp``) and its weight bank.
+    feed_pad, feed_zp, feed_bank, feed_dw : in the cycle after a read: the word is padding
+        (replace it with ``feed_zp``), its weight bank and whether it streams depthwise.
+
+    Depthwise streaming (``dw``): the walk is the same (the compiler makes it run along input
+    rows, ``sx = 1``), but only word ``j`` of each row with ``j mod vstride = 0`` and
+    ``j <= vlast`` writes an accumulator, the next one (``acc_addr`` counts those words).
     acc_raddr : accumulator read address (one cycle before the write).
     acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
     acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
@@ -51,6 +55,7 @@ class Feeder(wiring.Component):
             "feed_pad": Out(1),
             "feed_zp": Out(signed(8)),
             "feed_bank": Out(1),
+            "feed_dw": Out(1),
             "acc_raddr": Out(config.acc_addr_bits),
             "acc_we": Out(1),
             "acc_waddr": Out(config.acc_addr_bits),
@@ -81,8 +86,11 @@ class Feeder(wiring.Component):
         ix = Signal(signed(18))
         iy = Signal(signed(18))
         acc_addr = Signal(cfg.acc_addr_bits)
+        phase = Signal(8)                    # ox mod vstride (depthwise streaming)
         last = Signal()
-        m.d.comb += last.eq(running & (remaining == 1))
+        keep = Signal()                      # this word's sums are written
+        m.d.comb += [last.eq(running & (remaining == 1)),
+                     keep.eq(running & (~cur.dw | ((phase == 0) & (ox <= cur.vlast))))]
 
         start = Signal()
         m.d.comb += start.eq(pend_valid & (~running | last) & (~pend.wait | self.post_idle))
@@ -93,19 +101,22 @@ class Feeder(wiring.Component):
                 addr.eq(pend.act_addr),
                 row_addr.eq(pend.act_row),
                 ox.eq(pend.ox0), ix.eq(pend.ix0), iy.eq(pend.iy0),
-                acc_addr.eq(pend.acc_addr),
+                acc_addr.eq(pend.acc_addr), phase.eq(0),
             ]
         with m.Elif(running):
-            m.d.sync += [remaining.eq(remaining - 1), acc_addr.eq(acc_addr + 1)]
+            m.d.sync += remaining.eq(remaining - 1)
+            with m.If(keep):
+                m.d.sync += acc_addr.eq(acc_addr + 1)
             with m.If(last):
                 m.d.sync += running.eq(0)
             with m.If(ox == cur.ow - 1):
                 m.d.sync += [
-                    ox.eq(0), ix.eq(cur.ixr), iy.eq(iy + cur.sy),
+                    ox.eq(0), ix.eq(cur.ixr), iy.eq(iy + cur.sy), phase.eq(0),
                     row_addr.eq(row_addr + cur.step_y), addr.eq(row_addr + cur.step_y),
                 ]
             with m.Else():
-                m.d.sync += [ox.eq(ox + 1), ix.eq(ix + cur.sx), addr.eq(addr + cur.step_x)]
+                m.d.sync += [ox.eq(ox + 1), ix.eq(ix + cur.sx), addr.eq(addr + cur.step_x),
+                             phase.eq(Mux(phase == cur.vstride - 1, 0, phase + 1))]
 
         inside = Signal()
         m.d.comb += [
@@ -117,12 +128,15 @@ class Feeder(wiring.Component):
             self.feed_pad.eq(~inside),
             self.feed_zp.eq(cur.zp),
             self.feed_bank.eq(cur.bank),
+            self.feed_dw.eq(cur.dw),
         ]
 
         # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
         # f + latency and written in cycle f + latency + 1.
         latency = array_latency(cfg) + 1
-        tag = Cat(running, acc_addr, cur.pool_max, cur.first)
+        # (issued, kept, address, pool_max, first): a word that is not kept (depthwise
+        # streaming) writes nothing but is in flight like any other.
+        tag = Cat(keep, acc_addr, cur.pool_max, cur.first, running)
         tags = []
         for stage in range(latency):
             tag_d = Signal(len(tag), name=f"tag_{stage}")
@@ -134,10 +148,10 @@ class Feeder(wiring.Component):
             self.acc_raddr.eq(read_tag[1:1 + cfg.acc_addr_bits]),
             self.acc_we.eq(write_tag[0]),
             self.acc_waddr.eq(write_tag[1:1 + cfg.acc_addr_bits]),
-            self.acc_max.eq(write_tag[-2]),
-            self.acc_first.eq(write_tag[-1]),
+            self.acc_max.eq(write_tag[-3]),
+            self.acc_first.eq(write_tag[-2]),
         ]
-        in_flight = Cat(t[0] for t in tags[:latency])
+        in_flight = Cat(t[-1] for t in tags[:latency])
         m.d.comb += [
             self.pending.eq(pend_valid),
             self.drained.eq(~pend_valid & ~running & ~in_flight.any()),

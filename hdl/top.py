@@ -135,7 +135,7 @@ class Accelerator(wiring.Component):
         for lane in range(cfg.rows):
             m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
                                                 act_feed.data[lane]))
-        m.d.comb += array.feed_bank.eq(feeder.feed_bank)
+        m.d.comb += [array.feed_bank.eq(feeder.feed_bank), array.feed_dw.eq(feeder.feed_dw)]
 
         # Accumulators: read-modify-write behind the array, read by the post-processor.
         acc_w = acc.write_port()

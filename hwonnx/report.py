@@ -41,6 +41,12 @@ def placement(graph) -> "list[dict]":
         else:
             where, why = (("host", "layout of a host value") if float_layout
                           else _WHY.get(node.op, ("host", "host operator")))
+        activation = node.attrs.get("activation")
+        if activation and node.attrs.get("table_node"):
+            why += f"; then {activation} '{node.attrs['table_node']}' by a lookup table"
+        elif activation:            # a one-source QConcat: an exact copy into the table
+            why = (f"{activation}: a 256-entry lookup table in the post-processor, applied "
+                   f"to an exact copy of its input")
         rows.append({"node": node.name, "op": node.op, "where": where, "why": why})
     return rows
 

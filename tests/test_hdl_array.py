@@ -18,7 +18,7 @@ def int8(rng, *shape):
 
 def simulate(config, loads, feeds, cycles):
     """``loads``: cycle -> (bank, row, int8 weights[cols]); ``feeds``: cycle -> (bank,
-    int8 act[rows]). Returns the ``sums`` seen in every cycle ([cycles, cols] int64)."""
+    int8 act[rows][, depthwise]). Returns the ``sums`` seen in every cycle ([cycles, cols] int64)."""
     dut = SystolicArray(config)
     seen = np.zeros((cycles, config.cols), dtype=np.int64)
 
@@ -31,7 +31,8 @@ def simulate(config, loads, feeds, cycles):
             ctx.set(dut.wload_data, [int(w) for w in weights])
         else:
             ctx.set(dut.wload_en, 0)
-        bank, act = feeds.get(cycle, (0, np.zeros(config.rows, dtype=np.int64)))
+        bank, act, *dw = feeds.get(cycle, (0, np.zeros(config.rows, dtype=np.int64)))
+        ctx.set(dut.feed_dw, dw[0] if dw else 0)
         ctx.set(dut.feed_bank, bank)
         ctx.set(dut.feed, [int(a) for a in act])
         seen[cycle] = list(ctx.get(dut.sums))
@@ -125,3 +126,33 @@ def test_array_rewrites_one_bank_while_the_other_streams(rows, cols):
         return w1_old if cycle <= last_old else w1_new
 
     check(config, feeds, weights_of, seen)
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (2, 3), (3, 3), (4, 4), (3, 5)])
+def test_array_depthwise_streaming(rows, cols):
+    """``feed_dw``: column ``c < rows`` of the word presented in cycle ``f`` sums
+    ``W[r][c] * word[f + r][c]`` (a 1-D convolution of lane ``c`` along the stream); the other
+    columns, and words before and after the stream (normal mode, the other bank), are
+    unchanged."""
+    config = small_config(rows, cols)
+    rng = np.random.default_rng(200 + rows * 10 + cols)
+    w = [int8(rng, rows, cols), int8(rng, rows, cols)]
+    loads = {}
+    load_tile(loads, 0, 0, w[0])
+    load_tile(loads, rows, 1, w[1])
+    start, length = 2 * rows + 1, 9
+    words = int8(rng, length + 2, rows)
+    feeds = {start - 1: (1, words[0])}                                  # normal, bank 1
+    feeds.update({start + i: (0, words[1 + i], 1) for i in range(length)})
+    feeds[start + length] = (1, words[length + 1])                      # normal again
+    seen = simulate(config, loads, feeds, start + length + 2 * (rows + cols) + 4)
+    latency = array_latency(config)
+    for cycle, (bank, act, *dw) in feeds.items():
+        expected = act @ w[bank]
+        if dw:
+            i = cycle - start + 1                                       # index into words
+            for c in range(min(rows, cols)):
+                expected[c] = sum(int(w[bank][r][c]) * int(words[i + r][c])
+                                  if i + r < len(words) else 0 for r in range(rows))
+        np.testing.assert_array_equal(seen[cycle + latency], expected,
+                                      err_msg=f"word of cycle {cycle} (depthwise: {bool(dw)})")

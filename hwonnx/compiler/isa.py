@@ -6,6 +6,10 @@ once here and read by both the compiler (to encode) and the HDL controller (to d
            accumulate (``first``: overwrite) into accumulator words from ``acc_addr``. The
            activation addresses follow the im2col walk described in ``docs/architecture.md``.
            With ``pool_max`` the accumulators keep the largest sum instead (max pooling).
+           With ``dw`` (depthwise streaming) column ``c`` multiplies lane ``c`` of the word
+           in flight ``r`` words later in row ``r``, so each column is a 1-D convolution
+           along the stream, and only every ``vstride``-th word of a row, up to ``vlast``,
+           writes an accumulator (the next one).
 ``POST``   requantize ``count`` accumulator words into activation words (bias, multiplier,
            shift, zero point, clamp) and write them from ``out_addr``; ``lut`` > 0 maps each
            value through activation table ``lut - 1``.
@@ -75,6 +79,9 @@ FIELDS: "tuple[Field, ...]" = (
     Field("rne", 1),         # POST: onnxruntime's rounding (needs ArchConfig.ort_rounding)
     Field("pool_max", 1),    # MATMUL: keep the maximum of the sums instead of adding them
     Field("lut", 4),         # POST: activation table + 1 applied to the outputs (0: none)
+    Field("dw", 1),          # MATMUL: depthwise streaming (column c reads lane c: see below)
+    Field("vstride", 8),     # MATMUL, dw: a sum is kept every vstride words of a row ...
+    Field("vlast", 16),      # ... up to word vlast of the row
 )
 
 

@@ -195,7 +195,11 @@ class _Builder:
                     f"a board whose array has more")
         plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
         plan.first = len(self.tiles)
-        self._emit(spec, folded, target, lut)
+        from .depthwise import emit_depthwise, streams
+        if streams(spec, self.config):
+            emit_depthwise(self, spec, folded, target, lut)
+        else:
+            self._emit(spec, folded, target, lut)
         plan.tiles = len(self.tiles) - plan.first
         self.layer_count += 1
         return plan
@@ -208,17 +212,10 @@ class _Builder:
         sy, sx = spec.strides
         dy, dx = spec.dilations
         pt, pl = spec.pads[0], spec.pads[1]
-        k_tiles, tile_addr, par_addr = {}, {}, {}
+        k_tiles, tile_addr = {}, {}
         n_tiles = _n_tiles(n_out, rows, cols, spec.pool_max)
-        # one parameter word per N tile, or per N tile and window count (count_include_pad=0)
-        variants = [None] if spec.counts is None else sorted(set(spec.counts.tolist()))
+        par_addr = self.params(spec, folded, n_tiles)
         for n_index, (n0, nt) in enumerate(n_tiles):
-            for k in variants:
-                mult, shift = (spec.mult, spec.shift) if k is None else (spec.mult[k - 1],
-                                                                         spec.shift[k - 1])
-                par_addr[n_index, k] = len(self.par)
-                self.par.append(_param_word(folded[n0:n0 + nt], mult[n0:n0 + nt],
-                                            shift[n0:n0 + nt], cols))
             # K tiles whose weights are all zero for these channels (grouped and depthwise
             # convolutions, the other input of an Add) are skipped; one is kept so that the
             # accumulators are initialized.
@@ -261,15 +258,37 @@ class _Builder:
                     first_of_layer = False
                     posts = []
                     if k_index == len(k_tiles[n0]) - 1:
-                        posts = [dict(
-                            op=Op.POST, acc_addr=acc_base + start - m0, count=length,
-                            par_addr=par_addr[n_index, k],
-                            out_addr=target.base + start * target.cb + n0 // rows,
-                            out_stride=target.cb, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
-                            lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
-                            rne=int(spec.rounding == "ort"), lut=lut)
-                            for start, length, k in _runs(spec.counts, m0, mt)]
+                        posts = self.posts(spec, target, acc_base, (m0, mt), (n0, nt),
+                                           par_addr, n_index, lut)
                     self.tiles.append((matmul, posts, self.layer_count))
+
+    def params(self, spec: "_LayerSpec", folded: np.ndarray, n_tiles
+               ) -> "dict[tuple[int, int | None], int]":
+        """Store the parameter words of a layer: one per N tile, or per N tile and window
+        count (average pooling with count_include_pad=0); returns their addresses."""
+        par_addr = {}
+        variants = [None] if spec.counts is None else sorted(set(spec.counts.tolist()))
+        for n_index, (n0, nt) in enumerate(n_tiles):
+            for k in variants:
+                mult, shift = (spec.mult, spec.shift) if k is None else (spec.mult[k - 1],
+                                                                         spec.shift[k - 1])
+                par_addr[n_index, k] = len(self.par)
+                self.par.append(_param_word(folded[n0:n0 + nt], mult[n0:n0 + nt],
+                                            shift[n0:n0 + nt], self.config.cols))
+        return par_addr
+
+    def posts(self, spec: "_LayerSpec", target: Placement, acc_base: int, m_tile, n_tile,
+              par_addr, n_index: int, lut: int) -> "list[dict]":
+        """The POSTs of output pixels ``m0 .. m0 + mt - 1`` and channels ``n0 .. n0 + nt - 1``
+        from accumulator word ``acc_base`` on."""
+        (m0, mt), (n0, nt), rows = m_tile, n_tile, self.config.rows
+        return [dict(op=Op.POST, acc_addr=acc_base + start - m0, count=length,
+                     par_addr=par_addr[n_index, k],
+                     out_addr=target.base + start * target.cb + n0 // rows,
+                     out_stride=target.cb, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
+                     lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
+                     rne=int(spec.rounding == "ort"), lut=lut)
+                for start, length, k in _runs(spec.counts, m0, mt)]
 
     def finish(self) -> "list[dict]":
         """Order the instructions so that weight loads run ahead of the array: LOADW for tile
@@ -396,6 +415,7 @@ class _LayerSpec:
     pool_max: bool = False         # one tap per K tile, the accumulators keep the maximum
     table: "tuple[int, ...] | None" = None     # activation table after the requantization
     counts: "np.ndarray | None" = None         # real pixels per window (count_include_pad=0)
+    depthwise: bool = False        # output channel n reads only input channel n
 
 
 def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
@@ -506,4 +526,5 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         outs = slice(g * per_group, (g + 1) * per_group)
         phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
     return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
-                      dilations, macs=oh * ow * n_out * c_group * kh * kw, **out)
+                      dilations, macs=oh * ow * n_out * c_group * kh * kw,
+                      depthwise=c_group == 1 and n_out == group, **out)
