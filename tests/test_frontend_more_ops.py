@@ -218,27 +218,62 @@ def test_pad_reflect_is_unsupported():
     with pytest.raises(UnsupportedOperatorError,
                        match=r"^1 unsupported node\(s\): node 'pad' Pad \(domain 'ai\.onnx', "
                              r"opset 17\) \(Pad 'pad' has mode 'reflect'; only mode 'constant' "
-                             r"with value 0 .*\); supported operators are .*$"):
+                             r"\(folded .*\); supported operators are .*$"):
         load_model(pad_model(conv, mode="reflect"))
 
 
-@pytest.mark.parametrize("kw", [{"value": 1.0}, {"pads": (0, 1, 0, 0, 0, 0, 0, 0)},
+@pytest.mark.parametrize("kw", [{"value": float("nan")}, {"value": float("inf")},
+                                {"pads": (0, 1, 0, 0, 0, 0, 0, 0)},
                                 {"pads": (0, 0, -1, 0, 0, 0, 0, 0)}],
-                         ids=["nonzero-value", "channel-axis", "negative"])
+                         ids=["nan-value", "inf-value", "channel-axis", "negative"])
 def test_pad_forms_are_unsupported(kw):
     conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv")
     with pytest.raises(UnsupportedOperatorError,
                        match=r"^1 unsupported node\(s\): node 'pad' Pad \(domain 'ai\.onnx', "
                              r"opset 17\) \(Pad 'pad' pads a 4-D input by \[.*\] with value "
-                             r".*; only non-negative zero padding of the two spatial axes .*\)$"):
+                             r".*; only non-negative constant padding \(not NaN or \+inf\) of "
+                             r"the two spatial axes .*\)$"):
         load_model(pad_model(conv, **kw))
+
+
+@pytest.mark.parametrize("value", [0.75, -2.5])
+def test_pad_of_another_value_folds_as_the_padding_value(value):
+    conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv", strides=[1, 2])
+    graph = check(pad_model(conv, value=value))
+    (node,) = graph.nodes
+    assert (node.op, node.attrs["pads"], node.attrs["pad_value"]) == (
+        "Conv", (1, 2, 2, 1), value)
+
+
+@pytest.mark.parametrize("value", [0.5, -65536.0, float("-inf")])
+def test_pad_folds_into_maxpool(value):
+    pool = helper.make_node("MaxPool", ["p"], ["y"], name="pool", kernel_shape=[3, 2],
+                            strides=[2, 2])
+    graph = check(pad_model(pool, value=value))
+    (node,) = graph.nodes
+    assert (node.op, node.attrs["pads"]) == ("MaxPool", (1, 2, 2, 1))
+    assert node.attrs.get("pad_value", float("-inf")) == value
+
+
+def test_pad_of_another_value_folds_into_avgpool_without_pads():
+    pool = helper.make_node("AveragePool", ["p"], ["y"], name="pool", kernel_shape=[3, 3])
+    graph = check(pad_model(pool, value=2.0))
+    (node,) = graph.nodes
+    assert (node.attrs["pads"], node.attrs["count_include_pad"], node.attrs["pad_value"]) == (
+        (1, 2, 2, 1), True, 2.0)
+
+
+def test_pad_of_another_value_before_a_padded_conv_is_unsupported():
+    conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    with pytest.raises(UnsupportedOperatorError, match="Pad 'pad' is not read only by Conv"):
+        load_model(pad_model(conv, value=1.0))
 
 
 def test_pad_not_before_conv_is_unsupported():
     relu = helper.make_node("Relu", ["p"], ["y"], name="relu")
     with pytest.raises(UnsupportedOperatorError,
                        match=r"^1 unsupported node\(s\): node 'pad' Pad \(domain 'ai\.onnx', "
-                             r"opset 17\) \(Pad 'pad' is not read only by Conv nodes or by "
+                             r"opset 17\) \(Pad 'pad' is not read only by Conv, MaxPool or "
                              r"AveragePool nodes .*, so it cannot be folded; .*\)$"):
         load_model(pad_model(relu))
 

@@ -18,7 +18,8 @@ def int8(rng, *shape):
 
 def simulate(config, loads, feeds, cycles):
     """``loads``: cycle -> (bank, row, int8 weights[cols]); ``feeds``: cycle -> (bank,
-    int8 act[rows][, depthwise]). Returns the ``sums`` seen in every cycle ([cycles, cols] int64)."""
+    int8 act[rows][, depthwise]). Returns the ``sums`` seen in every cycle ([cycles, cols]
+    int64)."""
     dut = SystolicArray(config)
     seen = np.zeros((cycles, config.cols), dtype=np.int64)
 

@@ -172,3 +172,44 @@ def test_pooling_and_table_activations_end_to_end():
     error = np.abs(rtl.outputs["y"].reshape(reference.shape) - reference).max()
     print(f"\nint8 vs float: max |difference| {error:.4f} (tanh output range 2)")
     assert error < 0.05           # a few steps of the int8 chain (measured: see the print)
+
+
+def test_constant_pads_end_to_end():
+    """Pad with a value other than 0 folded into the next layer's padding (a Conv, an
+    AveragePool, a MaxPool; -inf before a MaxPool is its own padding): the feeder reads the
+    quantized value at padding positions; RTL equal to golden, golden close to onnxruntime."""
+    rng = np.random.default_rng(17)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.4, (4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads1"),
+             numpy_helper.from_array(np.float32(0.6), "v1"),
+             numpy_helper.from_array(np.float32(-0.3), "v2"),
+             numpy_helper.from_array(np.float32(0.2), "v3")]
+    nodes = [
+        helper.make_node("Pad", ["x", "pads", "v1"], ["p1"], name="pad1"),
+        helper.make_node("Conv", ["p1", "w"], ["c"], name="conv"),
+        helper.make_node("Pad", ["c", "pads1", "v2"], ["p2"], name="pad2"),
+        helper.make_node("AveragePool", ["p2"], ["a"], name="avg", kernel_shape=[2, 2]),
+        helper.make_node("Pad", ["a", "pads1", "v3"], ["p3"], name="pad3"),
+        helper.make_node("MaxPool", ["p3"], ["y"], name="max", kernel_shape=[3, 3],
+                         strides=[2, 2]),
+    ]
+    graph = helper.make_graph(nodes, "pads", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 7, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 5, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    calib = rng.uniform(-1, 1, (32, 1, 3, 7, 8)).astype(np.float32)
+    result = build(model, None, calib={"x": calib}, log=lambda message: None)
+    pads = [n.attrs.get("pad_q") for n in result.graph.nodes if n.op.startswith("Q")]
+    assert None not in pads[1:]                          # every layer pads with a value
+    inputs = {"x": calib[:6]}
+    rtl = simulate(result, inputs, mode="compare", log=lambda message: None)
+    assert rtl.cycles == [rtl.predicted_cycles] * 6
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    reference = np.concatenate([session.run(None, {"x": x})[0] for x in inputs["x"]])
+    error = np.abs(rtl.outputs["y"].reshape(reference.shape) - reference).max()
+    print(f"\nint8 vs float: max |difference| {error:.4f} (output range "
+          f"{np.ptp(reference):.2f})")
+    assert error < 0.05 * np.ptp(reference)

@@ -26,7 +26,7 @@ def streams(spec, config: ArchConfig) -> bool:
     output row within half the accumulators."""
     if not spec.depthwise or spec.pool_max or len(spec.sources) != 1:
         return False
-    kw, (oh, ow), dx = spec.phys.shape[2], spec.out_hw, spec.dilations[1]
+    kw, ow, dx = spec.phys.shape[2], spec.out_hw[1], spec.dilations[1]
     length = (ow - 1) * spec.strides[1] + (kw - 1) * dx + 1
     return (config.cols >= config.rows and (kw - 1) * dx + 1 <= config.rows
             and ow <= config.acc_half and length < 1 << 16 and spec.strides[1] < 1 << 8)
@@ -69,7 +69,7 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
                     count=rows_here * length, wgt_addr=tile_addr[n0, ky], acc_addr=acc_base,
                     act_addr=address, act_row=address, ow=length, ox0=0, ih=src.ih,
                     iw=src.iw, iy0=iy0, ix0=ix0, ixr=ix0, sy=sy, sx=1, step_x=src.cb,
-                    step_y=sy * src.iw * src.cb, zp=src.zp, dw=1, vstride=sx,
+                    step_y=sy * src.iw * src.cb, zp=spec.padding(src), dw=1, vstride=sx,
                     vlast=(ow - 1) * sx)
                 first_of_layer = False
                 posts = []

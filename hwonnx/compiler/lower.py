@@ -254,7 +254,7 @@ class _Builder:
                         act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
                         ow=ow, ox0=ox0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ixr,
                         sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
-                        zp=-128 if spec.pool_max else src.zp, pool_max=int(spec.pool_max))
+                        zp=spec.padding(src), pool_max=int(spec.pool_max))
                     first_of_layer = False
                     posts = []
                     if k_index == len(k_tiles[n0]) - 1:
@@ -416,6 +416,13 @@ class _LayerSpec:
     table: "tuple[int, ...] | None" = None     # activation table after the requantization
     counts: "np.ndarray | None" = None         # real pixels per window (count_include_pad=0)
     depthwise: bool = False        # output channel n reads only input channel n
+    pad: "int | None" = None       # int8 padding value of a folded constant Pad
+
+    def padding(self, source: _Source) -> int:
+        """The value the feeder reads at padding positions of ``source`` (MATMUL ``zp``)."""
+        if self.pad is not None:
+            return self.pad
+        return -128 if self.pool_max else source.zp
 
 
 def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
@@ -467,7 +474,8 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
     table = attrs.get("table")
     out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
                rounding=attrs.get("rounding", "half_up"),
-               table=None if table is None else tuple(int(v) for v in table))
+               table=None if table is None else tuple(int(v) for v in table),
+               pad=attrs.get("pad_q"))
     if node.op == "QDense":
         w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
         source = placements[0]

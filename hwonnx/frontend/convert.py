@@ -464,8 +464,9 @@ def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
 
 
 def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
-    """A transient ``Pad`` node {``pads``: (top, left, bottom, right)}, folded into the padding
-    of the layers reading it by the ``fold-pad`` pass (any ``Pad`` left is refused)."""
+    """A transient ``Pad`` node {``pads``: (top, left, bottom, right), ``value`` if not 0},
+    folded into the padding of the layers reading it by the ``fold-pad`` pass (any ``Pad``
+    left is refused)."""
     x, out = b.value(node.input[0]), b.value(node.output[0])
     rank = len(b.shape(x))
     pads = [int(v) for v in np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)]
@@ -479,13 +480,15 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
         value = float(np.asarray(b.onnx_constants[node.input[2]]).reshape(-1)[0])
-    if rank != 4 or value != 0 or any(p < 0 for p in full) \
+    if rank != 4 or math.isnan(value) or value == math.inf or any(p < 0 for p in full) \
             or any(full[a] or full[a + rank] for a in (0, 1)):
         raise _unsupported(b, node, (
             f"Pad '{node.name}' pads a {rank}-D input by {full} with value {value:g}; only "
-            f"non-negative zero padding of the two spatial axes of a 4-D input (folded into "
-            f"the padding of the Conv or AveragePool reading it) is supported"))
-    return Node(node.name, "Pad", (x,), (out,), {"pads": (full[2], full[3], full[6], full[7])})
+            f"non-negative constant padding (not NaN or +inf) of the two spatial axes of a 4-D "
+            f"input (folded into the padding of the Conv, AveragePool or MaxPool reading it) "
+            f"is supported"))
+    return Node(node.name, "Pad", (x,), (out,), {"pads": (full[2], full[3], full[6], full[7]),
+                                                 **({"value": value} if value else {})})
 
 
 #: Names of the axes a ``Concat`` cannot join, by input rank.

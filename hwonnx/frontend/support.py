@@ -145,8 +145,8 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
                      if a.name == "mode"), b"constant")
         mode = mode.decode(errors="replace") if isinstance(mode, bytes) else str(mode)
         if mode != "constant":
-            return (f"Pad '{node.name}' has mode '{mode}'; only mode 'constant' with value 0 "
-                    f"(folded into the padding of the Conv or AveragePool reading it) is "
+            return (f"Pad '{node.name}' has mode '{mode}'; only mode 'constant' (folded into "
+                    f"the padding of the Conv, AveragePool or MaxPool reading it) is "
                     f"supported")
     for index, role in _CONSTANT_INPUTS.get(node.op_type, {}).items():
         if index < len(node.input) and node.input[index] and node.input[index] not in constant:
@@ -164,10 +164,11 @@ def check_fused(graph: Graph, opset: int) -> None:
     for node in graph.nodes:
         if node.op == "Pad":
             nodes.append((node.name, "Pad", "", opset))
-            reasons.append(f"Pad '{node.name}' is not read only by Conv nodes or by "
-                           f"AveragePool nodes with count_include_pad=1 (or no padding of "
-                           f"their own) whose padding can absorb it, so it cannot be folded; "
-                           f"hwonnx pads only inside a convolution or pooling window")
+            reasons.append(f"Pad '{node.name}' is not read only by Conv, MaxPool or "
+                           f"AveragePool nodes (with count_include_pad=1 or no padding of "
+                           f"their own) whose padding can absorb it (a padding of their own "
+                           f"must have the same value), so it cannot be folded; hwonnx pads "
+                           f"only inside a convolution or pooling window")
             continue
         if node.op != "Clip":
             continue

@@ -12,7 +12,8 @@ from .im2col import conv_output_size, im2col
 from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
-           "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat", "softmax", "accumulate_bound", "lookup"]
+           "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat",
+           "softmax", "accumulate_bound", "lookup"]
 
 #: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
 #: after the accelerator's output. Host steps in general, before and after the accelerator,
@@ -89,17 +90,18 @@ def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
 def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
           shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int,
           strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1,
-          rounding: str = "half_up", **_) -> np.ndarray:
+          rounding: str = "half_up", pad_q: "int | None" = None, **_) -> np.ndarray:
     """int8 2-D convolution, NCHW: ``x`` ``[N, C, H, W]``, ``w`` ``[M, C / group, KH, KW]``
     (output channels ``[g M/group, (g+1) M/group)`` read input channels
-    ``[g C/group, (g+1) C/group)``). Padding reads as ``in_zp`` (i.e. as real zero)."""
+    ``[g C/group, (g+1) C/group)``). Padding reads as ``in_zp`` (i.e. as real zero), or as
+    ``pad_q`` (a folded constant ``Pad`` of another value)."""
     n, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
     mg = m // group
     accs = []
     for g in range(group):
         patches = im2col(x[:, g * cg:(g + 1) * cg], (kh, kw), strides, pads, dilations,
-                         pad_value=np.int8(in_zp))
+                         pad_value=np.int8(in_zp if pad_q is None else pad_q))
         accs.append(_accumulate(patches, w[g * mg:(g + 1) * mg].reshape(mg, -1), in_zp))
     acc = np.concatenate(accs, axis=-1)                        # [N, OH*OW, M]
     y = requantize(acc, bias, mult, shift, out_zp, lo, hi, rounding)
@@ -121,7 +123,7 @@ def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
 @golden_op("QAvgPool")
 def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
              lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0),
-             count_include_pad: bool = True, **_) -> np.ndarray:
+             count_include_pad: bool = True, pad_q: "int | None" = None, **_) -> np.ndarray:
     """int8 average pooling: ``sum over the window of (x - in_zp)`` (padding contributes 0),
     requantized with ``mult * 2**-shift``, which includes the division: by the window size
     (``mult``, ``shift`` ``[C]``; ONNX's ``count_include_pad=1``), or, without
@@ -131,7 +133,8 @@ def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, 
     ones = np.ones((c, 1) + tuple(kernel), dtype=np.int8)
     if count_include_pad or mult.ndim == 1:
         return qconv(x, ones, np.zeros(c, dtype=np.int32), mult, shift, in_zp=in_zp,
-                     out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c)
+                     out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c,
+                     pad_q=pad_q)
     n, _, h, w = x.shape
     patches = im2col(x, tuple(kernel), strides, pads, (1, 1), pad_value=np.int8(in_zp))
     acc = (patches.astype(np.int64) - in_zp).reshape(n, patches.shape[1], c, -1).sum(axis=-1)
@@ -154,13 +157,14 @@ def window_counts(size, kernel, strides, pads) -> np.ndarray:
 @golden_op("QMaxPool")
 def qmaxpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
              lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
-             **_) -> np.ndarray:
+             pad_q: "int | None" = None, **_) -> np.ndarray:
     """int8 max pooling: ``max over the window of x`` (padding reads as -128, so it never
-    wins over a real value), then ``requantize(max - in_zp, 0, mult, shift, out_zp, lo, hi)``
+    wins over a real value, or as ``pad_q`` for a folded constant ``Pad``), then ``requantize(max - in_zp, 0, mult, shift, out_zp, lo, hi)``
     per channel (the identity ``mult = 2**30, shift = 30`` with ``out_zp = in_zp`` copies)."""
     n, c, h, wd = x.shape
     kh, kw = kernel
-    patches = im2col(x, (kh, kw), strides, pads, dilations, pad_value=np.int8(-128))
+    patches = im2col(x, (kh, kw), strides, pads, dilations,
+                     pad_value=np.int8(-128 if pad_q is None else pad_q))
     window = patches.reshape(n, patches.shape[1], c, kh * kw).max(axis=-1)   # [N, L, C]
     y = requantize(window.astype(np.int64) - in_zp, np.zeros(c, dtype=np.int32), mult, shift,
                    out_zp, lo, hi)

@@ -3,9 +3,9 @@
 ``Identity``, ``Softmax``, and the elementwise ``LeakyRelu``, ``Sigmoid``, ``Tanh``,
 ``HardSigmoid``, ``HardSwish``).
 
-The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool`` and ``Concat`` (channel axis)
-apply their fused activation after the op: ``max(y, 0)`` if ``relu``, then ``min(y, act_max)``
-if ``act_max`` is set."""
+The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool`` and ``Concat``
+(channel axis) apply their fused activation after the op: ``max(y, 0)`` if ``relu``, then
+``min(y, act_max)`` if ``act_max`` is set."""
 
 from typing import Callable
 
@@ -43,7 +43,7 @@ def _conv(graph: Graph, node: Node, x, w, b=None):
     m, cg, kh, kw = w.shape
     group = node.attrs.get("group", 1)
     cols = im2col(x, (kh, kw), node.attrs["strides"], node.attrs["pads"],
-                  node.attrs["dilations"])                           # [N, L, C*KH*KW]
+                  node.attrs["dilations"], pad_value=node.attrs.get("pad_value", 0.0))
     (sy, sx), (dy, dx) = node.attrs["strides"], node.attrs["dilations"]
     top, left, bottom, right = node.attrs["pads"]
     out_h = conv_output_size(x.shape[2], kh, sy, top, bottom, dy)
@@ -70,7 +70,8 @@ def _avgpool(graph: Graph, node: Node, x):
     (kh, kw), (sy, sx) = node.attrs["kernel"], node.attrs["strides"]
     top, left, bottom, right = node.attrs["pads"]
     n, c, h, w = x.shape
-    padded = np.zeros((n, c, h + top + bottom, w + left + right), np.float32)
+    padded = np.full((n, c, h + top + bottom, w + left + right),
+                     node.attrs.get("pad_value", 0.0), np.float32)
     padded[:, :, top:top + h, left:left + w] = x
     out_h = conv_output_size(h, kh, sy, top, bottom, 1)
     out_w = conv_output_size(w, kw, sx, left, right, 1)
@@ -91,7 +92,8 @@ def _maxpool(graph: Graph, node: Node, x):
     kernel, strides = node.attrs["kernel"], node.attrs["strides"]
     pads, dilations = node.attrs["pads"], node.attrs["dilations"]
     n, c = x.shape[:2]
-    patches = im2col(x, kernel, strides, pads, dilations, pad_value=-np.inf)
+    patches = im2col(x, kernel, strides, pads, dilations,
+                     pad_value=node.attrs.get("pad_value", -np.inf))
     out_h = conv_output_size(x.shape[2], kernel[0], strides[0], pads[0], pads[2], dilations[0])
     out_w = conv_output_size(x.shape[3], kernel[1], strides[1], pads[1], pads[3], dilations[1])
     y = patches.reshape(n, out_h * out_w, c, -1).max(axis=-1)

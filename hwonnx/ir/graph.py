@@ -4,10 +4,11 @@
 Two op vocabularies share this structure (documented in ``docs/ir.md``):
 
 * the **float graph** made by the frontend: ``Conv``, ``Dense``, ``Relu``, ``Add``,
-  ``AvgPool``, ``MaxPool``, ``Concat``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``, ``Softmax``;
+  ``AvgPool``, ``MaxPool``, ``Concat``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``,
+  ``Softmax`` and the table activations (``LeakyRelu``, ``Sigmoid``, ...);
 * the **integer graph** made by the quantizer: ``Quantize``, ``QConv``, ``QDense``, ``QAdd``,
-  ``QAvgPool``, ``QMaxPool``, ``QConcat``, ``Flatten``, ``Reshape``, ``Dequantize`` and host ``Softmax``;
-  every one of them is defined bit for bit by a function of :mod:`hwonnx.golden`.
+  ``QAvgPool``, ``QMaxPool``, ``QConcat``, ``Flatten``, ``Reshape``, ``Dequantize`` and host
+  ``Softmax``; every one of them is defined bit for bit by a function of :mod:`hwonnx.golden`.
 
 Both may hold float32 host steps before the accelerator's input and after its output (``Sub``,
 ``Div``, ``Transpose``, ``ArgMax``, ``TopK``, ...: :mod:`hwonnx.golden.host`).

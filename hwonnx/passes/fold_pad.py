@@ -1,6 +1,7 @@
-"""``fold-pad``: fold a zero ``Pad`` of the spatial axes into the padding of the ``Conv`` and
-``AvgPool`` nodes reading it."""
+"""``fold-pad``: fold a constant ``Pad`` of the spatial axes into the padding of the ``Conv``,
+``AvgPool`` and ``MaxPool`` nodes reading it."""
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -15,12 +16,14 @@ __all__ = ["FoldPad"]
 
 @dataclass(frozen=True)
 class FoldPad:
-    """Remove ``y = Pad(x) {pads}`` (the frontend's transient node for an ONNX ``Pad`` with mode
-    ``constant``, value 0, on the two spatial axes; ``pads`` is ``(top, left, bottom, right)``)
-    when every reader of ``y`` is a ``Conv`` or an ``AvgPool`` reading it as its input: each
-    reader reads ``x`` instead, with ``pads`` added to its own. An ``AvgPool`` qualifies only
-    with ``count_include_pad`` (the padded zeros count in the mean) or no padding of its own
-    (it then gets ``count_include_pad = True``), and only while every pad stays smaller than its
+    """Remove ``y = Pad(x) {pads, value}`` (the frontend's transient node for an ONNX ``Pad``
+    with mode ``constant`` on the two spatial axes; ``pads`` is ``(top, left, bottom, right)``)
+    when every reader of ``y`` is a ``Conv``, an ``AvgPool`` or a ``MaxPool`` reading it as its
+    input: each reader reads ``x`` instead, with ``pads`` added to its own and, for a value
+    other than its own padding's (0; -inf for ``MaxPool``), ``pad_value`` set. A reader with
+    padding of its own qualifies only when the values agree. An ``AvgPool`` qualifies only with
+    ``count_include_pad`` (the padded values count in the mean) or no padding of its own (it
+    then gets ``count_include_pad = True``), and only while every pad stays smaller than its
     kernel.
 
     A ``Pad`` that is a graph output or has any other reader is left alone;
@@ -32,19 +35,25 @@ class FoldPad:
         return rewrite_each(graph, _fold)
 
 
-def _absorb(node: Node, value: str, pads: "tuple[int, ...]") -> "Node | None":
-    """Return ``node`` reading the unpadded input with ``pads`` added, None if it cannot."""
-    if node.op not in ("Conv", "AvgPool") or node.inputs[0] != value \
+def _absorb(node: Node, value: str, pads: "tuple[int, ...]", fill: float
+            ) -> "Node | None":
+    """Return ``node`` reading the unpadded input with ``pads`` of value ``fill`` added, None
+    if it cannot."""
+    if node.op not in ("Conv", "AvgPool", "MaxPool") or node.inputs[0] != value \
             or value in node.inputs[1:]:
         return None
+    own = node.attrs.get("pad_value", -math.inf if node.op == "MaxPool" else 0.0)
+    if any(node.attrs["pads"]) and fill != own:
+        return None
     total = tuple(a + b for a, b in zip(node.attrs["pads"], pads))
-    if node.op == "Conv":
-        return node.with_attrs(pads=total)
+    extra = {} if fill == (-math.inf if node.op == "MaxPool" else 0.0) else {"pad_value": fill}
+    if node.op in ("Conv", "MaxPool"):
+        return node.with_attrs(pads=total, **extra)
     if not node.attrs["count_include_pad"] and any(node.attrs["pads"]):
         return None
     if any(p >= k for p, k in zip(total, tuple(node.attrs["kernel"]) * 2)):
         return None
-    return node.with_attrs(pads=total, count_include_pad=True)
+    return node.with_attrs(pads=total, count_include_pad=True, **extra)
 
 
 def _fold(graph: Graph, pad: Node) -> "Graph | None":
@@ -56,7 +65,7 @@ def _fold(graph: Graph, pad: Node) -> "Graph | None":
         return None
     absorbed = {}
     for reader in readers:
-        new = _absorb(reader, value, tuple(pad.attrs["pads"]))
+        new = _absorb(reader, value, tuple(pad.attrs["pads"]), pad.attrs.get("value", 0.0))
         if new is None:
             return None
         absorbed[id(reader)] = replace(new, inputs=(source, *new.inputs[1:]))

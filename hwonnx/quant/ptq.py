@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from ..errors import QuantizationError, UnsupportedOperatorError
-from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound
+from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
 from ..ir import Graph, Node, TensorType
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float
 
@@ -73,8 +73,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         requantize, a weight zero point cannot be folded, or a layer could overflow int32.
     """
     leftover = [n for n in graph.nodes
-                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat") + _LAYOUT_OPS
-                + _HOST + _TABLES]
+                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat")
+                + _LAYOUT_OPS + _HOST + _TABLES]
     if leftover:
         raise UnsupportedOperatorError(
             [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
@@ -286,7 +286,8 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     for key, array in ((k, constants[names[k]]) for k in names):
         types[names[key]] = TensorType(str(array.dtype), array.shape)
     attrs = {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
-             "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))}
+             "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu")),
+             **_padding(node, s_in, zp_in)}
     if model_params:          # onnxruntime's rounding, where the architecture has it (api)
         attrs["rounding"] = "ort"
     if node.op == "Conv":
@@ -296,6 +297,15 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     return Node(node.name, "QConv" if node.op == "Conv" else "QDense",
                 (qname[node.inputs[0]], names["w"], names["bias"], names["mult"],
                  names["shift"]), (qname[node.outputs[0]],), attrs)
+
+
+def _padding(node: Node, s_in: float, zp_in: int) -> dict:
+    """``pad_q``, the int8 value of a folded constant ``Pad`` of another value than the
+    layer's own padding, quantized with the input's parameters (saturating)."""
+    if "pad_value" not in node.attrs:
+        return {}
+    value = np.float32(node.attrs["pad_value"])
+    return {"pad_q": int(quantize(value, scale=s_in, zero_point=zp_in))}
 
 
 def _output_params(node: Node, values: np.ndarray) -> "tuple[float, int]":
@@ -393,7 +403,7 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
                  "count_include_pad": not exclude, "in_scale": s_in, "out_scale": s_out,
-                 "relu": bool(node.attrs.get("relu"))})
+                 "relu": bool(node.attrs.get("relu")), **_padding(node, s_in, zp_in)})
 
 
 def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
@@ -413,7 +423,8 @@ def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
                  "kernel": tuple(node.attrs["kernel"]), "strides": tuple(node.attrs["strides"]),
                  "pads": tuple(node.attrs["pads"]), "dilations": tuple(node.attrs["dilations"]),
-                 "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+                 "in_scale": s_in, "out_scale": s_out, "relu": bool(node.attrs.get("relu")),
+                 **_padding(node, s_in, zp_in)})
 
 
 def activation_table(op: str, attrs, in_params, out_params) -> "tuple[int, ...]":
@@ -436,7 +447,10 @@ def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, t
     table = activation_table(node.op, node.attrs, params[x], params[out])
     attrs = {"table": table, "activation": node.op}
     last = nodes[-1] if nodes else None
-    if last is not None and last.outputs == (qname[x],) and last.op in _TABLE_HOSTS             and last.attrs.get("table") is None and x not in graph.outputs             and [n is node for n in graph.consumers(x)] == [True]:
+    readers = graph.consumers(x)
+    if last is not None and last.outputs == (qname[x],) and last.op in _TABLE_HOSTS \
+            and last.attrs.get("table") is None and x not in graph.outputs \
+            and len(readers) == 1 and readers[0] is node:
         del types[qname[x]]
         nodes[-1] = Node(last.name, last.op, last.inputs, (qname[out],),
                          {**last.attrs, **attrs, "table_node": node.name})
