@@ -159,8 +159,9 @@ def qmaxpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, 
              lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
              pad_q: "int | None" = None, **_) -> np.ndarray:
     """int8 max pooling: ``max over the window of x`` (padding reads as -128, so it never
-    wins over a real value, or as ``pad_q`` for a folded constant ``Pad``), then ``requantize(max - in_zp, 0, mult, shift, out_zp, lo, hi)``
-    per channel (the identity ``mult = 2**30, shift = 30`` with ``out_zp = in_zp`` copies)."""
+    wins over a real value, or as ``pad_q`` for a folded constant ``Pad``), then
+    ``requantize(max - in_zp, 0, mult, shift, out_zp, lo, hi)`` per channel (the identity
+    ``mult = 2**30, shift = 30`` with ``out_zp = in_zp`` copies)."""
     n, c, h, wd = x.shape
     kh, kw = kernel
     patches = im2col(x, (kh, kw), strides, pads, dilations,
