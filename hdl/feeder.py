@@ -134,7 +134,7 @@ class Feeder(wiring.Component):
         # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
         # f + latency and written in cycle f + latency + 1.
         latency = array_latency(cfg) + 1
-        # (issued, kept, address, pool_max, first): a word that is not kept (depthwise
+        # (kept, address, pool_max, first, issued): a word that is not kept (depthwise
         # streaming) writes nothing but is in flight like any other.
         tag = Cat(keep, acc_addr, cur.pool_max, cur.first, running)
         tags = []

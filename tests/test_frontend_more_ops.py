@@ -249,10 +249,17 @@ def test_pad_of_another_value_folds_as_the_padding_value(value):
 def test_pad_folds_into_maxpool(value):
     pool = helper.make_node("MaxPool", ["p"], ["y"], name="pool", kernel_shape=[3, 2],
                             strides=[2, 2])
-    graph = check(pad_model(pool, value=value))
+    graph = check(pad_model(pool, pads=(0, 0, 1, 1, 0, 0, 2, 1), value=value))
     (node,) = graph.nodes
-    assert (node.op, node.attrs["pads"]) == ("MaxPool", (1, 2, 2, 1))
+    assert (node.op, node.attrs["pads"]) == ("MaxPool", (1, 1, 2, 1))
     assert node.attrs.get("pad_value", float("-inf")) == value
+
+
+def test_infinite_pad_with_windows_only_in_the_padding_stays_unfolded():
+    pool = helper.make_node("MaxPool", ["p"], ["y"], name="pool", kernel_shape=[3, 2],
+                            strides=[2, 2])
+    with pytest.raises(UnsupportedOperatorError, match="Pad 'pad' is not read only by Conv"):
+        load_model(pad_model(pool, value=float("-inf")))
 
 
 def test_pad_of_another_value_folds_into_avgpool_without_pads():
@@ -267,6 +274,29 @@ def test_pad_of_another_value_before_a_padded_conv_is_unsupported():
     conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
     with pytest.raises(UnsupportedOperatorError, match="Pad 'pad' is not read only by Conv"):
         load_model(pad_model(conv, value=1.0))
+
+
+def test_pads_of_different_values_do_not_merge():
+    """Pad(value 5) -> Pad(value 0) -> Conv: the zero Pad folds into the Conv, whose padding
+    then has value 0, so the Pad of value 5 before it cannot fold and is refused by name
+    (a zero-size Pad is an Identity and never sets the value)."""
+    nodes = [helper.make_node("Pad", ["x", "pads", "five"], ["p1"], name="pad5"),
+             helper.make_node("Pad", ["p1", "pads", "zero"], ["p2"], name="pad0"),
+             helper.make_node("Pad", ["p2", "none", "seven"], ["p3"], name="empty"),
+             helper.make_node("Conv", ["p3", "w"], ["y"], name="conv")]
+    model = make_model(nodes, {"x": [1, 2, 4, 4]}, {"y": [None] * 4},
+                       {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+                        "none": np.zeros(8, np.int64), "five": np.float32(5),
+                        "zero": np.float32(0), "seven": np.float32(7), "w": rand(3, 2, 3, 3)})
+    with pytest.raises(UnsupportedOperatorError, match="node 'pad5' Pad .*Pad 'pad5' is not "
+                                                       "read only by Conv"):
+        load_model(model)
+
+
+def test_infinite_pad_before_a_conv_is_unsupported():
+    conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv")
+    with pytest.raises(UnsupportedOperatorError, match="Pad 'pad' is not read only by Conv"):
+        load_model(pad_model(conv, value=float("-inf")))
 
 
 def test_pad_not_before_conv_is_unsupported():

@@ -56,6 +56,15 @@ def test_maxpool_indices_output_is_refused():
         check_against_ort(model)
 
 
+def test_maxpool_window_entirely_in_the_padding_is_refused():
+    """Width 2, kernel 2 dilated by 3, one pad each side: the taps of the first window are
+    at -1 and 2, both outside the input."""
+    with pytest.raises(ModelError, match=r"MaxPool 'pool' has pads \[0, 1, 0, 1\]; with kernel "
+                                         r"\[1, 2\] and dilations \[1, 3\] a window would lie"):
+        check_against_ort(pool_model((1, 2, 3, 2), kernel_shape=[1, 2], dilations=[1, 3],
+                                     pads=[0, 1, 0, 1]))
+
+
 def test_maxpool_ceil_mode_is_refused():
     with pytest.raises(ModelError, match="MaxPool 'pool' has ceil_mode=1"):
         check_against_ort(pool_model(kernel_shape=[2, 2], ceil_mode=1))

@@ -182,19 +182,21 @@ def test_depthwise_streaming(config):
     dilation, asymmetric padding, more channels than rows, output rows in several M tiles
     (4x4 and 3x5 have 8 and 32 accumulators per half), a streamed average pool; and the
     depthwise layers that keep the default mapping: a channel multiplier of 2, a kernel
-    wider than the rows."""
+    wider than the rows, a 1x1 kernel with a stride along the rows (slower streamed)."""
     rng = np.random.default_rng(61)
     c = 2 * config.rows + 1
     specs = [dict(op="conv", cout=c, k=(3, 3), strides=(1, 2), pads=(1, 0, 2, 1),
                   dilations=(1, 1), relu=True, group=c),
              dict(op="conv", cout=c, k=(2, 2), strides=(2, 1), pads=(1, 1, 1, 1),
                   dilations=(2, 2), relu=False, group=c),
-             dict(op="avgpool", k=(2, 2), strides=(1, 2), pads=(0, 1, 1, 0)),
+             dict(op="avgpool", k=(2, 2), strides=(2, 1), pads=(0, 1, 1, 0)),
              dict(op="conv", cout=2 * c, k=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
                   dilations=(1, 1), relu=False, group=c),                 # multiplier 2
              dict(op="conv", cout=2 * c, k=(1, config.rows + 1), strides=(1, 1),
                   pads=(0, config.rows // 2, 0, config.rows // 2), dilations=(1, 1),
                   relu=False, group=2 * c),                                # too wide
+             dict(op="conv", cout=2 * c, k=(1, 1), strides=(1, 2), pads=(0, 0, 0, 0),
+                  dilations=(1, 1), relu=False, group=2 * c),              # 1x1, stride 2
              dict(op="flatten"), dict(op="dense", cout=3, relu=False)]
     graph = chain_graph(rng, specs, (1, c, 9, 13))
     program, _ = _run_and_check(graph, config, rng, samples=2)

@@ -8,8 +8,10 @@ non-zero weight per column, so only one PE in each column does useful work. Stre
 multiplies the word ``r`` positions later by ``w[c, ky, r / dx]``, and the column sum of
 word ``j`` is the kernel row ``ky`` applied at input column ``j`` -- a 1-D convolution per
 channel. Every ``sx``-th word up to ``(OW - 1) sx`` is an output pixel; the ``KH`` kernel rows
-are the K tiles, accumulated as usual. ``KW`` rows and all ``rows`` columns do useful work
-(``KW / rows`` of the array for ``sx = 1``, against ``1 / cols``).
+are the K tiles, accumulated as usual. ``KW`` rows of ``rows`` columns do useful work
+(``KW / cols`` of the array for ``sx = 1``, against ``1 / cols``), for ``L`` words per
+output row instead of ``KW`` words per output pixel, so a layer streams only when
+``L < KW * OW`` (a 1-wide kernel or a stride along the rows can make it slower).
 """
 
 import numpy as np
@@ -22,14 +24,15 @@ __all__ = ["streams", "emit_depthwise"]
 
 def streams(spec, config: ArchConfig) -> bool:
     """Whether a layer is computed in streaming mode: depthwise (not max pooling), the
-    kernel's width (dilated) within the rows, the columns covering a channel block, and an
-    output row within half the accumulators."""
+    kernel's width (dilated) within the rows, the columns covering a channel block, an
+    output row within half the accumulators, and fewer words than the default mapping's."""
     if not spec.depthwise or spec.pool_max or len(spec.sources) != 1:
         return False
     kw, ow, dx = spec.phys.shape[2], spec.out_hw[1], spec.dilations[1]
     length = (ow - 1) * spec.strides[1] + (kw - 1) * dx + 1
     return (config.cols >= config.rows and (kw - 1) * dx + 1 <= config.rows
-            and ow <= config.acc_half and length < 1 << 16 and spec.strides[1] < 1 << 8)
+            and ow <= config.acc_half and length < 1 << 16 and spec.strides[1] < 1 << 8
+            and length < kw * ow)
 
 
 def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
@@ -55,7 +58,7 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
                 padded[kx * dx, :nt] = spec.phys[channels, ky, kx, channels]
             builder.wgt.extend(_int8_word(row) for row in padded)
     first_of_layer = True
-    tile_rows = min(oh, cfg.acc_half // ow)
+    tile_rows = min(oh, cfg.acc_half // ow, 0xFFFF // length)     # count: 16 bits
     for oy0 in range(0, oh, tile_rows):
         rows_here = min(tile_rows, oh - oy0)
         for n_index, (n0, nt) in enumerate(n_tiles):

@@ -158,8 +158,9 @@ class _Builder:
     def layer(self, node: Node, sources: "list[Placement]", target: Placement) -> LayerPlan:
         """Emit the tiles of one array layer. Every layer is a convolution over one or more
         sources: a K tile reads one channel block of one source at one kernel tap, so a
-        residual Add is a 1x1 convolution over both inputs, and average pooling a depthwise
-        convolution with weights of one."""
+        residual Add is a 1x1 convolution over both inputs, and pooling a depthwise
+        convolution with weights of one; depthwise layers may stream instead (a K tile is
+        then a kernel row: :mod:`.depthwise`)."""
         rows = self.config.rows
         spec = _layer_spec(node, sources, self.graph, rows)
         n_out, kh, kw = spec.phys.shape[:3]

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from ..errors import ModelError, UnsupportedOperatorError
+from ..golden.im2col import windows_touch_input
 from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
 from .common import FLOAT_TYPES, MAX_TENSOR_ELEMENTS, domain_opset, elem_type_name
@@ -199,9 +200,11 @@ def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
     dilations = tuple(attrs.get("dilations", (1, 1)))
     strides = tuple(attrs.get("strides", (1, 1)))
     pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
-    if any(p > d * (k - 1) for p, k, d in zip(pads, kernel * 2, dilations * 2)):
-        raise ModelError(f"MaxPool '{node.name}' has pads {list(pads)}; a window would lie "
-                         f"entirely in the padding of kernel {list(kernel)}")
+    if not all(windows_touch_input(size, k, s, begin, end, d) for size, k, s, begin, end, d
+               in zip(shape[2:], kernel, strides, pads[:2], pads[2:], dilations)):
+        raise ModelError(f"MaxPool '{node.name}' has pads {list(pads)}; with kernel "
+                         f"{list(kernel)} and dilations {list(dilations)} a window would lie "
+                         f"entirely in the padding of its {list(shape[2:])} input")
     return Node(node.name, "MaxPool", (x,), (b.value(node.output[0]),),
                 {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
                  **_ACTIVATION})
@@ -487,6 +490,8 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
             f"non-negative constant padding (not NaN or +inf) of the two spatial axes of a 4-D "
             f"input (folded into the padding of the Conv, AveragePool or MaxPool reading it) "
             f"is supported"))
+    if not any(full):
+        return Node(node.name, "Identity", (x,), (out,))
     return Node(node.name, "Pad", (x,), (out,), {"pads": (full[2], full[3], full[6], full[7]),
                                                  **({"value": value} if value else {})})
 

@@ -2,12 +2,21 @@
 
 import numpy as np
 
-__all__ = ["conv_output_size", "im2col"]
+__all__ = ["conv_output_size", "im2col", "windows_touch_input"]
 
 
 def conv_output_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
                      dilation: int) -> int:
     return (size + pad_begin + pad_end - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def windows_touch_input(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                        dilation: int) -> bool:
+    """Whether every window along one axis has at least one tap inside the input (a window
+    entirely in the padding has no maximum to take)."""
+    out = conv_output_size(size, kernel, stride, pad_begin, pad_end, dilation)
+    return all(any(0 <= o * stride - pad_begin + k * dilation < size for k in range(kernel))
+               for o in range(out))
 
 
 def im2col(x: np.ndarray, kernel: "tuple[int, int]", strides: "tuple[int, int]",

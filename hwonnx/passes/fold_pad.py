@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..golden.im2col import windows_touch_input
 from ..ir.graph import Graph, Node
 from .rewrite import prune, rewrite_each
 
@@ -35,18 +36,26 @@ class FoldPad:
         return rewrite_each(graph, _fold)
 
 
-def _absorb(node: Node, value: str, pads: "tuple[int, ...]", fill: float
-            ) -> "Node | None":
-    """Return ``node`` reading the unpadded input with ``pads`` of value ``fill`` added, None
-    if it cannot."""
+def _absorb(node: Node, value: str, pads: "tuple[int, ...]", fill: float,
+            shape: "tuple[int, ...]") -> "Node | None":
+    """Return ``node`` reading the unpadded input (of ``shape``) with ``pads`` of value ``fill``
+    added, None if it cannot."""
     if node.op not in ("Conv", "AvgPool", "MaxPool") or node.inputs[0] != value \
             or value in node.inputs[1:]:
         return None
-    own = node.attrs.get("pad_value", -math.inf if node.op == "MaxPool" else 0.0)
-    if any(node.attrs["pads"]) and fill != own:
+    default = -math.inf if node.op == "MaxPool" else 0.0
+    own = node.attrs.get("pad_value", default)
+    if (any(node.attrs["pads"]) or "pad_value" in node.attrs) and fill != own:
         return None
+    if not math.isfinite(fill) and node.op != "MaxPool":
+        return None                   # an infinite sum: left for the support check to refuse
     total = tuple(a + b for a, b in zip(node.attrs["pads"], pads))
-    extra = {} if fill == (-math.inf if node.op == "MaxPool" else 0.0) else {"pad_value": fill}
+    extra = {} if fill == default else {"pad_value": fill}
+    if node.op == "MaxPool" and fill == -math.inf and not all(
+            windows_touch_input(size, k, s, begin, end, d) for size, k, s, begin, end, d in zip(
+                shape[2:], node.attrs["kernel"], node.attrs["strides"], total[:2], total[2:],
+                node.attrs["dilations"])):
+        return None                   # a window entirely in -inf padding
     if node.op in ("Conv", "MaxPool"):
         return node.with_attrs(pads=total, **extra)
     if not node.attrs["count_include_pad"] and any(node.attrs["pads"]):
@@ -65,7 +74,8 @@ def _fold(graph: Graph, pad: Node) -> "Graph | None":
         return None
     absorbed = {}
     for reader in readers:
-        new = _absorb(reader, value, tuple(pad.attrs["pads"]), pad.attrs.get("value", 0.0))
+        new = _absorb(reader, value, tuple(pad.attrs["pads"]), pad.attrs.get("value", 0.0),
+                      graph.types[source].shape)
         if new is None:
             return None
         absorbed[id(reader)] = replace(new, inputs=(source, *new.inputs[1:]))

@@ -1,5 +1,5 @@
 """``fuse-clip``: fold ``Clip`` into the preceding layer-like node (``Conv``, ``Dense``,
-``Add``, ``AvgPool``, ``Concat``) as ``relu`` and ``act_max``."""
+``Add``, ``AvgPool``, ``MaxPool``, ``Concat``) as ``relu`` and ``act_max``."""
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -16,9 +16,10 @@ __all__ = ["FuseClip"]
 @dataclass(frozen=True)
 class FuseClip:
     """Replace ``Clip(y)`` {``min``, ``max``}, where ``y`` is written by a ``Conv``,
-    ``Dense``, ``Add``, ``AvgPool`` or ``Concat`` that nothing else reads, by that node writing the
-    ``Clip`` output, with ``relu=True`` if ``min`` is 0 and ``act_max`` lowered to ``max``
-    (``min(act_max, max)``) if ``max`` is set; ``Relu6`` exports as ``Clip(0, 6)``.
+    ``Dense``, ``Add``, ``AvgPool``, ``MaxPool`` or ``Concat`` that nothing else reads, by
+    that node writing the ``Clip`` output, with ``relu=True`` if ``min`` is 0 and ``act_max``
+    lowered to ``max`` (``min(act_max, max)``) if ``max`` is set; ``Relu6`` exports as
+    ``Clip(0, 6)``.
 
     A ``Clip`` with any other ``min`` (not 0, not None), or after any other node, is left
     alone; :func:`hwonnx.frontend.load_model` then refuses it.

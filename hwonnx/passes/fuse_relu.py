@@ -1,5 +1,5 @@
 """``fuse-relu``: fold ``Relu`` into the preceding layer-like node (``Conv``, ``Dense``,
-``Add``, ``AvgPool``, ``Concat``)."""
+``Add``, ``AvgPool``, ``MaxPool``, ``Concat``)."""
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -16,7 +16,8 @@ __all__ = ["FuseRelu"]
 @dataclass(frozen=True)
 class FuseRelu:
     """Replace ``Relu(y)``, where ``y`` is written by a ``Conv``, ``Dense``, ``Add``,
-    ``AvgPool`` or ``Concat`` without fused ReLU (and without a negative ``act_max``) that
+    ``AvgPool``, ``MaxPool`` or ``Concat`` without fused ReLU (and without a negative
+    ``act_max``) that
     nothing else reads, by that node with ``relu=True`` writing the ``Relu`` output."""
     name: str = "fuse-relu"
 

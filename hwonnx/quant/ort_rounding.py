@@ -38,13 +38,14 @@ def _scale(mult: np.ndarray, shift: np.ndarray) -> np.ndarray:
 
 
 def _qconv(x, w, bias, mult, shift, *, in_zp, out_zp, lo, hi, strides=(1, 1),
-           pads=(0, 0, 0, 0), dilations=(1, 1), group=1, **_):
+           pads=(0, 0, 0, 0), dilations=(1, 1), group=1, pad_q=None, **_):
     n, m = x.shape[0], w.shape[0]
     cg, mg = w.shape[1], m // group
     accs = []
     for g in range(group):
         patches = im2col(x[:, g * cg:(g + 1) * cg], w.shape[2:], strides, pads, dilations,
-                         pad_value=np.int8(in_zp)).astype(np.int64) - in_zp
+                         pad_value=np.int8(in_zp if pad_q is None else pad_q)
+                         ).astype(np.int64) - in_zp
         accs.append(patches @ w[g * mg:(g + 1) * mg].reshape(mg, -1).astype(np.int64).T)
     y = requantize_float32(np.concatenate(accs, axis=-1), bias, _scale(mult, shift), out_zp,
                            lo, hi)
@@ -75,7 +76,8 @@ def _qavgpool(x, mult, shift, *, in_zp, out_zp, lo, hi, kernel, strides=(1, 1),
     c = x.shape[1]
     ones = np.ones((c, 1) + tuple(kernel), dtype=np.int8)
     return _qconv(x, ones, np.zeros(c, np.int32), mult, shift, in_zp=in_zp, out_zp=out_zp,
-                  lo=lo, hi=hi, strides=strides, pads=pads, group=c)
+                  lo=lo, hi=hi, strides=strides, pads=pads, group=c,
+                  pad_q=attrs.get("pad_q"))
 
 
 _OPS = {**GOLDEN_OPS, "QConv": _qconv, "QDense": _qdense, "QAdd": _qadd,

@@ -20,9 +20,14 @@ _TABLES = tuple(sorted(TABLE_FUNCTIONS))
 _TABLE_HOSTS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat")
 
 
-def activation_params(lo: float, hi: float) -> "tuple[float, int]":
-    """Asymmetric int8 scale and zero point covering ``[min(lo, 0), max(hi, 0)]``."""
+def activation_params(lo: float, hi: float, value: str = "a value"
+                      ) -> "tuple[float, int]":
+    """Asymmetric int8 scale and zero point covering ``[min(lo, 0), max(hi, 0)]``; a range
+    that is not finite (of ``value``, for the message) is a :class:`QuantizationError`."""
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise QuantizationError(f"The calibration range of {value} is [{lo:g}, {hi:g}]; an "
+                                f"int8 scale needs finite values")
     if hi - lo < 1e-12:
         return 1.0, 0
     scale = (hi - lo) / 255.0
@@ -55,8 +60,9 @@ _CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = 
 
 
 def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
-    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool``, ``Concat``,
-    ``Flatten``, ``Reshape``, host ``Softmax``) to the integer vocabulary.
+    """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool``,
+    ``Concat``, the table activations ``LeakyRelu``, ``Sigmoid``, ``Tanh``, ``HardSigmoid``,
+    ``HardSwish``, ``Flatten``, ``Reshape``, host ``Softmax``) to the integer vocabulary.
 
     Quantization parameters a pre-quantized model gives (``graph.meta["quantization"]``, see
     :func:`hwonnx.frontend.prequant.annotate_graph`) are used as they are: activation scales
@@ -102,8 +108,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         values = evaluate_float(graph, feeds, keep_all=True)
     params: "dict[str, tuple[float, int]]" = {}
     for name in graph.inputs:
-        params[name] = given.get(name) or activation_params(values[name].min(),
-                                                            values[name].max())
+        params[name] = given.get(name) or activation_params(
+            values[name].min(), values[name].max(), f"input '{name}'")
 
     nodes, types, constants = [], {}, {}
     qname = {}
@@ -156,8 +162,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             nodes.append(Node(node.name, node.op, (qname[x],), (qname[out],), node.attrs))
             continue
         if node.op in _TABLES:
-            params[out] = given.get(out) or activation_params(values[out].min(),
-                                                                values[out].max())
+            params[out] = given.get(out) or activation_params(
+                values[out].min(), values[out].max(), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
         if node.op == "MaxPool":           # a maximum of the inputs: their own parameters
@@ -315,7 +321,7 @@ def _output_params(node: Node, values: np.ndarray) -> "tuple[float, int]":
         lo = max(lo, 0.0)
     if node.attrs.get("act_max") is not None:
         hi = min(hi, float(node.attrs["act_max"]))
-    return activation_params(lo, hi)
+    return activation_params(lo, hi, f"'{node.outputs[0]}' (output of '{node.name}')")
 
 
 def _clamp(node: Node, out_params) -> "tuple[int, int]":
