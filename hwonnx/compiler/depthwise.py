@@ -10,8 +10,9 @@ word ``j`` is the kernel row ``ky`` applied at input column ``j`` -- a 1-D convo
 channel. Every ``sx``-th word up to ``(OW - 1) sx`` is an output pixel; the ``KH`` kernel rows
 are the K tiles, accumulated as usual. ``KW`` rows of ``rows`` columns do useful work
 (``KW / cols`` of the array for ``sx = 1``, against ``1 / cols``), for ``L`` words per
-output row instead of ``KW`` words per output pixel, so a layer streams only when
-``L < KW * OW`` (a 1-wide kernel or a stride along the rows can make it slower).
+output row and kernel row instead of ``KW`` words per output pixel, and ``KW`` times fewer
+K tiles: a layer streams only when that is cheaper (:func:`streams`; a 1-wide kernel with a
+stride along the rows is not).
 """
 
 import numpy as np
@@ -25,14 +26,30 @@ __all__ = ["streams", "emit_depthwise"]
 def streams(spec, config: ArchConfig) -> bool:
     """Whether a layer is computed in streaming mode: depthwise (not max pooling), the
     kernel's width (dilated) within the rows, the columns covering a channel block, an
-    output row within half the accumulators, and fewer words than the default mapping's."""
+    output row within half the accumulators, and cheaper than the default mapping by the
+    cycle model's rule of thumb (a K tile takes ``max(count, max(rows, cols) + 1)``
+    cycles: the loader's turnaround bounds short tiles)."""
     if not spec.depthwise or spec.pool_max or len(spec.sources) != 1:
         return False
-    kw, ow, dx = spec.phys.shape[2], spec.out_hw[1], spec.dilations[1]
+    kh, kw = spec.phys.shape[1:3]
+    (oh, ow), dx = spec.out_hw, spec.dilations[1]
     length = (ow - 1) * spec.strides[1] + (kw - 1) * dx + 1
-    return (config.cols >= config.rows and (kw - 1) * dx + 1 <= config.rows
-            and ow <= config.acc_half and length < 1 << 16 and spec.strides[1] < 1 << 8
-            and length < kw * ow)
+    if not (config.cols >= config.rows and (kw - 1) * dx + 1 <= config.rows
+            and ow <= config.acc_half and length < 1 << 16 and spec.strides[1] < 1 << 8):
+        return False
+    turnaround = max(config.rows, config.cols) + 1
+    tile_rows = _tile_rows(oh, ow, length, config)
+    streamed = kh * sum(max(min(tile_rows, oh - y) * length, turnaround)
+                        for y in range(0, oh, tile_rows))
+    pixels, m_tile = oh * ow, min(oh * ow, config.acc_half)
+    default = kh * kw * sum(max(min(m_tile, pixels - m0), turnaround)
+                            for m0 in range(0, pixels, m_tile))
+    return streamed < default
+
+
+def _tile_rows(oh: int, ow: int, length: int, config: ArchConfig) -> int:
+    """Output rows per M tile: within half the accumulators, ``count`` within 16 bits."""
+    return min(oh, config.acc_half // ow, 0xFFFF // length)
 
 
 def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
@@ -58,7 +75,7 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
                 padded[kx * dx, :nt] = spec.phys[channels, ky, kx, channels]
             builder.wgt.extend(_int8_word(row) for row in padded)
     first_of_layer = True
-    tile_rows = min(oh, cfg.acc_half // ow, 0xFFFF // length)     # count: 16 bits
+    tile_rows = _tile_rows(oh, ow, length, cfg)
     for oy0 in range(0, oh, tile_rows):
         rows_here = min(tile_rows, oh - oy0)
         for n_index, (n0, nt) in enumerate(n_tiles):
