@@ -125,6 +125,11 @@ def _reshape(graph: Graph, node: Node, x):
     return x.reshape(_batch(graph.types[node.outputs[0]].shape, x.shape[0]))
 
 
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))                    # no overflow for large |x|
+    return np.where(x >= 0, np.float32(1) / (np.float32(1) + e), e / (np.float32(1) + e))
+
+
 def _hard_sigmoid(x, alpha, beta):
     return np.clip(np.float32(alpha) * x + np.float32(beta), 0, 1)
 
@@ -134,7 +139,7 @@ def _hard_sigmoid(x, alpha, beta):
 #: (:func:`hwonnx.quant.ptq.activation_table`). ``attrs`` holds ``alpha``/``beta``.
 TABLE_FUNCTIONS: "dict[str, Callable[[np.ndarray, dict], np.ndarray]]" = {
     "LeakyRelu": lambda x, attrs: np.where(x >= 0, x, x * np.float32(attrs["alpha"])),
-    "Sigmoid": lambda x, attrs: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "Sigmoid": lambda x, attrs: _sigmoid(x),
     "Tanh": lambda x, attrs: np.tanh(x),
     "HardSigmoid": lambda x, attrs: _hard_sigmoid(x, attrs["alpha"], attrs["beta"]),
     "HardSwish": lambda x, attrs: x * _hard_sigmoid(x, 1 / 6, 0.5),
