@@ -20,7 +20,7 @@ import numpy as np
 from ..config import ArchConfig
 from .isa import Op
 
-__all__ = ["streams", "emit_depthwise"]
+__all__ = ["streams", "emit_depthwise", "int8_word"]
 
 
 def streams(spec, config: ArchConfig) -> bool:
@@ -73,7 +73,7 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
             padded = np.zeros((rows, cols), dtype=np.int64)
             for kx in range(kw):
                 padded[kx * dx, :nt] = spec.phys[channels, ky, kx, channels]
-            builder.wgt.extend(_int8_word(row) for row in padded)
+            builder.wgt.extend(int8_word(row) for row in padded)
     first_of_layer = True
     tile_rows = _tile_rows(oh, ow, length, cfg)
     for oy0 in range(0, oh, tile_rows):
@@ -99,5 +99,6 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
                 builder.tiles.append((matmul, posts, builder.layer_count))
 
 
-def _int8_word(values) -> int:
+def int8_word(values) -> int:
+    """One buffer word of int8 lanes, lane 0 in the least significant bits."""
     return int.from_bytes(np.asarray(values, dtype=np.int8).tobytes(), "little")

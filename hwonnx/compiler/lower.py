@@ -11,6 +11,7 @@ from ..golden.im2col import conv_output_size
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound, window_counts
 from ..ir import Graph, Node
 from .alloc import ActAllocator
+from .depthwise import emit_depthwise, int8_word, streams
 from .isa import Op, encode
 from .layout import Placement, natural_placement
 
@@ -196,7 +197,6 @@ class _Builder:
                     f"a board whose array has more")
         plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
         plan.first = len(self.tiles)
-        from .depthwise import emit_depthwise, streams
         if streams(spec, self.config):
             emit_depthwise(self, spec, folded, target, lut)
         else:
@@ -234,7 +234,7 @@ class _Builder:
                                 tile_addr[n0, index, ky, kx, cb] = len(self.wgt)
                                 padded = np.zeros((rows, cols), dtype=np.int64)
                                 padded[:, :nt] = block.T
-                                self.wgt.extend(_int8_word(row) for row in padded)
+                                self.wgt.extend(int8_word(row) for row in padded)
         first_of_layer = True
         m_total, m_tile = oh * ow, min(oh * ow, cfg.acc_half)
         for m0 in range(0, m_total, m_tile):
@@ -347,10 +347,6 @@ def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int
     return [(n0, min(cols, block + rows - n0, n_out - n0))
             for block in range(0, n_out, rows)
             for n0 in range(block, min(block + rows, n_out), cols)]
-
-
-def _int8_word(values) -> int:
-    return int.from_bytes(np.asarray(values, dtype=np.int8).tobytes(), "little")
 
 
 def _param_word(bias, mult, shift, cols: int) -> int:
