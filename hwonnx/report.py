@@ -56,12 +56,15 @@ def placement_table(graph, program: "Program | None" = None) -> str:
     cycles = dict(zip((layer.name for layer in program.layers), layer_cycles(program))) \
         if program else {}
     macs = {layer.name: layer.macs for layer in program.layers} if program else {}
+    streamed = {program.layers[i["layer"]].name for i in program.instructions
+                if i.get("dw")} if program else set()
     lines = ["| node | op | runs on | MACs | predicted cycles | why |",
              "|---|---|---|---:|---:|---|"]
     for row in placement(graph):
+        why = row["why"] + ("; depthwise streaming: channels across the columns, kernel "
+                            "columns down the rows" if row["node"] in streamed else "")
         lines.append(f"| {row['node']} | {row['op']} | {row['where']} | "
-                     f"{macs.get(row['node'], '')} | {cycles.get(row['node'], '')} | "
-                     f"{row['why']} |")
+                     f"{macs.get(row['node'], '')} | {cycles.get(row['node'], '')} | {why} |")
     return "\n".join(lines)
 
 

@@ -397,3 +397,29 @@ def test_load_program_from_an_incomplete_folder(tmp_path):
                                              f"folder (") + r".+"
                        + re.escape("); run 'hwonnx build' first") + "$"):
         load_program(tmp_path)
+
+
+def test_placement_table_names_streamed_depthwise_layers():
+    """A depthwise 3x3 layer streams on the default 8x8 array and the placement table says
+    so; a 1x1 depthwise layer with a stride along the rows does not (it would be slower)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from hwonnx.api import build
+    from hwonnx.report import placement_table
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (8, 1, 3, 3)).astype(np.float32), "a"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (8, 1, 1, 1)).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "a"], ["h"], name="dw3", group=8, pads=[1] * 4),
+             helper.make_node("Conv", ["h", "b"], ["y"], name="dw1", group=8, strides=[1, 2])]
+    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 8, 6, 10])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 8, 6, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    result = build(model, None, calib={"x": rng.normal(0, 1, (4, 1, 8, 6, 10))},
+                   verilog=False, log=lambda message: None)
+    rows = {line.split(" | ")[0].strip("| "): line
+            for line in placement_table(result.graph, result.program).splitlines()}
+    assert "depthwise streaming" in rows["dw3"]
+    assert "depthwise streaming" not in rows["dw1"]
