@@ -80,9 +80,9 @@ def load_program(folder: Path) -> Program:
         doc = json.loads((folder / "program.json").read_text())
         with np.load(folder / "placements.npz") as npz:
             logical = [npz[f"p{i}"] for i in range(len(doc["placements"]))]
+        names = ["wgt", "par"] + (["lut"] if (folder / "lut.hex").exists() else [])
         images = {name: [int(w, 16) for w in (folder / f"{name}.hex").read_text().split()]
-                  for name in ("wgt", "par", "lut") if name in ("wgt", "par")
-                  or (folder / f"{name}.hex").exists()}
+                  for name in names}
     except (OSError, ValueError, KeyError) as error:
         raise ModelError(f"'{folder}' is not a complete hwonnx build folder ({error}); "
                          f"run 'hwonnx build' first") from error

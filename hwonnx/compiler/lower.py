@@ -11,7 +11,8 @@ from ..golden.im2col import conv_output_size
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound, window_counts
 from ..ir import Graph, Node
 from .alloc import ActAllocator
-from .depthwise import emit_depthwise, int8_word, streams
+from . import depthwise
+from .depthwise import int8_word
 from .isa import Op, encode
 from .layout import Placement, natural_placement
 
@@ -197,8 +198,8 @@ class _Builder:
                     f"a board whose array has more")
         plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
         plan.first = len(self.tiles)
-        if streams(spec, self.config):
-            emit_depthwise(self, spec, folded, target, lut)
+        if depthwise.streams(spec, self.config):
+            depthwise.emit_depthwise(self, spec, folded, target, lut)
         else:
             self._emit(spec, folded, target, lut)
         plan.tiles = len(self.tiles) - plan.first

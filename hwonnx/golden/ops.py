@@ -169,9 +169,8 @@ def qmaxpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, 
     window = patches.reshape(n, patches.shape[1], c, kh * kw).max(axis=-1)   # [N, L, C]
     y = requantize(window.astype(np.int64) - in_zp, np.zeros(c, dtype=np.int32), mult, shift,
                    out_zp, lo, hi)
-    top, left, bottom, right = pads
-    oh = (h + top + bottom - dilations[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (wd + left + right - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    oh = conv_output_size(h, kh, strides[0], pads[0], pads[2], dilations[0])
+    ow = conv_output_size(wd, kw, strides[1], pads[1], pads[3], dilations[1])
     return y.transpose(0, 2, 1).reshape(n, c, oh, ow)
 
 
