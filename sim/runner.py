@@ -1,5 +1,6 @@
 """Verilator set-up, the per-architecture build cache, and running image sets on RTL."""
 
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -15,7 +16,7 @@ from ..config import ArchConfig
 from ..errors import SimulationError, ToolchainError
 from .harness import ACCEL_TOP, HARNESS_TOP, control_file, harness_verilog
 
-__all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root"]
+__all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root", "build_lock"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -60,6 +61,43 @@ def cache_root() -> Path:
     return Path(os.environ.get("HWONNX_CACHE", Path.home() / ".cache" / "hwonnx"))
 
 
+@contextlib.contextmanager
+def build_lock(build_dir: Path, what: str, log=print):
+    """Hold an exclusive inter-process lock for building ``build_dir`` of the cache.
+
+    The lock is ``fcntl.flock`` on ``<build_dir>.lock`` beside the folder (the lock file is
+    never removed: removing it would let two processes lock two different files). Processes
+    that share the cache (pytest-xdist workers, two test runs, a run and ``hwonnx demo``)
+    therefore build each entry once: the first builds, the others wait here, then find the
+    entry complete and reuse it, and no process removes a folder another is building or using.
+    Where ``fcntl`` or ``flock`` is unavailable (Windows, some network file systems) the build
+    runs unlocked, as before.
+    """
+    try:
+        import fcntl
+    except ImportError:         # not POSIX: no lock
+        yield
+        return
+    _mkdir(build_dir.parent)
+    with open(build_dir.with_name(build_dir.name + ".lock"), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+        except BlockingIOError:
+            log(f"Waiting for another process to finish building {what} ({build_dir}) ...")
+            started = time.monotonic()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            locked = True
+            log(f"Waited {time.monotonic() - started:.0f} s for the build of {what}")
+        except OSError:         # the file system does not lock: build unlocked
+            locked = False
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def toolchain_fingerprint() -> str:
     """What a cached simulator binary depends on besides its sources: the tool versions, and
     where cocotb's libraries are, because the binary links them by path (a cache shared by
@@ -87,18 +125,30 @@ def rtl_build(config: ArchConfig, log=print) -> Path:
     """Return the Verilator build directory for ``config``, building it once if needed.
 
     Builds are keyed by the architecture config and the HDL sources, so every model and every
-    test of one config reuses the same simulator binary.
+    test of one config reuses the same simulator binary. Processes sharing the cache build
+    each config once: the others wait for it (:func:`build_lock`).
     """
+    setup_verilator()
+    build_dir = cache_root() / "rtl" / _build_key(config)
+    binary = build_dir / HARNESS_TOP
+    # A complete build appears at once (a rename), so a binary that exists is whole.
+    if binary.exists():
+        return build_dir
+    with build_lock(build_dir, f"the {config.name} accelerator", log=log):
+        if binary.exists():     # another process built it while this one waited
+            return build_dir
+        _build_accelerator(config, build_dir, log)
+    return build_dir
+
+
+def _build_accelerator(config: ArchConfig, build_dir: Path, log) -> None:
+    """Build ``config``'s simulator in a temporary folder, then rename it to ``build_dir``
+    (called with the entry's :func:`build_lock` held)."""
     from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
 
     from ..hdl.top import Accelerator
 
-    setup_verilator()
-    build_dir = cache_root() / "rtl" / _build_key(config)
-    binary = build_dir / HARNESS_TOP
-    if binary.exists():
-        return build_dir
     started = time.monotonic()
     log(f"Building the {config.name} accelerator for Verilator (once per architecture) ...")
     work = Path(tempfile.mkdtemp(prefix=f"{build_dir.name}.", dir=build_dir.parent
@@ -125,7 +175,6 @@ def rtl_build(config: ArchConfig, log=print) -> Path:
         shutil.copy(work / name, build_dir / name)
     shutil.rmtree(work, ignore_errors=True)
     log(f"Built in {time.monotonic() - started:.0f} s: {build_dir}")
-    return build_dir
 
 
 def _mkdir(path: Path) -> Path:

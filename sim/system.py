@@ -3,6 +3,7 @@ bridge) on Verilator, driven over its UART pins by the host protocol client."""
 
 import hashlib
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -12,7 +13,8 @@ import numpy as np
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.lower import Program, encode_program
 from ..errors import SimulationError, ToolchainError
-from .runner import _BUILD_ARGS, cache_root, setup_verilator, toolchain_fingerprint
+from .runner import (_BUILD_ARGS, build_lock, cache_root, setup_verilator,
+                     toolchain_fingerprint)
 
 __all__ = ["SYSTEM_TOP", "run_system"]
 
@@ -20,31 +22,46 @@ SYSTEM_TOP = "hwonnx_system"
 
 
 def _system_build(verilog: str, log=print) -> Path:
-    from cocotb_tools.runner import get_runner
-
     setup_verilator()
     key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS) + toolchain_fingerprint()).encode()
                          ).hexdigest()[:16]
     build_dir = cache_root() / "system" / key
+    # A complete build appears at once (a rename), so a binary that exists is whole.
     if (build_dir / SYSTEM_TOP).exists():
         return build_dir
+    with build_lock(build_dir, "the full-system design", log=log):
+        if not (build_dir / SYSTEM_TOP).exists():   # else built while this process waited
+            _build_system(verilog, build_dir, log)
+    return build_dir
+
+
+def _build_system(verilog: str, build_dir: Path, log) -> None:
+    """Build the system simulator in a temporary folder beside ``build_dir``, then rename it
+    into place (called with the entry's :func:`build_lock` held)."""
+    from cocotb_tools.runner import get_runner
+
     log("Building the full-system design for Verilator ...")
     started = time.monotonic()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    (build_dir / "system.v").write_text(verilog)
-    (build_dir / "public.vlt").write_text(
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{build_dir.name}.", dir=build_dir.parent))
+    (work / "system.v").write_text(verilog)
+    (work / "public.vlt").write_text(
         "`verilator_config\n" + "".join(f'public_flat_rw -module "{SYSTEM_TOP}" -var "{p}"\n'
                                         for p in ("clk", "rst", "rx", "tx")))
     try:
         get_runner("verilator").build(
-            sources=[build_dir / "public.vlt", build_dir / "system.v"], hdl_toplevel=SYSTEM_TOP,
-            build_dir=build_dir, build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
-            log_file=build_dir / "build.log")
+            sources=[work / "public.vlt", work / "system.v"], hdl_toplevel=SYSTEM_TOP,
+            build_dir=work, build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
+            log_file=work / "build.log")
     except (SystemExit, Exception) as error:
         raise ToolchainError(f"Verilator build of the system design failed; see "
-                             f"'{build_dir / 'build.log'}'") from error
+                             f"'{work / 'build.log'}'") from error
+    if not (work / SYSTEM_TOP).exists():
+        raise ToolchainError(f"Verilator build produced no '{work / SYSTEM_TOP}'")
+    if build_dir.exists():      # an earlier build that stopped half way (no binary)
+        shutil.rmtree(build_dir)
+    work.rename(build_dir)
     log(f"Built in {time.monotonic() - started:.0f} s")
-    return build_dir
 
 
 def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_id: int,
