@@ -20,7 +20,9 @@ download), pixels divided by 16 to lie in [0, 1], split 75 % / 25 % with
 ``train_test_split(..., test_size=0.25, random_state=0, stratify=y)``.
 
 Both models are exported with the legacy TorchScript exporter
-(``dynamo=False``, opset 13, dynamic batch axis), checked with
+(``dynamo=False``, opset 13, dynamic batch axis), their names are made C
+identifiers (``fc1.weight`` -> ``fc1_weight``, ``/fc1/Gemm`` -> ``fc1_Gemm``,
+as the ONNX IR requires; :func:`clean_names`), and they are checked with
 ``onnx.checker.check_model`` and evaluated on the test split with
 onnxruntime; the accuracies are printed.
 
@@ -29,6 +31,11 @@ How to run (from the repository root)::
     pip install torch==2.13.0 scikit-learn   # only this script needs them
     python hwonnx/examples/train_digits.py   # writes into hwonnx/examples/
     python hwonnx/examples/train_digits.py --out-dir /tmp/x   # elsewhere
+    python hwonnx/examples/train_digits.py --clean-names   # only rename, no training
+
+``--clean-names`` rewrites the two ``.onnx`` files of ``--out-dir`` with
+:func:`clean_names` and needs only the ``onnx`` package; the weights stay
+bit-identical.
 
 Everything is seeded (NumPy, torch, single CPU thread, deterministic
 algorithms), so a re-run reproduces the same weights.  It takes a few seconds
@@ -41,9 +48,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 import sys
 
 import numpy as np
+
+__all__ = ["clean_name", "clean_names", "main", "rename_file"]
 
 SEED = 0
 N_CALIB = 200
@@ -145,6 +155,46 @@ def _export(model, example: np.ndarray, path: pathlib.Path) -> None:
         dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
         do_constant_folding=False,
     )
+    rename_file(path)
+
+
+def clean_name(name: str) -> str:
+    """``name`` as a C identifier: the exporter's ``/fc1/Gemm`` -> ``fc1_Gemm``,
+    ``fc1.weight`` -> ``fc1_weight``; a C identifier is returned as it is."""
+    name = re.sub(r"[^0-9A-Za-z_]", "_", name.lstrip("/"))
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def clean_names(model):
+    """Rename, in place, every value (initializers, graph inputs and outputs, node inputs
+    and outputs, value_info) and every node of ``model`` with :func:`clean_name`; return
+    ``model``. Tensor contents are not touched. Raises ``ValueError`` if two names would
+    become one."""
+    graph = model.graph
+    names = [graph.name, *(i.name for i in graph.initializer),
+             *(v.name for v in (*graph.input, *graph.output, *graph.value_info)),
+             *(v for node in graph.node for v in (*node.input, *node.output) if v)]
+    values = {name: clean_name(name) for name in names}
+    nodes = {node.name: clean_name(node.name) for node in graph.node if node.name}
+    for kind, mapping in (("value", values), ("node", nodes)):
+        if len(set(mapping.values())) != len(mapping):
+            raise ValueError(f"clean_names: two {kind} names of the model become one")
+    graph.name = values[graph.name]
+    for item in (*graph.initializer, *graph.input, *graph.output, *graph.value_info):
+        item.name = values[item.name]
+    for node in graph.node:
+        node.name = nodes.get(node.name, node.name)
+        node.input[:] = [values[v] if v else v for v in node.input]
+        node.output[:] = [values[v] if v else v for v in node.output]
+    return model
+
+
+def rename_file(path: pathlib.Path) -> None:
+    """Rewrite the model at ``path`` with :func:`clean_names`."""
+    import onnx
+
+    model = onnx.load(str(path))
+    onnx.save(clean_names(model), str(path))
 
 
 def ort_accuracy(path: pathlib.Path, x: np.ndarray, y: np.ndarray) -> float:
@@ -164,8 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", type=pathlib.Path, default=HERE,
                     help="where to write the .onnx and .npz files (default: this folder)")
+    ap.add_argument("--clean-names", action="store_true",
+                    help="only give the .onnx files in --out-dir C-identifier names (no "
+                         "training; needs only onnx)")
     args = ap.parse_args(argv)
     out: pathlib.Path = args.out_dir
+    if args.clean_names:
+        for path in (out / "digits_mlp.onnx", out / "digits_cnn.onnx"):
+            rename_file(path)
+            print(f"renamed the values and nodes of {path}")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
 
     import torch
