@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from hwonnx.cli import main
+from hwonnx.errors import ModelError
 from hwonnx.examples import EXAMPLES, example_path
 from hwonnx.examples.train_digits import clean_names
 from hwonnx.frontend import load_model
@@ -64,3 +66,16 @@ def test_training_script_gives_c_identifier_names():
         "5 name(s) do not follow C identifier syntax, e.g. 'fc1.weight', 'fc1.bias', "
         "'/fc1/Gemm_output_0', ...; accepted as they are (ONNX IR: all names MUST adhere to C "
         "identifier syntax)",)
+
+
+# 5. An empty model file ------------------------------------------------------------------------
+
+def test_empty_model_file_is_named_as_such(tmp_path, capsys):
+    path = tmp_path / "x.onnx"
+    path.write_bytes(b"")
+    with raises(ModelError, f"Model file '{path}' is empty"):
+        load_model(path)
+    with raises(ModelError, "The model bytes are empty"):
+        load_model(b"")
+    assert main(["inspect", str(path)]) == 2
+    assert capsys.readouterr() == ("", f"hwonnx: error: Model file '{path}' is empty\n")

@@ -46,8 +46,8 @@ def read_model(source: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.Mo
     Raises
     ------
     ModelError
-        If the file is missing, unreadable, too large or not an ONNX protobuf, or if external
-        data is unsafe, missing or short (the message names the tensor).
+        If the file is missing, unreadable, empty, too large or not an ONNX protobuf, or if
+        external data is unsafe, missing or short (the message names the tensor).
     """
     base: "Path | None" = None
     if isinstance(source, onnx.ModelProto):
@@ -67,6 +67,9 @@ def read_model(source: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.Mo
                                      f"tensors as external data")
                 with open(label, "rb") as stream:
                     data = stream.read()
+            if not data:        # parses as a model that sets nothing: say what is wrong
+                raise ModelError(f"Model file '{label}' is empty" if base else
+                                 "The model bytes are empty")
             model = onnx.ModelProto()
             model.ParseFromString(data)
         except OSError as error:
