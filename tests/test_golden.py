@@ -6,11 +6,11 @@ import math
 from fractions import Fraction
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.golden import dequantize, qconv, qdense, quantize, requantize
+from ort_reference import reference_session
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 SHIFT_EDGES = (1, 2, 30, 31, 32, 33, 62, 63)
@@ -52,9 +52,7 @@ def run_ort(nodes, inputs, outputs, inits, feeds, opset=17):
         [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", opset)])
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
+    return reference_session(model).run(None, feeds)[0]
 
 
 def float_requantize(y_real: np.ndarray, out_scale: float, out_zp: int, lo: int, hi: int

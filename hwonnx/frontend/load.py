@@ -119,7 +119,10 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         meta[key] = tuple({**declared, "shape": list(graph.types[declared["name"]].shape)}
                           for declared in meta[key] if declared["name"] in values)
     graph = replace(graph, meta=meta)
-    graph = run_pipeline(graph, FLOAT_PIPELINE, pass_context or PassContext())
+    context = pass_context or PassContext()
+    if annotations is not None:
+        context = replace(context, quantized=frozenset(annotations.activations))
+    graph = run_pipeline(graph, FLOAT_PIPELINE, context)
     check_fused(graph, meta["opset"])
     check_host_steps(graph, meta["opset"])
     if annotations is not None:

@@ -17,7 +17,9 @@ __all__ = ["FoldBatchNorm"]
 @dataclass(frozen=True)
 class FoldBatchNorm:
     """Fold ``BatchNorm`` whose input is written by a ``Conv`` (any ``group``) or ``Dense``
-    (without fused ReLU or ``act_max``) that nothing else reads: with
+    (without fused ReLU or ``act_max``) that nothing else reads and that a pre-quantized
+    model does not quantize (``PassContext.quantized``: there the model rounds the layer's
+    output before the ``BatchNorm``, so folding would change its result): with
     ``s = scale / sqrt(var + epsilon)``, output channel ``m`` of the weights is scaled by
     ``s[m]`` and the layer bias becomes ``(bias - mean) * s + B`` (``B``: the BatchNorm
     offset).
@@ -27,11 +29,11 @@ class FoldBatchNorm:
     name: str = "fold-batchnorm"
 
     def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
-        return rewrite_each(graph, _fold)
+        return rewrite_each(graph, lambda g, node: _fold(g, node, ctx.quantized))
 
 
-def _fold(graph: Graph, bn: Node) -> "Graph | None":
-    if bn.op != "BatchNorm":
+def _fold(graph: Graph, bn: Node, quantized: "frozenset[str]") -> "Graph | None":
+    if bn.op != "BatchNorm" or bn.inputs[0] in quantized:
         return None
     producer = graph.producer(bn.inputs[0])
     if producer is None or producer.op not in ("Conv", "Dense") or has_activation(producer) \

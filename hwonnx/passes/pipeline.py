@@ -29,9 +29,14 @@ class PassContext:
         Write the IR after each pass to ``<dump_dir>/<NN>-<pass name>.ir.txt``.
     skip : frozenset of str
         Names of passes to skip, for bisecting miscompiles.
+    quantized : frozenset of str
+        Values a pre-quantized model quantizes to int8 (QDQ / QOperator). The model's
+        arithmetic rounds them, so a pass must not fold a node across one (a ``BatchNorm``
+        after a quantized ``Conv`` output stays a layer of its own).
     """
     dump_dir: Path | None = None
     skip: frozenset[str] = frozenset()
+    quantized: frozenset[str] = frozenset()
 
 
 class Pass(Protocol):
