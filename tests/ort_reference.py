@@ -290,5 +290,6 @@ class BatchNormalization(OpRun):
         return (((_f32(x) - mean) / np.sqrt(var + epsilon) * scale + bias).astype(np.float32),)
 
 
-_EXACT_OPS = [BatchNormalization, QuantizeLinear, DequantizeLinear, QLinearConv, ConvInteger, QLinearMatMul, QGemm, QLinearAdd,
-              QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearSigmoid]
+_EXACT_OPS = [BatchNormalization, QuantizeLinear, DequantizeLinear, QLinearConv, ConvInteger,
+              QLinearMatMul, QGemm, QLinearAdd, QLinearGlobalAveragePool, QLinearLeakyRelu,
+              QLinearSigmoid]
