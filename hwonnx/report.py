@@ -110,6 +110,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
                                                   "activation_quantization",
                                                   "weight_quantization")},
         "rounding": _rounding(program),
+        "layer_check": [dict(row) for row in meta.get("layer_check", ())],
         "layers": layers,
         "placement": placement(graph) if graph is not None else [],
         "total": {"macs": program.macs, "predicted_cycles": total,
@@ -141,6 +142,15 @@ def write_report(report: dict, folder: Path) -> None:
               f"{total['utilization']:.1%} |", "", "| buffer | used words | depth |",
               "|---|---:|---:|"]
     lines += [f"| {name} | {b['used']} | {b['depth']} |" for name, b in report["buffers"].items()]
+    if report.get("layer_check"):
+        lines += ["", "Golden against the float model on the calibration data "
+                      "(int8 outputs dequantized):", "",
+                  "| layer | float range | int8 range | coverage | max error (LSB) | "
+                  "mean error (LSB) |", "|---|---|---|---:|---:|---:|"]
+        lines += [f"| {r['layer']} | [{r['float_range'][0]:.4g}, {r['float_range'][1]:.4g}] | "
+                  f"[{r['int8_range'][0]:.4g}, {r['int8_range'][1]:.4g}] | {r['coverage']:.0%} | "
+                  f"{r['max_error_lsb']:.2f} | {r['mean_error_lsb']:.3f} |"
+                  for r in report["layer_check"]]
     if report.get("placement"):
         lines += ["", "| node | op | runs on | why |", "|---|---|---|---|"]
         lines += [f"| {r['node']} | {r['op']} | {r['where']} | {r['why']} |"

@@ -1,5 +1,6 @@
 """Post-training quantization: float graph + calibration batch -> integer graph."""
 
+import logging
 import math
 
 import numpy as np
@@ -8,9 +9,12 @@ from ..errors import QuantizationError, UnsupportedOperatorError
 from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
 from ..ir import Graph, Node, TensorType
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float
+from .check import check_layers
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
            "activation_table", "CALIBRATION_METHOD"]
+
+log = logging.getLogger(__name__)
 
 CALIBRATION_METHOD = "min-max"
 _LAYOUT_OPS = ("Flatten", "Reshape")
@@ -89,6 +93,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     given = {v: (float(s), int(z)) for v, (s, z) in ann.get("activations", {}).items()}
     missing = [v for v in _quantized_values(graph) if v not in given]
     values: "dict[str, np.ndarray]" = {}
+    feeds: "dict[str, np.ndarray]" = {}
     if missing and calib is None:
         if not ann:
             raise QuantizationError(f"Calibration data is required to quantize a float model: "
@@ -108,6 +113,11 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         values = evaluate_float(graph, feeds, keep_all=True)
     params: "dict[str, tuple[float, int]]" = {}
     for name in graph.inputs:
+        if name not in given and np.ptp(values[name]) == 0:
+            raise QuantizationError(
+                f"Calibration data for input '{name}' is constant ({float(values[name].flat[0]):g}"
+                f" in every sample and position): it gives the input no range to quantize; "
+                f"pass representative samples")
         params[name] = given.get(name) or activation_params(
             values[name].min(), values[name].max(), f"input '{name}'")
 
@@ -123,6 +133,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
 
     host_values: "set[str]" = set()
     dequantized: "dict[str, str]" = {}
+    warnings: "list[str]" = list(graph.meta.get("warnings", ()))
 
     def float_value(value: str) -> str:
         """The float version of an accelerator value, dequantized once on the host."""
@@ -168,6 +179,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             continue
         if node.op == "MaxPool":           # a maximum of the inputs: their own parameters
             params[out] = given.get(out) or params[x]
+        elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
+            params[out] = _borrowed_params(node, graph, params, values, warnings)
         else:
             params[out] = given.get(out) or (
                 _concat_params(node, params, values) if node.op == "Concat"
@@ -187,8 +200,11 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
-    meta.update(_describe(ann, graph, missing, calib))
-    return Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
+    meta.update(_describe(ann, graph, missing, calib), warnings=tuple(warnings))
+    result = Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
+    if values:
+        result = check_layers(result, values, feeds, params)
+    return result
 
 
 def _quantized_values(graph: Graph) -> "list[str]":
@@ -316,12 +332,53 @@ def _padding(node: Node, s_in: float, zp_in: int) -> dict:
 
 def _output_params(node: Node, values: np.ndarray) -> "tuple[float, int]":
     """Output scale and zero point from calibration, within a fused ReLU / Clip range."""
+    lo, hi = _range(node, values)
+    return activation_params(lo, hi, f"'{node.outputs[0]}' (output of '{node.name}')")
+
+
+def _range(node: Node, values: np.ndarray) -> "tuple[float, float]":
+    """The calibrated range of a layer's output, within a fused ReLU / Clip range."""
     lo, hi = float(values.min()), float(values.max())
     if node.attrs.get("relu"):
         lo = max(lo, 0.0)
     if node.attrs.get("act_max") is not None:
         hi = min(hi, float(node.attrs["act_max"]))
-    return activation_params(lo, hi, f"'{node.outputs[0]}' (output of '{node.name}')")
+    return lo, hi
+
+
+def _empty_range(node: Node, values: np.ndarray) -> bool:
+    """Whether the output's calibrated range, with real 0 included, is empty: the layer
+    wrote one constant (0 after a dead ReLU) on every calibration sample."""
+    lo, hi = _range(node, values)
+    return max(hi, 0.0) - min(lo, 0.0) < 1e-12
+
+
+def _borrowed_params(node: Node, graph: Graph, params, values, warnings: "list[str]"
+                     ) -> "tuple[float, int]":
+    """Parameters for a layer output that is constant on the calibration data (a dead ReLU
+    branch): any scale represents it, but the scale matters where the value meets another
+    (a residual ``Add`` weights its inputs in the ratio of their scales, so a fallback scale
+    of 1 would round the live input away). The scale is taken from the first consumer
+    ``Add``/``Concat``'s output when its range is not empty, else from the layer's input;
+    real 0 stays exact. The choice is a warning naming the value."""
+    out = node.outputs[0]
+    source, scale = None, None
+    for consumer in graph.consumers(out):
+        if consumer.op in ("Add", "Concat") and not _empty_range(consumer,
+                                                                 values[consumer.outputs[0]]):
+            lo, hi = _range(consumer, values[consumer.outputs[0]])
+            scale = activation_params(lo, hi, f"'{consumer.outputs[0]}'")[0]
+            source = f"'{consumer.outputs[0]}', the output of {consumer.op} '{consumer.name}'"
+            break
+    if scale is None:
+        scale = params[node.inputs[0]][0]
+        source = f"its input '{node.inputs[0]}'"
+    constant = float(values[out].flat[0]) if values[out].size else 0.0
+    text = (f"'{out}' (output of '{node.name}') is constant {constant:g} on every calibration "
+            f"sample (a dead branch?); it takes the scale {scale:.4g} of {source}")
+    log.warning("%s", text)
+    warnings.append(text)
+    return scale, -128 if node.attrs.get("relu") else 0
 
 
 def _clamp(node: Node, out_params) -> "tuple[int, int]":
@@ -352,6 +409,12 @@ def _quantize_add(node: Node, params, qname, constants, types, exact: bool = Fal
     a, b = node.inputs[:2]
     (sa, za), (sb, zb) = params[a], params[b]
     s_out, zp_out = params[node.outputs[0]]
+    (small, v_small), (large, v_large) = sorted(((sa, a), (sb, b)))
+    if 127 * small < 0.5 * large:
+        raise QuantizationError(
+            f"Add '{node.name}': input '{v_small}' has scale {small:.4g}, {large / small:.0f}x "
+            f"smaller than input '{v_large}' ({large:.4g}); the array weights the two inputs "
+            f"by int8 integers in that ratio, so '{v_small}' would get weight 0 and vanish")
     if exact:
         wa, wb, real = add_weights(sa / s_out, sb / s_out, za, zb)
     else:

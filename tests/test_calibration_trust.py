@@ -1,0 +1,128 @@
+"""No silent wrong answer from calibration: a dead ReLU branch must not zero the live one, an
+Add that would round an input away is refused, constant calibration data is refused, and the
+golden model is checked against the float model layer by layer (warning, report)."""
+
+import logging
+import re
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from hwonnx import api
+from hwonnx.compiler.lower import lower
+from hwonnx.config import ArchConfig
+from hwonnx.errors import QuantizationError
+from hwonnx.frontend import load_model
+from hwonnx.ir.evaluate import evaluate_float
+from hwonnx.quant import quantize_graph
+from hwonnx.quant.check import check_layers
+from hwonnx.report import build_report
+from ort_reference import reference_outputs
+
+
+def raises(cls, message):
+    return pytest.raises(cls, match="^" + re.escape(message) + "$")
+
+
+def _two_branches(b2: float, w2_scale: float = 0.1):
+    """y = Relu(Conv1(x)) + Relu(Conv2(x)); Conv2's bias ``b2`` (-100: the branch is dead on
+    every input) and weight scale ``w2_scale``."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["live"], name="relu1"),
+             helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], name="conv2"),
+             helper.make_node("Relu", ["c2"], ["dead"], name="relu2"),
+             helper.make_node("Add", ["live", "dead"], ["y"], name="add")]
+    inits = {"w1": rng.standard_normal((4, 4, 1, 1)) * 0.1, "b1": np.zeros(4),
+             "w2": rng.standard_normal((4, 4, 1, 1)) * w2_scale, "b2": np.full(4, b2)}
+    graph = helper.make_graph(
+        nodes, "branches", [helper.make_tensor_value_info("x", 1, [1, 4, 4, 4])],
+        [helper.make_tensor_value_info("y", 1, [1, 4, 4, 4])],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _calib_and_inputs():
+    rng = np.random.default_rng(0)
+    rng.standard_normal((4, 4, 1, 1)), rng.standard_normal((4, 4, 1, 1))   # the weights
+    return (rng.standard_normal((16, 1, 4, 4, 4)).astype(np.float32),
+            rng.standard_normal((4, 1, 4, 4, 4)).astype(np.float32))
+
+
+def test_dead_relu_branch_keeps_the_live_input(caplog):
+    """The dead branch is constant 0 on the calibration data. With the fallback scale 1.0 it
+    made the Add weight the live input 0: every output 0 where onnxruntime gives up to 0.59.
+    It now takes the Add output's scale (a warning names it) and the output follows the
+    float model within the int8 error."""
+    model = _two_branches(-100.0)
+    calib, x = _calib_and_inputs()
+    with caplog.at_level(logging.WARNING, logger="hwonnx"):
+        result = api.build(model, None, calib={"x": calib}, verilog=False,
+                           log=lambda *_: None)
+    (warning,) = [w for w in result.graph.meta["warnings"] if "'dead'" in w]
+    scale = result.graph.nodes[-1].attrs["scale"]                  # the output Dequantize
+    assert warning == (f"'dead' (output of 'conv2') is constant 0 on every calibration sample "
+                       f"(a dead branch?); it takes the scale {scale:.4g} of 'y', the output "
+                       f"of Add 'add'")
+    assert warning in caplog.text
+    add = next(n for n in result.graph.nodes if n.op == "QAdd")
+    assert add.attrs["wa"] == add.attrs["wb"] == 127
+    golden = api.simulate(result, {"x": x}, mode="golden").outputs["y"]
+    want = reference_outputs(model, {"x": x[:, 0]})[0]
+    error = np.abs(golden.reshape(want.shape) - want).max()
+    print(f"dead branch: float output up to {want.max():.3f}, int8 error {error:.4f} "
+          f"({error / scale:.2f} LSB)")
+    assert want.max() > 0.3
+    assert error <= 2 * scale
+    assert all(row["coverage"] > 0.9 for row in result.graph.meta["layer_check"]
+               if row["layer"] == "add")
+
+
+def test_add_that_would_drop_an_input_is_refused():
+    """A live input 1000x smaller than the other: its int8 weight would round to 0."""
+    model = _two_branches(0.0, w2_scale=1e-4)
+    calib, _ = _calib_and_inputs()
+    graph = load_model(model)
+    with pytest.raises(QuantizationError, match=r"^Add 'add': input 'dead' has scale \S+, "
+                       r"\d+x smaller than input 'live' \(\S+\); the array weights the two "
+                       r"inputs by int8 integers in that ratio, so 'dead' would get weight 0 "
+                       r"and vanish$"):
+        quantize_graph(graph, {"x": calib[:, 0]})
+
+
+@pytest.mark.parametrize("value", [0.0, 0.5])
+def test_constant_calibration_input_is_refused(value):
+    graph = load_model(_two_branches(0.0))
+    with raises(QuantizationError, f"Calibration data for input 'x' is constant ({value:g} in "
+                f"every sample and position): it gives the input no range to quantize; pass "
+                f"representative samples"):
+        quantize_graph(graph, {"x": np.full((8, 4, 4, 4), value, np.float32)})
+
+
+def test_layer_check_warns_when_a_layer_loses_its_range(caplog):
+    """The check compares each layer's dequantized golden output with the float value: fed a
+    float model whose Add output is ten times wider than what the int8 output covers, it
+    names the layer; the build report carries the rows."""
+    graph = load_model(_two_branches(0.0))
+    calib, _ = _calib_and_inputs()
+    feeds = {"x": calib[:, 0]}
+    int_graph = quantize_graph(graph, feeds)
+    rows = {row["layer"]: row for row in int_graph.meta["layer_check"]}
+    assert set(rows) == {"quantize_x", "conv1", "conv2", "add"}
+    assert all(row["coverage"] > 0.95 and row["max_error_lsb"] < 3 for row in rows.values())
+    values = evaluate_float(graph, feeds, keep_all=True)
+    values["y"] = values["y"] * 10
+    params = {"x": (1.0, 0), "live": (1.0, 0), "dead": (1.0, 0),
+              "y": (int_graph.nodes[-1].attrs["scale"], int_graph.nodes[-1].attrs["zero_point"])}
+    with caplog.at_level(logging.WARNING, logger="hwonnx"):
+        checked = check_layers(int_graph, values, feeds, {"y": params["y"]})
+    (warning,) = [w for w in checked.meta["warnings"] if w.startswith("Layer 'add'")]
+    assert re.fullmatch(r"Layer 'add': its int8 output covers 10% of the float model's range "
+                        r"on the calibration data \(float \[\S+, \S+\], int8 \[\S+, \S+\]\); "
+                        r"the quantized model lost most of this signal", warning)
+    assert warning in caplog.text
+    program = lower(checked, ArchConfig())
+    report = build_report(program, "m.onnx", "sim", checked.meta, checked)
+    assert report["layer_check"][0]["layer"] == "add"
+    assert warning in report["warnings"]
