@@ -1,5 +1,6 @@
 """The Python API: the CLI is a thin shell over these functions."""
 
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,8 +17,8 @@ from .golden import evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
 
-__all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "load_build",
-           "plan_model", "run_board", "run_golden", "run_rtl_batch", "simulate"]
+__all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "configure_arch",
+           "load_build", "plan_model", "run_board", "run_golden", "run_rtl_batch", "simulate"]
 
 
 @dataclass
@@ -84,6 +85,24 @@ def _choose_rounding(graph: Graph, config: ArchConfig, log) -> Graph:
                                       for n in graph.nodes))
 
 
+def configure_arch(config: ArchConfig, **changes: "int | None") -> ArchConfig:
+    """``config`` with the ``changes`` that are not None (``rows=16``, ``wgt_depth=4096``, as
+    ``hwonnx build`` and ``hwonnx inspect`` take them from their options).
+
+    Raises
+    ------
+    ResourceError
+        If the result is not a valid architecture: ``Invalid architecture: <why>``.
+    """
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return config
+    try:
+        return replace(config, **changes)
+    except (TypeError, ValueError) as error:
+        raise ResourceError(f"Invalid architecture: {error}") from error
+
+
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
           override_initializers=None,
@@ -101,12 +120,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     config = config or target.default_config
     if not target.is_simulation:
         config = replace(config, clock_hz=target.clock_hz)
-    changes = {k: v for k, v in dict(rows=rows, cols=cols, **depths).items() if v is not None}
-    if changes:
-        try:
-            config = replace(config, **changes)
-        except (TypeError, ValueError) as error:
-            raise ResourceError(f"Invalid architecture: {error}") from error
+    config = configure_arch(config, rows=rows, cols=cols, **depths)
     if not target.is_simulation:
         check_fits(config, target)          # before any compilation or synthesis
     graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
@@ -307,20 +321,36 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
 
 
 def simulate(out_dir, inputs, *, mode: str = "rtl", log=print) -> SimResult:
-    """Run a build on ``inputs`` (a sample file path or ``name -> [S, ...]``).
+    """Run a build on ``inputs``: ``name -> [S, ...]``, one array ``[S, ...]`` for a
+    single-input model, or a sample file path (as ``hwonnx sim --input`` takes).
 
     ``mode``: ``"rtl"`` (Verilator), ``"golden"`` (the NumPy golden model) or ``"compare"``
     (both; raises :class:`MismatchError` naming the first differing layer and index).
+
+    Raises
+    ------
+    UsageError
+        If ``inputs`` is one array for a model of several inputs, or of another type.
     """
     from .quant import load_samples, normalize_samples
 
     result = out_dir if isinstance(out_dir, BuildResult) else load_build(out_dir)
     float_inputs = {name: result.graph.types[name] for name in result.graph.inputs}
     shell = Graph((), tuple(float_inputs), (), float_inputs)
+    if isinstance(inputs, np.ndarray):
+        if len(float_inputs) != 1:
+            raise UsageError(f"Input data is one array, but the model has {len(float_inputs)} "
+                             f"inputs ({', '.join(repr(n) for n in float_inputs)}); pass a "
+                             f"dict of arrays keyed by input name")
+        inputs = {next(iter(float_inputs)): inputs}
     if isinstance(inputs, dict):
         samples = normalize_samples(shell, inputs, "Input data")
-    else:
+    elif isinstance(inputs, (str, os.PathLike)):
         samples = load_samples(inputs, shell, "Input file")
+    else:
+        raise UsageError(f"Input data must be a dict of arrays keyed by input name, one NumPy "
+                         f"array (single-input model) or a sample file path, not "
+                         f"{type(inputs).__name__}")
     for name, array in samples.items():
         if not np.isfinite(array).all():
             raise QuantizationError(f"Input data for input '{name}' holds NaN or infinite "
