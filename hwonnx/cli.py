@@ -4,6 +4,7 @@ import argparse
 import logging
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("inspect", help="show what the frontend reads from a model, where "
                                             "each node runs, MACs and predicted cycles")
-    p.add_argument("model", type=Path, help="the .onnx model")
+    p.add_argument("model", type=Path, help="the .onnx model, or the name of a bundled "
+                   "example (digits_mlp, digits_cnn)")
     p.add_argument("--board", default="sim", choices=sorted(BOARDS),
                    help="target whose default array the prediction uses (default: %(default)s)")
     p.add_argument("--rows", type=int, help="array rows (default: the board's)")
@@ -108,50 +110,146 @@ def _save_outputs(path: Path, outputs: "dict[str, np.ndarray]") -> None:
         raise UsageError(f"Cannot write outputs to '{path}': {error.strerror}") from error
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+#: The step that follows a message, for the spinner: steps the code announces itself end in
+#: "..." ("Simulating 450 test images of digits_mlp on the RTL ..."); these are not announced.
+_NEXT_STEPS = (
+    ("Compiled ", "Generating Verilog ..."),                 # api.build
+    ("Built in ", "Simulating on the RTL ..."),              # after the Verilator build
+)
 
 
-def _run(args) -> int:
+class _Output:
+    """Where the commands' messages go: stderr, one line each (stdout holds the results).
+    On a terminal, :meth:`steps` also shows the running step under the lines, with a spinner
+    and its time: a message ending in "..." starts a step, and :data:`_NEXT_STEPS` names the
+    steps that the code does not announce."""
+
+    def __init__(self) -> None:
+        self._progress = None
+        self._task = None
+
+    def line(self, text: str) -> None:
+        if self._progress is None:
+            print(text, file=sys.stderr, flush=True)
+        else:
+            self._progress.console.print(text, markup=False, highlight=False, emoji=False,
+                                         soft_wrap=True)
+
+    def log(self, message: str) -> None:
+        """The ``log`` callback of :mod:`hwonnx.api`."""
+        self.line(message)
+        if self._progress is not None:
+            follows = next((step for prefix, step in _NEXT_STEPS if message.startswith(prefix)),
+                           None)
+            if message.endswith("...") or follows:
+                self._step(follows or message)
+
+    @contextmanager
+    def steps(self, first: "str | None" = None):
+        """Show the running step (``first``, then the announced ones) while the body runs,
+        if stderr is a terminal; elsewhere (CI, tests, a file) only the lines."""
+        if not sys.stderr.isatty():
+            yield
+            return
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        if not console.is_interactive:          # TERM=dumb, TTY_INTERACTIVE=0
+            yield
+            return
+        with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                      TimeElapsedColumn(), console=console, transient=True,
+                      redirect_stdout=False) as progress:
+            self._progress = progress
+            try:
+                if first:
+                    self._step(first)
+                yield
+            finally:
+                self._progress = self._task = None
+
+    def _step(self, text: str) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(text, total=None)
+
+
+class _LogHandler(logging.Handler):
+    """Log records as :class:`_Output` lines, so that they print above the spinner."""
+
+    def __init__(self, output: _Output, level: int) -> None:
+        super().__init__(level)
+        self.output = output
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.output.line(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def _model_path(model: Path) -> "tuple[Path, str | None]":
+    """The model file of the ``model`` argument, and the bundled example it names (None for a
+    file): a bundled example's name (``digits_mlp``) stands for its file, unless a file of
+    that name exists."""
+    from .examples import EXAMPLES, example_path
+
+    if not model.exists() and str(model) in EXAMPLES:
+        return example_path(str(model)), str(model)
+    return model, None
+
+
+def _table(header: "list[str]", rows: "list[list[str]]", right: "set[int]") -> str:
+    """A plain-text table whose columns are as wide as their longest cell; columns
+    ``right`` are right-aligned, the last column is not padded."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+                     for row in [header, *rows])
+
+
+def _run(args, output: _Output) -> int:
     from . import api
 
+    log = output.log
     if args.command == "build":
         depths = {f"{b}_depth": getattr(args, f"{b}_depth")
                   for b in ("act", "wgt", "acc", "par", "prog")}
         depths["lut_tables"] = args.lut_tables
-        from .examples import EXAMPLES, example_calibration, example_path
+        from .examples import example_calibration
         from .frontend import read_overrides
-        model, calib = args.model, args.calib
-        if not model.exists() and str(model) in EXAMPLES:      # a bundled example by name
-            model, calib = example_path(str(model)), calib or example_calibration(str(model))
-        api.build(model, args.out, board=args.board, calib=calib, rows=args.rows,
-                  cols=args.cols, input_shapes=dict(args.input_shape) or None, log=_log,
-                  override_initializers=read_overrides(args.override_initializer) or None,
-                  bitstream=args.bitstream,
-                  **{k: v for k, v in depths.items() if v is not None})
+        model, example = _model_path(args.model)
+        calib = args.calib
+        if calib is None and example:                   # its calibration data is bundled
+            calib = example_calibration(example)
+        with output.steps(f"Reading and compiling {model.name} ..."):
+            api.build(model, args.out, board=args.board, calib=calib, rows=args.rows,
+                      cols=args.cols, input_shapes=dict(args.input_shape) or None, log=log,
+                      override_initializers=read_overrides(args.override_initializer) or None,
+                      bitstream=args.bitstream,
+                      **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "inspect":
+        from .boards import get_board
         from .frontend import read_overrides
-        from .inspect import inspect_model
+        from .inspect import format_inspection, format_placement, load_for_inspection
+        model, _ = _model_path(args.model)
+        config = api.configure_arch(get_board(args.board).default_config, rows=args.rows,
+                                    cols=args.cols)
         shapes = dict(args.input_shape) or None
         overrides = read_overrides(args.override_initializer) or None
-        print(inspect_model(args.model, shapes, overrides))
-        from dataclasses import replace
-
-        from .boards import get_board
-        from .report import placement_table
-        config = get_board(args.board).default_config
-        config = replace(config, rows=args.rows or config.rows, cols=args.cols or config.cols)
-        graph, program = api.plan_model(args.model, config=config, input_shapes=shapes,
-                                        override_initializers=overrides)
-        from .compiler.timing import predict
-        total = predict(program.instructions, config).total
-        utilization = program.macs / (total * config.rows * config.cols)
-        print(f"\nPlacement on a {config.name} array ({program.macs:,} MACs, {total:,} "
-              f"predicted cycles per inference, {utilization:.1%} utilization):")
-        print(placement_table(graph, program))
+        with output.steps(f"Reading {model.name} ..."):
+            graph = load_for_inspection(model, shapes, overrides)
+        print(format_inspection(graph, str(model)))
+        with output.steps(f"Placing {model.name} on the {config.name} array ..."):
+            placement = format_placement(graph, config)
+        print(f"\n{placement}")
     elif args.command == "sim":
         mode = "golden" if args.golden else "compare" if args.compare else "rtl"
-        result = api.simulate(args.out, args.input, mode=mode, log=_log)
+        first = {"rtl": "Simulating on the RTL ...", "golden": "Running the golden model ...",
+                 "compare": "Simulating on the RTL, then on the golden model ..."}[mode]
+        with output.steps(first):
+            result = api.simulate(args.out, args.input, mode=mode, log=log)
         count = len(next(iter(result.outputs.values())))
         if result.cycles:
             print(f"{count} sample(s) on RTL: {int(np.mean(result.cycles)):,} cycles per sample "
@@ -166,11 +264,14 @@ def _run(args) -> int:
             _save_outputs(args.output, result.outputs)
             print(f"Outputs written to {args.output}")
     elif args.command == "demo":
-        from .demo import run_demo
-        return run_demo(args.model, args.out, rows=args.rows, cols=args.cols,
-                        samples=args.samples, log=_log)
+        from .demo import demo_runs, format_demo
+        with output.steps():
+            runs = demo_runs(args.model, args.out, rows=args.rows, cols=args.cols,
+                             samples=args.samples, log=log)
+        print(format_demo(runs))
     elif args.command == "run":
-        result = api.run_board(args.out, args.port, args.input, baud=args.baud, log=_log)
+        with output.steps(f"Running on the board on {args.port} ..."):
+            result = api.run_board(args.out, args.port, args.input, baud=args.baud, log=log)
         count = len(next(iter(result.outputs.values())))
         print(f"{count} sample(s) on the board: {int(np.mean(result.cycles)):,} cycles per "
               f"sample (predicted {result.predicted_cycles:,})")
@@ -178,27 +279,33 @@ def _run(args) -> int:
             _save_outputs(args.output, result.outputs)
             print(f"Outputs written to {args.output}")
     elif args.command == "bitstream":
-        api.bitstream(args.out, log=_log)
+        with output.steps():
+            api.bitstream(args.out, log=log)
     elif args.command == "boards":
         from .boards import BOARDS
-        print(f"{'board':16} {'array':>6} {'clock':>7} {'DSP':>4} {'BRAM kb':>8} {'LUTs':>6}  "
-              f"{'bitstream':20} description")
+        rows = []
         for board in BOARDS.values():
             cfg = board.default_config
             flow = ("simulation" if board.is_simulation else "YoWASP (PyPI)"
                     if board.family_info.open_flow else board.family_info.toolchain)
-            print(f"{board.name:16} {cfg.rows:>2}x{cfg.cols:<3} {board.clock_hz / 1e6:5.0f}MHz "
-                  f"{board.dsp:4} {board.bram_kbits:8} {board.luts:6}  {flow:20} "
-                  f"{board.description}")
+            rows.append([board.name, f"{cfg.rows}x{cfg.cols}", f"{board.clock_hz / 1e6:.0f}MHz",
+                         str(board.dsp), str(board.bram_kbits), str(board.luts), flow,
+                         board.description])
+        print(_table(["board", "array", "clock", "DSP", "BRAM kb", "LUTs", "bitstream",
+                      "description"], rows, right={1, 2, 3, 4, 5}))
     return 0
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * args.verbose,
-                        format="%(name)s: %(message)s")
+    output = _Output()
+    # Tool chatter (cocotb's runner logs each command at INFO) shows only with -v.
+    level = max(logging.DEBUG, logging.WARNING - 10 * args.verbose)
+    handler = _LogHandler(output, level)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     try:
-        return _run(args)
+        return _run(args, output)
     except HwonnxError as error:
         print(f"hwonnx: error: {error}", file=sys.stderr)
         return 2

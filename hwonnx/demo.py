@@ -8,7 +8,8 @@ import numpy as np
 
 from .errors import MismatchError
 
-__all__ = ["ExampleRun", "evaluate_example", "onnxruntime_outputs", "run_demo"]
+__all__ = ["ExampleRun", "demo_runs", "evaluate_example", "format_demo", "onnxruntime_outputs",
+           "run_demo"]
 
 _SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
 
@@ -34,6 +35,7 @@ class ExampleRun:
     utilization: float
     cycles_per_second: float
     array: str
+    out_dir: "Path | None" = None     # the build folder
 
 
 def evaluate_example(name: str, out: Path, *, rows=None, cols=None, samples: int = 0,
@@ -48,7 +50,9 @@ def evaluate_example(name: str, out: Path, *, rows=None, cols=None, samples: int
     labels = data["test_labels"][:count]
     shape = _SHAPES[name]
     path = example_path(name)
-    result = api.build(path, Path(out) / name, calib={"image": data["calib"].reshape(shape)},
+    folder = Path(out) / name
+    log(f"Building {name} into {folder}/ ...")
+    result = api.build(path, folder, calib={"image": data["calib"].reshape(shape)},
                        rows=rows, cols=cols, log=log)
     inputs = {"image": data["test_images"][:count].reshape(shape)}
     log(f"Simulating {count} test images of {name} on the RTL ...")
@@ -68,23 +72,41 @@ def evaluate_example(name: str, out: Path, *, rows=None, cols=None, samples: int
          "int8 golden": float((top1 == labels).mean()),
          "int8 RTL": float((rtl.outputs["logits"].argmax(-1) == labels).mean())},
         float((top1 == reference.argmax(-1)).mean()), exact, int(np.mean(rtl.cycles)),
-        rtl.predicted_cycles, rtl.utilization, rtl.cycles_per_second, cfg.name)
+        rtl.predicted_cycles, rtl.utilization, rtl.cycles_per_second, cfg.name, folder)
+
+
+def demo_runs(model: str, out: Path, *, rows=None, cols=None, samples: int = 0,
+              log=print) -> "list[ExampleRun]":
+    """:func:`evaluate_example` for ``model`` (``"all"``: every bundled example), each built
+    into ``out/<name>/``."""
+    names = list(_SHAPES) if model == "all" else [model]
+    return [evaluate_example(name, out, rows=rows, cols=cols, samples=samples, log=log)
+            for name in names]
+
+
+def format_demo(runs: "list[ExampleRun]") -> str:
+    """The results table ``hwonnx demo`` prints, and where the builds are."""
+    lines = [f"\nhwonnx demo: {runs[0].samples} scikit-learn digits test images, "
+             f"{runs[0].array} array, RTL on Verilator",
+             f"{'model':11} {'float':>7} {'golden':>7} {'RTL':>7}  {'RTL vs golden':13} "
+             f"{'cycles':>7} {'predicted':>9} {'util':>6} {'top-1 = float':>13}"]
+    for run in runs:
+        acc = list(run.accuracy.values())
+        lines.append(f"{run.name:11} {acc[0]:7.2%} {acc[1]:7.2%} {acc[2]:7.2%}  "
+                     f"{'bit-exact' if run.bit_exact else 'DIFFERS':13} {run.cycles:7,} "
+                     f"{run.predicted_cycles:9,} {run.utilization:6.1%} "
+                     f"{run.top1_agreement:13.2%}")
+    lines.append("float: onnxruntime on the float model; golden: hwonnx's NumPy int8 model; "
+                 "RTL: the Verilog simulated cycle by cycle.")
+    folders = [f"{run.out_dir}/" for run in runs if run.out_dir is not None]
+    if folders:
+        lines.append(f"Builds (accel.v, program and memory images, report.md) in "
+                     f"{', '.join(folders)}")
+    return "\n".join(lines)
 
 
 def run_demo(model: str, out: Path, *, rows=None, cols=None, samples: int = 0,
              log=print) -> int:
-    names = list(_SHAPES) if model == "all" else [model]
-    runs = [evaluate_example(name, out, rows=rows, cols=cols, samples=samples, log=log)
-            for name in names]
-    print(f"\nhwonnx demo: {runs[0].samples} scikit-learn digits test images, {runs[0].array} "
-          f"array, RTL on Verilator")
-    print(f"{'model':11} {'float':>7} {'golden':>7} {'RTL':>7}  {'RTL vs golden':13} "
-          f"{'cycles':>7} {'predicted':>9} {'util':>6} {'top-1 = float':>13}")
-    for run in runs:
-        acc = list(run.accuracy.values())
-        print(f"{run.name:11} {acc[0]:7.2%} {acc[1]:7.2%} {acc[2]:7.2%}  "
-              f"{'bit-exact' if run.bit_exact else 'DIFFERS':13} {run.cycles:7,} "
-              f"{run.predicted_cycles:9,} {run.utilization:6.1%} {run.top1_agreement:13.2%}")
-    print("float: onnxruntime on the float model; golden: hwonnx's NumPy int8 model; RTL: the "
-          "Verilog simulated cycle by cycle.")
+    """Run the demo and print its results (:func:`demo_runs`, :func:`format_demo`)."""
+    print(format_demo(demo_runs(model, out, rows=rows, cols=cols, samples=samples, log=log)))
     return 0

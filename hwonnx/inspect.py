@@ -2,22 +2,24 @@
 inputs and outputs with their declared and bound shapes, the float graph, and every
 conversion, note and warning)."""
 
+import logging
 import os
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from .config import ArchConfig
 from .frontend import load_model
 from .ir.graph import Graph
 
-__all__ = ["inspect_model", "format_inspection"]
+__all__ = ["inspect_model", "format_inspection", "format_placement", "load_for_inspection"]
 
 
 def inspect_model(path: "str | os.PathLike", input_shapes: "dict[str, tuple[int, ...]] | None"
                   = None, override_initializers: "dict[str, np.ndarray] | None" = None) -> str:
-    """Read ``path`` with :func:`hwonnx.frontend.load_model` and return the report that
-    ``hwonnx inspect`` prints.
+    """Read ``path`` with :func:`load_for_inspection` and return the report that ``hwonnx
+    inspect`` prints first.
 
     Raises
     ------
@@ -25,9 +27,70 @@ def inspect_model(path: "str | os.PathLike", input_shapes: "dict[str, tuple[int,
         As :func:`~hwonnx.frontend.load_model` does; the CLI prints them as one
         ``hwonnx: error:`` line.
     """
-    graph = load_model(path, input_shapes=input_shapes,
-                       override_initializers=override_initializers)
+    graph = load_for_inspection(path, input_shapes, override_initializers)
     return format_inspection(graph, os.fspath(path))
+
+
+def load_for_inspection(path: "str | os.PathLike", input_shapes:
+                        "dict[str, tuple[int, ...]] | None" = None,
+                        override_initializers: "dict[str, np.ndarray] | None" = None) -> Graph:
+    """:func:`~hwonnx.frontend.load_model`, without logging the frontend's warnings: the
+    inspection lists them (``graph.meta["warnings"]``), so they are said once. If the model
+    cannot be loaded, the warnings made before the error are logged after all."""
+    logger = logging.getLogger("hwonnx.frontend")
+    held: "list[logging.LogRecord]" = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    logger.addFilter(hold)
+    try:
+        return load_model(path, input_shapes=input_shapes,
+                          override_initializers=override_initializers)
+    except Exception:
+        logger.removeFilter(hold)
+        for record in held:
+            logger.handle(record)
+        raise
+    finally:
+        logger.removeFilter(hold)
+
+
+def format_placement(graph: Graph, config: ArchConfig) -> str:
+    """Where each node of the float ``graph`` runs on the ``config`` array, with MACs and
+    predicted cycles (as :func:`hwonnx.api.plan_model` plans it, without reading the model
+    again): the report that ``hwonnx inspect`` prints second.
+
+    Raises
+    ------
+    ResourceError
+        If the model does not fit ``config`` (as :func:`~hwonnx.compiler.lower.lower`).
+    """
+    from .compiler.lower import lower
+    from .compiler.timing import predict
+    from .quant import quantize_model
+    from .report import placement_table
+
+    # Placement, tiling and cycles depend only on shapes and weights, not on activation
+    # ranges: any samples will do that are not constant (constant calibration data is
+    # refused), and what the quantizer says of their ranges does not concern the user.
+    rng = np.random.default_rng(0)
+    samples = {name: rng.standard_normal((2,) + graph.types[name].shape).astype(np.float32)
+               for name in graph.inputs}
+    quant_log = logging.getLogger("hwonnx.quant")
+    level = quant_log.level
+    quant_log.setLevel(logging.ERROR)
+    try:
+        int_graph = quantize_model(graph, samples)
+    finally:
+        quant_log.setLevel(level)
+    program = lower(int_graph, config)
+    total = predict(program.instructions, config).total
+    utilization = program.macs / (total * config.rows * config.cols)
+    return (f"Placement on a {config.name} array ({program.macs:,} MACs, {total:,} predicted "
+            f"cycles per inference, {utilization:.1%} utilization):\n"
+            + placement_table(int_graph, program))
 
 
 def format_inspection(graph: Graph, source: str) -> str:
