@@ -217,16 +217,28 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
 
 def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
                override_initializers=None) -> "tuple[Graph, Program]":
-    """Compile ``model`` in memory without calibration data (placement, tiling and cycle
-    prediction depend only on shapes and weights, not on activation ranges)."""
+    """Compile ``model`` (a model, or a float graph :func:`~hwonnx.frontend.load_model`
+    made) in memory without calibration data: placement, tiling and cycle prediction depend
+    only on shapes and weights, not on activation ranges, so two seeded random samples stand
+    in for the calibration data (any will do that are not constant, which is refused), and
+    what the quantizer says of their ranges is not logged."""
+    import logging
+
     from .frontend import load_model
     from .quant import quantize_model
 
-    float_graph = load_model(model, input_shapes=input_shapes,
-                             override_initializers=override_initializers)
-    dummy = {name: np.zeros((1,) + float_graph.types[name].shape, dtype=np.float32)
-             for name in float_graph.inputs}
-    int_graph = quantize_model(float_graph, dummy)
+    float_graph = model if isinstance(model, Graph) else load_model(
+        model, input_shapes=input_shapes, override_initializers=override_initializers)
+    rng = np.random.default_rng(0)
+    samples = {name: rng.standard_normal((2,) + float_graph.types[name].shape).astype(
+        np.float32) for name in float_graph.inputs}
+    quant_log = logging.getLogger("hwonnx.quant")
+    level = quant_log.level
+    quant_log.setLevel(logging.ERROR)
+    try:
+        int_graph = quantize_model(float_graph, samples)
+    finally:
+        quant_log.setLevel(level)
     return int_graph, lower(int_graph, config or ArchConfig())
 
 

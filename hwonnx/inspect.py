@@ -67,25 +67,11 @@ def format_placement(graph: Graph, config: ArchConfig) -> str:
     ResourceError
         If the model does not fit ``config`` (as :func:`~hwonnx.compiler.lower.lower`).
     """
-    from .compiler.lower import lower
+    from .api import plan_model
     from .compiler.timing import predict
-    from .quant import quantize_model
     from .report import placement_table
 
-    # Placement, tiling and cycles depend only on shapes and weights, not on activation
-    # ranges: any samples will do that are not constant (constant calibration data is
-    # refused), and what the quantizer says of their ranges does not concern the user.
-    rng = np.random.default_rng(0)
-    samples = {name: rng.standard_normal((2,) + graph.types[name].shape).astype(np.float32)
-               for name in graph.inputs}
-    quant_log = logging.getLogger("hwonnx.quant")
-    level = quant_log.level
-    quant_log.setLevel(logging.ERROR)
-    try:
-        int_graph = quantize_model(graph, samples)
-    finally:
-        quant_log.setLevel(level)
-    program = lower(int_graph, config)
+    int_graph, program = plan_model(graph, config=config)
     total = predict(program.instructions, config).total
     utilization = program.macs / (total * config.rows * config.cols)
     return (f"Placement on a {config.name} array ({program.macs:,} MACs, {total:,} predicted "
