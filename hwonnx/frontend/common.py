@@ -11,7 +11,7 @@ import onnx
 __all__ = [
     "DEFAULT_DOMAINS", "FLOAT_TYPES", "READ_TYPES", "MAX_TENSOR_ELEMENTS", "MAX_TENSOR_BYTES",
     "ReadLog", "elem_type_name", "is_default_domain", "opset_versions", "domain_opset",
-    "is_c_identifier", "dims_size", "all_tensors",
+    "is_c_identifier", "dims_size", "count_text", "dims_text", "all_tensors",
     "subgraphs", "outer_references", "graph_attributes",
 ]
 
@@ -46,13 +46,16 @@ class ReadLog:
     def __init__(self) -> None:
         self.notes: "list[str]" = []
         self.warnings: "list[str]" = []
+        self._seen: "set[tuple[str, str]]" = set()
 
     def note(self, text: str) -> None:
-        if text not in self.notes:
+        if ("note", text) not in self._seen:
+            self._seen.add(("note", text))
             self.notes.append(text)
 
     def warn(self, text: str) -> None:
-        if text not in self.warnings:
+        if ("warn", text) not in self._seen:
+            self._seen.add(("warn", text))
             log.warning("%s", text)
             self.warnings.append(text)
 
@@ -89,6 +92,22 @@ def is_c_identifier(name: str) -> bool:
 
 def dims_size(dims) -> int:
     return math.prod(int(d) for d in dims)
+
+
+def count_text(count: int) -> str:
+    """Return ``count`` in decimal, or ``about 10^N`` when it has more than 30 digits (Python
+    refuses to print integers of more than 4300 digits, which a product of dims can reach)."""
+    if count < 10 ** 30:
+        return str(count)
+    return f"about 10^{int(math.log10(count))}"
+
+
+def dims_text(dims, shown: int = 8) -> str:
+    """Return ``dims`` as a list, at most ``shown`` of them followed by the number given."""
+    dims = [int(d) for d in dims]
+    if len(dims) <= shown:
+        return str(dims)
+    return f"[{', '.join(map(str, dims[:shown]))}, ...] ({len(dims)} dims)"
 
 
 def graph_attributes(node: onnx.NodeProto) -> "Iterator[tuple[str, onnx.GraphProto]]":

@@ -5,6 +5,7 @@ turned into an array."""
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 
 import onnx
@@ -16,7 +17,9 @@ from .common import (
     MAX_TENSOR_ELEMENTS,
     READ_TYPES,
     all_tensors,
+    count_text,
     dims_size,
+    dims_text,
     elem_type_name,
 )
 
@@ -24,6 +27,13 @@ __all__ = ["read_model", "MAX_MODEL_BYTES"]
 
 #: protobuf cannot parse a message of 2 GiB or more.
 MAX_MODEL_BYTES = (1 << 31) - 1
+#: A model whose known fields are this much smaller than its file is copied once more after
+#: parsing, so that the memory of the unknown fields dropped is given back.
+_UNKNOWN_SLACK = 1 << 20
+_CHUNK = 1 << 20
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
 _EXTERNAL_KEYS = ("location", "offset", "length", "checksum")
 # TensorProto field that holds the values of each element type when raw_data is not used.
 _VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
@@ -39,34 +49,32 @@ def read_model(source: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.Mo
     """Return a private copy of the model at ``source`` (a path, serialized bytes or a
     ``ModelProto``), with its external tensor data read in.
 
-    External data is read only from files inside the model's folder (``location`` relative,
-    no ``..``, no symbolic link leading out), at the given offset and length, after its size
-    has been checked against the tensor's dims.
+    External data is read only from regular files inside the model's folder (``location``
+    relative, no ``..``, no symbolic link leading out), at the given offset and length, after
+    its size has been checked against the tensor's dims. Fields onnx does not know are
+    dropped. The model file is read with a bound (:data:`MAX_MODEL_BYTES`), whatever size the
+    file system reports.
 
     Raises
     ------
     ModelError
-        If the file is missing, unreadable, empty, too large or not an ONNX protobuf, or if
-        external data is unsafe, missing or short (the message names the tensor).
+        If the file is missing, unreadable, not a regular file, empty, too large or not an ONNX
+        protobuf, or if external data is unsafe, missing or short (the message names the
+        tensor).
     """
     base: "Path | None" = None
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)
+        model.DiscardUnknownFields()
     else:
         label = "<bytes>" if isinstance(source, (bytes, bytearray)) else os.fspath(source)
         try:
             if isinstance(source, (bytes, bytearray)):
-                data = bytes(source)
+                data = source
             else:
                 base = Path(os.path.abspath(label)).parent
-                size = os.stat(label).st_size
-                if size > MAX_MODEL_BYTES:
-                    raise ModelError(f"Cannot read model '{label}': it is {size} bytes, and a "
-                                     f"protobuf file must be smaller than 2 GiB; store large "
-                                     f"tensors as external data")
-                with open(label, "rb") as stream:
-                    data = stream.read()
+                data = _read_file(label)
             if not data:        # parses as a model that sets nothing: say what is wrong
                 raise ModelError(f"Model file '{label}' is empty" if base else
                                  "The model bytes are empty")
@@ -79,6 +87,9 @@ def read_model(source: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.Mo
             text = " ".join(str(error).split())
             raise ModelError(f"Cannot read model '{label}': it is not an ONNX model ({text})"
                              ) from error
+        size = len(data)
+        del data
+        model = _without_unknown_fields(model, size)
     _check_text(model, "model")
     digests: "dict[Path, str]" = {}                  # SHA1 of each external file, once
     for where, tensor in all_tensors(model):
@@ -86,6 +97,64 @@ def read_model(source: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.Mo
             _load_external(tensor, where, base, digests)
         check_tensor(tensor, where)
     return model
+
+
+def _open_regular(path: "str | Path", what: str) -> int:
+    """Open ``path`` for reading and return the descriptor, refusing anything but a regular
+    file (a FIFO or a device would block or never end; opened without blocking to find out).
+    ``what`` starts the message."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(mode)), None)
+        raise ModelError(f"{what}: it is {kind}, not a regular file" if kind else
+                         f"{what}: it is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _read_file(label: str) -> bytearray:
+    """Read the model file ``label``, refusing it as soon as it proves larger than
+    :data:`MAX_MODEL_BYTES` (its size on disk is only a hint: files under ``/proc`` say 0)."""
+    too_large = (f"Cannot read model '{label}': it is larger than {MAX_MODEL_BYTES} bytes, and a "
+                 f"protobuf file must be smaller than 2 GiB; store large tensors as external "
+                 f"data")
+    fd = _open_regular(label, f"Cannot read model '{label}'")
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_MODEL_BYTES:
+            raise ModelError(f"Cannot read model '{label}': it is {size} bytes, and a protobuf "
+                             f"file must be smaller than 2 GiB; store large tensors as external "
+                             f"data")
+        data = bytearray(size)
+        with open(fd, "rb", buffering=0, closefd=False) as stream:
+            view, done = memoryview(data), 0
+            while done < size:
+                count = stream.readinto(view[done:])
+                if not count:
+                    break
+                done += count
+            view.release()
+            del data[done:]
+            while chunk := stream.read(_CHUNK):   # the file may be longer than it said
+                data += chunk
+                if len(data) > MAX_MODEL_BYTES:
+                    raise ModelError(too_large)
+        return data
+    finally:
+        os.close(fd)
+
+
+def _without_unknown_fields(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
+    """Drop the fields onnx does not know (hwonnx cannot use them). Memory of a parsed message
+    is only given back with the whole message, so a model that drops a lot is copied."""
+    model.DiscardUnknownFields()
+    if size - model.ByteSize() <= _UNKNOWN_SLACK:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def _check_text(message, path: str) -> None:
@@ -109,9 +178,15 @@ def _check_text(message, path: str) -> None:
 
 def check_tensor(tensor: onnx.TensorProto, where: str) -> None:
     """Check that a stored tensor has a readable element type, sane dims and exactly the
-    number of values its dims need, before anything makes an array of it."""
+    number of values its dims need, in one value field, before anything makes an array of
+    it."""
     what = where[0].upper() + where[1:]
     count = _check_header(tensor, what)
+    used = [f for f in ("raw_data", *_VALUE_FIELDS)
+            if (tensor.HasField(f) if f == "raw_data" else len(getattr(tensor, f)))]
+    if len(used) > 1:
+        raise ModelError(f"{what} stores values in both {used[0]} and {used[1]} (ONNX IR: a "
+                         f"tensor stores its values in exactly one field)")
     if tensor.HasField("raw_data"):
         stored, need = len(tensor.raw_data), count * READ_TYPES[tensor.data_type]
         unit = "bytes of raw_data"
@@ -122,8 +197,8 @@ def check_tensor(tensor: onnx.TensorProto, where: str) -> None:
                 not stored and tensor.int64_data:
             stored, unit = len(tensor.int64_data), "values in int64_data"
     if stored != need:
-        raise ModelError(f"{what} has {stored} {unit}, but its dims {list(tensor.dims)} need "
-                         f"{need}")
+        raise ModelError(f"{what} has {stored} {unit}, but its dims {dims_text(tensor.dims)} "
+                         f"need {need}")
 
 
 def _check_header(tensor: onnx.TensorProto, what: str) -> int:
@@ -132,12 +207,12 @@ def _check_header(tensor: onnx.TensorProto, what: str) -> int:
         raise ModelError(f"{what} has {elem_type_name(tensor.data_type)}; hwonnx reads only "
                          f"float, integer and bool tensors")
     if any(d < 0 for d in tensor.dims):
-        raise ModelError(f"{what} has negative dims {list(tensor.dims)}")
+        raise ModelError(f"{what} has negative dims {dims_text(tensor.dims)}")
     count = dims_size(tensor.dims)
     if count > MAX_TENSOR_ELEMENTS or count * READ_TYPES[tensor.data_type] > MAX_TENSOR_BYTES:
-        raise ModelError(f"{what} has {count} elements (dims {list(tensor.dims)}), more than "
-                         f"hwonnx's limit of {MAX_TENSOR_ELEMENTS} elements or "
-                         f"{MAX_TENSOR_BYTES} bytes")
+        raise ModelError(f"{what} has {count_text(count)} elements (dims "
+                         f"{dims_text(tensor.dims)}), more than hwonnx's limit of "
+                         f"{MAX_TENSOR_ELEMENTS} elements or {MAX_TENSOR_BYTES} bytes")
     if tensor.HasField("segment"):
         raise ModelError(f"{what} is a segment of a tensor; hwonnx does not read segments")
     return count
@@ -181,15 +256,14 @@ def _load_external(tensor: onnx.TensorProto, where: str, base: "Path | None",
     need = _check_header(tensor, what) * READ_TYPES[tensor.data_type]
     if length is not None and length != need:
         raise ModelError(f"{what} has external data length {length}, but its dims "
-                         f"{list(tensor.dims)} need {need} bytes")
+                         f"{dims_text(tensor.dims)} need {need} bytes")
     try:
-        size = os.stat(path).st_size
-        if not path.is_file():
-            raise IsADirectoryError(21, "Is a directory")
-        if offset + need > size:
-            raise ModelError(f"{what} needs bytes {offset} to {offset + need} of external data "
-                             f"file '{location}', which has only {size} bytes")
-        with open(path, "rb") as stream:
+        fd = _open_regular(path, f"{what} cannot read its external data file '{location}'")
+        with open(fd, "rb") as stream:
+            size = os.fstat(fd).st_size
+            if offset + need > size:
+                raise ModelError(f"{what} needs bytes {offset} to {offset + need} of external "
+                                 f"data file '{location}', which has only {size} bytes")
             stream.seek(offset)
             data = stream.read(need)
         checksum = info.get("checksum")
@@ -222,7 +296,7 @@ def _external_int(info: "dict[str, str]", key: str, what: str) -> "int | None":
 
 def _sha1(path: Path) -> str:
     digest = hashlib.sha1()
-    with open(path, "rb") as stream:
+    with open(_open_regular(path, f"Cannot read '{path}'"), "rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
