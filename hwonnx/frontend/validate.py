@@ -3,6 +3,7 @@
 graph rules of :mod:`.graph_rules` on its main graph."""
 
 import functools
+from collections import Counter
 
 import onnx
 
@@ -26,6 +27,8 @@ __all__ = ["name_nodes", "validate_model", "resolve_operators", "newest_opsets"]
 
 #: The first IR version with ``opset_import``; older models implicitly use ai.onnx opset 1.
 FIRST_OPSET_IR = 3
+#: Repeated metadata keys are warned about one by one up to this many, then summarized.
+_LISTED_KEYS = 3
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,10 +162,17 @@ def _type_attributes(model: onnx.ModelProto) -> None:
 
 
 def _check_metadata(model: onnx.ModelProto, rlog: ReadLog) -> None:
-    keys = [p.key for p in model.metadata_props]
-    for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
-        rlog.warn(f"metadata_props key '{key}' appears {keys.count(key)} times; the last value "
-                  f"is used (ONNX IR: metadata keys should be distinct)")
+    counts = Counter(p.key for p in model.metadata_props)
+    repeated = [(key, n) for key, n in counts.items() if n > 1]
+    if len(repeated) <= _LISTED_KEYS:
+        for key, n in repeated:
+            rlog.warn(f"metadata_props key '{key}' appears {n} times; the last value is used "
+                      f"(ONNX IR: metadata keys should be distinct)")
+        return
+    shown = ", ".join(f"'{key}' ({n} times)" for key, n in repeated[:_LISTED_KEYS])
+    rlog.warn(f"{len(repeated)} metadata_props keys appear more than once ({shown} and "
+              f"{len(repeated) - _LISTED_KEYS} more); the last value of each is used (ONNX IR: "
+              f"metadata keys should be distinct)")
 
 
 def _check_training_info(model: onnx.ModelProto, rlog: ReadLog) -> None:
@@ -236,15 +246,23 @@ def _resolve(node: onnx.NodeProto, opsets: "dict[str, int]", local, where: str) 
         raise ModelError(f"Node '{node.name}'{where} uses {_domain_label(domain)} opset "
                          f"{version}; onnx {onnx.__version__} knows opsets 1 to "
                          f"{newest_opsets()[domain]}")
-    try:
-        onnx.defs.get_schema(node.op_type, version, domain)
-    except onnx.defs.SchemaError:
+    if not _defines(node.op_type, version, domain):
         first = _first_version(node.op_type, domain)
         hint = f"; it first appears in opset {first}" if first else ""
         raise ModelError(f"Node '{node.name}'{where} uses {node.op_type}, which "
                          f"{_domain_label(domain)} opset {version} does not define{hint} (ONNX "
-                         f"IR: each operator used MUST be declared by an imported operator set)"
-                         ) from None
+                         f"IR: each operator used MUST be declared by an imported operator set)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _defines(op_type: str, version: int, domain: str) -> bool:
+    """Whether ``domain`` opset ``version`` defines ``op_type`` (cached: graphs repeat
+    operators)."""
+    try:
+        onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return True
 
 
 def _first_version(op_type: str, domain: str) -> int:
