@@ -26,8 +26,8 @@ import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-__all__ = ["INTEGER_OPS", "optimized_outputs", "qoperator_reference", "reference_outputs",
-           "reference_session"]
+__all__ = ["INTEGER_OPS", "OptimizedInt8Session", "guard_optimized_int8_sessions",
+           "optimized_outputs", "qoperator_reference", "reference_outputs", "reference_session"]
 
 #: Operators onnxruntime runs only on its optimized (CPU-dependent) integer kernels.
 INTEGER_OPS = {"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "QGemm",
@@ -35,12 +35,44 @@ INTEGER_OPS = {"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "
                "QLinearLeakyRelu", "QLinearSigmoid", "QLinearConcat", "QLinearMul"}
 
 
+_QUANTIZED_OPS = INTEGER_OPS | {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+_SESSION = ort.InferenceSession          # the real class, whatever a guard puts in its place
+
+
 def _session(model, level) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = level
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return _SESSION(source, options, providers=["CPUExecutionProvider"])
+
+
+class OptimizedInt8Session(AssertionError):
+    """A test opened onnxruntime's default (optimized) session on a quantized model outside
+    :func:`optimized_outputs`: its int8 answer depends on the CPU, so nothing may assert on
+    it."""
+
+
+def guard_optimized_int8_sessions(monkeypatch) -> None:
+    """Make ``onnxruntime.InferenceSession`` refuse a quantized model (QDQ or integer
+    operators) unless graph optimizations are disabled: the suite's structural guarantee
+    that no test's outcome depends on the CPU's SIMD instructions. Float models and
+    :func:`optimized_outputs` (reporting only) are unaffected."""
+    def guarded(source, sess_options=None, *args, **kwargs):
+        level = (sess_options.graph_optimization_level if sess_options is not None
+                 else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        if level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+            model = onnx.load_from_string(source) if isinstance(source, bytes) else \
+                onnx.load(str(source), load_external_data=False)
+            quantized = sorted({n.op_type for n in model.graph.node} & _QUANTIZED_OPS)
+            if quantized:
+                raise OptimizedInt8Session(
+                    f"onnxruntime's optimized session on a quantized model ({', '.join(quantized)}"
+                    f"): its int8 kernels differ between CPUs; use ort_reference."
+                    f"reference_outputs (or optimized_outputs to report the difference)")
+        return _SESSION(source, sess_options, *args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", guarded)
 
 
 def reference_session(model) -> ort.InferenceSession:

@@ -8,8 +8,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_reference import (INTEGER_OPS, optimized_outputs, qoperator_reference,
-                           reference_outputs, reference_session)
+import ort_reference
+from ort_reference import (INTEGER_OPS, OptimizedInt8Session, guard_optimized_int8_sessions,
+                           optimized_outputs, qoperator_reference, reference_outputs,
+                           reference_session)
 from test_prequantized import SAMPLES, _dims, _onnxruntime, _quantized
 
 U8, I8, F = TensorProto.UINT8, TensorProto.INT8, TensorProto.FLOAT
@@ -129,6 +131,23 @@ def test_references_never_run_optimized_integer_kernels(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the exact reference must not run onnxruntime")
 
-    monkeypatch.setattr(ort, "InferenceSession", refuse)
+    monkeypatch.setattr(ort_reference, "_SESSION", refuse)
     exact = reference_outputs(qop, {"x": x})[0]
     assert exact.shape == optimized.shape
+
+
+def test_guard_refuses_optimized_sessions_on_quantized_models(tmp_path, monkeypatch):
+    """The guard every test runs under (tests/conftest.py): a default session on a QDQ or
+    QOperator model raises, the reference path, float models and optimized_outputs do not."""
+    guard_optimized_int8_sessions(monkeypatch)
+    qdq = _quantized(tmp_path, "gemm", "QDQ", False, "QInt8")
+    qop = _quantized(tmp_path, "gemm", "QOperator", False, "QInt8")
+    for model in (qdq, qop):
+        with pytest.raises(OptimizedInt8Session, match=r"^onnxruntime's optimized session on "
+                           r"a quantized model \((\w+, )*QuantizeLinear(, \w+)*\): its int8 "
+                           r"kernels differ between CPUs"):
+            ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    reference_session(qdq)
+    ort.InferenceSession(str(tmp_path / "gemm.onnx"), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).normal(0, 1, (2, 24)).astype(np.float32)
+    assert optimized_outputs(qop, {"x": x})[0].shape == (2, 10)
