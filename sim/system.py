@@ -51,16 +51,19 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
     try:
         get_runner("verilator").build(
             sources=[work / "public.vlt", work / "system.v"], hdl_toplevel=SYSTEM_TOP,
-            build_dir=work, build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
+            build_dir=work / "obj", build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
             log_file=work / "build.log")
     except (SystemExit, Exception) as error:
         raise ToolchainError(f"Verilator build of the system design failed; see "
                              f"'{work / 'build.log'}'") from error
-    if not (work / SYSTEM_TOP).exists():
-        raise ToolchainError(f"Verilator build produced no '{work / SYSTEM_TOP}'")
+    if not (work / "obj" / SYSTEM_TOP).exists():
+        raise ToolchainError(f"Verilator build produced no '{work / 'obj' / SYSTEM_TOP}'")
     if build_dir.exists():      # an earlier build that stopped half way (no binary)
         shutil.rmtree(build_dir)
-    work.rename(build_dir)
+    (work / "obj").rename(build_dir)
+    for name in ("system.v", "public.vlt", "build.log"):
+        shutil.copy(work / name, build_dir / name)
+    shutil.rmtree(work, ignore_errors=True)
     log(f"Built in {time.monotonic() - started:.0f} s")
 
 
