@@ -3,20 +3,104 @@
 ``Identity``, ``Softmax``, and the elementwise ``LeakyRelu``, ``Sigmoid``, ``Tanh``,
 ``HardSigmoid``, ``HardSwish``).
 
+Every node is held to the work bounds :data:`MAX_VALUE_ELEMENTS`, :data:`MAX_PATCH_ELEMENTS`
+and :data:`MAX_NODE_MACS` (per sample, :func:`check_node_work`): the frontend refuses a model
+that breaks one, and the evaluator extracts convolution and pooling windows a few samples at a
+time, so that its memory does not grow with the batch.
+
 The layer-like ops ``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool`` and ``Concat``
 (channel axis) apply their fused activation after the op: ``max(y, 0)`` if ``relu``, then
 ``min(y, act_max)`` if ``act_max`` is set."""
 
-from typing import Callable
+import math
+from typing import Callable, Mapping
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
+from ..errors import ResourceError
 from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
-from .graph import Graph, Node
+from .graph import Graph, Node, TensorType
 
-__all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float"]
+__all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float", "MAX_VALUE_ELEMENTS",
+           "MAX_PATCH_ELEMENTS", "MAX_NODE_MACS", "node_work", "check_node_work"]
+
+#: No value computed at run time (nor the padded input of a convolution or pooling) may have
+#: more elements than this per sample: 64 MiB of float32 (a 1x64x512x512 feature map).
+MAX_VALUE_ELEMENTS = 1 << 24
+#: The windows a convolution or pooling node reads (the im2col patch matrix, output pixels x
+#: input channels x kernel taps) may have at most this many elements per sample: 256 MiB of
+#: float32, 512 MiB in the int64 golden arithmetic.
+MAX_PATCH_ELEMENTS = 1 << 26
+#: A node may take at most this many multiply-accumulates (or window taps, or elements) per
+#: sample: about a second of NumPy.
+MAX_NODE_MACS = 1 << 30
+_WINDOWED = ("Conv", "AvgPool", "MaxPool")
+
+
+def node_work(node: Node, types: "Mapping[str, TensorType]") -> "dict[str, int]":
+    """Return the work of ``node`` per sample: ``padded`` (elements of its padded input, 0 for
+    an op without windows), ``patches`` (elements of its im2col patch matrix, 0 likewise) and
+    ``macs`` (multiply-accumulates, window taps, or output elements for an elementwise op).
+    ``types`` gives the shape of every input and output (batch 1)."""
+    out = types[node.outputs[0]].shape
+    if node.op in _WINDOWED:
+        _, c, h, w = types[node.inputs[0]].shape
+        if node.op == "Conv":
+            kernel, taps = types[node.inputs[1]].shape[2:], math.prod(
+                types[node.inputs[1]].shape[1:])
+        else:
+            kernel = node.attrs["kernel"]
+            taps = math.prod(kernel)
+        top, left, bottom, right = node.attrs["pads"]
+        return {"padded": c * (h + top + bottom) * (w + left + right),
+                "patches": math.prod(out[2:]) * c * math.prod(kernel),
+                "macs": math.prod(out) * taps}
+    if node.op == "Dense":
+        return {"padded": 0, "patches": 0,
+                "macs": math.prod(out) * types[node.inputs[0]].shape[-1]}
+    return {"padded": 0, "patches": 0, "macs": math.prod(out)}
+
+
+def check_node_work(node: Node, types: "Mapping[str, TensorType]") -> None:
+    """Check ``node`` against the work bounds (see :func:`node_work`).
+
+    Raises
+    ------
+    ResourceError
+        If one of its outputs, its padded input, its patch matrix or its multiply-accumulates
+        exceed :data:`MAX_VALUE_ELEMENTS`, :data:`MAX_PATCH_ELEMENTS` or
+        :data:`MAX_NODE_MACS`; names the node and the size.
+    """
+    what = f"Node '{node.name}' ({node.op})"
+    for value in node.outputs:
+        count = types[value].size
+        if count > MAX_VALUE_ELEMENTS:
+            raise ResourceError(f"{what} computes '{value}' of shape "
+                                f"{list(types[value].shape)}, {count} elements per sample, "
+                                f"more than hwonnx's limit of {MAX_VALUE_ELEMENTS} for a value")
+    work = node_work(node, types)
+    if work["padded"] > MAX_VALUE_ELEMENTS:
+        _, c, h, w = types[node.inputs[0]].shape
+        top, left, bottom, right = node.attrs["pads"]
+        raise ResourceError(f"{what} pads its input of shape {[1, c, h, w]} to "
+                            f"{[1, c, h + top + bottom, w + left + right]}, {work['padded']} "
+                            f"elements per sample, more than hwonnx's limit of "
+                            f"{MAX_VALUE_ELEMENTS} for a value")
+    if work["patches"] > MAX_PATCH_ELEMENTS:
+        raise ResourceError(f"{what} reads windows of {work['patches']} elements per sample "
+                            f"(output pixels x input channels x kernel taps), more than "
+                            f"hwonnx's limit of {MAX_PATCH_ELEMENTS}")
+    if work["macs"] > MAX_NODE_MACS:
+        raise ResourceError(f"{what} takes {work['macs']} multiply-accumulates per sample, more "
+                            f"than hwonnx's limit of {MAX_NODE_MACS}")
+
+
+def _chunks(x: np.ndarray, per_sample: int) -> "list[np.ndarray]":
+    """Split the batch ``x`` so that each part's windows hold at most
+    :data:`MAX_PATCH_ELEMENTS` elements (``per_sample`` per sample)."""
+    step = max(1, MAX_PATCH_ELEMENTS // max(per_sample, 1))
+    return [x[i:i + step] for i in range(0, x.shape[0], step)] or [x]
 
 
 def _batch(shape: "tuple[int, ...]", n: int) -> "tuple[int, ...]":
@@ -42,18 +126,21 @@ def _activation(node: Node, y: np.ndarray) -> np.ndarray:
 def _conv(graph: Graph, node: Node, x, w, b=None):
     m, cg, kh, kw = w.shape
     group = node.attrs.get("group", 1)
-    cols = im2col(x, (kh, kw), node.attrs["strides"], node.attrs["pads"],
-                  node.attrs["dilations"], pad_value=node.attrs.get("pad_value", 0.0))
     (sy, sx), (dy, dx) = node.attrs["strides"], node.attrs["dilations"]
     top, left, bottom, right = node.attrs["pads"]
     out_h = conv_output_size(x.shape[2], kh, sy, top, bottom, dy)
     out_w = conv_output_size(x.shape[3], kw, sx, left, right, dx)
-    n, length = cols.shape[:2]
     # The patch axis is ordered (c, ky, kx), so group g owns a contiguous slice of it.
-    cols = cols.reshape(n, length, group, cg * kh * kw).transpose(2, 0, 1, 3)  # [G, N, L, K]
     wg = w.reshape(group, 1, m // group, cg * kh * kw).transpose(0, 1, 3, 2)   # [G, 1, K, J]
-    y = (cols @ wg).transpose(1, 0, 3, 2)                                      # [N, G, J, L]
-    y = y.reshape(n, m, out_h, out_w)
+    parts = []
+    for part in _chunks(x, out_h * out_w * x.shape[1] * kh * kw):
+        cols = im2col(part, (kh, kw), node.attrs["strides"], node.attrs["pads"],
+                      node.attrs["dilations"], pad_value=node.attrs.get("pad_value", 0.0))
+        n, length = cols.shape[:2]
+        cols = cols.reshape(n, length, group, cg * kh * kw).transpose(2, 0, 1, 3)  # [G,N,L,K]
+        y = (cols @ wg).transpose(1, 0, 3, 2)                                     # [N,G,J,L]
+        parts.append(y.reshape(n, m, out_h, out_w))
+    y = np.concatenate(parts) if len(parts) > 1 else parts[0]
     if b is not None:
         y = y + b.reshape(1, m, 1, 1)
     return _activation(node, y)
@@ -66,38 +153,37 @@ def _dense(graph: Graph, node: Node, x, w, b=None):
     return _activation(node, y)
 
 
-def _avgpool(graph: Graph, node: Node, x):
-    (kh, kw), (sy, sx) = node.attrs["kernel"], node.attrs["strides"]
-    top, left, bottom, right = node.attrs["pads"]
+def _windows(node: Node, x: np.ndarray, pad_value, reduce) -> np.ndarray:
+    """Reduce each pooling window of ``x`` with ``reduce(patches)`` (``patches``:
+    ``[N, OH*OW, C, KH*KW]``), a few samples at a time; return ``[N, C, OH, OW]``."""
+    kernel, strides = node.attrs["kernel"], node.attrs["strides"]
+    pads, dilations = node.attrs["pads"], node.attrs.get("dilations", (1, 1))
     n, c, h, w = x.shape
-    padded = np.full((n, c, h + top + bottom, w + left + right),
-                     node.attrs.get("pad_value", 0.0), np.float32)
-    padded[:, :, top:top + h, left:left + w] = x
-    out_h = conv_output_size(h, kh, sy, top, bottom, 1)
-    out_w = conv_output_size(w, kw, sx, left, right, 1)
-    windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))
-    total = windows[:, :, :sy * (out_h - 1) + 1:sy, :sx * (out_w - 1) + 1:sx].sum(
-        axis=(-2, -1), dtype=np.float32)
+    out_h = conv_output_size(h, kernel[0], strides[0], pads[0], pads[2], dilations[0])
+    out_w = conv_output_size(w, kernel[1], strides[1], pads[1], pads[3], dilations[1])
+    taps = kernel[0] * kernel[1]
+    parts = []
+    for part in _chunks(x, out_h * out_w * c * taps):
+        patches = im2col(part, kernel, strides, pads, dilations, pad_value=pad_value)
+        y = reduce(patches.reshape(part.shape[0], out_h * out_w, c, taps))
+        parts.append(y.transpose(0, 2, 1).reshape(part.shape[0], c, out_h, out_w))
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _avgpool(graph: Graph, node: Node, x):
+    total = _windows(node, x, node.attrs.get("pad_value", 0.0),
+                     lambda p: p.sum(axis=-1, dtype=np.float32))
     if node.attrs["count_include_pad"]:
-        count = np.float32(kh * kw)
+        count = np.float32(node.attrs["kernel"][0] * node.attrs["kernel"][1])
     else:                                     # the real (unpadded) pixels under each window
-        inside = np.zeros(padded.shape[2:], np.float32)
-        inside[top:top + h, left:left + w] = 1
-        count = sliding_window_view(inside, (kh, kw))[
-            :sy * (out_h - 1) + 1:sy, :sx * (out_w - 1) + 1:sx].sum(axis=(-2, -1))
+        inside = np.ones((1, 1) + x.shape[2:], np.float32)
+        count = _windows(node, inside, 0.0, lambda p: p.sum(axis=-1, dtype=np.float32))
     return _activation(node, total / count)
 
 
 def _maxpool(graph: Graph, node: Node, x):
-    kernel, strides = node.attrs["kernel"], node.attrs["strides"]
-    pads, dilations = node.attrs["pads"], node.attrs["dilations"]
-    n, c = x.shape[:2]
-    patches = im2col(x, kernel, strides, pads, dilations,
-                     pad_value=node.attrs.get("pad_value", -np.inf))
-    out_h = conv_output_size(x.shape[2], kernel[0], strides[0], pads[0], pads[2], dilations[0])
-    out_w = conv_output_size(x.shape[3], kernel[1], strides[1], pads[1], pads[3], dilations[1])
-    y = patches.reshape(n, out_h * out_w, c, -1).max(axis=-1)
-    return _activation(node, y.transpose(0, 2, 1).reshape(n, c, out_h, out_w))
+    y = _windows(node, x, node.attrs.get("pad_value", -np.inf), lambda p: p.max(axis=-1))
+    return _activation(node, y)
 
 
 def _softmax(graph: Graph, node: Node, x):
@@ -190,7 +276,10 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
     Raises
     ------
     ValueError
-        If a feed is missing or its shape does not fit the graph input.
+        If a feed is missing, is complex or its shape does not fit the graph input.
+    ResourceError
+        If a node breaks a work bound (:func:`check_node_work`); the frontend refuses such
+        models, so only a graph built otherwise can.
     NotImplementedError
         If the graph holds an op outside the float vocabulary (a bug: the frontend only
         produces these ops).
@@ -200,6 +289,10 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
     for name in graph.inputs:
         if name not in feeds:
             raise ValueError(f"No value fed for graph input '{name}'")
+        if np.iscomplexobj(feeds[name]):
+            raise ValueError(f"Feed for graph input '{name}' is complex "
+                             f"({np.asarray(feeds[name]).dtype}); hwonnx evaluates real "
+                             f"numbers only")
         value = np.asarray(feeds[name], dtype=np.float32)
         expected = graph.types[name].shape
         if value.ndim != len(expected) or value.shape[1:] != expected[1:]:
@@ -209,6 +302,8 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
     for node in graph.nodes:
         args = [env[v] for v in node.inputs]
         fn = FLOAT_OPS.get(node.op)
+        if fn is not None:
+            check_node_work(node, graph.types)
         if fn is None and node.op in HOST_FUNCTIONS:     # a host step, sample by sample
             env.update(zip(node.outputs, run_host(node, args, [v not in graph.constants
                                                                for v in node.inputs],
