@@ -10,7 +10,14 @@ from .host import (HOST_END_OPS, HOST_ONLY_OPS, HOST_START_OPS, at_end, end_valu
                    leading_chain, runs_on_neither)
 
 __all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support",
-           "check_fused"]
+           "check_fused", "summary", "LISTED_NODES"]
+
+#: Up to this many unsupported nodes are listed one by one; more are summarized by operator,
+#: with the first few node names and reasons (``error.nodes`` still lists them all).
+LISTED_NODES = 10
+_NAMES_PER_OPERATOR = 3
+_OPERATORS = 20
+_REASONS = 3
 
 #: Operators mapped onto the float IR vocabulary. (The operators without a hardware mapping
 #: that the host runs at the start or end of the graph are :data:`.host.HOST_ONLY_OPS`.)
@@ -107,12 +114,36 @@ def check_support(model: onnx.ModelProto) -> None:
     if nodes:
         error = UnsupportedOperatorError(nodes)
         supported = ", ".join(sorted(COMPUTE_OPS))
-        detail = f" ({'; '.join(reasons)})" if reasons else ""
-        error.args = (f"{error}{detail}; supported operators are {supported}; on the host "
-                      f"also {', '.join(sorted(HOST_ONLY_OPS & HOST_START_OPS))} at the start "
-                      f"of the graph and {', '.join(sorted(HOST_ONLY_OPS & HOST_END_OPS))} at "
-                      f"the end",)
+        error.args = (f"{summary(error, reasons)}; supported operators are {supported}; on the "
+                      f"host also {', '.join(sorted(HOST_ONLY_OPS & HOST_START_OPS))} at the "
+                      f"start of the graph and {', '.join(sorted(HOST_ONLY_OPS & HOST_END_OPS))} "
+                      f"at the end",)
         raise error
+
+
+def summary(error: UnsupportedOperatorError, reasons: "list[str]") -> str:
+    """Return the message of ``error`` with ``reasons`` (in parentheses): every node when
+    there are at most :data:`LISTED_NODES`, else a summary by operator, so that a model with
+    thousands of unsupported nodes still gets a short line."""
+    if len(error.nodes) <= LISTED_NODES:
+        return f"{error}" + (f" ({'; '.join(reasons)})" if reasons else "")
+    groups: "dict[tuple[str, str, int], list[str]]" = {}
+    for name, op, domain, opset in error.nodes:
+        groups.setdefault((op, domain, opset), []).append(name)
+    parts = []
+    for (op, domain, opset), names in list(groups.items())[:_OPERATORS]:
+        shown = ", ".join(f"'{name}'" for name in names[:_NAMES_PER_OPERATOR])
+        more = f" and {len(names) - _NAMES_PER_OPERATOR} more" \
+            if len(names) > _NAMES_PER_OPERATOR else ""
+        parts.append(f"{op} (domain '{domain or 'ai.onnx'}', opset {opset}) x{len(names)}: "
+                     f"nodes {shown}{more}")
+    if len(groups) > _OPERATORS:
+        parts.append(f"and {len(groups) - _OPERATORS} more operators")
+    text = f"{len(error.nodes)} unsupported node(s), by operator: {'; '.join(parts)}"
+    if reasons:
+        more = f"; and {len(reasons) - _REASONS} more" if len(reasons) > _REASONS else ""
+        text += f" ({'; '.join(reasons[:_REASONS])}{more})"
+    return text
 
 
 def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
@@ -182,5 +213,5 @@ def check_fused(graph: Graph, opset: int) -> None:
                            f"only it reads, so it cannot be fused")
     if nodes:
         error = UnsupportedOperatorError(nodes)
-        error.args = (f"{error} ({'; '.join(reasons)})",)
+        error.args = (summary(error, reasons),)
         raise error
