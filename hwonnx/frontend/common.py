@@ -11,7 +11,8 @@ import onnx
 __all__ = [
     "DEFAULT_DOMAINS", "FLOAT_TYPES", "READ_TYPES", "MAX_TENSOR_ELEMENTS", "MAX_TENSOR_BYTES",
     "ReadLog", "elem_type_name", "is_default_domain", "opset_versions", "domain_opset",
-    "is_c_identifier", "dims_size", "count_text", "dims_text", "all_tensors",
+    "is_c_identifier", "dims_size", "count_text", "dims_text", "copy_fields", "extend_messages",
+    "all_tensors",
     "subgraphs", "outer_references", "graph_attributes",
 ]
 
@@ -108,6 +109,29 @@ def dims_text(dims, shown: int = 8) -> str:
     if len(dims) <= shown:
         return str(dims)
     return f"[{', '.join(map(str, dims[:shown]))}, ...] ({len(dims)} dims)"
+
+
+def extend_messages(target, messages) -> None:
+    """Append copies of ``messages`` to the repeated message field ``target`` one by one
+    (``extend`` also makes a serialized copy of each on the way, briefly doubling a tensor)."""
+    for message in messages:
+        target.add().CopyFrom(message)
+
+
+def copy_fields(source, target, skip: "tuple[str, ...]" = ()) -> None:
+    """Copy every field set in the protobuf ``source`` but those named in ``skip`` into
+    ``target`` (of the same type), one by one."""
+    for field, value in source.ListFields():
+        if field.name in skip:
+            continue
+        if field.is_repeated and field.type == field.TYPE_MESSAGE:
+            extend_messages(getattr(target, field.name), value)
+        elif field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
 
 
 def graph_attributes(node: onnx.NodeProto) -> "Iterator[tuple[str, onnx.GraphProto]]":

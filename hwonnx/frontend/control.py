@@ -9,16 +9,17 @@ from onnx import numpy_helper
 from ..errors import ModelError
 from .common import (
     ReadLog,
+    extend_messages,
     graph_attributes,
     is_default_domain,
     opset_versions,
     outer_references,
     subgraphs,
 )
-from .fold import evaluate_node
+from .fold import FoldBudget, evaluate_node
 from .graph_rules import check_attributes, check_body, name_nodes
 
-__all__ = ["resolve_constant_ifs", "prune_dead_nodes"]
+__all__ = ["resolve_constant_ifs", "prune_dead_nodes", "dead_nodes"]
 
 _MAX_ROUNDS = 64
 
@@ -34,6 +35,7 @@ class _Constants:
         self.inits = {i.name: i for i in self.graph.initializer}
         self.inputs = {v.name: v for v in self.graph.input if v.name not in self.inits}
         self.producer = {v: n for n in self.graph.node for v in n.output if v}
+        self.budget = FoldBudget()
 
     def get(self, name: str) -> "np.ndarray | None":
         """Return the value of ``name`` if it is a constant hwonnx can fold, else None."""
@@ -61,7 +63,8 @@ class _Constants:
                 if all(self.values[v] is not None for v in inputs):
                     try:
                         results.update(evaluate_node(
-                            node, {v: self.values[v] for v in inputs}, self.opsets))
+                            node, {v: self.values[v] for v in inputs}, self.opsets,
+                            budget=self.budget))
                     except ModelError:
                         pass                  # not a constant hwonnx can fold here
                 self.values.update(results)
@@ -114,7 +117,7 @@ def resolve_constant_ifs(model: onnx.ModelProto, rlog: ReadLog) -> bool:
             del graph.node[index]
             for offset, new in enumerate(nodes):
                 graph.node.insert(index + offset, new)
-            graph.initializer.extend(inits)
+            extend_messages(graph.initializer, inits)
             graph.value_info.extend(infos)
             rlog.note(f"If '{node.name}' has a constant condition ({which == 'then_branch'}); "
                       f"replaced by its {which}")
@@ -125,23 +128,35 @@ def resolve_constant_ifs(model: onnx.ModelProto, rlog: ReadLog) -> bool:
     return changed
 
 
+def _live(graph: onnx.GraphProto) -> "list[bool]":
+    """Whether each node of ``graph`` is one some graph output depends on (reads from nested
+    graphs count)."""
+    live = {value.name for value in graph.output}
+    flags = []
+    for node in reversed(graph.node):
+        flags.append(any(value in live for value in node.output))
+        if flags[-1]:
+            live.update(node.input)
+            for _, nested in graph_attributes(node):
+                live |= outer_references(nested)
+    return flags[::-1]
+
+
+def dead_nodes(model: onnx.ModelProto) -> "list[onnx.NodeProto]":
+    """Return the main-graph nodes no graph output depends on, in order."""
+    return [node for node, live in zip(model.graph.node, _live(model.graph)) if not live]
+
+
 def prune_dead_nodes(model: onnx.ModelProto) -> int:
     """Remove the main-graph nodes no graph output depends on (reads from nested graphs
     count), in place; return how many were removed."""
     graph = model.graph
-    live = {value.name for value in graph.output}
-    keep = []
-    for node in reversed(graph.node):
-        if any(value in live for value in node.output):
-            keep.append(node)
-            live.update(node.input)
-            for _, nested in graph_attributes(node):
-                live |= outer_references(nested)
-    removed = len(graph.node) - len(keep)
+    flags = _live(graph)
+    removed = flags.count(False)
     if removed:
-        kept = [copy for copy in reversed(keep)]
+        kept = [node for node, live in zip(graph.node, flags) if live]
         del graph.node[:]
-        graph.node.extend(kept)
+        extend_messages(graph.node, kept)
     return removed
 
 

@@ -7,11 +7,12 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..errors import ModelError, UnsupportedOperatorError
-from ..golden.im2col import windows_touch_input
+from ..errors import ModelError, ResourceError, UnsupportedOperatorError
+from ..golden.im2col import conv_output_size, windows_touch_input
+from ..ir.evaluate import MAX_VALUE_ELEMENTS, check_node_work
 from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
-from .common import FLOAT_TYPES, MAX_TENSOR_ELEMENTS, domain_opset, elem_type_name
+from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name
 
 __all__ = ["CONVERTERS", "convert_graph"]
 
@@ -29,6 +30,8 @@ class _Builder:
         self.taken = set(types) | set(constants)
         self.used = {v for node in nodes for v in node.input} | \
             {value.name for value in model.graph.output}
+        self.producer = {v: node for node in nodes for v in node.output if v}
+        self.converted: "set[str]" = set()
 
     def _note_dtype(self, dtype: str) -> None:
         if dtype != "float32":
@@ -45,13 +48,19 @@ class _Builder:
             raise ModelError(f"{user} needs a floating-point constant '{name}', not "
                              f"{value.dtype}")
         self._note_dtype(str(value.dtype))
-        with np.errstate(over="ignore", invalid="ignore"):
-            value = value.astype(np.float32)
-        if not np.all(np.isfinite(value)):
+        if name in self.converted:
+            return value                      # converted already: one copy per constant
+        if value.dtype != np.float32 or not value.flags.writeable:
+            with np.errstate(over="ignore", invalid="ignore"):
+                value = value.astype(np.float32)
+        if not _finite(value):
             user = f"Node '{node.name}' ({node.op_type})" if node else "The graph output"
             raise ModelError(f"{user} reads constant '{name}', which holds non-finite values "
                              f"(NaN or infinity) in float32; hwonnx quantizes only finite "
                              f"values")
+        if self.onnx_constants[name].dtype == np.float32:
+            self.onnx_constants[name] = value  # a read-only original can be freed
+            self.converted.add(name)
         return value
 
     def constant(self, node: "onnx.NodeProto | None", name: str) -> str:
@@ -81,16 +90,30 @@ class _Builder:
                                  f"{elem_type_name(elem_type)}")
             if shape is None:
                 raise ModelError(f"Shape inference could not give '{name}' a static shape")
-            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
-                raise ModelError(f"Value '{name}' has shape {list(shape)}, "
-                                 f"{math.prod(shape)} elements, more than hwonnx's limit of "
-                                 f"{MAX_TENSOR_ELEMENTS}")
+            node = self.producer.get(name)
+            what = f"Value '{name}'" + (f" (output of {node.op_type} '{node.name}')"
+                                        if node is not None else "")
+            if any(d <= 0 for d in shape):
+                raise ModelError(f"{what} has shape {list(shape)}; every dimension of a value "
+                                 f"computed at run time must be positive")
+            if math.prod(shape) > MAX_VALUE_ELEMENTS:
+                raise ResourceError(f"{what} has shape {list(shape)}, "
+                                    f"{count_text(math.prod(shape))} elements, more than "
+                                    f"hwonnx's limit of {MAX_VALUE_ELEMENTS} for a value "
+                                    f"computed at run time")
             self._note_dtype(FLOAT_TYPES[elem_type])
             self.types[name] = TensorType("float32", shape)
         return name
 
     def shape(self, name: str) -> "tuple[int, ...]":
         return self.types[self.value(name)].shape
+
+
+def _finite(value: np.ndarray, block: int = 1 << 20) -> bool:
+    """Whether every element of ``value`` is finite (checked a block at a time: a weight may
+    take a large part of the memory hwonnx is allowed)."""
+    flat = value.reshape(-1)
+    return all(np.isfinite(flat[i:i + block]).all() for i in range(0, flat.size, block))
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -109,6 +132,10 @@ def _explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
                    dilations: "tuple[int, ...]") -> "tuple[int, int, int, int]":
     """Return ``(top, left, bottom, right)`` from ``pads`` or ``auto_pad`` of a Conv or pool."""
     auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad != "NOTSET" and "pads" in attrs:
+        raise ModelError(f"{node.op_type} '{node.name}' has both auto_pad '{auto_pad}' and pads "
+                         f"{list(attrs['pads'])}; pads may be given only with auto_pad NOTSET "
+                         f"(ONNX: the two attributes cannot be used together)")
     if auto_pad == "NOTSET":
         return tuple(attrs.get("pads", (0, 0, 0, 0)))
     if auto_pad == "VALID":
@@ -123,6 +150,28 @@ def _explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
         return (*begin, *end)
     raise ModelError(f"{node.op_type} '{node.name}' has auto_pad '{auto_pad}'; it must be "
                      f"NOTSET, VALID, SAME_UPPER or SAME_LOWER")
+
+
+def _check_windows(b: _Builder, node: onnx.NodeProto, shape: "tuple[int, ...]",
+                   kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
+                   pads: "tuple[int, ...]", dilations: "tuple[int, ...]") -> None:
+    """Check that the windows of a Conv or pool fit its padded input and give the output
+    shape inference found for it."""
+    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
+    padded = [n + begin + end for n, begin, end in zip(shape[2:], pads[:2], pads[2:])]
+    if any(span > size for span, size in zip(spans, padded)):
+        dilated = "" if tuple(dilations) == (1, 1) else \
+            f" (kernel {list(kernel)}, dilations {list(dilations)})"
+        raise ModelError(f"{node.op_type} '{node.name}' has a {spans[0]}x{spans[1]} "
+                         f"{'dilated ' if dilated else ''}kernel{dilated}, larger than its "
+                         f"{padded[0]}x{padded[1]} padded input: its output would be empty")
+    sizes = [conv_output_size(n, k, s, begin, end, d) for n, k, s, begin, end, d
+             in zip(shape[2:], kernel, strides, pads[:2], pads[2:], dilations)]
+    inferred = b.onnx_types.get(node.output[0], (0, None))[1]
+    if inferred is not None and len(inferred) == 4 and list(inferred[2:]) != sizes:
+        raise ModelError(f"{node.op_type} '{node.name}' computes a {sizes[0]}x{sizes[1]} output "
+                         f"from its attributes, but shape inference gives '{node.output[0]}' "
+                         f"shape {list(inferred)}")
 
 
 def _input_4d(b: _Builder, node: onnx.NodeProto, what: str) -> "tuple[str, tuple[int, ...]]":
@@ -156,6 +205,7 @@ def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
     strides = tuple(attrs.get("strides", (1, 1)))
     dilations = tuple(attrs.get("dilations", (1, 1)))
     pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    _check_windows(b, node, shape, kernel, strides, pads, dilations)
     inputs = [x, b.constant(node, node.input[1])]
     if len(node.input) > 2 and node.input[2]:
         inputs.append(b.constant(node, node.input[2]))
@@ -181,6 +231,7 @@ def _average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
         raise ModelError(f"AveragePool '{node.name}' has pads {list(pads)}; each must be "
                          f"smaller than the kernel {list(kernel)} (a window must not lie "
                          f"entirely in the padding)")
+    _check_windows(b, node, shape, kernel, strides, pads, dilations)
     return Node(node.name, "AvgPool", (x,), (b.value(node.output[0]),),
                 {"kernel": kernel, "strides": strides, "pads": pads,
                  "count_include_pad": bool(attrs.get("count_include_pad", 0)), **_ACTIVATION})
@@ -200,6 +251,7 @@ def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
     dilations = tuple(attrs.get("dilations", (1, 1)))
     strides = tuple(attrs.get("strides", (1, 1)))
     pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    _check_windows(b, node, shape, kernel, strides, pads, dilations)
     if not all(windows_touch_input(size, k, s, begin, end, d) for size, k, s, begin, end, d
                in zip(shape[2:], kernel, strides, pads[:2], pads[2:], dilations)):
         raise ModelError(f"MaxPool '{node.name}' has pads {list(pads)}; with kernel "
@@ -568,6 +620,9 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
     ------
     ModelError
         If a node uses a supported operator in a form hwonnx cannot map.
+    ResourceError
+        If a value, or the work of a node, exceeds hwonnx's bounds
+        (:func:`hwonnx.ir.evaluate.check_node_work`).
     """
     b = _Builder(model, nodes, constants, types)
     graph = model.graph
@@ -576,7 +631,10 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
         converter = (special or {}).get(node.name) or CONVERTERS.get(node.op_type)
         if converter is None:                 # the support check lets no other op through
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
-        ir_nodes.append(converter(b, node))
+        ir_node = converter(b, node)
+        if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
+            check_node_work(ir_node, b.types)
+        ir_nodes.append(ir_node)
     # after the nodes: a host Cast gives an integer input its type
     inputs = tuple(b.value(value.name) for value in graph.input)
     outputs = []

@@ -1,6 +1,7 @@
 """Constant folding: evaluate every node whose inputs are constants, and ``Shape`` of any value
 whose shape is static, so that only compute nodes reach the converter. No node is evaluated
-before the size of its result is known to be within hwonnx's limit."""
+before the size of its result and its work are known to be within hwonnx's limits, and the
+results of one model together are bounded too (:class:`FoldBudget`)."""
 
 import math
 import warnings
@@ -10,10 +11,20 @@ import onnx
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from ..errors import ModelError
-from .common import MAX_TENSOR_ELEMENTS, opset_versions
+from ..errors import ModelError, ResourceError
+from .common import MAX_TENSOR_ELEMENTS, copy_fields, extend_messages, opset_versions
 
-__all__ = ["fold_constants", "remove_dead_nodes", "evaluate_node", "output_bound"]
+__all__ = ["fold_constants", "remove_dead_nodes", "evaluate_node", "output_bound", "fold_work",
+           "FoldBudget", "MAX_FOLDED_ELEMENTS", "MAX_FOLD_WORK", "release_initializers"]
+
+#: The results of constant folding in one model may hold at most this many elements together
+#: (1 GiB of float32): a few hundred bytes of nodes cannot make gigabytes of constants.
+MAX_FOLDED_ELEMENTS = MAX_TENSOR_ELEMENTS
+#: The work onnx's reference evaluator may do to fold one node, by operator, in
+#: multiply-accumulates (``MatMul``, ``Gemm``, ``Conv``) or window taps (pooling); the
+#: evaluator's convolution and pooling are written in Python, hence the lower bounds.
+MAX_FOLD_WORK = {"MatMul": 1 << 30, "Gemm": 1 << 30, "Conv": 1 << 26, "AveragePool": 1 << 20,
+                 "MaxPool": 1 << 20, "LpPool": 1 << 20}
 
 # Operators whose result has the broadcast shape of their inputs.
 _ELEMENTWISE = frozenset({
@@ -52,23 +63,79 @@ def output_bound(node: onnx.NodeProto, inputs: "list[np.ndarray]",
     return None
 
 
+def fold_work(node: onnx.NodeProto, inputs: "list[np.ndarray]",
+              static: "list[tuple[int, ...] | None]") -> "int | None":
+    """Return the multiply-accumulates (``MatMul``, ``Gemm``, ``Conv``) or window taps
+    (pooling) folding ``node`` takes, None for an operator whose work is about its input and
+    output sizes (bounded by :func:`output_bound`) or when the output shape is unknown."""
+    if node.op_type not in MAX_FOLD_WORK or not static or static[0] is None:
+        return None
+    out = math.prod(static[0])
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "MatMul":
+        return out * (inputs[0].shape[-1] if inputs[0].ndim else 1)
+    if node.op_type == "Gemm":
+        return out * (inputs[0].shape[0 if attrs.get("transA") else -1] if inputs[0].ndim
+                      else 1)
+    if node.op_type == "Conv":
+        return out * (math.prod(inputs[1].shape[1:]) if len(inputs) > 1 else 1)
+    return out * math.prod(attrs.get("kernel_shape", [1]))
+
+
+class FoldBudget:
+    """What the folded results of one model may still hold (:data:`MAX_FOLDED_ELEMENTS`)."""
+
+    def __init__(self, limit: "int | None" = None) -> None:
+        self.limit = MAX_FOLDED_ELEMENTS if limit is None else limit
+        self.used = 0
+
+    def reserve(self, node: onnx.NodeProto, elements: int) -> None:
+        """Check, before ``node`` is evaluated, that results of ``elements`` still fit.
+
+        Raises
+        ------
+        ResourceError
+            Naming the node and both sizes.
+        """
+        if self.used + elements > self.limit:
+            raise ResourceError(f"Cannot fold constant node '{node.name}' ({node.op_type}): its "
+                                f"result could have {elements} elements, and the constants "
+                                f"folded before it hold {self.used}; hwonnx folds at most "
+                                f"{self.limit} elements per model")
+
+    def spend(self, results: "dict[str, np.ndarray]") -> None:
+        self.used += sum(int(value.size) for value in results.values())
+
+
 def evaluate_node(node: onnx.NodeProto, constants: dict, opsets: "dict[str, int]",
-                  static: "list[tuple[int, ...] | None] | None" = None
-                  ) -> "dict[str, np.ndarray]":
+                  static: "list[tuple[int, ...] | None] | None" = None,
+                  budget: "FoldBudget | None" = None) -> "dict[str, np.ndarray]":
     """Evaluate ``node`` on constant inputs with onnx's reference evaluator.
 
     Raises
     ------
     ModelError
         If the result could exceed :data:`MAX_TENSOR_ELEMENTS` or the evaluation fails.
+    ResourceError
+        If folding the node takes more than :data:`MAX_FOLD_WORK`, or its result would bring
+        the results folded with ``budget`` beyond :data:`MAX_FOLDED_ELEMENTS`.
     """
     feeds = {value: constants[value] for value in node.input if value}
-    bound = output_bound(node, [constants[v] for v in node.input if v], static or [])
+    inputs = [constants[v] for v in node.input if v]
+    bound = output_bound(node, inputs, static or [])
     if bound is None or bound > MAX_TENSOR_ELEMENTS:
         size = "an unknown number of" if bound is None else f"up to {bound}"
         raise ModelError(f"Cannot fold constant node '{node.name}' ({node.op_type}): its result "
                          f"could have {size} elements; hwonnx folds results of at most "
                          f"{MAX_TENSOR_ELEMENTS} elements whose size is known beforehand")
+    work = fold_work(node, inputs, static or [])
+    if work is not None and work > MAX_FOLD_WORK[node.op_type]:
+        unit = "window taps" if "Pool" in node.op_type else "multiply-accumulates"
+        raise ResourceError(f"Cannot fold constant node '{node.name}' ({node.op_type}): it "
+                            f"takes {work} {unit}; hwonnx folds a {node.op_type} of at most "
+                            f"{MAX_FOLD_WORK[node.op_type]}")
+    if budget is not None:
+        budget.reserve(node, bound * max(1, len([v for v in node.output if v])))
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")          # numpy's on user data (1/0 and the like)
@@ -77,7 +144,10 @@ def evaluate_node(node: onnx.NodeProto, constants: dict, opsets: "dict[str, int]
         text = " ".join(str(error).split())
         raise ModelError(f"Cannot fold constant node '{node.name}' ({node.op_type}): "
                          f"{text}") from error
-    return {name: np.asarray(result) for name, result in zip(node.output, results) if name}
+    results = {name: np.asarray(result) for name, result in zip(node.output, results) if name}
+    if budget is not None:
+        budget.spend(results)
+    return results
 
 
 def fold_constants(model: onnx.ModelProto, types: dict,
@@ -105,6 +175,8 @@ def fold_constants(model: onnx.ModelProto, types: dict,
     ------
     ModelError
         If a constant node cannot be evaluated or a ``Shape`` input has no static shape.
+    ResourceError
+        If folding breaks :data:`MAX_FOLD_WORK` or :data:`MAX_FOLDED_ELEMENTS`.
     """
     opsets = opset_versions(model)
     constants = {}
@@ -114,15 +186,29 @@ def fold_constants(model: onnx.ModelProto, types: dict,
         except (ValueError, TypeError) as error:     # read.check_tensor makes this rare
             raise ModelError(f"Initializer '{init.name}' cannot be read: {error}") from error
     kept = []
+    budget = FoldBudget()
     for node in (model.graph.node if nodes is None else nodes):
         if node.op_type == "Shape":
             constants[node.output[0]] = _shape(node, types)
         elif all(value in constants for value in node.input if value):
             static = [types.get(v, (0, None))[1] for v in node.output if v]
-            constants.update(evaluate_node(node, constants, opsets, static))
+            constants.update(evaluate_node(node, constants, opsets, static, budget))
         else:
             kept.append(node)
     return kept, constants
+
+
+def release_initializers(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]"
+                         ) -> "tuple[onnx.ModelProto, list[onnx.NodeProto]]":
+    """Return a copy of ``model`` without its initializers and with ``nodes`` (copied) as its
+    nodes, and those copies; once :func:`fold_constants` has made arrays of the initializers,
+    dropping every reference to ``model`` (and its nodes) gives the memory of its tensor data
+    back (a parsed protobuf frees its memory only as a whole)."""
+    copy = onnx.ModelProto()
+    copy_fields(model, copy, skip=("graph",))
+    copy_fields(model.graph, copy.graph, skip=("initializer", "sparse_initializer", "node"))
+    extend_messages(copy.graph.node, nodes)
+    return copy, list(copy.graph.node)
 
 
 def _shape(node: onnx.NodeProto, types: dict) -> np.ndarray:

@@ -7,6 +7,7 @@ import onnx.inliner
 from ..errors import ModelError
 from .common import ReadLog, subgraphs
 from .graph_rules import check_attributes, check_body, name_nodes
+from .shapes import put_back_initializers, shape_skeleton
 
 __all__ = ["check_functions", "inline_functions"]
 
@@ -146,11 +147,14 @@ def inline_functions(model: onnx.ModelProto, rlog: ReadLog) -> onnx.ModelProto:
         expected += [node.name] if callee is None else \
             _body_names(callee, functions, f"{node.name}/")
     version = model.ir_version
+    skeleton, moved = shape_skeleton(model)       # the inliner copies what it is given
     try:
-        inlined = onnx.inliner.inline_local_functions(_typed(model), convert_version=True)
+        inlined = onnx.inliner.inline_local_functions(_typed(skeleton), convert_version=True)
     except Exception as error:                   # onnx's C++ inliner on user data
         text = " ".join(str(error).split())
         raise ModelError(f"Cannot inline the model-local functions: {text}") from error
+    del skeleton
+    put_back_initializers(inlined, model, moved)
     inlined.ir_version = version
     original = {v.name for v in model.graph.value_info}
     kept = [v for v in inlined.graph.value_info if v.name in original]

@@ -10,9 +10,9 @@ import onnx
 from ..ir.graph import Graph
 from ..passes.pipeline import FLOAT_PIPELINE, PassContext, run_pipeline
 from .common import ReadLog, elem_type_name, is_default_domain
-from .control import prune_dead_nodes, resolve_constant_ifs
+from .control import dead_nodes, prune_dead_nodes, resolve_constant_ifs
 from .convert import convert_graph
-from .fold import fold_constants, remove_dead_nodes
+from .fold import fold_constants, release_initializers, remove_dead_nodes
 from .functions import inline_functions
 from .graph_rules import check_graph
 from .host import HOST_CONVERTERS, check_host_steps, host_steps
@@ -87,7 +87,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     if resolve_constant_ifs(inlined, rlog) or inlined is not model:
         check_graph(inlined.graph, rlog, warn=False)
         resolve_operators(inlined)
-    model = inlined
+    model, inlined = inlined, None
+    check_signatures(model, dead_nodes(model))     # every node, used or not: those dropped now
     prune_dead_nodes(model)
     annotations = None
     if is_prequantized(model):                  # onnxruntime QDQ / QOperator model
@@ -109,6 +110,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     live = remove_dead_nodes(list(model.graph.node), outputs)
     nodes, constants = fold_constants(model, types, live)
     nodes = remove_dead_nodes(nodes, outputs)
+    # the initializers are arrays now: drop the protobuf holding them (peak memory)
+    model, nodes = release_initializers(model, nodes)
+    live = None
     steps = host_steps(model, nodes, constants, types)
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
                 **({"host_steps": steps} if steps else {}))

@@ -3,12 +3,22 @@ at the version the model imports, then models older than :data:`MIN_OPSET` are b
 with onnx's version converter (newer ones are read as they are, up to the newest opset the
 installed onnx knows)."""
 
+from typing import Iterable
+
 import onnx
 import onnx.version_converter
 
 from ..errors import ModelError
-from .common import ReadLog, domain_opset, is_default_domain, opset_versions
+from .common import (
+    ReadLog,
+    domain_opset,
+    graph_attributes,
+    is_default_domain,
+    opset_versions,
+    outer_references,
+)
 from .graph_rules import name_nodes
+from .shapes import put_back_initializers, shape_skeleton
 from .validate import newest_opsets
 
 __all__ = ["MIN_OPSET", "check_signatures", "convert_opset"]
@@ -17,9 +27,19 @@ __all__ = ["MIN_OPSET", "check_signatures", "convert_opset"]
 MIN_OPSET = 13
 
 
-def check_signatures(model: onnx.ModelProto) -> None:
+def check_signatures(model: onnx.ModelProto,
+                     nodes: "Iterable[onnx.NodeProto] | None" = None) -> None:
     """Check each node of a domain onnx knows against its operator's signature (number of
-    inputs and outputs, attribute names and types), with onnx's node checker.
+    inputs and outputs, attribute names and types, the graphs it holds), with onnx's node
+    checker.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The model (its IR version and operator sets).
+    nodes : iterable of onnx.NodeProto, optional
+        The nodes to check (default: every node of the main graph). The loader checks the
+        nodes no output depends on before it drops them, the others after the support check.
 
     Raises
     ------
@@ -31,12 +51,12 @@ def check_signatures(model: onnx.ModelProto) -> None:
     context.ir_version = max(int(model.ir_version), 3)
     known = newest_opsets()
     context.opset_imports = {d: v for d, v in opsets.items() if d in known}
-    for node in model.graph.node:
+    for node in (model.graph.node if nodes is None else nodes):
         domain = "" if is_default_domain(node.domain) else node.domain
         if domain not in known:
             continue
         try:
-            onnx.checker.check_node(node, context)
+            onnx.checker.check_node(_scoped(node), context)
         except (onnx.checker.ValidationError, RuntimeError) as error:
             text = str(error).strip().split("\n")[0].strip()
             raise ModelError(f"Node '{node.name}' does not fit the signature of {node.op_type} "
@@ -45,9 +65,25 @@ def check_signatures(model: onnx.ModelProto) -> None:
                              f"operator's signature)") from error
 
 
+def _scoped(node: onnx.NodeProto) -> onnx.NodeProto:
+    """Return ``node``, or for a node holding graphs a copy whose graphs define the names they
+    read from the outer scope (as empty initializers): onnx's node checker is given no outer
+    scope, and would take those names for undefined ones."""
+    if not any(True for _ in graph_attributes(node)):
+        return node
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    for _, graph in graph_attributes(copy):
+        for name in sorted(outer_references(graph)):
+            graph.initializer.add(name=name, data_type=onnx.TensorProto.FLOAT, dims=[0])
+    return copy
+
+
 def convert_opset(model: onnx.ModelProto, rlog: ReadLog) -> onnx.ModelProto:
     """Return ``model`` converted to ai.onnx opset :data:`MIN_OPSET` if it imports an older
-    one (with a note), else ``model`` itself.
+    one (with a note), else ``model`` itself. The converter is given the model without its
+    large initializers (as typed inputs; no conversion reads their values), which are put back
+    afterwards: it copies what it is given several times.
 
     Raises
     ------
@@ -62,9 +98,11 @@ def convert_opset(model: onnx.ModelProto, rlog: ReadLog) -> onnx.ModelProto:
     try:
         if version < 7:
             _align_legacy_broadcast(model, rlog)
-        converted = _convert(model, version)
+        skeleton, moved = shape_skeleton(model)
+        converted = _convert(skeleton, version)
     finally:
         model.ir_version = ir_version
+    put_back_initializers(converted, model, moved)
     converted.ir_version = ir_version
     name_nodes(converted.graph.node)
     rlog.note(f"Converted ai.onnx opset {version} to {MIN_OPSET} with onnx's version converter")

@@ -27,9 +27,9 @@ __all__ = ["read_model", "MAX_MODEL_BYTES"]
 
 #: protobuf cannot parse a message of 2 GiB or more.
 MAX_MODEL_BYTES = (1 << 31) - 1
-#: A model whose known fields are this much smaller than its file is copied once more after
-#: parsing, so that the memory of the unknown fields dropped is given back.
-_UNKNOWN_SLACK = 1 << 20
+#: A model file larger than this is copied once more after parsing, so that the memory of any
+#: unknown fields dropped is given back (finding out whether there were any costs as much).
+_RECOPY_BYTES = 1 << 26
 _CHUNK = 1 << 20
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -147,10 +147,10 @@ def _read_file(label: str) -> bytearray:
 
 
 def _without_unknown_fields(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
-    """Drop the fields onnx does not know (hwonnx cannot use them). Memory of a parsed message
-    is only given back with the whole message, so a model that drops a lot is copied."""
+    """Drop the fields onnx does not know (hwonnx cannot use them). The memory of a parsed
+    message is given back only with the whole message, so a large model is copied."""
     model.DiscardUnknownFields()
-    if size - model.ByteSize() <= _UNKNOWN_SLACK:
+    if size <= _RECOPY_BYTES:
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -159,11 +159,12 @@ def _without_unknown_fields(model: onnx.ModelProto, size: int) -> onnx.ModelProt
 
 def _check_text(message, path: str) -> None:
     """Check that every string field of ``message`` (recursively) is valid UTF-8; protobuf
-    hands invalid ones over as bytes, which nothing downstream expects."""
+    hands invalid ones over as bytes, which nothing downstream expects. Bytes fields (tensor
+    data) are never read: reading one copies it."""
     stack = [(message, path)]
     while stack:
         current, where = stack.pop()
-        for field, value in current.ListFields():
+        for field, value in _text_fields(current):
             if field.type == field.TYPE_STRING:
                 values = value if field.is_repeated else [value]
                 if any(not isinstance(v, str) for v in values):
@@ -174,6 +175,23 @@ def _check_text(message, path: str) -> None:
                     continue
                 items = value if field.is_repeated else [value]
                 stack.extend((item, f"{where}.{field.name}") for item in items)
+
+
+def _text_fields(message):
+    """Yield ``(field, value)`` for the string and message fields set in ``message``."""
+    descriptor = message.DESCRIPTOR
+    if not any(f.type == f.TYPE_BYTES for f in descriptor.fields):
+        yield from message.ListFields()
+        return
+    for field in descriptor.fields:
+        if field.type not in (field.TYPE_STRING, field.TYPE_MESSAGE):
+            continue
+        if field.is_repeated:
+            value = getattr(message, field.name)
+            if len(value):
+                yield field, value
+        elif message.HasField(field.name):
+            yield field, getattr(message, field.name)
 
 
 def check_tensor(tensor: onnx.TensorProto, where: str) -> None:

@@ -7,9 +7,16 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import ModelError
-from .common import MAX_TENSOR_ELEMENTS
+from .common import MAX_TENSOR_ELEMENTS, copy_fields, count_text, extend_messages
 
-__all__ = ["bind_input_shapes", "apply_overrides", "infer_shapes", "value_types"]
+#: Initializers with more elements than this are given to shape inference as typed graph
+#: inputs instead (their values cannot decide a shape), and so are all initializers once
+#: those kept add up to :data:`_INFER_BYTES`: shape inference copies what it is given.
+_INFER_ELEMENTS = 1024
+_INFER_BYTES = 1 << 24
+
+__all__ = ["bind_input_shapes", "apply_overrides", "infer_shapes", "value_types",
+           "shape_skeleton", "put_back_initializers"]
 
 
 def _dims_text(dims, bound: "dict[str, int] | None" = None) -> str:
@@ -87,9 +94,12 @@ def bind_input_shapes(model: onnx.ModelProto,
             dim.Clear()
             dim.dim_value = size
         count = math.prod(d.dim_value for d in dims)
+        if count == 0:
+            raise ModelError(f"Input '{name}' has shape {_dims_text(dims)}, with no elements; "
+                             f"every dimension of an input must be positive")
         if count > MAX_TENSOR_ELEMENTS:
-            raise ModelError(f"Input '{name}' has shape {_dims_text(dims)}, {count} elements, "
-                             f"more than hwonnx's limit of {MAX_TENSOR_ELEMENTS}")
+            raise ModelError(f"Input '{name}' has shape {_dims_text(dims)}, {count_text(count)} "
+                             f"elements, more than hwonnx's limit of {MAX_TENSOR_ELEMENTS}")
     for value in (*graph.output, *graph.value_info):
         for dim in value.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value"):
@@ -131,7 +141,12 @@ def apply_overrides(model: onnx.ModelProto,
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Return ``model`` with inferred types, in strict mode.
+    """Return ``model`` with inferred types, in strict mode (the ``value_info`` and graph
+    outputs found are merged into ``model`` itself, which is returned).
+
+    onnx's shape inference serializes the model and parses its result, so it is given a copy
+    without the tensor data that cannot decide a shape (large initializers become typed graph
+    inputs): its memory does not grow with the weights.
 
     Raises
     ------
@@ -139,12 +154,52 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         If inference fails; the message carries onnx's explanation, which names the node.
     """
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                 data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(shape_skeleton(model)[0], check_type=True,
+                                                     strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
             RuntimeError) as error:
         text = " ".join(str(error).split())
         raise ModelError(f"Shape inference failed: {text}") from error
+    for field in ("value_info", "output"):
+        del getattr(model.graph, field)[:]
+        getattr(model.graph, field).extend(getattr(inferred.graph, field))
+    return model
+
+
+def shape_skeleton(model: onnx.ModelProto) -> "tuple[onnx.ModelProto, list[str]]":
+    """Return a copy of ``model`` without its large initializers, which become typed graph
+    inputs (unless they are inputs already), for onnx's shape inference and version converter
+    (which copy what they are given), and the names of the initializers left out."""
+    skeleton = onnx.ModelProto()
+    copy_fields(model, skeleton, skip=("graph",))
+    graph = skeleton.graph
+    copy_fields(model.graph, graph, skip=("initializer",))
+    kept, moved = 0, []
+    inputs = {value.name for value in model.graph.input}
+    for init in model.graph.initializer:
+        size = math.prod(init.dims)
+        if size <= _INFER_ELEMENTS and kept + size * 8 <= _INFER_BYTES:
+            graph.initializer.add().CopyFrom(init)
+            kept += size * 8
+            continue
+        if init.name not in inputs:
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                init.name, init.data_type, list(init.dims)))
+        moved.append(init.name)
+    return skeleton, moved
+
+
+def put_back_initializers(result: onnx.ModelProto, model: onnx.ModelProto,
+                          moved: "list[str]") -> None:
+    """Give ``result`` (made by onnx from :func:`shape_skeleton` of ``model``) the initializers
+    left out, and drop the graph inputs that stood in for them, in place."""
+    held = set(moved)
+    added = held - {value.name for value in model.graph.input}
+    inputs = [value for value in result.graph.input if value.name not in added]
+    del result.graph.input[:]
+    result.graph.input.extend(inputs)
+    extend_messages(result.graph.initializer,
+                    (i for i in model.graph.initializer if i.name in held))
 
 
 def value_types(model: onnx.ModelProto) -> "dict[str, tuple[int, tuple[int, ...] | None]]":
