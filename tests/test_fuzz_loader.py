@@ -4,6 +4,7 @@ never another exception, a hang or an allocation beyond its limits. Seeded and b
 
 import contextlib
 import io
+import os
 import random
 import re
 import resource
@@ -22,6 +23,7 @@ from hwonnx.errors import HwonnxError
 from hwonnx.frontend import load_model
 
 from spec_helpers import make_model, rand
+from test_frontend_limits import conv_model
 
 SEED = 20261121
 MUTATIONS = 3000
@@ -290,3 +292,39 @@ def test_cli_inspect_of_a_valid_file(tmp_path):
     code, stdout, stderr = run_cli("inspect", path)
     assert code == 0 and stderr == ""
     assert stdout.startswith("Model: cnn.onnx\n  IR version:    8\n")
+
+
+def test_cli_inspect_refuses_small_hostile_files_in_one_line(tmp_path):
+    pads = np.array([0, 0, 3000, 3000, 0, 0, 3000, 3000], np.int64)
+    models = {
+        "pad_bomb": make_model([helper.make_node("Pad", ["x", "pp"], ["xp"], mode="constant"),
+                                helper.make_node("Conv", ["xp", "w"], ["c"]),
+                                helper.make_node("GlobalAveragePool", ["c"], ["gp"]),
+                                helper.make_node("Flatten", ["gp"], ["y"])],
+                               {"x": [1, 2, 4, 4]}, {"y": [1, 2]},
+                               {"pp": pads, "w": np.ones((2, 2, 3, 3), np.float32)}),
+        "dilation": conv_model([1, 2, 8, 8], (4, 2, 3, 3), pads=[1] * 4, dilations=[50, 50]),
+        "input_dim0": conv_model([1, 2, 8, 0], (4, 2, 3, 3), pads=[1] * 4),
+        "auto_pad": conv_model([1, 2, 5, 5], (2, 2, 3, 3), auto_pad="VALID", pads=[1] * 4),
+        "digits": seed_models()[0],
+    }
+    del models["digits"].graph.initializer[0].dims[:]
+    models["digits"].graph.initializer[0].dims.extend([1 << 62] * 300)
+    paths = []
+    for name, model in models.items():
+        paths.append(tmp_path / f"{name}.onnx")
+        onnx.save(model, paths[-1])
+    os.mkfifo(tmp_path / "fifo.onnx")
+    paths += [tmp_path / "fifo.onnx", "/dev/zero"]
+    with limits():
+        for path in paths:
+            signal.setitimer(signal.ITIMER_REAL, PER_CALL_SECONDS)
+            try:
+                code, stdout, stderr = run_cli("inspect", path)
+            except _Timeout:
+                pytest.fail(f"hwonnx inspect {path} took more than {PER_CALL_SECONDS} s")
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            assert code == 2 and stdout == "", (path, code, stderr)
+            assert re.fullmatch(r"hwonnx: error: [^\n]+\n", stderr) and len(stderr) < 1000, \
+                (path, stderr)
