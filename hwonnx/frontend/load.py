@@ -75,6 +75,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     UnsupportedOperatorError
         If any node uses an unsupported operator (lists all of them), a ``Softmax`` is not at
         the end of the graph, or a ``Clip`` cannot be fused.
+    ResourceError
+        If a value, the work of a node or of folding exceeds hwonnx's limits (``docs/spec.md``,
+        "Limits"); the message names the node or value and its size.
     """
     rlog = ReadLog()
     model = read_model(path_or_model)
