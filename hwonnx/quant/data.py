@@ -1,13 +1,19 @@
 """Reading sample batches (calibration data, simulation inputs) from .npz/.npy files."""
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from ..errors import QuantizationError
 from ..ir import Graph
 
-__all__ = ["load_samples", "normalize_samples"]
+__all__ = ["load_samples", "normalize_samples", "MAX_SAMPLE_VALUES"]
+
+#: The most values a sample file may hold, all arrays together (4 GiB as float32). Array
+#: headers are read first, so a file is refused before anything is allocated for it.
+MAX_SAMPLE_VALUES = 1 << 30
 
 
 def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
@@ -64,6 +70,7 @@ def load_samples(path: "str | Path", graph: Graph, what: str = "Sample file"
     path = Path(path)
     if not path.exists():
         raise QuantizationError(f"{what} '{path}' does not exist")
+    budget = [MAX_SAMPLE_VALUES]
     try:
         if path.is_dir():
             files = sorted(path.glob("*.npy"))
@@ -71,23 +78,89 @@ def load_samples(path: "str | Path", graph: Graph, what: str = "Sample file"
                 raise QuantizationError(f"{what} folder '{path}' holds no .npy files")
             by_name = {f.stem: f for f in files}
             if all(name in by_name for name in graph.inputs):
-                arrays = {name: np.load(by_name[name]) for name in graph.inputs}
+                arrays = {name: _load_npy(by_name[name], what, budget)
+                          for name in graph.inputs}
             elif len(graph.inputs) == 1:      # one sample per file, in file-name order
-                arrays = {graph.inputs[0]: np.stack([np.load(f) for f in files])}
+                arrays = {graph.inputs[0]: _stack([_load_npy(f, what, budget) for f in files],
+                                                  what, path)}
             else:
-                arrays = {f.stem: np.load(f) for f in files}
+                arrays = {f.stem: _load_npy(f, what, budget) for f in files}
         elif path.suffix == ".npz":
-            with np.load(path) as npz:
-                arrays = {key: npz[key] for key in npz.files}
+            arrays = _load_npz(path, what, budget)
         elif path.suffix == ".npy":
             if len(graph.inputs) != 1:
                 raise QuantizationError(
                     f"{what} '{path}' is a single .npy, but the model has "
                     f"{len(graph.inputs)} inputs; use an .npz keyed by input name")
-            arrays = {graph.inputs[0]: np.load(path)}
+            arrays = {graph.inputs[0]: _load_npy(path, what, budget)}
         else:
             raise QuantizationError(f"{what} '{path}' must be an .npz, an .npy or a folder "
                                     f"of .npy files")
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         raise QuantizationError(f"Cannot read {what.lower()} '{path}': {error}") from error
     return normalize_samples(graph, arrays, f"{what} '{path}'")
+
+
+def _read_array(stream, available: int, label: str, what: str, budget: "list[int]"
+                ) -> np.ndarray:
+    """The array of an .npy ``stream`` of ``available`` bytes, its header checked before any
+    data is read: no Python objects, at most ``budget[0]`` values (then taken from the
+    budget) and no more data than the file holds."""
+    start = stream.tell() if stream.seekable() else 0
+    version = npy_format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
+    else:
+        raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+    if dtype.hasobject:         # pickled Python objects: never loaded
+        raise QuantizationError(f"{what} {label} holds an array of Python objects, not "
+                                f"numbers")
+    count = int(np.prod(shape, dtype=object))
+    if count > budget[0]:
+        raise QuantizationError(f"{what} {label} holds an array of shape {tuple(shape)}: more "
+                                f"than the {MAX_SAMPLE_VALUES:,} values a sample file may "
+                                f"hold")
+    needed = count * dtype.itemsize
+    header = (stream.tell() - start) if stream.seekable() else 0
+    if needed > available - header:
+        raise QuantizationError(f"{what} {label} claims an array of shape {tuple(shape)} "
+                                f"({needed:,} bytes), but holds only "
+                                f"{max(0, available - header):,} bytes of data")
+    data = stream.read(needed)
+    if len(data) != needed:
+        raise QuantizationError(f"{what} {label} ends after {len(data):,} of its {needed:,} "
+                                f"bytes of data")
+    budget[0] -= count
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _load_npy(path: Path, what: str, budget: "list[int]") -> np.ndarray:
+    with open(path, "rb") as stream:
+        return _read_array(stream, path.stat().st_size, f"'{path}'", what, budget)
+
+
+def _load_npz(path: Path, what: str, budget: "list[int]") -> "dict[str, np.ndarray]":
+    """The arrays of an .npz (a zip of .npy members, as ``np.savez`` writes), each header
+    checked before its data is read; members that are not ``.npy`` are ignored."""
+    arrays = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            with archive.open(info) as stream:
+                arrays[info.filename[:-4]] = _read_array(
+                    stream, info.file_size, f"'{path}' (array '{info.filename[:-4]}')", what,
+                    budget)
+    if not arrays:
+        raise QuantizationError(f"{what} '{path}' holds no arrays")
+    return arrays
+
+
+def _stack(arrays: "list[np.ndarray]", what: str, path: Path) -> np.ndarray:
+    shapes = {a.shape for a in arrays}
+    if len(shapes) != 1:
+        raise QuantizationError(f"{what} folder '{path}' holds .npy files of different shapes "
+                                f"({', '.join(str(s) for s in sorted(shapes))})")
+    return np.stack(arrays)
