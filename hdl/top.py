@@ -1,6 +1,6 @@
 """The accelerator: buffers, engines and the instruction dispatcher."""
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -36,6 +36,13 @@ class Accelerator(wiring.Component):
         (``prog``, ``wgt``, ``par``, ``act``, and ``lut``, the activation tables, when
         ``lut_tables`` is not 0) while the accelerator is not busy.
     host_act_raddr, host_act_rdata : read an activation word (one cycle latency).
+    debug_dispatched : ``Out(32)``: instructions dispatched since ``start`` (the index of the
+        next one, so the last one dispatched is ``debug_dispatched - 1``).
+    debug_busy : ``Out(4)``: bit 0 the weight loader is loading, bit 1 the feeder holds or
+        streams a MATMUL, bit 2 the post-processor is working, bit 3 the dispatcher holds an
+        instruction that its engine cannot take yet. Read-only status for a simulation
+        harness that stops a run which does not finish; nothing else reads them, so synthesis
+        removes their logic from a board design.
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None):
@@ -55,6 +62,8 @@ class Accelerator(wiring.Component):
             members[f"host_{name}_data"] = In(width)
         members["host_act_raddr"] = In(range(config.act_depth))
         members["host_act_rdata"] = Out(config.rows * 8)
+        members["debug_dispatched"] = Out(32)
+        members["debug_busy"] = Out(4)
         super().__init__(members)
 
     @staticmethod
@@ -193,6 +202,14 @@ class Accelerator(wiring.Component):
             with m.If(fire & (instr.op == Op.END)):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         m.d.comb += self.busy.eq(running)
+
+        # Read-only status for the simulation harness (see the class docstring).
+        with m.If(self.start):
+            m.d.sync += self.debug_dispatched.eq(0)
+        with m.Elif(fire):
+            m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
+        m.d.comb += self.debug_busy.eq(Cat(loader.busy, feeder.pending | ~feeder.drained,
+                                           ~post.idle, instr_valid & ~accept))
         return m
 
     def _narrow_fetch(self, m, running, fire):

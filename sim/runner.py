@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import ArchConfig
 from ..errors import SimulationError, ToolchainError
 from .harness import ACCEL_TOP, HARNESS_TOP, control_file, harness_verilog
+from .tb_accel import WALL_FILE
 
 __all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root", "build_lock"]
 
@@ -187,11 +188,46 @@ class RunResult:
     outputs: "list[int]"     # activation words read back, all samples concatenated
     cycles: "list[int]"      # accelerator cycles per sample (start to done)
     total_cycles: int        # clock cycles simulated, loading included
-    wall_seconds: float
+    wall_seconds: float      # the simulator process, start-up included
+    #: The simulation alone: from the testbench's start to the harness's end, without the
+    #: start-up of the process and of the Verilator model (0: not measured).
+    run_seconds: float = 0.0
 
     @property
     def cycles_per_second(self) -> float:
+        """Every clock cycle over the whole wall time, start-up included."""
         return self.total_cycles / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def steady_cycles_per_second(self) -> float:
+        """Every clock cycle over :attr:`run_seconds`: the simulator's own speed, which the
+        start-up hides in short runs."""
+        if self.run_seconds <= 0:
+            return self.cycles_per_second
+        return self.total_cycles / self.run_seconds
+
+    @property
+    def startup_seconds(self) -> float:
+        """The wall time outside the simulation itself (process, model load, cocotb)."""
+        return max(0.0, self.wall_seconds - self.run_seconds) if self.run_seconds else 0.0
+
+
+#: The engines of the accelerator's ``debug_busy`` bits, in bit order.
+_BUSY_FLAGS = ("weight loader", "feeder", "post-processor", "dispatcher (its next instruction "
+               "waits for an engine)")
+
+
+def _timeout_message(debug_file: Path, max_cycles: int, first_sample: int, describe) -> str:
+    """The state the harness dumped when a sample ran past ``max_cycles``, in words."""
+    head = "did not finish within"
+    if not debug_file.exists():
+        return f"The accelerator {head} {max_cycles:,} cycles (--max-cycles)"
+    sample, dispatched, busy, ran = _read_hex(debug_file)[:4]
+    last = describe(dispatched - 1) if dispatched else "none"
+    engines = ", ".join(name for bit, name in enumerate(_BUSY_FLAGS) if busy >> bit & 1)
+    return (f"Sample {first_sample + sample} {head} {max_cycles:,} cycles (--max-cycles; it "
+            f"ran {ran:,}): {dispatched} instruction(s) dispatched, the last {last}, the next "
+            f"{describe(dispatched)}; busy: {engines or 'nothing'}")
 
 
 def _read_hex(path: Path) -> "list[int]":
@@ -210,13 +246,26 @@ def _write_hex(path: Path, words, width: int) -> None:
 
 def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             in_words: int, out_addr: int, out_words: int, samples: int,
-            max_cycles: int = 50_000_000, log=print) -> RunResult:
+            max_cycles: int = 50_000_000, log=print, first_sample: int = 0,
+            describe=None) -> RunResult:
     """Run ``samples`` inputs back to back on the RTL of ``config``.
 
     ``images`` holds the ``prog``, ``wgt``, ``par`` words and ``input`` (``samples *
     in_words`` activation words). Returns the ``out_words`` words at ``out_addr`` after each
     sample, and the cycles each sample took.
+
+    Raises
+    ------
+    SimulationError
+        If a sample runs longer than ``max_cycles``, with the accelerator's state: the
+        instructions dispatched, the last one and the next one (``describe(index)`` names
+        instruction ``index``; the sample is numbered from ``first_sample``) and the busy
+        engines.
     """
+    if describe is None:
+        def describe(index):
+            return f"#{index}"
+
     from cocotb_tools.runner import get_runner
 
     from ..hdl.top import Accelerator
@@ -262,7 +311,12 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             raise SimulationError("The simulation ended before the harness finished")
         status = _read_hex(status_file)
         if status[0] != 0:
-            raise SimulationError(f"The accelerator did not finish within {max_cycles} cycles")
+            raise SimulationError(_timeout_message(tmp / "debug.hex", max_cycles, first_sample,
+                                                   describe))
         outputs = _read_hex(tmp / "output.hex") if out_words else []
         cycles = _read_hex(tmp / "cycles.hex")
-        return RunResult(outputs, cycles, status[1], wall)
+        try:
+            run_seconds = float((tmp / WALL_FILE).read_text())
+        except (OSError, ValueError):   # not measured: the speed then includes start-up
+            run_seconds = 0.0
+        return RunResult(outputs, cycles, status[1], wall, min(run_seconds, wall))
