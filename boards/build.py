@@ -59,8 +59,11 @@ def build_id(program: Program) -> int:
     return int.from_bytes(digest.digest()[:4], "little")
 
 
-def write_board_plan(board: Board, program: Program, folder: Path, log=print) -> Path:
-    """Check the fit and write the board's complete build sources into ``folder/board``."""
+def write_board_plan(board: Board, program: Program, folder: Path, log=print,
+                     shown: "Path | None" = None) -> Path:
+    """Check the fit and write the board's complete build sources into ``folder/board``;
+    messages name ``shown`` (the build folder that ``folder``, a temporary folder, becomes)
+    instead of ``folder``."""
     config = program.config
     check_fits(config, board)
     if config.clock_hz != board.clock_hz:
@@ -80,7 +83,8 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print) ->
         "board": board.name, "family": board.family, "clock_hz": board.clock_hz,
         "baud": DEFAULT_BAUD, "build_id": build_id(program), "toolchain":
         board.family_info.toolchain, "script": f"build_{TOP_NAME}.sh"}, indent=1) + "\n")
-    log(f"Board sources written to {target}/ in {time.monotonic() - started:.0f} s")
+    log(f"Board sources written to {Path(shown or folder) / 'board'}/ in "
+        f"{time.monotonic() - started:.0f} s")
     return target
 
 
@@ -96,15 +100,17 @@ def _parse_nextpnr(log_text: str) -> dict:
     return {"fmax_mhz": fmax[-1] if fmax else None, "utilization": usage}
 
 
-def build_bitstream(board: Board, folder: Path, log=print) -> dict:
+def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" = None) -> dict:
     """Run the open flow (Yosys, nextpnr, pack) on ``folder/board`` with the YoWASP tools.
     Raises :class:`ToolchainError` when a tool is missing, the design does not fit, or it
-    misses the board clock."""
+    misses the board clock. Messages and the result name ``shown`` (the build folder that
+    ``folder``, a temporary folder removed on failure, becomes) instead of ``folder``."""
+    final = Path(shown or folder) / "board"
     family = board.family
     if family not in YOWASP_TOOLS:
         raise ToolchainError(f"Board '{board.name}' needs {board.family_info.toolchain} to "
                              f"build a bitstream; its complete project is in "
-                             f"'{Path(folder) / 'board'}'")
+                             f"'{final}'")
     # The tools may sit next to this Python (a venv that is not activated).
     found = {var: shutil.which(tool) or shutil.which(tool, path=str(Path(sys.executable).parent))
              for var, tool in YOWASP_TOOLS[family].items()}
@@ -115,7 +121,7 @@ def build_bitstream(board: Board, folder: Path, log=print) -> dict:
     root = Path(folder) / "board"
     script = root / f"build_{TOP_NAME}.sh"
     if not script.exists():
-        raise ToolchainError(f"'{root}' holds no build script; run 'hwonnx build ... --board "
+        raise ToolchainError(f"'{final}' holds no build script; run 'hwonnx build ... --board "
                              f"{board.name}' first")
     env = {**os.environ, **found}
     started = time.monotonic()
@@ -143,14 +149,16 @@ def build_bitstream(board: Board, folder: Path, log=print) -> dict:
     parsed = _parse_nextpnr(timing_log.read_text() if timing_log.exists() else "")
     if process.returncode != 0:
         tail = "".join(lines[-5:]).strip().replace("\n", " | ")
-        raise ToolchainError(f"The {board.name} bitstream build failed after {seconds:.0f} s "
-                             f"(log in '{root}'): {tail[-400:]}")
+        where = "" if shown else f" (log in '{root}')"
+        raise ToolchainError(f"The {board.name} bitstream build failed after {seconds:.0f} s"
+                             f"{where}: {tail[-400:]}")
     bitstream = next((p for p in root.glob(f"{TOP_NAME}.*")
                       if p.suffix in (".bit", ".bin")), None)
     target_mhz = board.clock_hz / 1e6
     if parsed["fmax_mhz"] is not None and parsed["fmax_mhz"] < target_mhz:
         raise ToolchainError(f"The design reaches {parsed['fmax_mhz']:.1f} MHz but board "
                              f"'{board.name}' runs it at {target_mhz:.1f} MHz")
+    bitstream = final / bitstream.name if bitstream else None
     result = {"board": board.name, "bitstream": str(bitstream) if bitstream else None,
               "seconds": round(seconds, 1), "target_mhz": target_mhz, **parsed}
     (root / "bitstream.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -1,18 +1,22 @@
 """The Python API: the CLI is a thin shell over these functions."""
 
+import json
 import os
 import time
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .boards import check_fits, get_board
-from .compiler.artifact import load_program, save_program
+from .compiler.artifact import (load_program, save_program, staged_folder, verify_build_folder,
+                                write_manifest)
 from .compiler.lower import Program, encode_program, lower
 from .compiler.timing import predict
 from .config import ArchConfig
-from .errors import MismatchError, ModelError, QuantizationError, ResourceError, UsageError
+from .errors import (MismatchError, ModelError, QuantizationError, ResourceError,
+                     ToolchainError, UsageError)
 from .golden import evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
@@ -37,7 +41,12 @@ class SimResult:
     predicted_cycles: int
     macs: int
     pes: int
-    cycles_per_second: float = 0.0
+    cycles_per_second: float = 0.0        # all clock cycles over the simulator's wall time
+    #: The same over the simulation alone, from the testbench's start to its end: without the
+    #: start-up of the simulator process and the loading of the Verilator model
+    #: (``startup_seconds``), which dominate short runs.
+    steady_cycles_per_second: float = 0.0
+    startup_seconds: float = 0.0
 
     @property
     def utilization(self) -> float:
@@ -123,83 +132,120 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     config = configure_arch(config, rows=rows, cols=cols, **depths)
     if not target.is_simulation:
         check_fits(config, target)          # before any compilation or synthesis
-    graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
-                                   override_initializers=override_initializers, log=log)
-    report = build_report(program, str(model), board, dict(graph.meta), graph)
+    if bitstream and out_dir is None:
+        raise UsageError("--bitstream needs an output folder")
+    if bitstream and target.is_simulation:
+        raise UsageError("--bitstream needs a board: the 'sim' target has no bitstream")
+    if bitstream:
+        from .boards.build import YOWASP_TOOLS
+        if target.family not in YOWASP_TOOLS:     # before anything is compiled or written
+            raise ToolchainError(f"Board '{board}' needs {target.family_info.toolchain} to "
+                                 f"build a bitstream; build without --bitstream for its "
+                                 f"complete project")
+
+    def compile_():
+        graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
+                                       override_initializers=override_initializers, log=log)
+        return graph, program, build_report(program, str(model), board, dict(graph.meta),
+                                            graph)
+
     if out_dir is None:
-        if bitstream:
-            raise UsageError("--bitstream needs an output folder")
-        return BuildResult(None, graph, program, report)
+        return BuildResult(None, *compile_())
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"Cannot create the build folder '{out}': {error.strerror}") from error
-    save_program(program, out)
-    save_graph(graph, out, "graph")
-    write_report(report, out)
+    # Everything is written into a temporary folder that replaces ``out`` only when whole.
+    with staged_folder(out) as staging:
+        graph, program, report = compile_()
+        _write_build(staging, out, target, graph, program, report, verilog=verilog,
+                     bitstream=bitstream, log=log)
+    log(f"Build written to {out}/ (report.md: {report['total']['predicted_cycles']:,} predicted "
+        f"cycles per inference, {report['total']['utilization']:.1%} utilization)")
+    return BuildResult(out, graph, program, report)
+
+
+def _write_build(folder: Path, out: Path, target, graph: Graph, program: Program,
+                 report: dict, *, verilog: bool, bitstream: bool, log) -> None:
+    """Write the build into ``folder`` (the temporary folder that becomes ``out``), the
+    manifest last."""
+    from .boards.build import build_id
+
+    save_program(program, folder)
+    save_graph(graph, folder, "graph")
+    write_report(report, folder)
     if verilog:
         from amaranth.back import verilog as amaranth_verilog
 
         from .hdl import Accelerator
         from .sim.harness import ACCEL_TOP
         started = time.monotonic()
-        (out / "accel.v").write_text(amaranth_verilog.convert(Accelerator(config),
-                                                              name=ACCEL_TOP))
-        log(f"Wrote Verilog for the {config.name} array in {time.monotonic() - started:.1f} s")
+        (folder / "accel.v").write_text(amaranth_verilog.convert(Accelerator(program.config),
+                                                                 name=ACCEL_TOP))
+        log(f"Wrote Verilog for the {program.config.name} array in "
+            f"{time.monotonic() - started:.1f} s")
     if not target.is_simulation:
         from .boards.build import build_bitstream, write_board_plan
-        write_board_plan(target, program, out, log=log)
+        write_board_plan(target, program, folder, log=log, shown=out)
         if bitstream:
-            report["bitstream"] = build_bitstream(target, out, log=log)
-            write_report(report, out)
-    elif bitstream:
-        raise UsageError("--bitstream needs a board: the 'sim' target has no bitstream")
-    log(f"Build written to {out}/ (report.md: {report['total']['predicted_cycles']:,} predicted "
-        f"cycles per inference, {report['total']['utilization']:.1%} utilization)")
-    return BuildResult(out, graph, program, report)
+            report["bitstream"] = build_bitstream(target, folder, log=log, shown=out)
+            write_report(report, folder)
+    write_manifest(folder, build_id=build_id(program), board=target.name)
 
 
 def bitstream(out_dir, log=print) -> dict:
-    """Build the bitstream of a board build folder (``hwonnx bitstream OUT``)."""
-    import json
-
+    """Build the bitstream of a board build folder (``hwonnx bitstream OUT``): the build is
+    checked (:func:`~hwonnx.compiler.artifact.verify_build_folder`), copied into a temporary
+    folder where the bitstream is built, and the copy with its new manifest replaces the
+    folder; the report gets the bitstream's results as with ``build(..., bitstream=True)``."""
     from .boards.build import build_bitstream
-    info = Path(out_dir) / "board" / "hwonnx_board.json"
-    if not info.exists():
-        raise UsageError(f"'{out_dir}' holds no board build; run 'hwonnx build MODEL --board B "
-                         f"-o {out_dir}' first")
-    board = get_board(json.loads(info.read_text())["board"])
-    return build_bitstream(board, Path(out_dir), log=log)
+
+    out = Path(out_dir)
+    manifest = {}
+
+    def check(folder):
+        manifest.update(verify_build_folder(folder))
+        if "board/hwonnx_board.json" not in manifest["files"]:
+            raise UsageError(f"'{out_dir}' holds no board build; run 'hwonnx build MODEL "
+                             f"--board B -o {out_dir}' first")
+
+    with staged_folder(out, copy=True, check=check) as staging:
+        listed = manifest["files"]
+        board = get_board(manifest["board"])
+        result = build_bitstream(board, staging, log=log, shown=out)
+        report = json.loads((staging / "report.json").read_text())
+        report["bitstream"] = result
+        write_report(report, staging)
+        # The user's own files in the folder (outputs of 'hwonnx sim') stay unlisted.
+        from .compiler.artifact import BUILD_NAMES
+        write_manifest(staging, build_id=int(manifest["build_id"], 16), board=board.name,
+                       only=lambda rel: rel in listed or rel.split("/")[0] in BUILD_NAMES)
+    return result
 
 
 def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
               timeout: float = 10.0, log=print) -> SimResult:
     """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
     (``hwonnx run``); checks first that the board holds this very build."""
-    import json
-
     from .boards.build import build_id
     from .boards.host import SerialTransport, run_samples, send_program
     from .boards.protocol import Client
     from .compiler.layout import pack_words, unpack_words
-    from .quant import load_samples, normalize_samples
 
     result = load_build(out_dir)
     info_file = Path(out_dir) / "board" / "hwonnx_board.json"
     if not info_file.exists():
         raise UsageError(f"'{out_dir}' is a simulation build; build it with --board B first")
-    info = json.loads(info_file.read_text())
-    float_inputs = {name: result.graph.types[name] for name in result.graph.inputs}
-    shell = Graph((), tuple(float_inputs), (), float_inputs)
-    samples = (normalize_samples(shell, inputs, "Input data") if isinstance(inputs, dict)
-               else load_samples(inputs, shell, "Input file"))
+    try:
+        info = json.loads(info_file.read_text())
+        baud = baud or int(info["baud"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelError(f"'{info_file}' is not a board description ({error}); rebuild "
+                         f"'{out_dir}'") from error
+    samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
     q_in = _quantize_inputs(result.graph, program, samples)
     q_in = q_in.reshape((-1,) + program.input_placement.shape)
     words = [b"".join(w.to_bytes(cfg.rows, "little")
                       for w in pack_words(x, program.input_placement, cfg.rows)) for x in q_in]
-    with SerialTransport(port, baud or info["baud"], timeout) as transport:
+    with SerialTransport(port, baud, timeout) as transport:
         client = Client(transport)
         client.verify(cfg, build_id(program))
         send_program(client, cfg, encode_program(program))
@@ -243,13 +289,32 @@ def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
 
 
 def load_build(out_dir) -> BuildResult:
+    """Load build folder ``out_dir`` once it is checked whole and unchanged
+    (:func:`~hwonnx.compiler.artifact.verify_build_folder`).
+
+    Raises
+    ------
+    ModelError
+        If the folder is not a build folder, is incomplete (no manifest, a file missing), or a
+        file differs from what the build wrote; naming the file.
+    """
     out = Path(out_dir)
-    if not (out / "program.json").exists():
-        raise ModelError(f"'{out}' is not an hwonnx build folder (no program.json); run "
-                         f"'hwonnx build MODEL -o {out}' first")
-    import json
-    return BuildResult(out, load_graph(out, "graph"), load_program(out),
-                       json.loads((out / "report.json").read_text()))
+    verify_build_folder(out)
+    try:
+        if not zipfile.is_zipfile(out / "graph.npz"):     # before np.load, which leaks then
+            raise ValueError("graph.npz is not an .npz archive")
+        graph = load_graph(out, "graph")
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            zipfile.BadZipFile) as error:
+        raise ModelError(f"'{out}' is not a complete hwonnx build folder (graph or report: "
+                         f"{error}); rebuild it") from error
+    program = load_program(out)
+    for value in (program.input_value, program.output_value):
+        if value not in graph.types or graph.producer(value) is None:
+            raise ModelError(f"'{out}' is not a consistent hwonnx build folder: graph.json "
+                             f"has no value '{value}' of program.json; rebuild it")
+    return BuildResult(out, graph, program, report)
 
 
 def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"):
@@ -293,14 +358,19 @@ def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> Si
 
 
 def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
-                  log=print) -> SimResult:
+                  log=print, *, max_cycles: "int | None" = None) -> SimResult:
+    """Run ``inputs`` on the RTL; ``max_cycles`` per sample (default: from the prediction,
+    see :func:`hwonnx.sim.execute_rtl`)."""
     from .sim import execute_rtl
     graph, program = build_result.graph, build_result.program
     q_in = _quantize_inputs(graph, program, inputs)
     q_out, run = execute_rtl(program, q_in.reshape((-1,) + program.input_placement.shape),
-                             log=log)
+                             log=log, max_cycles=max_cycles)
     q_out = q_out.reshape((-1,) + program.output_placement.shape[1:])
-    return _result(build_result, q_out, list(run.cycles), run.cycles_per_second)
+    result = _result(build_result, q_out, list(run.cycles), run.cycles_per_second)
+    result.steady_cycles_per_second = run.steady_cycles_per_second
+    result.startup_seconds = run.startup_seconds
+    return result
 
 
 def _result(build_result, q_out, cycles, speed) -> SimResult:
@@ -332,22 +402,16 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
     return f"sample {sample}: every layer output matches; the difference is in the host I/O"
 
 
-def simulate(out_dir, inputs, *, mode: str = "rtl", log=print) -> SimResult:
-    """Run a build on ``inputs``: ``name -> [S, ...]``, one array ``[S, ...]`` for a
-    single-input model, or a sample file path (as ``hwonnx sim --input`` takes).
+#: The largest cycle limit the simulation harness counts to (a 32-bit signed counter).
+MAX_CYCLES_LIMIT = (1 << 31) - 2
 
-    ``mode``: ``"rtl"`` (Verilator), ``"golden"`` (the NumPy golden model) or ``"compare"``
-    (both; raises :class:`MismatchError` naming the first differing layer and index).
 
-    Raises
-    ------
-    UsageError
-        If ``inputs`` is one array for a model of several inputs, or of another type.
-    """
+def _input_samples(graph: Graph, inputs) -> "dict[str, np.ndarray]":
+    """``name -> [S, ...]`` float32 from ``inputs``: a dict of arrays keyed by input name, one
+    array for a single-input model, or a sample file path (as ``--input`` takes)."""
     from .quant import load_samples, normalize_samples
 
-    result = out_dir if isinstance(out_dir, BuildResult) else load_build(out_dir)
-    float_inputs = {name: result.graph.types[name] for name in result.graph.inputs}
+    float_inputs = {name: graph.types[name] for name in graph.inputs}
     shell = Graph((), tuple(float_inputs), (), float_inputs)
     if isinstance(inputs, np.ndarray):
         if len(float_inputs) != 1:
@@ -367,17 +431,50 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", log=print) -> SimResult:
         if not np.isfinite(array).all():
             raise QuantizationError(f"Input data for input '{name}' holds NaN or infinite "
                                     f"values")
+    return samples
+
+
+def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = None,
+             log=print) -> SimResult:
+    """Run a build on ``inputs``: ``name -> [S, ...]``, one array ``[S, ...]`` for a
+    single-input model, or a sample file path (as ``hwonnx sim --input`` takes).
+
+    ``mode``: ``"rtl"`` (Verilator), ``"golden"`` (the NumPy golden model) or ``"compare"``
+    (both; raises :class:`MismatchError` naming the first differing layer and index, or the
+    first sample whose simulated cycles differ from the prediction). ``max_cycles``: the
+    cycles a sample may take on the RTL before the run is stopped (default: twice the
+    prediction plus 10,000).
+
+    Raises
+    ------
+    UsageError
+        If ``inputs`` is one array for a model of several inputs, or of another type, or
+        ``max_cycles`` is not from 1 to :data:`MAX_CYCLES_LIMIT`.
+    SimulationError
+        If a sample runs longer than ``max_cycles``: the message gives the accelerator's
+        state (the instruction it stopped at, the last one dispatched, the busy engines).
+    """
+    if mode not in ("rtl", "golden", "compare"):
+        raise ValueError(f"Unknown simulation mode {mode!r}")
+    if max_cycles is not None and (not isinstance(max_cycles, int) or isinstance(
+            max_cycles, bool) or not 1 <= max_cycles <= MAX_CYCLES_LIMIT):
+        raise UsageError(f"The cycle limit (--max-cycles) must be an integer from 1 to "
+                         f"{MAX_CYCLES_LIMIT:,}, not {max_cycles!r}")
+    result = out_dir if isinstance(out_dir, BuildResult) else load_build(out_dir)
+    samples = _input_samples(result.graph, inputs)
     if mode == "golden":
         return run_golden(result, samples)
-    rtl = run_rtl_batch(result, samples, log=log)
+    rtl = run_rtl_batch(result, samples, log=log, max_cycles=max_cycles)
     if mode == "rtl":
         return rtl
-    if mode != "compare":
-        raise ValueError(f"Unknown simulation mode {mode!r}")
     golden = run_golden(result, samples)
     if not np.array_equal(rtl.int_outputs, golden.int_outputs):
         sample = int(np.argwhere((rtl.int_outputs != golden.int_outputs).reshape(
             len(rtl.int_outputs), -1).any(axis=1))[0][0])
         raise MismatchError("RTL differs from the golden model: "
                             + first_difference(result, samples, sample, log=log))
+    for sample, cycles in enumerate(rtl.cycles):
+        if cycles != rtl.predicted_cycles:
+            raise MismatchError(f"RTL cycles differ from the prediction: sample {sample} took "
+                                f"{cycles:,} cycles, predicted {rtl.predicted_cycles:,}")
     return rtl

@@ -1,9 +1,12 @@
 """The ``hwonnx`` command line: a thin shell over :mod:`hwonnx.api`."""
 
 import argparse
+import contextlib
 import logging
+import os
 import re
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -77,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--golden", action="store_true", help="evaluate the golden model instead")
     mode.add_argument("--compare", action="store_true",
-                      help="run RTL and golden; fail on any difference")
+                      help="run RTL and golden; fail on any difference in outputs or in "
+                           "cycles against the prediction")
+    p.add_argument("--max-cycles", type=int, metavar="N",
+                   help="stop a sample that runs longer than N cycles on the RTL and show "
+                        "the accelerator's state (default: twice the predicted cycles plus "
+                        "10,000)")
 
     p = commands.add_parser("demo", help="build and simulate the bundled trained examples")
     p.add_argument("--model", default="all", choices=["all", "digits_mlp", "digits_cnn"])
@@ -103,11 +111,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _save_outputs(path: Path, outputs: "dict[str, np.ndarray]") -> None:
+    """Write ``outputs`` to ``path`` (the name exactly: no added .npz) whole or not at all:
+    into a temporary file beside it, renamed over it when complete."""
+    partial = None
     try:
-        with open(path, "wb") as stream:        # keeps the name exactly (no added .npz)
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                           dir=path.parent)
+        with os.fdopen(handle, "wb") as stream:
             np.savez(stream, **outputs)
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, path)
+        partial = None
     except OSError as error:
-        raise UsageError(f"Cannot write outputs to '{path}': {error.strerror}") from error
+        raise UsageError(f"Cannot write outputs to '{path}': "
+                         f"{error.strerror or error}") from error
+    finally:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+
+
+def _check_output(path: Path) -> None:
+    """Refuse an ``--output`` that cannot be written before anything runs."""
+    if path.is_dir():
+        raise UsageError(f"Cannot write outputs to '{path}': Is a directory")
+    if not path.parent.is_dir():
+        why = "Not a directory" if path.parent.exists() else "No such file or directory"
+        raise UsageError(f"Cannot write outputs to '{path}': {why}")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _rate(cycles_per_second: float) -> str:
+    """``1.2 M``, ``35 k``, ``658``: a simulation speed for people."""
+    if cycles_per_second >= 1e6:
+        return f"{cycles_per_second / 1e6:.1f} M"
+    if cycles_per_second >= 1e4:
+        return f"{cycles_per_second / 1e3:.0f} k"
+    return f"{cycles_per_second:,.0f}"
 
 
 #: The step that follows a message, for the spinner: steps the code announces itself end in
@@ -245,16 +292,20 @@ def _run(args, output: _Output) -> int:
             placement = format_placement(graph, config)
         print(f"\n{placement}")
     elif args.command == "sim":
+        if args.output:
+            _check_output(args.output)          # before a simulation that may take long
         mode = "golden" if args.golden else "compare" if args.compare else "rtl"
         first = {"rtl": "Simulating on the RTL ...", "golden": "Running the golden model ...",
                  "compare": "Simulating on the RTL, then on the golden model ..."}[mode]
         with output.steps(first):
-            result = api.simulate(args.out, args.input, mode=mode, log=log)
+            result = api.simulate(args.out, args.input, mode=mode, max_cycles=args.max_cycles,
+                                  log=log)
         count = len(next(iter(result.outputs.values())))
         if result.cycles:
             print(f"{count} sample(s) on RTL: {int(np.mean(result.cycles)):,} cycles per sample "
                   f"(predicted {result.predicted_cycles:,}), utilization "
-                  f"{result.utilization:.1%}, {result.cycles_per_second:,.0f} cycles/s")
+                  f"{result.utilization:.1%}, {_rate(result.steady_cycles_per_second)} "
+                  f"cycles/s simulated (excluding {result.startup_seconds:.1f} s start-up)")
         else:
             print(f"{count} sample(s) on the golden model (predicted "
                   f"{result.predicted_cycles:,} cycles per sample)")
@@ -270,6 +321,8 @@ def _run(args, output: _Output) -> int:
                              samples=args.samples, log=log)
         print(format_demo(runs))
     elif args.command == "run":
+        if args.output:
+            _check_output(args.output)
         with output.steps(f"Running on the board on {args.port} ..."):
             result = api.run_board(args.out, args.port, args.input, baud=args.baud, log=log)
         count = len(next(iter(result.outputs.values())))
@@ -309,6 +362,9 @@ def main(argv=None) -> int:
     except HwonnxError as error:
         print(f"hwonnx: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # what was being written is removed on the way out
+        print("hwonnx: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
