@@ -404,11 +404,14 @@ def test_ten_thousand_unsupported_nodes_make_a_short_message():
     assert len(info.value.nodes) == 10_000
 
 
-def loop_model(outputs: "list[str]", reads_outer: bool = True) -> onnx.ModelProto:
-    """A main graph with a Loop no output depends on (a dead node)."""
+def loop_model(outputs: "list[str]", reads_outer: bool = True,
+               custom: bool = False) -> onnx.ModelProto:
+    """A main graph with a Loop no output depends on (a dead node); its body reads an outer
+    value, or its own, or calls an operator of a domain onnx does not know."""
+    step = helper.make_node("Frob", ["v"], ["v2"], domain="com.example") if custom else \
+        helper.make_node("Add", ["v", "outer" if reads_outer else "v"], ["v2"])
     body = helper.make_graph(
-        [helper.make_node("Add", ["v", "outer" if reads_outer else "v"], ["v2"]),
-         helper.make_node("Identity", ["c"], ["c2"])], "body",
+        [step, helper.make_node("Identity", ["c"], ["c2"])], "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("c", TensorProto.BOOL, []),
          helper.make_tensor_value_info("v", FLOAT, [1, 4])],
@@ -417,7 +420,8 @@ def loop_model(outputs: "list[str]", reads_outer: bool = True) -> onnx.ModelProt
     return make_model([helper.make_node("Relu", ["x"], ["outer"], name="outer"),
                        helper.make_node("Loop", ["", "", "x"], outputs, body=body, name="loop"),
                        helper.make_node("Relu", ["x"], ["y"], name="relu")],
-                      {"x": [1, 4]}, {"y": [1, 4]})
+                      {"x": [1, 4]}, {"y": [1, 4]}, opsets=[
+                          helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
 
 
 def test_dead_node_is_checked_against_its_schema():
@@ -426,8 +430,8 @@ def test_dead_node_is_checked_against_its_schema():
                 "max=2147483647]. (ONNX IR: a node's inputs, outputs and attributes MUST satisfy "
                 "its operator's signature)"):
         load_model(loop_model([]))
-    for reads_outer in (True, False):          # a valid dead Loop is still read (and dropped)
-        graph = load_model(loop_model(["lo"], reads_outer))
+    for reads_outer, custom in ((True, False), (False, False), (False, True)):
+        graph = load_model(loop_model(["lo"], reads_outer, custom))     # valid: still read
         assert [n.name for n in graph.nodes] == ["relu"]
 
 

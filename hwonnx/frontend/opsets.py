@@ -50,7 +50,7 @@ def check_signatures(model: onnx.ModelProto,
     context = onnx.checker.C.CheckerContext()
     context.ir_version = max(int(model.ir_version), 3)
     known = newest_opsets()
-    context.opset_imports = {d: v for d, v in opsets.items() if d in known}
+    context.opset_imports = dict(opsets)      # nodes of other domains in nested graphs too
     for node in (model.graph.node if nodes is None else nodes):
         domain = "" if is_default_domain(node.domain) else node.domain
         if domain not in known:
