@@ -344,3 +344,32 @@ def test_batchnorm_training_mode_is_refused():
     with raises(ModelError, "BatchNormalization 'bn' must have training_mode=0, not 1; hwonnx "
                 "runs inference only"):
         load_model(model)
+
+
+def test_conv_bias_must_hold_one_value_per_output_channel():
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")],
+                       {"x": [1, 2, 4, 4]}, {"y": [1, 3, 2, 2]},
+                       {"w": rand(3, 2, 3, 3), "b": np.zeros((0, 7, 2, 2, 0), np.float32)})
+    with raises(ModelError, "Conv 'conv' has bias 'b' of shape [0, 7, 2, 2, 0]; it must have "
+                "shape [3] (one value per output channel)"):
+        load_model(model)
+
+
+def test_batchnorm_parameters_must_hold_one_value_per_channel():
+    params = {"s": rand(3), "bb": rand(3), "m": rand(3), "v": np.zeros(0, np.float32)}
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"],
+                                         name="bn")],
+                       {"x": [1, 3, 2, 2]}, {"y": [1, 3, 2, 2]}, params, opset=13)
+    with raises(ModelError, "BatchNormalization 'bn' has input_var 'v' of shape [0]; it must "
+                "have shape [3] (one value per channel)"):
+        load_model(model)
+
+
+def test_host_division_by_a_constant_holding_zero_is_refused():
+    model = make_model([helper.make_node("Div", ["x", "std"], ["n"], name="norm"),
+                        helper.make_node("MatMul", ["n", "w"], ["y"], name="fc")],
+                       {"x": [1, 4]}, {"y": [1, 2]},
+                       {"std": np.array([1, 0, 2, 1], np.float32), "w": rand(4, 2)})
+    with raises(ModelError, "Div 'norm' divides by the constant 'std', which holds 0; the result "
+                "would not be finite"):
+        load_model(model)

@@ -174,6 +174,16 @@ def _check_windows(b: _Builder, node: onnx.NodeProto, shape: "tuple[int, ...]",
                          f"shape {list(inferred)}")
 
 
+def _check_per_channel(b: _Builder, node: onnx.NodeProto, index: int, role: str, count: int,
+                       unit: str) -> None:
+    """Check that input ``index`` of ``node`` (a constant) holds one value per ``unit``."""
+    name = node.input[index]
+    shape = list(np.shape(b.onnx_constants[name]))
+    if shape != [count]:
+        raise ModelError(f"{node.op_type} '{node.name}' has {role} '{name}' of shape {shape}; it "
+                         f"must have shape [{count}] (one value per {unit})")
+
+
 def _input_4d(b: _Builder, node: onnx.NodeProto, what: str) -> "tuple[str, tuple[int, ...]]":
     x = b.value(node.input[0])
     shape = b.shape(x)
@@ -208,6 +218,7 @@ def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
     _check_windows(b, node, shape, kernel, strides, pads, dilations)
     inputs = [x, b.constant(node, node.input[1])]
     if len(node.input) > 2 and node.input[2]:
+        _check_per_channel(b, node, 2, "bias", weight.shape[0], "output channel")
         inputs.append(b.constant(node, node.input[2]))
     return Node(node.name, "Conv", inputs, (b.value(node.output[0]),),
                 {"strides": strides, "pads": pads, "dilations": dilations, "group": group,
@@ -406,6 +417,10 @@ def _batchnorm(b: _Builder, node: onnx.NodeProto) -> Node:
         raise ModelError(f"BatchNormalization '{node.name}' must have training_mode=0, not 1; "
                          f"hwonnx runs inference only")
     _check_unused(b, node, "a training statistic")
+    shape = b.shape(node.input[0])
+    channels = shape[1] if len(shape) > 1 else 1
+    for index, role in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+        _check_per_channel(b, node, index, role, channels, "channel")
     inputs = [b.value(node.input[0])] + [b.constant(node, v) for v in node.input[1:5]]
     return Node(node.name, "BatchNorm", inputs, (b.value(node.output[0]),),
                 {"epsilon": float(attrs.get("epsilon", 1e-5))})

@@ -248,6 +248,10 @@ def _elementwise(b: _Builder, node: onnx.NodeProto) -> Node:
         raise ModelError(f"{node.op_type} '{node.name}' broadcasts '{x}' of shape "
                          f"{list(b.shape(x))} to {list(b.shape(out))}; a host step keeps the "
                          f"shape of its run-time input")
+    divisor = node.input[1] if node.op_type == "Div" and len(node.input) > 1 else ""
+    if divisor in b.constants and not np.all(b.constants[divisor]):
+        raise ModelError(f"Div '{node.name}' divides by the constant '{divisor}', which holds "
+                         f"0; the result would not be finite")
     attrs = dict(_ACTIVATION) if node.op_type == "Add" else {}
     return Node(node.name, node.op_type, inputs, (out,), attrs)
 
