@@ -72,7 +72,7 @@ def evaluate_example(name: str, out: Path, *, rows=None, cols=None, samples: int
          "int8 golden": float((top1 == labels).mean()),
          "int8 RTL": float((rtl.outputs["logits"].argmax(-1) == labels).mean())},
         float((top1 == reference.argmax(-1)).mean()), exact, int(np.mean(rtl.cycles)),
-        rtl.predicted_cycles, rtl.utilization, rtl.cycles_per_second, cfg.name, folder)
+        rtl.predicted_cycles, rtl.utilization, rtl.steady_cycles_per_second, cfg.name, folder)
 
 
 def demo_runs(model: str, out: Path, *, rows=None, cols=None, samples: int = 0,

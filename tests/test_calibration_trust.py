@@ -126,3 +126,12 @@ def test_layer_check_warns_when_a_layer_loses_its_range(caplog):
     report = build_report(program, "m.onnx", "sim", checked.meta, checked)
     assert report["layer_check"][0]["layer"] == "add"
     assert warning in report["warnings"]
+
+
+def test_complex_calibration_data_is_refused():
+    """astype(float32) would silently drop the imaginary part."""
+    calib = (np.ones((4, 4, 4, 4)) + 1j).astype(np.complex64)
+    with raises(QuantizationError, "Calibration data: array 'x' is complex (complex64); "
+                "hwonnx's inputs are real"):
+        api.compile_model(_two_branches(0.0), {"x": calib}, config=ArchConfig(),
+                          log=lambda *_: None)

@@ -44,8 +44,8 @@ def _tuples(value):
 def load_graph(folder: Path, stem: str = "graph") -> Graph:
     folder = Path(folder)
     doc = json.loads((folder / f"{stem}.json").read_text())
-    with np.load(folder / f"{stem}.npz") as npz:
-        constants = {k: npz[k] for k in npz.files}
+    with open(folder / f"{stem}.npz", "rb") as stream, np.load(stream) as npz:
+        constants = {k: npz[k] for k in npz.files}    # the stream closes even if np.load fails
     nodes = [Node(n["name"], n["op"], n["inputs"], n["outputs"],
                   {k: _tuples(v) for k, v in n["attrs"].items()}) for n in doc["nodes"]]
     types = {k: TensorType(t["dtype"], tuple(t["shape"])) for k, t in doc["types"].items()}

@@ -44,6 +44,9 @@ def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
         if not np.issubdtype(array.dtype, np.number):
             raise QuantizationError(f"{what}: array '{name}' has dtype {array.dtype}, not a "
                                     f"number type")
+        if np.iscomplexobj(array):        # astype(float32) would drop the imaginary part
+            raise QuantizationError(f"{what}: array '{name}' is complex ({array.dtype}); "
+                                    f"hwonnx's inputs are real")
         if count is not None and array.shape[0] != count:
             raise QuantizationError(f"{what}: inputs have different sample counts "
                                     f"({count} and {array.shape[0]})")
