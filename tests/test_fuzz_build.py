@@ -20,7 +20,7 @@ fewest mutations that still fail the same way, and fails at the end listing ever
 with its count, message and a reproducer (``KNOWN_FAILURES`` can mark classes as expected).
 
 Tiers: ``test_fuzz_build_smoke`` (default, 300 cases, about 15 s) and ``test_fuzz_build``
-(``-m slow``, 16 seed blocks of 1,000 cases, spread by pytest-xdist). Cases are seeded
+(``-m slow``, 32 seed blocks of 2,000 cases, spread by pytest-xdist). Cases are seeded
 (``hypothesis.seed`` per block, no example database), so every run draws the same ones. With
 ``HWONNX_RELIABILITY_LOG=<file>`` each test appends a JSON line of its counts."""
 
@@ -55,7 +55,7 @@ PER_CASE_SECONDS = 10
 MEMORY_HEADROOM = 4 << 30           # the address space may grow by this much during a test
 MAX_FEED_ELEMENTS = 1 << 18         # larger inputs are not evaluated (build without calib)
 SMOKE = (300, 1)                    # (cases per block, blocks)
-SLOW = (1000, 16)
+SLOW = (2000, 32)
 HWONNX = str(Path(__import__("hwonnx").__file__).resolve().parent)
 
 
