@@ -156,3 +156,31 @@ def test_random_layers_slow(config_name, block, examples):
 def test_random_graphs_slow(config_name, block, examples):
     run_block("graph", config_name, "slow", block, examples)
 
+
+
+def test_vector_add_of_differently_placed_sources():
+    """Found by the slow tier (shrunk): a residual Add of a Gemm output and a Flatten of an
+    image, two vectors placed in different lanes. The compiler laid out the second source's
+    weights with the first source's lanes, so the RTL read the wrong lane (RTL 30, golden 47)
+    and plain `sim` gave a wrong answer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from hwonnx.api import build, simulate
+
+    node = helper.make_node
+    graph = helper.make_graph(
+        [node("Conv", ["x", "w"], ["c"]), node("Flatten", ["c"], ["f"]),
+         node("Gemm", ["f", "g"], ["m"]), node("Add", ["m", "f"], ["y"])], "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w"),
+         numpy_helper.from_array(np.array([[.5, -1], [2, .25]], np.float32), "g")])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(0)
+    result = build(model, None, calib={"x": rng.uniform(-1, 1, (16, 1, 1, 1, 2)).astype(
+        np.float32)}, verilog=False, log=_quiet)
+    inputs = {"x": rng.uniform(-1, 1, (4, 1, 1, 1, 2)).astype(np.float32)}
+    rtl = simulate(result, inputs, mode="compare", log=_quiet)     # raises on any difference
+    golden = simulate(result, inputs, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [golden.predicted_cycles] * 4

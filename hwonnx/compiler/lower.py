@@ -489,7 +489,8 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
     if node.op == "QAdd":
         a, b = placements[:2]
         mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
-        if len(a.shape) == 4:
+        image = len(a.shape) == 4
+        if image:
             sources = [_image_source(node, a, int(attrs["za"]), rows),
                        _image_source(node, b, int(attrs["zb"]), rows)]
             channels = a.shape[1]
@@ -497,13 +498,15 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
             sources = [_Source(p.base, 1, 1, p.words, int(attrs[z]))
                        for p, z in ((a, "za"), (b, "zb"))]
             channels = int(np.prod(a.shape[1:]))
-        width = sources[0].cb * rows
-        phys = np.zeros((channels, 1, 1, 2 * width), dtype=np.int64)
-        lanes = np.arange(channels) if len(a.shape) == 4 else _vector_lanes(a, channels)
-        phys[np.arange(channels), 0, 0, lanes] = int(attrs["wa"])
-        phys[np.arange(channels), 0, 0, width + lanes] = int(attrs["wb"])
-        h, w_ = (a.height, a.width) if len(a.shape) == 4 else (1, 1)
-        return _LayerSpec(sources, [0, width], phys, np.zeros(channels, dtype=np.int64), mult,
+        # each source with its own lanes: two vectors can be placed differently (a Gemm
+        # output and a Flatten of an image), so b's lanes are not a's
+        offsets = [0, sources[0].cb * rows]
+        phys = np.zeros((channels, 1, 1, offsets[1] + sources[1].cb * rows), dtype=np.int64)
+        for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
+            lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
+            phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
+        h, w_ = (a.height, a.width) if image else (1, 1)
+        return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult,
                           shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
                           macs=2 * channels * h * w_, **out)
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
