@@ -779,3 +779,14 @@ def test_fuzz_build_smoke(block):
 @pytest.mark.parametrize("block", range(SLOW[1]))
 def test_fuzz_build(block):
     _check("slow", block, SLOW[0])
+
+
+@pytest.mark.parametrize("seed_name, mutations", [
+    ("qdq", [("op_type", 8, "Mul")]),              # a Mul with one input
+    ("mlp", [("op_type", 32, "TopK")]),            # a TopK without K
+    ("cnn", [("init_dims", 34, [0], True)]),       # a Pad whose constant value is empty
+], ids=["one-input-Mul", "TopK-without-K", "empty-Pad-value"])
+def test_found_by_the_slow_tier(seed_name, mutations):
+    """Classes the slow tier found (IndexError in the support check and the Pad converter),
+    shrunk: each is now refused at load with an hwonnx error."""
+    assert run_case(mutated(seed_name, mutations)) == "refused at load"

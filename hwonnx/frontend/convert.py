@@ -549,7 +549,11 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
         full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
-        value = float(np.asarray(b.onnx_constants[node.input[2]]).reshape(-1)[0])
+        values = np.asarray(b.onnx_constants[node.input[2]]).reshape(-1)
+        if values.size != 1:
+            raise ModelError(f"Pad '{node.name}': its constant_value '{node.input[2]}' must hold "
+                             f"one value, not {values.size}")
+        value = float(values[0])
     if rank != 4 or math.isnan(value) or value == math.inf or any(p < 0 for p in full) \
             or any(full[a] or full[a + rank] for a in (0, 1)):
         raise _unsupported(b, node, (

@@ -101,7 +101,8 @@ def check_support(model: onnx.ModelProto) -> None:
                 (node.op_type in HOST_END_OPS and at_end(node, end)) or \
                 all(v in constant for v in node.input if v)            # folded
             reason = None if here else runs_on_neither(node.name, node.op_type)
-            if here and node.op_type == "TopK" and node.input[1] not in constant:
+            if here and node.op_type == "TopK" and len(node.input) > 1 \
+                    and node.input[1] not in constant:      # (no K: the signature check)
                 reason = (f"TopK '{node.name}' needs a constant K, but '{node.input[1]}' is "
                           f"computed at run time")
         else:
@@ -168,7 +169,8 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
         return ""
     if inputs_constant:
         return None                                  # folded away like any constant subgraph
-    if node.op_type == "Mul" and not any(v in constant for v in node.input if v):
+    if node.op_type == "Mul" and len(node.input) == 2 \
+            and not any(v in constant for v in node.input if v):
         return (f"Mul '{node.name}' needs a constant operand (a per-channel or scalar scale), "
                 f"but both '{node.input[0]}' and '{node.input[1]}' are computed at run time")
     if node.op_type == "Pad":
