@@ -77,7 +77,7 @@ def measure(name: str, array: str, samples: int) -> "list[dict]":
                      "utilization_streaming": layer.macs / (new[index] * pes),
                      "utilization_default": layer.macs / (old[index] * pes)})
     rtl = simulate(streamed, random_inputs(model, samples, 1), mode="compare", log=quiet)
-    default_total = predict(baseline.program.instructions, config).total
+    default_total = predict(baseline.program.expanded(), config).total
     rows.append({"model": name, "array": array, "layer": "(whole model)",
                  "macs": rtl.macs, "cycles_streaming": int(rtl.cycles[0]),
                  "cycles_default": default_total, "predicted_streaming": rtl.predicted_cycles,

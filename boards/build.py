@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..compiler.lower import Program, encode_program
 from ..errors import ResourceError, ToolchainError
+from ..hdl.convert import fast_memories
 from .fit import check_fits
 from .registry import Board
 from .top import DEFAULT_BAUD, BoardTop
@@ -73,8 +74,9 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
     platform = board.platform()
     top = BoardTop(board, config, board_images(program), build_id(program))
     log(f"Writing {board.name} build sources ({board.family_info.toolchain}) ...")
-    plan = platform.build(top, name=TOP_NAME, do_build=False,
-                          **SYNTH_OVERRIDES.get(board.family, {}))
+    with fast_memories():            # hdl/convert.py: seconds, not minutes
+        plan = platform.build(top, name=TOP_NAME, do_build=False,
+                              **SYNTH_OVERRIDES.get(board.family, {}))
     target = Path(folder) / "board"
     if target.exists():
         shutil.rmtree(target)

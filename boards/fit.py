@@ -10,11 +10,16 @@ from ..errors import ResourceError
 from ..hdl.top import Accelerator
 from .registry import Board
 
-__all__ = ["Usage", "estimate", "check_fits"]
+__all__ = ["Usage", "estimate", "check_fits", "check_board_fit"]
 
 # Buffers and their read ports: a block RAM gives one read and one write port, so every
-# further read port is a copy.
-_READ_PORTS = {"prog": 1, "wgt": 1, "par": 1, "act": 2, "acc": 2}
+# further read port is a copy (the activations have one, shared by the feeder and the host).
+_READ_PORTS = {"prog": 1, "wgt": 1, "par": 1, "act": 1, "acc": 2}
+
+
+#: Logic cells of the tile walker: two instruction words and a LOOP in flip-flops, the
+#: counters and the address adders.
+_WALKER_LUTS = 1500
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
         memories["lut"] = config.cols * _blocks(config.lut_depth, 8, board)
     blocks = sum(memories.values())
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
-            + config.cols * 300)
+            + config.cols * 300 + (_WALKER_LUTS if config.walker else 0))
     return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge)
 
 
@@ -90,3 +95,24 @@ def check_fits(config: ArchConfig, board: Board, margin: float = 1.0) -> Usage:
             f"default is {default.rows}x{default.cols} with act/wgt/prog depths "
             f"{default.act_depth}/{default.wgt_depth}/{default.prog_depth})")
     return usage
+
+
+def check_board_fit(program, board: Board) -> Usage:
+    """:func:`check_fits` for a compiled program whose buffers were sized to it: when the
+    block RAM is short, the error adds by how much and what each buffer holds."""
+    config = program.config
+    try:
+        return check_fits(config, board)
+    except ResourceError as error:
+        usage = estimate(config, board)
+        capacity = board.bram_kbits * 1024 // board.family_info.block_bits
+        if usage.bram_blocks <= capacity:
+            raise
+        held = ", ".join(f"{name} {usage.memories[name]}"
+                         + (f" for {program.words[name]:,} words" if name in program.words
+                            else "")
+                         for name in sorted(usage.memories, key=usage.memories.get,
+                                            reverse=True))
+        raise ResourceError(f"{error}; the model's buffers take {usage.bram_blocks} block RAMs "
+                            f"({held}), {usage.bram_blocks - capacity} more than the device "
+                            f"has") from error

@@ -82,11 +82,11 @@ class Board:
         return FAMILIES[self.family]
 
 
-def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4
-         ) -> ArchConfig:
+def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4,
+         walker=True) -> ArchConfig:
     return ArchConfig(rows=rows, cols=cols, act_depth=act, wgt_depth=wgt, acc_depth=acc,
                       par_depth=par, prog_depth=prog, clock_hz=clock, prog_width=prog_width,
-                      lut_tables=lut_tables)
+                      lut_tables=lut_tables, walker=walker)
 
 
 BOARDS = {board.name: board for board in [
@@ -97,8 +97,10 @@ BOARDS = {board.name: board for board in [
           # The program (7 words of 64 bits per instruction) lives in the four SPRAMs and is
           # loaded over the UART; the block RAMs hold weights, parameters and activations. One
           # column: the 8 DSPs make two 32x32 requantizers, but the logic holds only one.
-          # Two activation tables fill one more block RAM.
-          _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2),
+          # Two activation tables fill one more block RAM. No tile walker: its 1,250
+          # flip-flops do not fit beside the array, so every tile is stored.
+          _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2,
+               walker=False),
           12_000_000,
           huge_rams=4),
     Board("ulx3s-85f", "Radiona ULX3S, Lattice ECP5 LFE5U-85F", "ulx3s:ULX3S_85F_Platform",

@@ -3,10 +3,10 @@
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from ..compiler.isa import FIELDS
+from ..compiler.isa import FIELDS, LOOP_FIELDS
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "ParamLayout", "PARAM_BITS"]
+__all__ = ["InstrLayout", "LoopLayout", "ParamLayout", "PARAM_BITS"]
 
 #: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift (8).
 PARAM_BITS = 72
@@ -17,6 +17,15 @@ class InstrLayout(data.StructLayout):
 
     def __init__(self):
         super().__init__({f.name: (signed if f.signed else unsigned)(f.width) for f in FIELDS})
+
+
+class LoopLayout(data.StructLayout):
+    """A LOOP instruction (the low bits of the word); the fields come from
+    :data:`hwonnx.compiler.isa.LOOP_FIELDS`."""
+
+    def __init__(self):
+        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
+                          for f in LOOP_FIELDS})
 
 
 class ParamLayout(data.ArrayLayout):

@@ -14,6 +14,7 @@ from .program_ram import ProgramRAM
 from .layouts import PARAM_BITS, InstrLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
+from .walker import TileWalker
 
 __all__ = ["Accelerator"]
 
@@ -35,7 +36,8 @@ class Accelerator(wiring.Component):
     host_<buf>_we, host_<buf>_addr, host_<buf>_data : write a whole word of buffer ``<buf>``
         (``prog``, ``wgt``, ``par``, ``act``, and ``lut``, the activation tables, when
         ``lut_tables`` is not 0) while the accelerator is not busy.
-    host_act_raddr, host_act_rdata : read an activation word (one cycle latency).
+    host_act_raddr, host_act_rdata : read an activation word (one cycle latency) while the
+        accelerator is not busy.
     debug_dispatched : ``Out(32)``: instructions dispatched since ``start`` (the index of the
         next one, so the last one dispatched is ``debug_dispatched - 1``).
     debug_busy : ``Out(4)``: bit 0 the weight loader is loading, bit 1 the feeder holds or
@@ -128,11 +130,13 @@ class Accelerator(wiring.Component):
         with m.Else():
             m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
                          act_w.en.eq(post.out_we)]
-        act_feed = act.read_port()
-        act_host = act.read_port()
-        m.d.comb += [act_feed.addr.eq(feeder.act_addr), act_feed.en.eq(feeder.act_en),
-                     act_host.addr.eq(self.host_act_raddr),
-                     self.host_act_rdata.eq(act_host.data)]
+        # One read port: the feeder's while the program runs, the host's otherwise (a second
+        # port would double the buffer's block RAMs, its largest user on a board).
+        running = Signal()
+        act_r = act.read_port()
+        m.d.comb += [act_r.addr.eq(Mux(running, feeder.act_addr, self.host_act_raddr)),
+                     act_r.en.eq(~running | feeder.act_en),
+                     self.host_act_rdata.eq(act_r.data)]
 
         # Weight tiles into the array.
         wgt_r = wgt.read_port()
@@ -143,7 +147,7 @@ class Accelerator(wiring.Component):
         # Activations into the array; padding reads as the zero point.
         for lane in range(cfg.rows):
             m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
-                                                act_feed.data[lane]))
+                                                act_r.data[lane]))
         m.d.comb += [array.feed_bank.eq(feeder.feed_bank), array.feed_dw.eq(feeder.feed_dw)]
 
         # Accumulators: read-modify-write behind the array, read by the post-processor.
@@ -163,23 +167,39 @@ class Accelerator(wiring.Component):
         m.d.comb += [par_r.addr.eq(post.par_addr), par_r.en.eq(post.par_en),
                      post.par_data.eq(par_r.data)]
 
-        # Dispatcher: one instruction per cycle, in order, to the engine that can take it.
-        running = Signal()
+        # Dispatcher: one instruction per cycle, in order, to the engine that can take it: the
+        # stored instruction, or while the tile walker walks a LOOP, the walker's.
         fire = Signal()
+        fetched_fire = Signal()       # the dispatcher takes the stored instruction
         if cfg.runtime_program:
-            instr, instr_valid = self._narrow_fetch(m, running, fire)
+            stored, stored_valid = self._narrow_fetch(m, running, fetched_fire)
         else:
-            instr_valid = Signal()
+            stored_valid = Signal()
             pc = Signal(range(cfg.prog_depth))
             prog_r = prog.read_port()
-            instr = prog_r.data
-            m.d.comb += prog_r.addr.eq(Mux(self.start, 0, Mux(fire, pc + 1, pc)))
+            stored = prog_r.data
+            m.d.comb += prog_r.addr.eq(Mux(self.start, 0, Mux(fetched_fire, pc + 1, pc)))
             with m.If(self.start):
-                m.d.sync += [instr_valid.eq(1), pc.eq(0)]
-            with m.Elif(fire):
+                m.d.sync += [stored_valid.eq(1), pc.eq(0)]
+            with m.Elif(fetched_fire):
                 m.d.sync += pc.eq(pc + 1)
-                with m.If(instr.op == Op.END):
-                    m.d.sync += instr_valid.eq(0)
+                with m.If(stored.op == Op.END):
+                    m.d.sync += stored_valid.eq(0)
+        instr = Signal(InstrLayout())
+        instr_valid = Signal()
+        if cfg.walker:
+            m.submodules.walker = walker = TileWalker(cfg)
+            m.d.comb += [
+                instr.eq(Mux(walker.active, walker.instr.as_value(), stored.as_value())),
+                instr_valid.eq(walker.active | stored_valid),
+                fetched_fire.eq(fire & ~walker.active),
+                walker.start.eq(self.start), walker.load.eq(fetched_fire),
+                walker.word.eq(stored.as_value()),
+                walker.fire.eq(fire & walker.active),
+            ]
+        else:
+            m.d.comb += [instr.eq(stored), instr_valid.eq(stored_valid),
+                         fetched_fire.eq(fire)]
         accept = Signal()
         with m.Switch(instr.op):
             with m.Case(Op.LOADW):
@@ -190,6 +210,8 @@ class Accelerator(wiring.Component):
                 m.d.comb += accept.eq(post.idle & feeder.drained)
             with m.Case(Op.END):
                 m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle)
+            with m.Case(*Op.WALKER):
+                m.d.comb += accept.eq(1)
         m.d.comb += fire.eq(instr_valid & accept)
         for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
@@ -199,7 +221,7 @@ class Accelerator(wiring.Component):
             m.d.sync += [running.eq(1), self.done.eq(0), self.cycles.eq(0)]
         with m.Elif(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
-            with m.If(fire & (instr.op == Op.END)):
+            with m.If(fetched_fire & (instr.op == Op.END)):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         m.d.comb += self.busy.eq(running)
 

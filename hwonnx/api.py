@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import check_fits, get_board
+from .boards import check_board_fit, check_fits, get_board
 from .compiler.artifact import (load_program, save_program, staged_folder, verify_build_folder,
                                 write_manifest)
 from .compiler.lower import Program, encode_program, lower
+from .compiler.sizing import BUFFERS, needs, probe, sized
 from .compiler.timing import predict
 from .config import ArchConfig
 from .errors import (MismatchError, ModelError, QuantizationError, ResourceError,
@@ -56,11 +57,15 @@ class SimResult:
 
 
 def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
-                  override_initializers=None, log=print) -> "tuple[Graph, Program]":
+                  override_initializers=None, log=print, size: "str | None" = None,
+                  fixed=()) -> "tuple[Graph, Program]":
     """Frontend, quantizer and compiler, in memory. ``calib`` (samples or a sample file) may
     be None for a pre-quantized model that gives every quantization parameter; otherwise
     :func:`~hwonnx.quant.quantize_graph` raises :class:`QuantizationError`. Host steps at the
-    start and end of the graph stay float (:func:`~hwonnx.quant.quantize_model`)."""
+    start and end of the graph stay float (:func:`~hwonnx.quant.quantize_model`).
+
+    ``size`` ``"sim"`` or a board's name sizes the buffers not named in ``fixed`` to the model
+    (:mod:`hwonnx.compiler.sizing`); None keeps ``config`` as it is."""
     from .frontend import load_model
     from .quant import load_samples, normalize_samples, quantize_model
 
@@ -74,10 +79,45 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
     else:
         samples = load_samples(calib, float_graph, "Calibration file")
     int_graph = _choose_rounding(quantize_model(float_graph, samples), config, log)
-    program = lower(int_graph, config)
+    program = lower_sized(int_graph, config, size, fixed)
     log(f"Compiled {len(program.layers)} layer(s), {len(program.instructions)} instructions, "
         f"{program.macs:,} MACs in {time.monotonic() - started:.1f} s")
     return int_graph, program
+
+
+def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
+                loops: bool = True) -> Program:
+    """Lower ``int_graph`` for ``config``, its buffers (but ``fixed``) sized to the model
+    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board."""
+    if size is None:
+        return lower(int_graph, config, loops)
+    first = lower(int_graph, probe(config, fixed), loops)
+    block_depth = None
+    if size != "sim":
+        family = get_board(size).family_info
+        block_depth = family.block_bits // max(family.block_widths)
+    return lower(int_graph, sized(config, needs(first), fixed, block_depth), loops)
+
+
+def _fit_board(graph: Graph, program: Program, target, fixed) -> Program:
+    """``program`` if it fits ``target``; otherwise, the accumulators not being ``fixed``,
+    the same model with half the accumulators (smaller output tiles) until it fits, down to
+    64 words. Raises the first program's :class:`ResourceError` when none fits."""
+    try:
+        check_board_fit(program, target)
+        return program
+    except ResourceError as error:
+        first = error
+    config = program.config
+    while "acc" not in fixed and config.acc_depth > 64:
+        config = replace(config, acc_depth=config.acc_depth // 2)
+        smaller = lower(graph, config)
+        try:
+            check_board_fit(smaller, target)
+            return smaller
+        except ResourceError:
+            continue
+    raise first
 
 
 def _choose_rounding(graph: Graph, config: ArchConfig, log) -> Graph:
@@ -126,11 +166,15 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
+    # The board's default depths are sized to the model; a config given whole is kept.
+    size = None if config else ("sim" if target.is_simulation else target.name)
+    fixed = {name for name in BUFFERS if f"{name}_depth" in depths
+             or (name == "lut" and "lut_tables" in depths)}
     config = config or target.default_config
     if not target.is_simulation:
         config = replace(config, clock_hz=target.clock_hz)
     config = configure_arch(config, rows=rows, cols=cols, **depths)
-    if not target.is_simulation:
+    if not target.is_simulation and size is None:
         check_fits(config, target)          # before any compilation or synthesis
     if bitstream and out_dir is None:
         raise UsageError("--bitstream needs an output folder")
@@ -145,7 +189,10 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
 
     def compile_():
         graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
-                                       override_initializers=override_initializers, log=log)
+                                       override_initializers=override_initializers, log=log,
+                                       size=size, fixed=fixed)
+        if not target.is_simulation:
+            program = _fit_board(graph, program, target, fixed)
         return graph, program, build_report(program, str(model), board, dict(graph.meta),
                                             graph)
 
@@ -172,15 +219,8 @@ def _write_build(folder: Path, out: Path, target, graph: Graph, program: Program
     save_graph(graph, folder, "graph")
     write_report(report, folder)
     if verilog:
-        from amaranth.back import verilog as amaranth_verilog
-
-        from .hdl import Accelerator
-        from .sim.harness import ACCEL_TOP
-        started = time.monotonic()
-        (folder / "accel.v").write_text(amaranth_verilog.convert(Accelerator(program.config),
-                                                                 name=ACCEL_TOP))
-        log(f"Wrote Verilog for the {program.config.name} array in "
-            f"{time.monotonic() - started:.1f} s")
+        from .sim.runner import accelerator_verilog
+        (folder / "accel.v").write_text(accelerator_verilog(program.config, log))
     if not target.is_simulation:
         from .boards.build import build_bitstream, write_board_plan
         write_board_plan(target, program, folder, log=log, shown=out)
@@ -262,7 +302,8 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
 
 
 def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
-               override_initializers=None) -> "tuple[Graph, Program]":
+               override_initializers=None, loops: bool = True, size: "str | None" = None
+               ) -> "tuple[Graph, Program]":
     """Compile ``model`` (a model, or a float graph :func:`~hwonnx.frontend.load_model`
     made) in memory without calibration data: placement, tiling and cycle prediction depend
     only on shapes and weights, not on activation ranges, so two seeded random samples stand
@@ -285,7 +326,7 @@ def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
         int_graph = quantize_model(float_graph, samples)
     finally:
         quant_log.setLevel(level)
-    return int_graph, lower(int_graph, config or ArchConfig())
+    return int_graph, lower_sized(int_graph, config or ArchConfig(), size, loops=loops)
 
 
 def load_build(out_dir) -> BuildResult:
@@ -376,7 +417,7 @@ def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
 def _result(build_result, q_out, cycles, speed) -> SimResult:
     program = build_result.program
     return SimResult(_host_outputs(build_result.graph, program, q_out), q_out, cycles,
-                     predict(program.instructions, program.config).total, program.macs,
+                     predict(program.expanded(), program.config).total, program.macs,
                      program.config.rows * program.config.cols, speed)
 
 

@@ -47,6 +47,10 @@ class ArchConfig:
     lut_tables : activation tables (256 int8 entries each: LeakyRelu, Sigmoid, Tanh,
         HardSigmoid, HardSwish) the post-processor can hold, 0 to 15; with any, each column
         has a table memory of ``256 * lut_tables`` bytes and the pipeline one more stage.
+    walker : the tile walker (``hdl/walker.py``) that expands a looped layer (SETMM, SETPOST,
+        LOOP) in hardware, so that a layer takes three instructions instead of one per tile.
+        It holds two instruction words and a LOOP (about 1,250 flip-flops); without it, as on
+        the smallest iCE40 boards, every tile is stored.
     """
     rows: int = 8
     cols: int = 8
@@ -58,6 +62,7 @@ class ArchConfig:
     prog_width: int = 0
     ort_rounding: bool = False
     lut_tables: int = 4
+    walker: bool = True
     data_width: int = 8
     acc_width: int = 32
     clock_hz: int = 50_000_000
@@ -74,8 +79,10 @@ class ArchConfig:
         if self.data_width != 8 or self.acc_width != 32:
             raise ValueError(f"ArchConfig supports int8 data with int32 accumulation only, not "
                              f"{self.data_width}/{self.acc_width} bits")
-        if not isinstance(self.ort_rounding, bool):
-            raise ValueError(f"ArchConfig.ort_rounding must be a bool, not {self.ort_rounding!r}")
+        for flag in ("ort_rounding", "walker"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"ArchConfig.{flag} must be a bool, not "
+                                 f"{getattr(self, flag)!r}")
         if not isinstance(self.lut_tables, int) or isinstance(self.lut_tables, bool) \
                 or not 0 <= self.lut_tables <= 15:
             raise ValueError(f"ArchConfig.lut_tables must be an integer from 0 to 15, not "

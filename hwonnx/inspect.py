@@ -72,7 +72,7 @@ def format_placement(graph: Graph, config: ArchConfig) -> str:
     from .report import placement_table
 
     int_graph, program = plan_model(graph, config=config)
-    total = predict(program.instructions, config).total
+    total = predict(program.expanded(), config).total
     utilization = program.macs / (total * config.rows * config.cols)
     return (f"Placement on a {config.name} array ({program.macs:,} MACs, {total:,} predicted "
             f"cycles per inference, {utilization:.1%} utilization):\n"

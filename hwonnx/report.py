@@ -56,7 +56,7 @@ def placement_table(graph, program: "Program | None" = None) -> str:
     cycles = dict(zip((layer.name for layer in program.layers), layer_cycles(program))) \
         if program else {}
     macs = {layer.name: layer.macs for layer in program.layers} if program else {}
-    streamed = {program.layers[i["layer"]].name for i in program.instructions
+    streamed = {program.layers[i["layer"]].name for i in program.expanded()
                 if i.get("dw")} if program else set()
     lines = ["| node | op | runs on | MACs | predicted cycles | why |",
              "|---|---|---|---:|---:|---|"]
@@ -72,13 +72,13 @@ def layer_cycles(program: Program) -> "list[int]":
     """Predicted cycles of each layer: the total of the program truncated after the layer
     minus the total truncated after the previous one (layers overlap in the hardware, so
     this is each layer's share of the timeline)."""
-    totals = [predict(program.truncated(i).instructions, program.config).total
+    totals = [predict(program.truncated(i).expanded(), program.config).total
               for i in range(len(program.layers))]
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 
 def _rounding(program: Program) -> str:
-    posts = [i for i in program.instructions if i["op"] == Op.POST]
+    posts = [i for i in program.expanded() if i["op"] == Op.POST]
     exact = {program.layers[i["layer"]].name for i in posts if i.get("rne")}
     text = "requantize: (v * mult + 2**(shift-1)) >> shift (half up)"
     if exact:
@@ -91,7 +91,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
     cfg = program.config
     pes = cfg.rows * cfg.cols
     cycles = layer_cycles(program)
-    total = predict(program.instructions, cfg).total
+    total = predict(program.expanded(), cfg).total
     layers = []
     for layer, layer_cycles_ in zip(program.layers, cycles):
         layers.append({"name": layer.name, "op": layer.op, "macs": layer.macs,

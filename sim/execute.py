@@ -16,16 +16,19 @@ __all__ = ["execute_rtl", "default_max_cycles"]
 def default_max_cycles(program: Program) -> int:
     """The cycles a sample of ``program`` may take before its simulation is stopped: twice
     the prediction plus 10,000 (the prediction is exact for a working accelerator)."""
-    return min(2 * predict(program.instructions, program.config).total + 10_000, (1 << 31) - 2)
+    return min(2 * predict(program.expanded(), program.config).total + 10_000, (1 << 31) - 2)
 
 
 def _describer(program: Program):
+    issued = program.expanded()     # debug_dispatched counts what the dispatcher issues
+
     def describe(index: int) -> str:
-        if not 0 <= index < len(program.instructions):
+        if not 0 <= index < len(issued):
             return "none"
-        instr = program.instructions[index]
+        instr = issued[index]
         layer = program.layers[instr["layer"]].name
-        return f"#{index} {Op.NAMES[instr['op']]} (layer '{layer}')"
+        walker = ", from the tile walker" if instr.get("looped") else ""
+        return f"#{index} {Op.NAMES[instr['op']]} (layer '{layer}'{walker})"
     return describe
 
 

@@ -109,17 +109,48 @@ def toolchain_fingerprint() -> str:
     return " ".join(versions + [str(Path(cocotb.__file__).resolve().parent)])
 
 
-def _build_key(config: ArchConfig) -> str:
+def _hdl_digest(config: ArchConfig, *extra: str):
+    """A hash of what the accelerator's Verilog for ``config`` depends on: the config, the
+    HDL and ISA sources and the Amaranth version, and ``extra``."""
     from .. import hdl
     from ..compiler import isa
 
-    digest = hashlib.sha256((config.digest() + _MAKEFLAGS + " ".join(_BUILD_ARGS)).encode())
-    sources = (sorted(Path(hdl.__file__).parent.glob("*.py"))
-               + [_HERE / "harness.py", _HERE / "tb_accel.py", Path(isa.__file__)])
-    for source in sources:
+    digest = hashlib.sha256((config.digest() + " ".join(extra)).encode())
+    for source in sorted(Path(hdl.__file__).parent.glob("*.py")) + [Path(isa.__file__)]:
+        digest.update(source.read_bytes())
+    digest.update(importlib.metadata.version("amaranth").encode())
+    return digest
+
+
+def _build_key(config: ArchConfig) -> str:
+    digest = _hdl_digest(config, _MAKEFLAGS, *_BUILD_ARGS)
+    for source in (_HERE / "harness.py", _HERE / "tb_accel.py"):
         digest.update(source.read_bytes())
     digest.update(toolchain_fingerprint().encode())
     return f"{config.name}-{digest.hexdigest()[:16]}"
+
+
+def accelerator_verilog(config: ArchConfig, log=print) -> str:
+    """The accelerator's Verilog for ``config`` (top module :data:`ACCEL_TOP`), generated
+    once per configuration and HDL version and then read from the cache (it depends on
+    nothing else: the model is data)."""
+    from ..hdl.convert import verilog
+    from ..hdl.top import Accelerator
+
+    path = cache_root() / "verilog" / f"{config.name}-{_hdl_digest(config).hexdigest()[:16]}.v"
+    if path.exists():
+        return path.read_text()
+    with build_lock(path, f"the {config.name} accelerator's Verilog", log=log):
+        if path.exists():
+            return path.read_text()
+        started = time.monotonic()
+        text = verilog(Accelerator(config), name=ACCEL_TOP)
+        partial = path.with_name(path.name + f".{os.getpid()}.tmp")
+        partial.write_text(text)
+        partial.replace(path)        # whole or absent
+        log(f"Generated the {config.name} accelerator's Verilog in "
+            f"{time.monotonic() - started:.1f} s (cached for this configuration)")
+    return text
 
 
 def rtl_build(config: ArchConfig, log=print) -> Path:
@@ -145,16 +176,13 @@ def rtl_build(config: ArchConfig, log=print) -> Path:
 def _build_accelerator(config: ArchConfig, build_dir: Path, log) -> None:
     """Build ``config``'s simulator in a temporary folder, then rename it to ``build_dir``
     (called with the entry's :func:`build_lock` held)."""
-    from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
-
-    from ..hdl.top import Accelerator
 
     started = time.monotonic()
     log(f"Building the {config.name} accelerator for Verilator (once per architecture) ...")
     work = Path(tempfile.mkdtemp(prefix=f"{build_dir.name}.", dir=build_dir.parent
                                  if build_dir.parent.exists() else _mkdir(build_dir.parent)))
-    (work / "accel.v").write_text(verilog.convert(Accelerator(config), name=ACCEL_TOP))
+    (work / "accel.v").write_text(accelerator_verilog(config, log))
     (work / "harness.v").write_text(harness_verilog(config))
     (work / "public.vlt").write_text(control_file())
     runner = get_runner("verilator")

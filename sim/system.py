@@ -71,15 +71,16 @@ def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_
                log=print) -> "tuple[np.ndarray, list[int]]":
     """Simulate the system top of ``program`` and run the int8 ``inputs`` (``[S, *shape]``)
     over the UART. Returns the int8 outputs and the cycles the board reported per sample."""
-    from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
+
+    from ..hdl.convert import verilog
 
     from ..boards.build import board_images
     from ..boards.top import SystemTop
 
     cfg = program.config
     top = SystemTop(cfg, board_images(program), divisor, build_id)
-    build_dir = _system_build(verilog.convert(top, name=SYSTEM_TOP), log=log)
+    build_dir = _system_build(verilog(top, name=SYSTEM_TOP), log=log)
     source, target = program.input_placement, program.output_placement
     with tempfile.TemporaryDirectory(prefix="hwonnx-system-") as tmp:
         tmp = Path(tmp)

@@ -163,17 +163,17 @@ def test_build_invalid_architecture(tmp_path, capsys):
 
 
 def test_resource_error_advice_can_be_followed(tmp_path, capsys, digits):
-    """A 1x1 array needs more instructions than a 256-word program buffer holds; the error
-    names an option of ``hwonnx build`` that fixes it."""
+    """The program (three instructions per layer) does not fit a 4-word program buffer
+    given by hand; the error names an option of ``hwonnx build`` that fixes it."""
     np.save(tmp_path / "calib.npy", digits["calib"])
     argv = ["build", MLP, "-o", tmp_path / "out", "--calib", tmp_path / "calib.npy",
             "--rows", "1", "--cols", "1"]
-    code, out, err = run(capsys, *argv, "--prog-depth", "256")
+    code, out, err = run(capsys, *argv, "--prog-depth", "4")
     assert_user_error(code, out, err, r"The model needs \d+ words of the prog buffer, but the "
-                                      r"1x1 architecture has 256; raise --prog-depth or use a "
+                                      r"1x1 architecture has 4; raise --prog-depth or use a "
                                       r"larger board")
     needed = int(re.search(r"needs (\d+) words", err).group(1))
-    assert needed > 256
+    assert needed > 4
     args = build_parser().parse_args([str(a) for a in argv] + ["--prog-depth", str(needed)])
     assert args.prog_depth == needed
     from hwonnx import api

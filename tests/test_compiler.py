@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from hwonnx.compiler import (FIELDS, Op, decode, encode, encode_program, instruction_width,
+from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program, instruction_width,
                              lower, natural_placement, pack_words, predict, unpack_words)
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.config import ArchConfig
@@ -38,14 +38,17 @@ def test_fields_tile_the_instruction_word():
     assert seen == (1 << width) - 1
 
 
-def test_encode_decode_round_trip():
+@pytest.mark.parametrize("layout", [FIELDS, LOOP_FIELDS], ids=["micro", "loop"])
+def test_encode_decode_round_trip(layout):
     rng = np.random.default_rng(0)
+    ops = [Op.LOOP] if layout is LOOP_FIELDS else [o for o in Op.NAMES if o != Op.LOOP]
     for _ in range(300):
         values = {}
-        for f in FIELDS:
+        for f in layout:
             lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
                 else (0, (1 << f.width) - 1)
             values[f.name] = int(rng.choice([lo, hi, int(rng.integers(lo, hi, endpoint=True))]))
+        values["op"] = int(rng.choice(ops))
         word = encode(**values)
         assert 0 <= word < 1 << instruction_width()
         assert decode(word) == values
@@ -173,8 +176,10 @@ def expected_tiles(graph, rows, cols, acc_half):
     kh, kw = graph.constants["conv.w"].shape[2:]
     k, n = graph.constants["fc.w"].shape
     conv_m = oh * ow
+    # M tiles of whole output rows, as many as half the accumulators hold
+    m_tile = min(conv_m, acc_half if ow > acc_half else acc_half // ow * ow)
     return [
-        (conv_m, kh * kw * ceil_div(c, rows), ceil_div(m, cols), ceil_div(conv_m, acc_half),
+        (conv_m, kh * kw * ceil_div(c, rows), ceil_div(m, cols), ceil_div(conv_m, m_tile),
          oh * ow * m * c * kh * kw),
         (1, oh * ow * ceil_div(m, rows), ceil_div(n, cols), 1, k * n),
     ]
@@ -192,7 +197,7 @@ def test_lower_chain(config, shape):
     graph = chain(**shape)
     program = lower(graph, config)
     rows, cols = config.rows, config.cols
-    instrs = program.instructions
+    instrs = program.expanded()          # what the dispatcher issues
     layers = expected_tiles(graph, rows, cols, config.acc_half)
     assert [layer.name for layer in program.layers] == ["conv", "fc"]
     assert [layer.op for layer in program.layers] == ["QConv", "QDense"]
@@ -210,7 +215,7 @@ def test_lower_chain(config, shape):
     assert program.macs == sum(layer[-1] for layer in layers)
 
     # buffers: every address an instruction touches is inside its buffer
-    assert program.words["prog"] == len(instrs) <= config.prog_depth
+    assert program.words["prog"] == len(program.instructions) <= config.prog_depth
     assert program.words["wgt"] == len(program.images["wgt"]) <= config.wgt_depth
     assert program.words["par"] == len(program.images["par"]) <= config.par_depth
     assert program.words["act"] <= config.act_depth
@@ -245,7 +250,7 @@ def test_lower_chain(config, shape):
     assert program.output_placement.shape == graph.types["dq"].shape
 
     # it encodes, and decodes back to the same fields
-    for instr, word in zip(instrs, encode_program(program)):
+    for instr, word in zip(program.instructions, encode_program(program)):
         fields = {k: v for k, v in instr.items() if k != "layer"}
         assert {k: v for k, v in decode(word).items() if k in fields} == fields
 
@@ -352,8 +357,8 @@ def test_back_to_back_tiles_keep_the_array_busy(config, stream):
 def test_prediction_is_bounded_by_the_array_throughput():
     config = ArchConfig(rows=4, cols=4)
     program = lower(chain(), config)
-    total = predict(program.instructions, config).total
-    fed = sum(i["count"] for i in program.instructions if i["op"] == Op.MATMUL)
+    total = predict(program.expanded(), config).total
+    fed = sum(i["count"] for i in program.expanded() if i["op"] == Op.MATMUL)
     assert total > fed
     assert program.macs <= total * config.rows * config.cols
 
@@ -386,7 +391,7 @@ def test_save_load_program_round_trip(tmp_path):
         np.testing.assert_array_equal(q.logical, p.logical)
     hex_lines = (tmp_path / "prog.hex").read_text().splitlines()
     assert [int(line, 16) for line in hex_lines] == encode_program(program)
-    assert predict(loaded.instructions, config) == predict(program.instructions, config)
+    assert predict(loaded.expanded(), config) == predict(program.expanded(), config)
 
 
 def test_load_program_from_an_incomplete_folder(tmp_path):

@@ -486,7 +486,7 @@ def test_prequantized_models_on_rtl(tmp_path, kind, fmt):
     path = _quantized(tmp_path, kind, fmt, True, "QUInt8")
     result = api.build(path, None, calib=None, config=ORT_CONFIG, verilog=False,
                        log=lambda *_: None)
-    assert any(i.get("rne") for i in result.program.instructions)
+    assert any(i.get("rne") for i in result.program.expanded())
     x = np.random.default_rng(3).normal(0, 1, (16, *_dims(path)[1:])).astype(np.float32)
     golden = api.simulate(result, {"x": x}, mode="golden")
     rtl = api.simulate(result, {"x": x}, mode="rtl", log=lambda *_: None)

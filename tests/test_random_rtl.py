@@ -77,7 +77,7 @@ def check_case(config, specs, shape, data_seed: int, stats: Counter) -> None:
     stats["samples"] += len(inputs)
     if not np.array_equal(got.reshape(want.shape), want):
         stats["mismatches"] += 1
-    predicted = predict(program.instructions, config).total
+    predicted = predict(program.expanded(), config).total
     if run.cycles != [predicted] * len(inputs):
         stats["cycle_mismatches"] += 1
     np.testing.assert_array_equal(got.reshape(want.shape), want,
@@ -86,7 +86,7 @@ def check_case(config, specs, shape, data_seed: int, stats: Counter) -> None:
         f"simulated cycles {run.cycles}, predicted {predicted}"
     stats["cases"] += 1
     stats["layers"] += len(program.layers)
-    stats["streamed"] += len({i["layer"] for i in program.instructions if i.get("dw")})
+    stats["streamed"] += len({i["layer"] for i in program.expanded() if i.get("dw")})
     for spec in specs:
         grouped = spec["op"] == "conv" and spec.get("group", 1) > 1
         stats["op:" + ("grouped/depthwise conv" if grouped else spec["op"])] += 1

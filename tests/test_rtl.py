@@ -41,7 +41,7 @@ def _run_and_check(graph, config, rng, samples=2):
     want = evaluate(graph, {"x:q": inputs.reshape((-1,) + shape[1:])},
                     keep_all=True)[program.output_value]
     np.testing.assert_array_equal(got.reshape(want.shape), want)
-    predicted = predict(program.instructions, config).total
+    predicted = predict(program.expanded(), config).total
     assert run.cycles == [predicted] * samples
     return program, run
 
@@ -87,7 +87,7 @@ def test_mismatch_names_first_differing_layer(config):
              dict(op="dense", cout=12, relu=True), dict(op="dense", cout=7, relu=False)]
     graph = chain_graph(rng, specs, (1, 3, 4, 4))
     program = lower(graph, config)
-    victim = next(i for i in program.instructions
+    victim = next(i for i in program.expanded()
                   if i["op"] == 2 and i["layer"] == 2)["wgt_addr"]
     program.images["wgt"][victim] ^= 0x7F
     inputs = {"x": np.zeros((1,) + program.input_placement.shape, dtype=np.float32)}
@@ -155,7 +155,7 @@ def test_activation_tables(config):
     assert len(set(tables)) == 4
     program, _ = _run_and_check(graph, config, rng, samples=3)
     assert len(program.images["lut"]) == 4 * 256
-    assert [i["lut"] for i in program.instructions if i["op"] == 3 and i.get("lut")]
+    assert [i["lut"] for i in program.expanded() if i["op"] == 3 and i.get("lut")]
 
 
 def test_average_pooling_without_padding_in_the_divisor(config):
@@ -170,7 +170,7 @@ def test_average_pooling_without_padding_in_the_divisor(config):
              dict(op="flatten"), dict(op="dense", cout=4, relu=False)]
     graph = chain_graph(rng, specs, (1, 3, 7, 6))
     program, _ = _run_and_check(graph, config, rng, samples=2)
-    posts = [i for i in program.instructions if i["op"] == 3 and i["layer"] == 1]
+    posts = [i for i in program.expanded() if i["op"] == 3 and i["layer"] == 1]
     n_tiles = len({(i["out_addr"] % i["out_stride"], i["lane_off"], i["nt"]) for i in posts})
     assert len({i["par_addr"] for i in posts}) == 3 * n_tiles      # window counts 4, 6, 9
     assert sum(i["count"] for i in posts) == 7 * 6 * n_tiles
@@ -200,5 +200,5 @@ def test_depthwise_streaming(config):
              dict(op="flatten"), dict(op="dense", cout=3, relu=False)]
     graph = chain_graph(rng, specs, (1, c, 9, 13))
     program, _ = _run_and_check(graph, config, rng, samples=2)
-    streamed = {i["layer"] for i in program.instructions if i.get("dw")}
+    streamed = {i["layer"] for i in program.expanded() if i.get("dw")}
     assert streamed == {0, 1, 2}

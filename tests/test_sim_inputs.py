@@ -15,6 +15,7 @@ from hwonnx import api
 from hwonnx.cli import main
 from hwonnx.compiler.artifact import MANIFEST, load_program, save_program, write_manifest
 from hwonnx.compiler.lower import encode_program
+from hwonnx.compiler.isa import Op
 from hwonnx.errors import MismatchError, ModelError, QuantizationError, SimulationError, UsageError
 from hwonnx.examples import example_path, load_digits_data
 from hwonnx.quant.data import MAX_SAMPLE_VALUES
@@ -274,7 +275,7 @@ def test_default_cycle_limit_follows_the_prediction(golden_build):
 
     program = golden_build[1].program
     assert default_max_cycles(program) == \
-        2 * predict(program.instructions, program.config).total + 10_000
+        2 * predict(program.expanded(), program.config).total + 10_000
 
 
 @pytest.fixture(scope="module")
@@ -297,12 +298,13 @@ def test_a_sample_past_the_cycle_limit_stops_with_the_accelerator_state(rtl_buil
                          r"(.+); busy: (.+)", message)
     assert match, message
     ran, dispatched = int(match.group(1)), int(match.group(2))
-    assert 40 <= ran <= 45 and 0 < dispatched < len(program.instructions)
+    assert 40 <= ran <= 45 and 0 < dispatched < len(program.expanded())
 
     def named(index):
-        instr = program.instructions[index]
-        return f"#{index} {('END', 'LOADW', 'MATMUL', 'POST')[instr['op']]} (layer " \
-               f"'{program.layers[instr['layer']].name}')"
+        instr = program.expanded()[index]
+        walker = ", from the tile walker" if instr.get("looped") else ""
+        return f"#{index} {Op.NAMES[instr['op']]} (layer " \
+               f"'{program.layers[instr['layer']].name}'{walker})"
     assert match.group(3) == named(dispatched - 1)
     assert match.group(4) == named(dispatched)
     flags = ("weight loader", "feeder", "post-processor",

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError, UsageError
 from ..hdl.top import Accelerator
-from .isa import FIELDS, Op
+from .isa import FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
 from .lower import LayerPlan, Program, encode_program
 from .timing import Timing, predict
@@ -42,7 +42,7 @@ def save_program(program: Program, folder: Path) -> None:
     cfg = program.config
     (folder / "arch.json").write_text(cfg.to_json() + "\n")
     images = {"prog": encode_program(program), **program.images}
-    timing = predict(program.instructions, cfg)
+    timing = predict(program.expanded(), cfg)
     for name, words in images.items():
         write_hex(folder / f"{name}.hex", words, Accelerator.buffer_shape(cfg, name)[1])
     doc = {
@@ -56,7 +56,7 @@ def save_program(program: Program, folder: Path) -> None:
         "instructions": [{k: int(v) for k, v in i.items()}
                          | {"name": Op.NAMES[i["op"]], "predicted_dispatch": d,
                             "predicted_done": e}
-                         for i, d, e in zip(program.instructions, timing.dispatch, timing.done)],
+                         for i, (d, e) in zip(program.instructions, _spans(program, timing))],
         "predicted_cycles": timing.total,
     }
     (folder / "program.json").write_text(json.dumps(doc, indent=1))
@@ -65,7 +65,24 @@ def save_program(program: Program, folder: Path) -> None:
              **{f"p{i}": p.logical for i, p in enumerate(program.placements.values())})
 
 
+def _spans(program: Program, timing: Timing) -> "list[tuple[int, int]]":
+    """Predicted dispatch and completion of each stored instruction; a LOOP completes with
+    the last micro-instruction the walker issues for it."""
+    spans = []
+    for instr, dispatch, done in zip(program.expanded(), timing.dispatch, timing.done):
+        if instr.get("looped"):
+            spans[-1] = (spans[-1][0], max(spans[-1][1], done))
+        else:
+            spans.append((dispatch, done))
+    return spans
+
+
 _SHOWN = {
+    Op.SETMM: ("wgt_addr", "act_addr", "count", "iy0", "ix0", "ih", "iw", "ow", "sy", "sx",
+               "zp", "dw"),
+    Op.SETPOST: ("count", "par_addr", "out_addr", "out_stride", "nw", "lane_off", "nt", "zp",
+                 "lo", "hi"),
+    Op.LOOP: ("m_count", "n_count", "k1", "k2", "k3"),
     Op.LOADW: ("bank", "wgt_addr"),
     Op.MATMUL: ("bank", "wait", "first", "count", "wgt_addr", "acc_addr", "act_addr", "iy0",
                 "ix0", "zp"),
@@ -77,11 +94,13 @@ _SHOWN = {
 
 def listing(program: Program, timing: Timing) -> str:
     """Human-readable program with the predicted dispatch and completion cycle of each
-    instruction."""
-    lines = [f"# {len(program.instructions)} instructions, {timing.total} predicted cycles",
+    stored instruction (a LOOP: of its last tile)."""
+    issued = len(timing.dispatch)
+    lines = [f"# {len(program.instructions)} instructions, {issued} issued with the tile "
+             f"walker's, {timing.total} predicted cycles",
              "# index  dispatch  done  layer  instruction"]
-    for index, (instr, dispatch, done) in enumerate(zip(program.instructions, timing.dispatch,
-                                                          timing.done)):
+    for index, (instr, (dispatch, done)) in enumerate(zip(program.instructions,
+                                                          _spans(program, timing))):
         layer = program.layers[instr["layer"]].name
         fields = " ".join(f"{k}={instr.get(k, 0)}" for k in _SHOWN[instr["op"]])
         lines.append(f"{index:6} {dispatch:9} {done:5}  {layer}  {Op.NAMES[instr['op']]} "
@@ -95,8 +114,11 @@ _PROGRAM_KEYS = {"arch", "images", "input_name", "output_name", "input_value", "
                  "words", "layers", "placements", "instructions", "predicted_cycles"}
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
-_INSTRUCTION_KEYS = {f.name for f in FIELDS} | {"layer", "name", "predicted_dispatch",
-                                                "predicted_done"}
+_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS} | {
+    "layer", "name", "predicted_dispatch", "predicted_done"}
+
+
+_LOOP_COUNTS = ("m_count", "n_count", "k1", "k2", "k3")
 
 
 class _Invalid(Exception):
@@ -154,6 +176,15 @@ def _check_program_doc(doc) -> None:
                  and instr["op"] in Op.NAMES and 0 <= instr["layer"] < len(doc["layers"]),
                  f"program.json: instruction {index} must hold an op, its layer and "
                  f"instruction fields, all integers")
+    templates = set()
+    for index, instr in enumerate(doc["instructions"]):
+        if instr["op"] in (Op.SETMM, Op.SETPOST):
+            templates.add(instr["op"])
+        _require(instr["op"] != Op.LOOP or templates == {Op.SETMM, Op.SETPOST},
+                 f"program.json: LOOP instruction {index} comes before a SETMM and a SETPOST")
+        _require(instr["op"] != Op.LOOP or all(instr.get(k, 0) >= 1 for k in _LOOP_COUNTS),
+                 f"program.json: LOOP instruction {index} must have at least one tile per "
+                 f"level ({', '.join(_LOOP_COUNTS)})")
 
 
 def _read_image(path: Path, depth: int, width: int) -> "list[int]":

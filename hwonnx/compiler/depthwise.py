@@ -19,6 +19,7 @@ import numpy as np
 
 from ..config import ArchConfig
 from .isa import Op
+from .loops import Tile
 
 __all__ = ["streams", "emit_depthwise", "int8_word"]
 
@@ -52,10 +53,11 @@ def _tile_rows(oh: int, ow: int, length: int, config: ArchConfig) -> int:
     return min(oh, config.acc_half // ow, 0xFFFF // length)
 
 
-def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
+def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
+                   ) -> "tuple[int, int, int, int, int]":
     """Emit the tiles of a streaming depthwise layer into ``builder`` (a
     :class:`~hwonnx.compiler.lower._Builder`): N tiles of one channel block, M tiles of whole
-    output rows, one K tile per kernel row."""
+    output rows, one K tile per kernel row; returns their nest ``(M, N, K1, K2, K3)``."""
     cfg, rows, cols = builder.config, builder.config.rows, builder.config.cols
     n_out, kh, kw = spec.phys.shape[:3]
     oh, ow = spec.out_hw
@@ -96,7 +98,8 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int) -> None:
                 if ky == kh - 1:
                     posts = builder.posts(spec, target, acc_base, (oy0 * ow, rows_here * ow),
                                           (n0, nt), par_addr, n_index, lut)
-                builder.tiles.append((matmul, posts, builder.layer_count))
+                builder.tiles.append(Tile(matmul, posts))
+    return -(-oh // tile_rows), len(n_tiles), kh, 1, 1
 
 
 def int8_word(values) -> int:

@@ -14,11 +14,29 @@ once here and read by both the compiler (to encode) and the HDL controller (to d
            shift, zero point, clamp) and write them from ``out_addr``; ``lut`` > 0 maps each
            value through activation table ``lut - 1``.
 ``END``    wait until every engine is idle, then raise ``done``.
+
+A layer whose tiles follow a regular nest (output-pixel tiles M, channel tiles N, and a
+reduction of K = K1 x K2 x K3 tiles: kernel rows, kernel columns or sources, channel blocks)
+takes three instructions instead of one per tile, expanded by the tile walker
+(``hdl/walker.py``, reference :func:`hwonnx.compiler.loops.expand`):
+
+``SETMM``  the MATMUL of the layer's first tile, kept by the walker as a template;
+``SETPOST`` the POST of its first output tile, kept the same way;
+``LOOP``   walk the nest (:data:`LOOP_FIELDS`): for every tile the walker issues LOADW,
+           MATMUL and POST micro-instructions to the engines, exactly as the compiler would
+           list them one by one (:func:`hwonnx.compiler.loops.schedule`), the fields that
+           move from tile to tile stepped by the LOOP's increments.
+
+Op codes 7 to 15 are free for more engines (an element-wise engine, a DMA).
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Op", "FIELDS", "Field", "instruction_width", "encode", "decode"]
+__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "Field", "OP_BITS", "instruction_width", "encode",
+           "decode", "fields_of"]
+
+#: Bits of the op code, the first field of every instruction.
+OP_BITS = 4
 
 
 class Op:
@@ -26,7 +44,13 @@ class Op:
     LOADW = 1
     MATMUL = 2
     POST = 3
-    NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST"}
+    SETMM = 4
+    SETPOST = 5
+    LOOP = 6
+    NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST",
+             6: "LOOP"}
+    #: Instructions the dispatcher hands to the walker, not to an engine.
+    WALKER = (4, 5, 6)
 
 
 @dataclass(frozen=True)
@@ -47,7 +71,7 @@ class Field:
 # Fixed widths keep the encoding independent of the buffer depths; the compiler range-checks
 # every value against the configured depths separately.
 FIELDS: "tuple[Field, ...]" = (
-    Field("op", 2),
+    Field("op", OP_BITS),
     Field("bank", 1),
     Field("wait", 1),        # MATMUL: start only when the post-processor is idle
     Field("first", 1),       # MATMUL: overwrite the accumulators instead of adding
@@ -85,17 +109,58 @@ FIELDS: "tuple[Field, ...]" = (
 )
 
 
+#: The fields of a LOOP instruction (its own layout of the same word). Tile ``t`` of a layer is
+#: ``(m, n, k1, k2, k3)`` in nest order; a field with a step moves by it when its loop level
+#: advances (the inner levels starting over); ``*_last`` values replace the template's in the
+#: last M or N tile.
+LOOP_FIELDS: "tuple[Field, ...]" = (
+    Field("op", OP_BITS),
+    Field("bank", 1),        # weight bank of the first tile
+    Field("acc", 1),         # accumulator half of the first output tile
+    Field("m_count", 16),    # M tiles (output-pixel blocks)
+    Field("n_count", 16),    # N tiles (output-channel blocks)
+    Field("k1", 16),         # K tiles per output tile: k1 x k2 x k3
+    Field("k2", 16),
+    Field("k3", 16),
+    Field("w1", 16),         # weight address of the second tile (its LOADW comes early)
+    Field("count_last", 16),         # MATMUL count in the last M tile
+    Field("post_count_last", 16),    # POST count in the last M tile
+    Field("nt_last", 8),     # POST nt and nw in the last N tile
+    Field("nw_last", 8),
+    Field("act_k3", 24, signed=True),    # MATMUL act_addr (and act_row) steps
+    Field("act_k2", 24, signed=True),
+    Field("act_k1", 24, signed=True),
+    Field("act_n", 24, signed=True),
+    Field("act_m", 24, signed=True),
+    Field("iy_k1", 17, signed=True),     # MATMUL iy0 steps
+    Field("iy_m", 17, signed=True),
+    Field("ix_k2", 17, signed=True),     # MATMUL ix0 (and ixr) steps
+    Field("ix_k1", 17, signed=True),
+    Field("par_n", 8),       # POST par_addr step per N tile
+    Field("word_n", 16),     # POST out_addr step per N tile, beside the lane step:
+    Field("lane_n", 8),      # lane_off += lane_n, and a lane past the word carries 1
+    Field("out_m", 24),      # POST out_addr step per M tile
+)
+
+
 def instruction_width() -> int:
     return sum(f.width for f in FIELDS)
 
 
+def fields_of(op: int) -> "tuple[Field, ...]":
+    """The layout of an instruction with op code ``op``."""
+    return LOOP_FIELDS if op == Op.LOOP else FIELDS
+
+
 def encode(**values: int) -> int:
-    """Pack field values (missing ones are 0) into one instruction word, LSB first."""
-    unknown = set(values) - {f.name for f in FIELDS}
+    """Pack field values (missing ones are 0) into one instruction word, LSB first, in the
+    layout of its op code (:func:`fields_of`)."""
+    layout = fields_of(int(values.get("op", 0)))
+    unknown = set(values) - {f.name for f in layout}
     if unknown:
         raise KeyError(f"Unknown instruction fields {sorted(unknown)}")
     word, offset = 0, 0
-    for f in FIELDS:
+    for f in layout:
         value = int(values.get(f.name, 0))
         if not f.min <= value <= f.max:
             raise ValueError(f"Instruction field {f.name}={value} does not fit {f.width} "
@@ -107,10 +172,13 @@ def encode(**values: int) -> int:
 
 def decode(word: int) -> "dict[str, int]":
     values, offset = {}, 0
-    for f in FIELDS:
+    for f in fields_of(word & ((1 << OP_BITS) - 1)):
         raw = (word >> offset) & ((1 << f.width) - 1)
         if f.signed and raw >> (f.width - 1):
             raw -= 1 << f.width
         values[f.name] = raw
         offset += f.width
     return values
+
+
+assert sum(f.width for f in LOOP_FIELDS) <= instruction_width(), "LOOP must fit the word"

@@ -15,6 +15,7 @@ from . import depthwise
 from .depthwise import int8_word
 from .isa import Op, encode
 from .layout import Placement, natural_placement
+from .loops import LayerTiles, Tile, compress, expand, schedule
 
 __all__ = ["ARRAY_OPS", "Program", "LayerPlan", "lower", "encode_program"]
 
@@ -26,15 +27,19 @@ class LayerPlan:
     op: str
     output: str
     macs: int
-    first: int = 0          # index of its first instruction
-    last: int = 0           # index of its last instruction (inclusive)
+    first: int = 0          # index of its first stored instruction
+    last: int = 0           # index of its last stored instruction (inclusive)
     tiles: int = 0
 
 
 @dataclass
 class Program:
     """Everything the accelerator needs to run one model, plus what the host needs to talk
-    to it."""
+    to it.
+
+    ``instructions`` is the program as stored in the program memory, each with the index of
+    its ``layer``: per layer either its looped form (SETMM, SETPOST, LOOP) or its
+    micro-instructions one by one; then END. :meth:`expanded` is what the dispatcher issues."""
     config: ArchConfig
     instructions: "list[dict]"
     images: "dict[str, list[int]]"
@@ -58,10 +63,24 @@ class Program:
     def macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
 
+    def expanded(self) -> "list[dict]":
+        """Every instruction the dispatcher issues, in order: the stored ones and, after each
+        LOOP, the micro-instructions the walker issues for it (marked ``looped``)."""
+        out, templates = [], {}
+        for instr in self.instructions:
+            out.append(instr)
+            op = instr["op"]
+            if op in (Op.SETMM, Op.SETPOST):
+                templates[op] = instr
+            elif op == Op.LOOP:
+                out.extend({**micro, "layer": instr["layer"], "looped": 1}
+                           for micro in expand(templates[Op.SETMM], templates[Op.SETPOST],
+                                               instr, self.config))
+        return out
+
     def truncated(self, layer: int) -> "Program":
         """The program that stops after layer ``layer``, whose output it then reads: used to
-        measure per-layer cycles and to find the first layer whose output differs. Weight
-        loads that prefetch later layers are dropped with them."""
+        measure per-layer cycles and to find the first layer whose output differs."""
         instructions = [i for i in self.instructions
                         if i["op"] != Op.END and i["layer"] <= layer]
         instructions.append(dict(op=Op.END, layer=layer))
@@ -78,8 +97,9 @@ def _activations(node: Node, graph: Graph) -> "list[str]":
     return [v for v in node.inputs if v and v not in graph.constants]
 
 
-def lower(graph: Graph, config: ArchConfig) -> Program:
-    """Compile the integer ``graph`` for ``config``."""
+def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
+    """Compile the integer ``graph`` for ``config``; with ``loops`` off, every layer is
+    stored one micro-instruction at a time (to test the walker against the explicit form)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if len(quantizers) != 1 or len(dequantizers) != 1:
@@ -130,13 +150,21 @@ def lower(graph: Graph, config: ArchConfig) -> Program:
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
-    instructions = builder.finish()
+    instructions = builder.finish(loops and config.walker)
+    seen = set()
+    for record_index, record in enumerate(instructions[:-1]):
+        plan = layers[record["layer"]]
+        if record["layer"] not in seen:
+            seen.add(record["layer"])
+            plan.first = record_index
+        plan.last = record_index
     program = Program(config, instructions, builder.images(), layers, placements,
                       quantizers[0].inputs[0], graph.outputs[0], input_value,
                       dequantizers[0].inputs[0])
     program.words = {"prog": len(instructions), "wgt": len(builder.wgt),
                      "par": len(builder.par), "act": alloc.high_water}
-    for name, used in program.words.items():
+    for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit
+        used = program.words[name]                  # where a loop's addresses overflow
         depth = getattr(config, f"{name}_depth")
         if used > depth:
             raise ResourceError(f"The model needs {used} words of the {name} buffer, but the "
@@ -150,7 +178,8 @@ class _Builder:
 
     def __init__(self, graph: Graph, config: ArchConfig):
         self.graph, self.config = graph, config
-        self.tiles: "list[tuple[dict, list[dict], int]]" = []   # (matmul, posts, layer)
+        self.layer_tiles: "list[LayerTiles]" = []
+        self.tiles: "list[Tile]" = []          # of the layer being emitted
         self.wgt: "list[int]" = []
         self.par: "list[int]" = []
         self.tables: "list[tuple[int, ...]]" = []     # activation tables, 256 int8 each
@@ -197,17 +226,20 @@ class _Builder:
                     f"has {self.config.lut_tables} (lut_tables); raise --lut-tables or use "
                     f"a board whose array has more")
         plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
-        plan.first = len(self.tiles)
+        self.tiles = []
         if depthwise.streams(spec, self.config):
-            depthwise.emit_depthwise(self, spec, folded, target, lut)
+            nest = depthwise.emit_depthwise(self, spec, folded, target, lut)
         else:
-            self._emit(spec, folded, target, lut)
-        plan.tiles = len(self.tiles) - plan.first
+            nest = self._emit(spec, folded, target, lut)
+        self.layer_tiles.append(LayerTiles(self.tiles, nest))
+        plan.tiles = len(self.tiles)
         self.layer_count += 1
         return plan
 
     def _emit(self, spec: "_LayerSpec", folded: np.ndarray, target: Placement,
-              lut: int) -> None:
+              lut: int) -> "tuple[int, int, int, int, int] | None":
+        """Emit the tiles of a layer; returns their nest ``(M, N, K1, K2, K3)`` when every
+        N tile has the same K tiles in kernel-row, column (or source), block order."""
         cfg, rows, cols = self.config, self.config.rows, self.config.cols
         n_out, kh, kw = spec.phys.shape[:3]
         oh, ow = spec.out_hw
@@ -220,7 +252,9 @@ class _Builder:
         for n_index, (n0, nt) in enumerate(n_tiles):
             # K tiles whose weights are all zero for these channels (grouped and depthwise
             # convolutions, the other input of an Add) are skipped; one is kept so that the
-            # accumulators are initialized.
+            # accumulators are initialized. A dense layer keeps them all, so that its tiles
+            # stay one nest (a weight block that happens to be zero costs a tile, not a
+            # program of one instruction per tile).
             k_tiles[n0] = []
             for index, (source, offset) in enumerate(zip(spec.sources, spec.offsets)):
                 for ky in range(kh):
@@ -228,7 +262,8 @@ class _Builder:
                         for cb in range(source.cb):
                             lanes = slice(offset + cb * rows, offset + (cb + 1) * rows)
                             block = spec.phys[n0:n0 + nt, ky, kx, lanes]
-                            if block.any() or (not k_tiles[n0] and index == len(spec.sources)
+                            if spec.dense or block.any() or (
+                                    not k_tiles[n0] and index == len(spec.sources)
                                                - 1 and ky == kh - 1 and kx == kw - 1
                                                and cb == source.cb - 1):
                                 k_tiles[n0].append((index, ky, kx, cb))
@@ -237,7 +272,11 @@ class _Builder:
                                 padded[:, :nt] = block.T
                                 self.wgt.extend(int8_word(row) for row in padded)
         first_of_layer = True
-        m_total, m_tile = oh * ow, min(oh * ow, cfg.acc_half)
+        # M tiles of whole output rows where a row fits half the accumulators, so that
+        # every tile starts at column 0 (a nest steps its rows by a constant)
+        m_total = oh * ow
+        m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else
+                     cfg.acc_half // ow * ow)
         for m0 in range(0, m_total, m_tile):
             mt = min(m_tile, m_total - m0)
             oy0, ox0 = divmod(m0, ow)
@@ -249,6 +288,9 @@ class _Builder:
                     iy0 = oy0 * sy + ky * dy - pt
                     ix0 = ox0 * sx + kx * dx - pl
                     ixr = kx * dx - pl
+                    # without padding no read is outside its source, and every tile has
+                    # the first source's (so that the sources of an Add form one nest)
+                    padding = spec.padding(src)
                     matmul = dict(
                         op=Op.MATMUL, wait=int(first_of_layer), first=int(k_index == 0),
                         count=mt, wgt_addr=tile_addr[n0, index, ky, kx, cb], acc_addr=acc_base,
@@ -256,13 +298,15 @@ class _Builder:
                         act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
                         ow=ow, ox0=ox0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ixr,
                         sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
-                        zp=spec.padding(src), pool_max=int(spec.pool_max))
+                        zp=padding if any(spec.pads) else spec.padding(spec.sources[0]),
+                        pool_max=int(spec.pool_max))
                     first_of_layer = False
                     posts = []
                     if k_index == len(k_tiles[n0]) - 1:
                         posts = self.posts(spec, target, acc_base, (m0, mt), (n0, nt),
                                            par_addr, n_index, lut)
-                    self.tiles.append((matmul, posts, self.layer_count))
+                    self.tiles.append(Tile(matmul, posts))
+        return _nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
 
     def params(self, spec: "_LayerSpec", folded: np.ndarray, n_tiles
                ) -> "dict[tuple[int, int | None], int]":
@@ -292,27 +336,16 @@ class _Builder:
                      rne=int(spec.rounding == "ort"), lut=lut)
                 for start, length, k in _runs(spec.counts, m0, mt)]
 
-    def finish(self) -> "list[dict]":
-        """Order the instructions so that weight loads run ahead of the array: LOADW for tile
-        i+1 is issued right after MATMUL i (it waits for tile i-1 to leave the bank it
-        reuses), and a POST comes after the LOADW that follows its last MATMUL."""
-        program = []
-
-        def loadw(i):
-            matmul, _, layer = self.tiles[i]
-            matmul["bank"] = i % 2
-            program.append(dict(op=Op.LOADW, bank=i % 2, wgt_addr=matmul["wgt_addr"],
-                                layer=layer))
-
-        count = len(self.tiles)
-        loadw(0)
-        if count > 1:
-            loadw(1)
-        for i, (matmul, posts, layer) in enumerate(self.tiles):
-            program.append({**matmul, "bank": i % 2, "layer": layer})
-            if 1 <= i < count - 1:
-                loadw(i + 1)
-            program.extend({**post, "layer": layer} for post in posts)
+    def finish(self, loops: bool = True) -> "list[dict]":
+        """The stored program: each layer looped where its tiles allow it (``loops``), its
+        micro-instructions (:func:`~.loops.schedule`) otherwise, then END. Weight banks
+        alternate from tile to tile across the whole program."""
+        program, bank = [], 0
+        for index, layer in enumerate(self.layer_tiles):
+            looped = compress(layer, bank, self.config) if loops else None
+            records = list(looped) if looped else schedule(layer.tiles, bank)
+            program.extend({**r, "layer": index} for r in records)
+            bank = (bank + len(layer.tiles)) % 2
         program.append(dict(op=Op.END, layer=self.layer_count - 1))
         return program
 
@@ -321,6 +354,22 @@ class _Builder:
         if self.tables:            # entry 256 t + i: table t at the int8 value i - 128
             images["lut"] = [v & 0xFF for table in self.tables for v in table]
         return images
+
+
+def _nest(k_tiles: "dict[int, list[tuple]]", m_count: int, n_count: int
+          ) -> "tuple[int, int, int, int, int] | None":
+    """``(M, N, K1, K2, K3)`` of tiles whose N tiles all have ``K1 K2 K3`` K tiles: kernel
+    rows, kernel columns and sources, channel blocks (``K`` tuples are ``(source, ky, kx,
+    block)``); None otherwise."""
+    lists = list(k_tiles.values())
+    if any(len(k) != len(lists[0]) for k in lists):
+        return None
+    k1 = len({k[1] for k in lists[0]})
+    k2 = len({(k[0], k[2]) for k in lists[0]})
+    k3 = len({k[3] for k in lists[0]})
+    if k1 * k2 * k3 != len(lists[0]):
+        return None
+    return m_count, n_count, k1, k2, k3
 
 
 def _runs(counts: "np.ndarray | None", m0: int, mt: int) -> "list[tuple[int, int, int | None]]":
@@ -414,6 +463,7 @@ class _LayerSpec:
     table: "tuple[int, ...] | None" = None     # activation table after the requantization
     counts: "np.ndarray | None" = None         # real pixels per window (count_include_pad=0)
     depthwise: bool = False        # output channel n reads only input channel n
+    dense: bool = False            # every weight block may be non-zero (keep them all)
     pad: "int | None" = None       # int8 padding value of a folded constant Pad
 
     def padding(self, source: _Source) -> int:
@@ -483,7 +533,7 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         phys[:, 0, 0, valid] = w[source.logical[valid]].T
         return _LayerSpec([_Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
                           phys, bias.astype(np.int64), mult, shift, (1, 1), (1, 1),
-                          (0, 0, 0, 0), (1, 1), macs=n_out * k_in, **out)
+                          (0, 0, 0, 0), (1, 1), macs=n_out * k_in, dense=True, **out)
     if node.op == "QConcat":
         return _concat_spec(node, placements, graph, rows, out)
     if node.op == "QAdd":
@@ -536,4 +586,5 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
     return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
                       dilations, macs=oh * ow * n_out * c_group * kh * kw,
-                      depthwise=c_group == 1 and n_out == group, **out)
+                      depthwise=c_group == 1 and n_out == group,
+                      dense=node.op == "QConv" and group == 1, **out)

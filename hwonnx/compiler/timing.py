@@ -20,6 +20,7 @@ class Timing:
 
 
 def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
+    """Timing of ``instructions`` as the dispatcher issues them (``Program.expanded()``)."""
     rows, cols = config.rows, config.cols
     dispatch, done = [], []
     previous = 0
@@ -36,9 +37,12 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     for instr in instructions:
         op = instr["op"]
         t = previous + 1
-        if words:                 # its last word arrives at request + words; the instruction
+        looped = instr.get("looped", 0)         # issued by the walker, not fetched
+        if words and not looped:  # its last word arrives at request + words; the instruction
             t = max(t, request + words + 1)     # register is full one cycle later
-        if op == Op.LOADW:
+        if op in Op.WALKER:       # taken by the walker in the cycle it is presented
+            finish = t
+        elif op == Op.LOADW:
             t = max(t, loader_free, bank_free[instr["bank"]])
             loader_free = t + rows + 1
             finish = t + rows + 1
@@ -62,5 +66,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             raise ValueError(f"Unknown opcode {op}")
         dispatch.append(t)
         done.append(finish)
-        previous = request = t    # the next fetch starts as this instruction leaves
+        previous = t
+        if not looped:
+            request = t           # the next fetch starts as this instruction leaves
     return Timing(dispatch, done, total)

@@ -1,0 +1,196 @@
+"""The tile walker: expands a looped layer (SETMM, SETPOST, LOOP) into the LOADW, MATMUL and
+POST micro-instructions the engines execute, one per dispatch."""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..compiler.isa import Op, instruction_width
+from ..config import ArchConfig
+from .layouts import InstrLayout, LoopLayout
+
+__all__ = ["TileWalker"]
+
+
+class _Phase(enum.Enum, shape=3):
+    LOAD0 = 0     # LOADW of tile 0
+    LOAD1 = 1     # LOADW of tile 1
+    MATMUL = 2
+    LOADW = 3     # LOADW of the tile after the MATMUL just issued
+    POST = 4
+
+
+class TileWalker(wiring.Component):
+    """Holds the templates of SETMM and SETPOST and, from a LOOP, issues the layer's
+    micro-instructions on ``instr`` while ``active``, the next one in the cycle after the
+    dispatcher takes one (``fire``), so that they leave as fast as stored ones would.
+
+    The rules are those of :func:`hwonnx.compiler.loops.expand`, state for state: a MATMUL
+    tile ``(m, n, k1, k2, k3)`` moves its weight address by ``rows`` per tile (back to the
+    template's at a new M tile), its activation address, ``iy0`` and ``ix0`` by the LOOP's
+    step of the level that advances, and alternates its weight bank and, per output tile, its
+    accumulator half; a POST moves its parameter address and output word and lane per N tile
+    and its output address per M tile.
+
+    Members
+    -------
+    start : ``In(1)``: the program starts over (a walk in progress is dropped).
+    load : ``In(1)``: take the stored instruction ``word`` (SETMM, SETPOST or LOOP; a LOOP
+        starts the walk).
+    word : ``In(instruction width)``.
+    fire : ``In(1)``: the dispatcher takes ``instr`` in this cycle.
+    active : ``Out(1)``: ``instr`` is a micro-instruction to dispatch.
+    instr : ``Out(InstrLayout())``.
+    """
+
+    def __init__(self, config: ArchConfig):
+        self._config = config
+        super().__init__({"start": In(1), "load": In(1), "word": In(instruction_width()),
+                          "fire": In(1), "active": Out(1), "instr": Out(InstrLayout())})
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        rows, half = cfg.rows, cfg.acc_half
+        word = data.View(InstrLayout(), self.word)
+        new = data.View(LoopLayout(), self.word[:LoopLayout().size])
+        mm_t, po_t = Signal(InstrLayout()), Signal(InstrLayout())
+        lp = Signal(LoopLayout())
+        with m.If(self.load & (word.op == Op.SETMM)):
+            m.d.sync += mm_t.eq(word)
+        with m.If(self.load & (word.op == Op.SETPOST)):
+            m.d.sync += po_t.eq(word)
+
+        phase = Signal(_Phase)
+        mi, ni, k1, k2, k3, pm, pn = (Signal(16, name=n) for n in
+                                      ("mi", "ni", "k1", "k2", "k3", "pm", "pn"))
+        first_tile, bank, acc, p_acc, post_due = (Signal(name=n) for n in
+                                                  ("first_tile", "bank", "acc", "p_acc",
+                                                   "post_due"))
+        wgt = Signal(16)
+        act, act_mn, act_m = (Signal(signed(24), name=n) for n in ("act", "act_mn", "act_m"))
+        iy, iy_m, ix = (Signal(signed(17), name=n) for n in ("iy", "iy_m", "ix"))
+        par, lane = Signal(16), Signal(8)
+        out_addr, out_m = Signal(24), Signal(24)
+
+        with m.If(self.load & (word.op == Op.LOOP)):
+            m.d.sync += [
+                lp.eq(new), self.active.eq(1), phase.eq(_Phase.LOAD0),
+                mi.eq(0), ni.eq(0), k1.eq(0), k2.eq(0), k3.eq(0), pm.eq(0), pn.eq(0),
+                first_tile.eq(1), bank.eq(new.bank), acc.eq(new.acc), p_acc.eq(new.acc),
+                wgt.eq(mm_t.wgt_addr), act.eq(mm_t.act_addr), act_mn.eq(mm_t.act_addr),
+                act_m.eq(mm_t.act_addr), iy.eq(mm_t.iy0), iy_m.eq(mm_t.iy0), ix.eq(mm_t.ix0),
+                par.eq(po_t.par_addr), out_addr.eq(po_t.out_addr), out_m.eq(po_t.out_addr),
+                lane.eq(po_t.lane_off),
+            ]
+
+        last_k = Signal()
+        last_m, last_n, last_tile, single = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [
+            last_k.eq((k1 == lp.k1 - 1) & (k2 == lp.k2 - 1) & (k3 == lp.k3 - 1)),
+            last_m.eq(mi == lp.m_count - 1), last_n.eq(ni == lp.n_count - 1),
+            last_tile.eq(last_k & last_n & last_m),
+            single.eq((lp.m_count == 1) & (lp.n_count == 1) & (lp.k1 == 1) & (lp.k2 == 1)
+                      & (lp.k3 == 1)),
+        ]
+
+        # The micro-instruction on offer.
+        out = self.instr
+        with m.Switch(phase):
+            with m.Case(_Phase.LOAD0, _Phase.LOADW):
+                m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(bank), out.wgt_addr.eq(wgt)]
+            with m.Case(_Phase.LOAD1):
+                m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(~bank), out.wgt_addr.eq(lp.w1)]
+            with m.Case(_Phase.MATMUL):
+                m.d.comb += [
+                    out.eq(mm_t), out.op.eq(Op.MATMUL), out.bank.eq(bank),
+                    out.wait.eq(first_tile), out.first.eq((k1 == 0) & (k2 == 0) & (k3 == 0)),
+                    out.count.eq(lp.count_last), out.wgt_addr.eq(wgt),
+                    out.acc_addr.eq(acc * half), out.act_addr.eq(act), out.act_row.eq(act),
+                    out.iy0.eq(iy), out.ix0.eq(ix), out.ixr.eq(ix),
+                ]
+                with m.If(~last_m):
+                    m.d.comb += out.count.eq(mm_t.count)
+            with m.Case(_Phase.POST):
+                post_last_n = pn == lp.n_count - 1
+                m.d.comb += [
+                    out.eq(po_t), out.op.eq(Op.POST), out.acc_addr.eq(p_acc * half),
+                    out.count.eq(po_t.count), out.par_addr.eq(par), out.out_addr.eq(out_addr),
+                    out.lane_off.eq(lane), out.nt.eq(po_t.nt), out.nw.eq(po_t.nw),
+                ]
+                with m.If(pm == lp.m_count - 1):
+                    m.d.comb += out.count.eq(lp.post_count_last)
+                with m.If(post_last_n):
+                    m.d.comb += [out.nt.eq(lp.nt_last), out.nw.eq(lp.nw_last)]
+
+        advance = self.fire & self.active
+        with m.If(advance):
+            with m.Switch(phase):
+                with m.Case(_Phase.LOAD0):
+                    m.d.sync += phase.eq(Mux(single, _Phase.MATMUL, _Phase.LOAD1))
+                with m.Case(_Phase.LOAD1):
+                    m.d.sync += phase.eq(_Phase.MATMUL)
+                with m.Case(_Phase.MATMUL):
+                    self._step_matmul(m, SimpleNamespace(**locals()))
+                    with m.If(~first_tile & ~last_tile):
+                        m.d.sync += [phase.eq(_Phase.LOADW), post_due.eq(last_k)]
+                    with m.Elif(last_k):
+                        m.d.sync += phase.eq(_Phase.POST)
+                with m.Case(_Phase.LOADW):
+                    m.d.sync += phase.eq(Mux(post_due, _Phase.POST, _Phase.MATMUL))
+                with m.Case(_Phase.POST):
+                    self._step_post(m, SimpleNamespace(**locals()))
+                    m.d.sync += phase.eq(_Phase.MATMUL)
+                    with m.If((pm == lp.m_count - 1) & (pn == lp.n_count - 1)):
+                        m.d.sync += self.active.eq(0)
+        with m.If(self.start):
+            m.d.sync += self.active.eq(0)
+        return m
+
+    def _step_matmul(self, m, s):
+        """Advance the MATMUL side to the next tile (``s``: the signals of elaborate)."""
+        lp, rows = s.lp, self._config.rows
+        k1, k2, k3, mi, ni = s.k1, s.k2, s.k3, s.mi, s.ni
+        act, act_mn, act_m, iy, iy_m, ix, wgt = s.act, s.act_mn, s.act_m, s.iy, s.iy_m, s.ix, \
+            s.wgt
+        m.d.sync += [s.first_tile.eq(0), s.bank.eq(~s.bank)]
+        with m.If(~s.last_k):
+            m.d.sync += wgt.eq(wgt + rows)
+            with m.If(k3 != lp.k3 - 1):
+                m.d.sync += [k3.eq(k3 + 1), act.eq(act + lp.act_k3)]
+            with m.Elif(k2 != lp.k2 - 1):
+                m.d.sync += [k3.eq(0), k2.eq(k2 + 1), act.eq(act + lp.act_k2),
+                             ix.eq(ix + lp.ix_k2)]
+            with m.Else():
+                m.d.sync += [k3.eq(0), k2.eq(0), k1.eq(k1 + 1), act.eq(act + lp.act_k1),
+                             iy.eq(iy + lp.iy_k1), ix.eq(ix + lp.ix_k1)]
+        with m.Else():
+            m.d.sync += [k1.eq(0), k2.eq(0), k3.eq(0), s.acc.eq(~s.acc), ix.eq(s.mm_t.ix0)]
+            with m.If(~s.last_n):
+                m.d.sync += [ni.eq(ni + 1), wgt.eq(wgt + rows), act_mn.eq(act_mn + lp.act_n),
+                             act.eq(act_mn + lp.act_n), iy.eq(iy_m)]
+            with m.Else():
+                m.d.sync += [ni.eq(0), mi.eq(mi + 1), wgt.eq(s.mm_t.wgt_addr),
+                             act_m.eq(act_m + lp.act_m), act_mn.eq(act_m + lp.act_m),
+                             act.eq(act_m + lp.act_m), iy_m.eq(iy_m + lp.iy_m),
+                             iy.eq(iy_m + lp.iy_m)]
+
+    def _step_post(self, m, s):
+        """Advance the POST side to the next output tile."""
+        lp, rows, po_t = s.lp, self._config.rows, s.po_t
+        pm, pn, par, lane, out_addr, out_m = s.pm, s.pn, s.par, s.lane, s.out_addr, s.out_m
+        m.d.sync += s.p_acc.eq(~s.p_acc)
+        moved = Signal(9)
+        m.d.comb += moved.eq(lane + lp.lane_n)
+        with m.If(pn != lp.n_count - 1):
+            m.d.sync += [pn.eq(pn + 1), par.eq(par + lp.par_n)]
+            with m.If(moved >= rows):
+                m.d.sync += [lane.eq(moved - rows), out_addr.eq(out_addr + lp.word_n + 1)]
+            with m.Else():
+                m.d.sync += [lane.eq(moved), out_addr.eq(out_addr + lp.word_n)]
+        with m.Else():
+            m.d.sync += [pn.eq(0), pm.eq(pm + 1), par.eq(po_t.par_addr), lane.eq(po_t.lane_off),
+                         out_m.eq(out_m + lp.out_m), out_addr.eq(out_m + lp.out_m)]
+

@@ -1,0 +1,73 @@
+"""Buffers sized to the model: what each buffer of a compiled program needs, and the
+architecture whose depths hold it.
+
+The compiler lowers the model once against :func:`probe` (every buffer as deep as the
+instruction fields can address), reads what each buffer needs from the program, and lowers
+it again for :func:`sized` depths. A simulation keeps the default depths where they suffice
+(so that models share cached simulator builds) and grows the others to the next power of
+two; a board build takes each buffer to what the model needs, in whole block-RAM depths
+(the depth of one block at its widest port), so that the fit check counts only what is used.
+"""
+
+from dataclasses import replace
+
+from ..config import ArchConfig
+from .isa import FIELDS
+from .lower import Program
+
+__all__ = ["BUFFERS", "probe", "needs", "sized"]
+
+#: Buffers whose depth follows the model (``<name>_depth`` of :class:`ArchConfig`), and
+#: ``lut``, the activation tables (``lut_tables``).
+BUFFERS = ("act", "wgt", "par", "prog", "acc", "lut")
+_FIELD = {f.name: f for f in FIELDS}
+
+
+def probe(config: ArchConfig, fixed=()) -> ArchConfig:
+    """``config`` with every buffer not in ``fixed`` as deep as an instruction can address
+    (the accumulators keep their depth: it sets the tiling)."""
+    limits = {"act": _FIELD["out_addr"].max + 1, "wgt": _FIELD["wgt_addr"].max + 1,
+              "par": _FIELD["par_addr"].max + 1, "prog": 1 << 16}
+    changes = {f"{name}_depth": depth for name, depth in limits.items() if name not in fixed}
+    if "lut" not in fixed:
+        changes["lut_tables"] = _FIELD["lut"].max
+    return replace(config, **changes)
+
+
+def needs(program: Program) -> "dict[str, int]":
+    """Words each buffer of ``program`` uses; for the accumulators, the depth beyond which
+    no M tile grows (twice the largest output tile, both halves in use)."""
+    half = max((i["count"] for i in program.expanded() if i["op"] == 3), default=1)
+    return {**program.words, "acc": 2 * half,
+            "lut": len(program.images.get("lut", ())) // 256}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def sized(config: ArchConfig, words: "dict[str, int]", fixed=(),
+          block_depth: "int | None" = None) -> ArchConfig:
+    """``config`` with the depths of the buffers not in ``fixed`` sized to ``words``: for a
+    board (``block_depth``: a block RAM's depth at its widest port), what is needed in whole
+    blocks (the accumulators: a power of two, at
+    most ``config``'s; the activation tables: those used); otherwise ``config``'s depth or,
+    where that is short, the next power of two (the tables: as many as used)."""
+    changes = {}
+    for name in BUFFERS:
+        if name in fixed:
+            continue
+        board = block_depth is not None
+        if name == "lut":
+            used = words["lut"]
+            changes["lut_tables"] = used if board else max(config.lut_tables, used)
+            continue
+        current, need = getattr(config, f"{name}_depth"), max(1, words[name])
+        if name == "acc":
+            depth = min(current, max(2, _pow2(need))) if board else current
+        elif board:
+            depth = -(-need // block_depth) * block_depth
+        else:
+            depth = max(current, _pow2(need))
+        changes[f"{name}_depth"] = depth
+    return replace(config, **changes)

@@ -1,0 +1,136 @@
+"""The looped program form: a layer of any number of tiles stored as SETMM, SETPOST and LOOP,
+expanded (by the walker's reference model) into exactly the micro-instructions of its
+explicit form; layers that are no regular nest stay explicit. The RTL walker is checked
+against the same expansion by every RTL test (tests/test_rtl.py runs both forms)."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from hwonnx.api import plan_model
+from hwonnx.compiler import Op, lower
+from hwonnx.compiler.artifact import load_program, save_program
+from hwonnx.compiler.loops import LayerTiles, Tile, compress, expand, normalized, schedule
+from hwonnx.config import ArchConfig
+from hwonnx.errors import ModelError
+from hwonnx.zoo import MLPERF_TINY
+
+from random_graphs import chain_graph, graph_cases
+
+CONFIGS = [ArchConfig(), ArchConfig(rows=4, cols=4, acc_depth=16),
+           ArchConfig(rows=3, cols=5, acc_depth=64), ArchConfig(rows=8, cols=2, acc_depth=12)]
+BIG = ArchConfig(act_depth=1 << 17, wgt_depth=1 << 17, par_depth=4096, prog_depth=1 << 16)
+
+
+def micro_ops(program):
+    """What the dispatcher hands the engines, without the walker's own instructions."""
+    return [normalized(i) for i in program.expanded() if i["op"] not in Op.WALKER]
+
+
+@pytest.mark.parametrize("name", sorted(MLPERF_TINY))
+def test_mlperf_tiny_layers_are_three_instructions_each(name):
+    _, program = plan_model(MLPERF_TINY[name](), config=BIG)
+    ops = [i["op"] for i in program.instructions]
+    assert ops == [Op.SETMM, Op.SETPOST, Op.LOOP] * len(program.layers) + [Op.END]
+    tiles = sum(layer.tiles for layer in program.layers)
+    issued = program.expanded()
+    assert sum(i["op"] == Op.MATMUL for i in issued) == tiles > 10 * len(program.layers)
+    _, explicit = plan_model(MLPERF_TINY[name](), config=BIG, loops=False)
+    assert micro_ops(program) == micro_ops(explicit)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(graph_cases(max_layers=5))
+def test_looped_program_issues_the_explicit_micro_instructions(case):
+    specs, shape, seed = case
+    graph = chain_graph(np.random.default_rng(seed), specs, shape)
+    for config in CONFIGS:
+        try:
+            looped = lower(graph, config)
+        except Exception as error:             # a case too large for the small configs
+            assert type(error).__name__ == "ResourceError", error
+            continue
+        explicit = lower(graph, config, loops=False)
+        assert micro_ops(looped) == micro_ops(explicit)
+        assert all(i["op"] not in Op.WALKER for i in explicit.instructions)
+        # a looped layer is 3 stored instructions, its explicit form at least LOADW,
+        # MATMUL and POST
+        assert len(looped.instructions) <= len(explicit.instructions)
+
+
+def test_a_layer_with_window_counts_stays_explicit():
+    """Average pooling without the padding in its count needs one POST per run of pixels
+    with the same window count: no single nest, so the layer is stored explicitly while the
+    convolution before it loops."""
+    rng = np.random.default_rng(3)
+    specs = [dict(op="conv", cout=8, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=True),
+             dict(op="avgpool", k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), exclude_pad=True)]
+    program = lower(chain_graph(rng, specs, (1, 4, 6, 6)), ArchConfig())
+    by_layer = [[i["op"] for i in program.instructions if i["layer"] == n and i["op"] != Op.END]
+                for n in range(2)]
+    assert by_layer[0] == [Op.SETMM, Op.SETPOST, Op.LOOP]
+    assert Op.LOOP not in by_layer[1] and by_layer[1].count(Op.POST) > 1
+    assert micro_ops(program) == micro_ops(lower(chain_graph(np.random.default_rng(3), specs,
+                                                             (1, 4, 6, 6)), ArchConfig(),
+                                                 loops=False))
+
+
+def _tile(wgt, act, acc, posts=(), first=0, wait=0):
+    return Tile(dict(op=Op.MATMUL, count=4, wgt_addr=wgt, acc_addr=acc, act_addr=act,
+                     act_row=act, ow=2, first=first, wait=wait),
+                [dict(op=Op.POST, count=4, nt=8, nw=1, acc_addr=acc)] if posts else [])
+
+
+def _two_m_tiles(second_wgt=16):
+    """Two M tiles of two K tiles each, 8x8 weights per tile."""
+    return [_tile(0, 0, 0, first=1, wait=1), _tile(8, 1, 0, posts=True),
+            _tile(second_wgt, 0, 512, first=1), _tile(second_wgt + 8, 1, 512, posts=True)]
+
+
+def test_compress_refuses_a_nest_that_does_not_hold():
+    config = ArchConfig()
+    regular = _two_m_tiles(0)
+    assert compress(LayerTiles(regular, (2, 1, 1, 1, 2)), 0, config) is not None
+    # the second M tile does not start over at the first weight tile
+    irregular = _two_m_tiles(16)
+    assert compress(LayerTiles(irregular, (2, 1, 1, 1, 2)), 0, config) is None
+    assert compress(LayerTiles(regular, None), 0, config) is None
+    assert compress(LayerTiles(regular, (1, 1, 1, 1, 4)), 0, config) is None
+
+
+def test_expand_follows_the_schedule_of_banks_and_loads():
+    config = ArchConfig()
+    tiles = _two_m_tiles(0)
+    setmm, setpost, loop = compress(LayerTiles(tiles, (2, 1, 1, 1, 2)), 1, config)
+    ops = [(i["op"], i.get("bank"), i.get("wgt_addr")) for i in expand(setmm, setpost, loop,
+                                                                        config)]
+    assert ops == [(Op.LOADW, 1, 0), (Op.LOADW, 0, 8), (Op.MATMUL, 1, 0), (Op.MATMUL, 0, 8),
+                   (Op.LOADW, 1, 0), (Op.POST, 0, 0), (Op.MATMUL, 1, 0),
+                   (Op.LOADW, 0, 8), (Op.MATMUL, 0, 8), (Op.POST, 0, 0)]
+    assert [normalized(i) for i in expand(setmm, setpost, loop, config)] == \
+        [normalized(i) for i in schedule(tiles, 1)]
+    with pytest.raises(ValueError):
+        expand(setmm, setpost, {**loop, "k3": 0}, config)
+
+
+def test_a_loop_before_its_templates_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    specs = [dict(op="dense", cout=12, relu=True), dict(op="dense", cout=5, relu=False)]
+    program = lower(chain_graph(rng, specs, (1, 20)), ArchConfig())
+    save_program(program, tmp_path)
+    load_program(tmp_path)
+    doc = (tmp_path / "program.json").read_text()
+    data = json.loads(doc)
+    data["instructions"] = [i for i in data["instructions"] if i["op"] != Op.SETPOST]
+    (tmp_path / "program.json").write_text(json.dumps(data))
+    with pytest.raises(ModelError, match="LOOP instruction 1 comes before a SETMM and a "
+                                         "SETPOST"):
+        load_program(tmp_path)
+    data["instructions"] = json.loads(doc)["instructions"]
+    data["instructions"][2]["k2"] = 0
+    (tmp_path / "program.json").write_text(json.dumps(data))
+    with pytest.raises(ModelError, match="at least one tile per level"):
+        load_program(tmp_path)
