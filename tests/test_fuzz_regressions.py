@@ -110,3 +110,18 @@ def test_constant_graph_output_is_refused():
     assert classify(data) == ("refused at build", None, "")
     error = _error(data)
     assert isinstance(error, ModelError) and "Graph output 'y' is a constant" in str(error)
+
+
+def test_table_activation_on_a_rank_1_input_is_refused():
+    """A ``Tanh`` straight on a graph input of shape [1] (an IndexError in quant/ptq.py's
+    table placement) is refused by name at build."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Tanh", ["x"], ["y"], name="tanh")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                             ir_version=8).SerializeToString()
+    assert classify(data) == ("refused at build", None, "")
+    error = _error(data)
+    assert isinstance(error, UnsupportedOperatorError) and "'tanh' Tanh on 'x'" in str(error)

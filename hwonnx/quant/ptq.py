@@ -543,7 +543,12 @@ def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, t
                          {**last.attrs, **attrs, "table_node": node.name})
         return
     s_in, zp_in = params[x]
-    channels = types[qname[x]].shape[1]
+    shape = types[qname[x]].shape
+    if len(shape) < 2:
+        raise UnsupportedOperatorError([(node.name, f"{node.op} on '{x}' of shape {list(shape)} "
+                                         f"(the array takes [1, C, H, W] images or [1, K] "
+                                         f"vectors)", "", graph.meta.get("opset", 0))])
+    channels = shape[1]
     names = _add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
                                        "shift": np.full(channels, 30, np.int32)},
                            constants, types)
