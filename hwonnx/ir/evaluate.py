@@ -23,7 +23,8 @@ from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node, TensorType
 
 __all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float", "first_not_finite",
-           "MAX_VALUE_ELEMENTS", "MAX_PATCH_ELEMENTS", "MAX_NODE_MACS", "node_work", "check_node_work"]
+           "MAX_VALUE_ELEMENTS", "MAX_PATCH_ELEMENTS", "MAX_NODE_MACS", "node_work",
+           "check_node_work"]
 
 #: No value computed at run time (nor the padded input of a convolution or pooling) may have
 #: more elements than this per sample: 64 MiB of float32 (a 1x64x512x512 feature map).
