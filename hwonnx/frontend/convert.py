@@ -421,9 +421,12 @@ def _batchnorm(b: _Builder, node: onnx.NodeProto) -> Node:
     channels = shape[1] if len(shape) > 1 else 1
     for index, role in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
         _check_per_channel(b, node, index, role, channels, "channel")
+    epsilon = float(attrs.get("epsilon", 1e-5))
+    if not np.all(np.asarray(b.onnx_constants[node.input[4]], np.float64) + epsilon > 0):
+        raise ModelError(f"BatchNormalization '{node.name}' has input_var '{node.input[4]}' "
+                         f"with variance + epsilon <= 0 (or NaN); it must be > 0")
     inputs = [b.value(node.input[0])] + [b.constant(node, v) for v in node.input[1:5]]
-    return Node(node.name, "BatchNorm", inputs, (b.value(node.output[0]),),
-                {"epsilon": float(attrs.get("epsilon", 1e-5))})
+    return Node(node.name, "BatchNorm", inputs, (b.value(node.output[0]),), {"epsilon": epsilon})
 
 
 def _flatten(b: _Builder, node: onnx.NodeProto) -> Node:

@@ -249,9 +249,15 @@ def _elementwise(b: _Builder, node: onnx.NodeProto) -> Node:
                          f"{list(b.shape(x))} to {list(b.shape(out))}; a host step keeps the "
                          f"shape of its run-time input")
     divisor = node.input[1] if node.op_type == "Div" and len(node.input) > 1 else ""
-    if divisor in b.constants and not np.all(b.constants[divisor]):
-        raise ModelError(f"Div '{node.name}' divides by the constant '{divisor}', which holds "
-                         f"0; the result would not be finite")
+    if divisor in b.constants:
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            inverse = np.float32(1) / np.asarray(b.constants[divisor], np.float32)
+        if not np.all(np.isfinite(inverse)):
+            bad = np.asarray(b.constants[divisor]).reshape(-1)[~np.isfinite(inverse).reshape(-1)]
+            what = "0" if (bad == 0).any() else "NaN" if np.isnan(bad).any() else \
+                f"{float(bad[0]):g}, whose reciprocal overflows float32"
+            raise ModelError(f"Div '{node.name}' divides by the constant '{divisor}', which "
+                             f"holds {what}; the result would not be finite")
     attrs = dict(_ACTIVATION) if node.op_type == "Add" else {}
     return Node(node.name, node.op_type, inputs, (out,), attrs)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..errors import ModelError
 from ..ir.graph import Graph
 from ..passes.pipeline import FLOAT_PIPELINE, PassContext, run_pipeline
 from .common import ReadLog, elem_type_name, is_default_domain
@@ -109,6 +110,7 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     model = infer_shapes(model)
     model.ir_version = ir_version
     types = value_types(model)
+    _check_perms(model.graph.node, types)
     outputs = {value.name for value in model.graph.output}
     live = remove_dead_nodes(list(model.graph.node), outputs)
     nodes, constants = fold_constants(model, types, live)
@@ -135,6 +137,21 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     if annotations is not None:
         graph = annotate_graph(graph, annotations)
     return graph
+
+
+def _check_perms(nodes, types: dict) -> None:
+    """Refuse a ``Transpose`` whose ``perm`` is not a permutation of its input's axes (onnx's
+    shape inference lets it through when the output's shape is declared)."""
+    for node in nodes:
+        shape = types.get(node.input[0], (0, None))[1] if node.input else None
+        if node.op_type != "Transpose" or not is_default_domain(node.domain) or shape is None:
+            continue
+        perms = [list(a.ints) for a in node.attribute if a.name == "perm"]
+        if perms and sorted(perms[0]) != list(range(len(shape))):
+            raise ModelError(f"Transpose '{node.name}' has perm {perms[0]}, which is not a "
+                             f"permutation of the {len(shape)} axes of its input "
+                             f"'{node.input[0]}' of shape {list(shape)} (ONNX: perm lists "
+                             f"every axis once)")
 
 
 def _dims(value: onnx.ValueInfoProto) -> str:

@@ -37,6 +37,13 @@ _MS_OPS = _QDQ_OPS | {"QLinearAdd", "QLinearGlobalAveragePool", "QLinearAverageP
                       "QLinearSigmoid", "QLinearLeakyRelu"}
 #: The ``(domain, operator)`` pairs :func:`dequantize_model` rewrites (``""``: ai.onnx).
 QUANTIZED_OPS = frozenset({("", op) for op in _ONNX_OPS} | {(MS_DOMAIN, op) for op in _MS_OPS})
+#: The inputs each rewrite reads by position: a node with fewer is refused (the signature check
+#: of the rewritten model comes later).
+_MIN_INPUTS = {"QuantizeLinear": 2, "DequantizeLinear": 2, "QLinearConv": 8, "QLinearMatMul": 8,
+               "QGemm": 6, "QLinearAdd": 7, "QLinearGlobalAveragePool": 4,
+               "QLinearAveragePool": 4, "MatMulInteger": 2, "ConvInteger": 2,
+               "QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
+_TENSOR = onnx.AttributeProto.TENSOR
 
 
 def _is_quantized_op(node: onnx.NodeProto) -> bool:
@@ -57,8 +64,8 @@ class _Rewriter(QOperatorRewrites):
         self.graph = graph
         self.consts = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
         for node in graph.node:
-            if node.op_type == "Constant" and is_default_domain(node.domain) \
-                    and [a.name for a in node.attribute] == ["value"]:
+            if node.op_type == "Constant" and is_default_domain(node.domain) and node.output \
+                    and [(a.name, a.type) for a in node.attribute] == [("value", _TENSOR)]:
                 self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
         self.taken = set(self.consts) | {v.name for v in (*graph.input, *graph.output)} | \
             {v for node in graph.node for v in node.output}
@@ -166,8 +173,12 @@ class _Rewriter(QOperatorRewrites):
         bits = 32 if q.dtype == np.int32 else 8
         q_int = q.astype(np.int64) if bits == 32 else int8_of(q)
         zp_int = zero_point.astype(np.int64) if bits == 32 else int8_of(zero_point)
-        value = (q_int - zp_int.reshape(shape)).astype(np.float32) * \
-            scale.astype(np.float32).reshape(shape)
+        with np.errstate(over="ignore"):
+            value = (q_int - zp_int.reshape(shape)).astype(np.float32) * \
+                scale.astype(np.float32).reshape(shape)
+        if not np.all(np.isfinite(value)):
+            raise ModelError(f"{label(node)} dequantizes '{name}' with scale up to "
+                             f"{float(scale.max()):.6g} to values beyond float32")
         out = out or self.fresh(f"{name}_dequantized")
         self.consts[out] = self.added[out] = value
         self.ann.integers[out] = IntegerConstant(
@@ -207,8 +218,13 @@ class _Rewriter(QOperatorRewrites):
             raise ModelError(f"{label(node)} quantizes '{x}' to {zero_point.dtype}; hwonnx "
                              f"reads 8-bit weights")
         shape, _ = self.axis_shape(node, self.consts[x], scale, attrs_of(node).get("axis"))
-        q = np.rint(self.consts[x].astype(np.float32) / scale.reshape(shape)) + \
-            zero_point.astype(np.float32).reshape(shape)
+        real = self.consts[x]
+        real = real.astype(np.float64) if real.dtype.kind in "fiub" else np.full(1, np.nan)
+        if not np.all(np.isfinite(real)):
+            raise ModelError(f"{label(node)} quantizes the constant '{x}', which holds NaN, "
+                             f"infinite or non-real values")
+        q = np.rint(real / scale.astype(np.float64).reshape(shape)) + \
+            zero_point.astype(np.float64).reshape(shape)
         self.consts[node.output[0]] = self.added[node.output[0]] = np.clip(
             q, *RANGES[zero_point.dtype]).astype(zero_point.dtype)
 
@@ -244,9 +260,10 @@ class _Rewriter(QOperatorRewrites):
                                  f"{elem_type_name(elem_type)}; hwonnx's outputs are float: "
                                  f"end the model with a DequantizeLinear")
         for node in graph.node:
-            if node.output[0] in self.consumed:
+            if node.output[:1] and node.output[0] in self.consumed:
                 continue
             if _is_quantized_op(node):
+                _check_arity(node)
                 getattr(self, self.HANDLERS[node.op_type])(node)
             elif node.op_type == "Add" and is_default_domain(node.domain):
                 self.add(node, list(node.input))
@@ -273,7 +290,8 @@ class _Rewriter(QOperatorRewrites):
         ``Reshape`` or ``Identity`` output on its input's (either way round)."""
         acts = self.ann.activations
         same = [n for n in self.nodes if is_default_domain(n.domain) and n.op_type in
-                ("Relu", "Flatten", "Reshape", "Identity") and n.input[0] not in self.consts]
+                ("Relu", "Flatten", "Reshape", "Identity") and n.input[:1] and n.output[:1]
+                and n.input[0] not in self.consts]
         for node in same:
             if node.input[0] in acts and node.output[0] not in acts:
                 acts[node.output[0]] = acts[node.input[0]]
@@ -297,6 +315,16 @@ class _Rewriter(QOperatorRewrites):
                                name=node.name)
         new.attribute.extend(a for a in node.attribute if a.name != "transB")
         return new
+
+
+def _check_arity(node: onnx.NodeProto) -> None:
+    """Refuse a quantized node without the inputs its rewrite reads or without an output."""
+    need = _MIN_INPUTS[node.op_type]
+    if len(node.input) < need or not node.input[0] or not node.output[:1] \
+            or not node.output[0]:
+        raise ModelError(f"{label(node)} has {len(node.input)} input(s) and "
+                         f"{len(node.output)} output(s); {node.op_type} needs at least {need} "
+                         f"inputs, the first one named, and an output")
 
 
 def dequantize_model(model: onnx.ModelProto) -> Annotations:

@@ -231,6 +231,10 @@ def _check_header(tensor: onnx.TensorProto, what: str) -> int:
         raise ModelError(f"{what} has {count_text(count)} elements (dims "
                          f"{dims_text(tensor.dims)}), more than hwonnx's limit of "
                          f"{MAX_TENSOR_ELEMENTS} elements or {MAX_TENSOR_BYTES} bytes")
+    if dims_size(d for d in tensor.dims if d) > MAX_TENSOR_ELEMENTS:   # numpy refuses them
+        raise ModelError(f"{what} has no elements, but dims {dims_text(tensor.dims)} whose "
+                         f"non-zero dims hold more than hwonnx's limit of "
+                         f"{MAX_TENSOR_ELEMENTS} elements")
     if tensor.HasField("segment"):
         raise ModelError(f"{what} is a segment of a tensor; hwonnx does not read segments")
     return count

@@ -22,8 +22,9 @@ from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node, TensorType
 
-__all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float", "MAX_VALUE_ELEMENTS",
-           "MAX_PATCH_ELEMENTS", "MAX_NODE_MACS", "node_work", "check_node_work"]
+__all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float", "first_not_finite",
+           "MAX_VALUE_ELEMENTS", "MAX_PATCH_ELEMENTS", "MAX_NODE_MACS", "node_work",
+           "check_node_work"]
 
 #: No value computed at run time (nor the padded input of a convolution or pooling) may have
 #: more elements than this per sample: 64 MiB of float32 (a 1x64x512x512 feature map).
@@ -252,6 +253,16 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
 }
 
 
+def first_not_finite(graph: Graph, values: "dict[str, np.ndarray]") -> "Node | None":
+    """The first node of ``graph`` with a float output in ``values`` holding inf or NaN."""
+    for node in graph.nodes:
+        for name in node.outputs:
+            value = values.get(name)
+            if value is not None and value.dtype.kind == "f" and not np.isfinite(value).all():
+                return node
+    return None
+
+
 def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
                    keep_all: bool = False) -> "dict[str, np.ndarray]":
     """Evaluate a float graph in float32.
@@ -271,7 +282,8 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
     dict of str to numpy.ndarray
         Arrays of the values' IR types (float32; int64 indices of a host ``ArgMax`` or
         ``TopK``), by value name. Host steps (:mod:`hwonnx.golden.host`) run sample by
-        sample.
+        sample. Where the float32 arithmetic overflows, a value holds inf or NaN, as in the
+        float model, without a warning: the caller checks (:func:`first_not_finite`).
 
     Raises
     ------
@@ -304,17 +316,17 @@ def evaluate_float(graph: Graph, feeds: "dict[str, np.ndarray]",
         fn = FLOAT_OPS.get(node.op)
         if fn is not None:
             check_node_work(node, graph.types)
-        if fn is None and node.op in HOST_FUNCTIONS:     # a host step, sample by sample
-            env.update(zip(node.outputs, run_host(node, args, [v not in graph.constants
-                                                               for v in node.inputs],
-                                                  graph.types)))
-            continue
-        if fn is None:
+        if fn is None and node.op not in HOST_FUNCTIONS:
             raise NotImplementedError(f"No float reference for IR op {node.op} "
                                       f"(node '{node.name}')")
-        out = graph.types.get(node.outputs[0])
-        env[node.outputs[0]] = np.asarray(fn(graph, node, *args),
-                                          dtype=out.dtype if out else np.float32)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if fn is None:                       # a host step, sample by sample
+                env.update(zip(node.outputs, run_host(node, args, [
+                    v not in graph.constants for v in node.inputs], graph.types)))
+                continue
+            out = graph.types.get(node.outputs[0])
+            env[node.outputs[0]] = np.asarray(fn(graph, node, *args),
+                                              dtype=out.dtype if out else np.float32)
     if keep_all:
         return env
     return {name: env[name] for name in graph.outputs}

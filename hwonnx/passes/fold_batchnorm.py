@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import ModelError
 from ..ir.graph import Graph, Node
 from .rewrite import fresh_name, fuse_into_producer, has_activation, rewrite_each, sole_consumer
 
@@ -45,14 +46,19 @@ def _fold(graph: Graph, bn: Node, quantized: "frozenset[str]") -> "Graph | None"
     scale, bias, mean, var = (graph.constants[v].astype(np.float64) for v in bn.inputs[1:5])
     if any(p.shape != (channels,) for p in (scale, bias, mean, var)):
         return None
-    s = scale / np.sqrt(var + bn.attrs["epsilon"])
+    s = scale / np.sqrt(var + bn.attrs["epsilon"])       # var + epsilon > 0: the converter
     weight = weight * (s[:, None, None, None] if producer.op == "Conv" else s[None, :])
     old_bias = graph.constants[producer.inputs[2]].astype(np.float64) \
         if len(producer.inputs) > 2 else np.zeros(channels)
+    new_bias = (old_bias - mean) * s + bias
+    limit = np.finfo(np.float32).max
+    if not (np.abs(weight) <= limit).all() or not (np.abs(new_bias) <= limit).all():
+        raise ModelError(f"BatchNormalization '{bn.name}' folded into {producer.op} "
+                         f"'{producer.name}' gives weights or a bias beyond float32")
     w_name = fresh_name(graph, f"{producer.name}_weight_bn")
     b_name = fresh_name(graph, f"{producer.name}_bias_bn")
     fused = replace(producer, inputs=(producer.inputs[0], w_name, b_name), outputs=bn.outputs)
     return fuse_into_producer(graph, producer, bn, fused, {
         w_name: weight.astype(np.float32),
-        b_name: ((old_bias - mean) * s + bias).astype(np.float32),
+        b_name: new_bias.astype(np.float32),
     })

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import QuantizationError, UnsupportedOperatorError
+from ..errors import ModelError, QuantizationError, UnsupportedOperatorError
 from ..ir import Graph, Node
-from ..ir.evaluate import evaluate_float
+from ..ir.evaluate import evaluate_float, first_not_finite
 from .ptq import quantize_graph
 
 __all__ = ["HostSplit", "split_host", "quantize_model"]
@@ -35,6 +35,10 @@ def split_host(graph: Graph) -> HostSplit:
     made = {v for n in prefix for v in n.outputs}
     read = [v for n in core_nodes for v in n.inputs]
     inputs = tuple(dict.fromkeys(v for v in read if v in made)) if prefix else graph.inputs
+    if not inputs and prefix:
+        raise UnsupportedOperatorError([(n.name, f"{n.op} (the model has no node for the "
+                                         f"accelerator after this host step)", "",
+                                         graph.meta.get("opset", 0)) for n in prefix[-1:]])
     if len(inputs) != 1 and prefix:          # the leading chain has exactly one such value
         raise ValueError(f"Host prefix of {[n.name for n in prefix]} feeds {list(inputs)}")
     produced = set(inputs) | {v for n in core_nodes for v in n.outputs}
@@ -61,6 +65,26 @@ def _check_core(core: Graph) -> None:
         raise error
 
 
+def _check_batch_axis(graph: Graph) -> None:
+    """Refuse a graph input, or a reshape computed on the accelerator, whose shape does not
+    start with the batch axis of size 1: calibration and golden runs evaluate many samples at
+    once along it."""
+    for name in graph.inputs:
+        shape = list(graph.types[name].shape)
+        if not shape or shape[0] != 1:
+            raise ModelError(f"Graph input '{name}' has shape {shape}; hwonnx runs samples "
+                             f"along a leading batch axis of size 1 (such as [1, 3, 32, 32])")
+    for node in graph.nodes:
+        shape = list(graph.types[node.outputs[0]].shape) if node.outputs else []
+        if node.op in ("Reshape", "Flatten") and (not shape or shape[0] != 1):
+            error = UnsupportedOperatorError([(node.name, node.op, "",
+                                               graph.meta.get("opset", 0))])
+            error.args = (f"{error} ('{node.name}' reshapes "
+                          f"{list(graph.types[node.inputs[0]].shape)} to {shape}, dropping the "
+                          f"leading batch axis of size 1, along which hwonnx runs samples)",)
+            raise error
+
+
 def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
     """Quantize a float graph whose start and end may hold host steps.
 
@@ -71,6 +95,12 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     :func:`~hwonnx.quant.ptq.quantize_graph`; the prefix runs on it in float32 to calibrate
     the accelerator's input.
     """
+    _check_batch_axis(graph)
+    constant = [v for v in graph.outputs if v in graph.constants]
+    if constant:
+        raise ModelError(f"Graph output '{constant[0]}' is a constant: it does not depend on "
+                         f"the graph input, and hwonnx computes every output from the input "
+                         f"(drop the output, or compute it outside the model)")
     split = split_host(graph)
     _check_core(split.core)
     if not split.prefix and not split.suffix:
@@ -85,7 +115,12 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                                         f"infinite values")
         (value,) = split.core.inputs
         prefix = Graph(split.prefix, graph.inputs, (value,), graph.types, graph.constants)
-        core_calib = {value: evaluate_float(prefix, feeds)[value]}
+        values = evaluate_float(prefix, feeds, keep_all=True)
+        node = first_not_finite(prefix, values)
+        if node is not None:
+            raise QuantizationError(f"Host step '{node.name}' ({node.op}) computes inf or NaN "
+                                    f"on the calibration data: its result is beyond float32")
+        core_calib = {value: values[value]}
     core = quantize_graph(split.core, core_calib)
     host = split.prefix + split.suffix
     values = {v for n in host for v in (*n.inputs, *n.outputs)} | set(graph.inputs)

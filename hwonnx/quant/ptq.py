@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import QuantizationError, UnsupportedOperatorError
 from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
 from ..ir import Graph, Node, TensorType
-from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float
+from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .check import check_layers
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
@@ -47,6 +47,9 @@ def requant_params(real: np.ndarray, layer: str) -> "tuple[np.ndarray, np.ndarra
     for i, value in enumerate(real):
         if value == 0:
             continue
+        if not math.isfinite(value):
+            raise QuantizationError(f"Layer '{layer}': requantization scale {value:.3g} of "
+                                    f"channel {i} is not a finite number")
         fraction, exponent = math.frexp(float(value))
         m, s = round(fraction * (1 << 31)), 31 - exponent
         if m == 1 << 31:
@@ -111,6 +114,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
                                         f"infinite values")
         values = evaluate_float(graph, feeds, keep_all=True)
+        _check_finite(graph, values)
     params: "dict[str, tuple[float, int]]" = {}
     for name in graph.inputs:
         if name not in given and np.ptp(values[name]) == 0:
@@ -207,6 +211,15 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     return result
 
 
+def _check_finite(graph: Graph, values: "dict[str, np.ndarray]") -> None:
+    """Refuse calibration on which a node overflows float32 (naming the first one)."""
+    node = first_not_finite(graph, values)
+    if node is not None:
+        raise QuantizationError(f"Node '{node.name}' ({node.op}) computes inf or NaN on the "
+                                f"calibration data: its result is beyond float32 (weights or "
+                                f"values too large)")
+
+
 def _quantized_values(graph: Graph) -> "list[str]":
     """The values whose quantization parameters must be chosen: graph inputs and the outputs
     of accelerator nodes other than layout ops (which keep their input's parameters)."""
@@ -284,14 +297,19 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     else:
         bq = np.rint(bias / (s_in * s_w))
     if np.any(np.abs(bq) > INT32_MAX) or np.any(bound + np.abs(bq) > INT32_MAX):
+        worst = (bound + np.abs(bq)).max()
         raise QuantizationError(f"Layer '{node.name}': the int32 accumulator could overflow "
-                                f"(bound {int((bound + np.abs(bq)).max())})")
+                                f"(bound {int(worst) if np.isfinite(worst) else worst})")
     model_params = record is not None and node.inputs[0] in given and node.outputs[0] in given
     if model_params:
         # the model's own parameters: the multiplier onnxruntime uses, (s_in * s_w) / s_out
         # in float32, which the 31-bit mult represents exactly
-        real = (np.float32(s_in) * s_w.astype(np.float32) / np.float32(s_out)).astype(
-            np.float64)
+        with np.errstate(over="ignore", under="ignore"):    # requant_params refuses inf
+            real = (np.float32(s_in) * s_w.astype(np.float32) / np.float32(s_out)).astype(
+                np.float64)
+        if not real.all():
+            raise QuantizationError(f"Layer '{node.name}': the requantization scale (input "
+                                    f"scale x weight scale / output scale) underflows float32")
     else:
         real = s_in * s_w / s_out
     mult, shift = requant_params(real, node.name)
@@ -525,7 +543,12 @@ def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, t
                          {**last.attrs, **attrs, "table_node": node.name})
         return
     s_in, zp_in = params[x]
-    channels = types[qname[x]].shape[1]
+    shape = types[qname[x]].shape
+    if len(shape) < 2:
+        raise UnsupportedOperatorError([(node.name, f"{node.op} on '{x}' of shape {list(shape)} "
+                                         f"(the array takes [1, C, H, W] images or [1, K] "
+                                         f"vectors)", "", graph.meta.get("opset", 0))])
+    channels = shape[1]
     names = _add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
                                        "shift": np.full(channels, 30, np.int32)},
                            constants, types)
