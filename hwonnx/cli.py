@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calibration samples: .npz keyed by input name, .npy (one input) or a "
                         "folder of .npy files; first axis = samples")
     p.add_argument("--bitstream", action="store_true",
-                   help="also build the bitstream (iCE40/ECP5, with the YoWASP tools)")
+                   help="also build the bitstream (iCE40, ECP5, Gowin: with the YoWASP "
+                        "tools)")
     p.add_argument("--rows", type=int, help="array rows (default: the board's)")
     p.add_argument("--cols", type=int, help="array columns (default: the board's)")
     for buffer in ("act", "wgt", "acc", "par", "prog"):

