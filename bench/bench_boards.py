@@ -1,8 +1,11 @@
-"""Board benchmark: real bitstreams of the bundled examples with the open flow (YoWASP).
+"""Board benchmark: real bitstreams of the bundled examples and the MLPerf Tiny models
+(``hwonnx.zoo``, calibrated on its plausible random inputs) with the open flow (YoWASP).
 
 Writes ``bench/results/boards.json`` and ``.md``: Fmax against the board clock, DSP, block
-RAM and logic use, build time. Needs ``pip install -e '.[bitstream]'``; one build at a time
-(two at once were 2.5-3x slower each on these machines). ``python bench/bench_boards.py``.
+RAM and logic use, the program in instructions and bits, predicted cycles and the latency
+they give at the board clock and at Fmax, build time. Needs ``pip install -e '.[bitstream]'``;
+one build at a time (two at once were 2.5-3x slower each on these machines).
+``python bench/bench_boards.py --boards ulx3s-85f --models ic_resnet8``.
 """
 
 import argparse
@@ -16,29 +19,49 @@ from results_io import RESULTS, write_results
 
 from hwonnx.api import build
 from hwonnx.boards import estimate, get_board
+from hwonnx.compiler import instruction_width
 from hwonnx.examples import example_path, load_digits_data
+from hwonnx.zoo import MLPERF_TINY, random_inputs
 
 SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
+MODELS = list(SHAPES) + list(MLPERF_TINY)
 KEYS = {"ecp5": ("MULT18X18D", "DP16KD", "TRELLIS_COMB", "TRELLIS_FF"),
         "ice40": ("ICESTORM_DSP", "ICESTORM_RAM", "ICESTORM_LC", "ICESTORM_LC")}
 #: The iCE40 report counts logic cells (a LUT4 and a flip-flop each): the LUT and FF columns
 #: both show them.
 
 
+def _model_and_calib(model: str):
+    if model in SHAPES:
+        data = load_digits_data()
+        return example_path(model), {"image": data["calib"].reshape(SHAPES[model])}
+    proto = MLPERF_TINY[model]()
+    return proto, random_inputs(proto, 16)
+
+
 def measure(board_name: str, model: str) -> dict:
     board = get_board(board_name)
-    data = load_digits_data()
+    source, calib = _model_and_calib(model)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
-        result = build(example_path(model), tmp, board=board_name, verilog=False,
-                       bitstream=True, calib={"image": data["calib"].reshape(SHAPES[model])},
-                       log=lambda message: print(message, flush=True))
+        result = build(source, tmp, board=board_name, verilog=False, bitstream=True,
+                       calib=calib, log=lambda message: print(message, flush=True))
         seconds = time.monotonic() - started
     report = result.report["bitstream"]
     dsp, bram, logic, ff = KEYS[board.family]
     used = report["utilization"]
     predicted = estimate(result.program.config, board)
-    return {"board": board_name, "model": model, "array": result.program.config.name,
+    config = result.program.config
+    cycles = result.report["total"]["predicted_cycles"]
+    return {"board": board_name, "model": model, "array": config.name,
+            "depths": {b: getattr(config, f"{b}_depth") for b in ("act", "wgt", "par", "prog",
+                                                                   "acc")},
+            "instructions": len(result.program.instructions),
+            "program_bits": len(result.program.instructions) * instruction_width(),
+            "predicted_cycles": cycles,
+            "latency_ms_at_target": round(cycles / (report["target_mhz"] * 1e3), 3),
+            "latency_ms_at_fmax": round(cycles / (report["fmax_mhz"] * 1e3), 3)
+            if report["fmax_mhz"] else None,
             "fmax_mhz": report["fmax_mhz"], "target_mhz": report["target_mhz"],
             "dsp": used[dsp], "bram": used[bram], "luts": used[logic], "ffs": used[ff],
             "fit_check_estimate": {"dsp": predicted.dsp, "bram": predicted.bram_blocks,
@@ -51,15 +74,21 @@ def markdown(results) -> str:
              "YoWASP Yosys + nextpnr from PyPI). Fmax is nextpnr's post-route figure; the "
              "fit-check columns are hwonnx's estimate made before synthesis.", "",
              "| board | model | array | Fmax MHz | target MHz | DSP | block RAM | LUTs | FFs | "
-             "estimate DSP / BRAM / LUT | build s |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+             "estimate DSP / BRAM / LUT | instructions (bits) | cycles | ms at target / "
+             "Fmax | build s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
     for r in results:
         e = r["fit_check_estimate"]
+        program = (f"{r['instructions']} ({r['program_bits']:,})" if "instructions" in r
+                   else "")
+        latency = (f"{r['latency_ms_at_target']} / {r['latency_ms_at_fmax']}"
+                   if "predicted_cycles" in r else "")
         lines.append(f"| {r['board']} | {r['model']} | {r['array']} | {r['fmax_mhz']} | "
                      f"{r['target_mhz']} | {r['dsp']['used']}/{r['dsp']['total']} | "
                      f"{r['bram']['used']}/{r['bram']['total']} | "
                      f"{r['luts']['used']}/{r['luts']['total']} | {r['ffs']['used']} | "
-                     f"{e['dsp']} / {e['bram']} / {e['luts']} | {r['build_seconds']} |")
+                     f"{e['dsp']} / {e['bram']} / {e['luts']} | {program} | "
+                     f"{r.get('predicted_cycles', '')} | {latency} | {r['build_seconds']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -67,7 +96,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--boards", nargs="*", default=["icebreaker", "ulx3s-85f"])
-    parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=MODELS)
     args = parser.parse_args(argv)
     results = [measure(board, model) for board in args.boards for model in args.models]
     previous = args.out / "boards.json"      # keep the rows of boards not measured this time

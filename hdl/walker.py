@@ -114,16 +114,19 @@ class TileWalker(wiring.Component):
                 with m.If(~last_m):
                     m.d.comb += out.count.eq(mm_t.count)
             with m.Case(_Phase.POST):
-                post_last_n = pn == lp.n_count - 1
+                nt = Signal(8)
+                m.d.comb += nt.eq(Mux(pn == lp.n_count - 1, lp.nt_last, po_t.nt))
+                # nw = (lane + nt - 1) // rows + 1: lane + nt - 1 < rows + cols - 1
+                spread = lane + nt - 1
                 m.d.comb += [
                     out.eq(po_t), out.op.eq(Op.POST), out.acc_addr.eq(p_acc * half),
                     out.count.eq(po_t.count), out.par_addr.eq(par), out.out_addr.eq(out_addr),
-                    out.lane_off.eq(lane), out.nt.eq(po_t.nt), out.nw.eq(po_t.nw),
+                    out.lane_off.eq(lane), out.nt.eq(nt),
+                    out.nw.eq(1 + sum(spread >= k * rows
+                                      for k in range(1, (rows + cfg.cols - 2) // rows + 1))),
                 ]
                 with m.If(pm == lp.m_count - 1):
                     m.d.comb += out.count.eq(lp.post_count_last)
-                with m.If(post_last_n):
-                    m.d.comb += [out.nt.eq(lp.nt_last), out.nw.eq(lp.nw_last)]
 
         advance = self.fire & self.active
         with m.If(advance):

@@ -111,8 +111,8 @@ def _fit_board(graph: Graph, program: Program, target, fixed) -> Program:
     config = program.config
     while "acc" not in fixed and config.acc_depth > 64:
         config = replace(config, acc_depth=config.acc_depth // 2)
-        smaller = lower(graph, config)
-        try:
+        try:        # more, smaller output tiles: the other buffers sized again
+            smaller = lower_sized(graph, config, target.name, set(fixed) | {"acc"})
             check_board_fit(smaller, target)
             return smaller
         except ResourceError:

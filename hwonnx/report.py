@@ -4,7 +4,7 @@ Markdown)."""
 import json
 from pathlib import Path
 
-from .compiler.isa import Op
+from .compiler.isa import Op, instruction_width
 from .compiler.lower import Program
 from .compiler.timing import predict
 
@@ -117,8 +117,29 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
                   "utilization": program.macs / (total * pes) if total else 0},
         "buffers": {name: {"used": used, "depth": getattr(cfg, f"{name}_depth")}
                     for name, used in program.words.items()},
+        "program": {"instructions": len(program.instructions),
+                    "bits": len(program.instructions) * instruction_width(),
+                    "issued": len(program.expanded()),
+                    "looped_layers": sum(i["op"] == Op.LOOP for i in program.instructions)},
+        "resources": _resources(cfg, board),
         "notes": notes,
     }
+
+
+def _resources(config, board: str) -> "dict | None":
+    """The fit check's estimate of DSP blocks, block RAMs and logic cells on ``board``,
+    against the device's (None for the simulation target)."""
+    from .boards import estimate, get_board
+
+    target = get_board(board)
+    if target.is_simulation:
+        return None
+    usage = estimate(config, target)
+    blocks = target.bram_kbits * 1024 // target.family_info.block_bits
+    return {"dsp": {"used": usage.dsp, "device": target.dsp},
+            "bram_blocks": {"used": usage.bram_blocks, "device": blocks,
+                            "per_buffer": dict(usage.memories)},
+            "luts": {"used": usage.luts, "device": target.luts}}
 
 
 def write_report(report: dict, folder: Path) -> None:
@@ -142,6 +163,19 @@ def write_report(report: dict, folder: Path) -> None:
               f"{total['utilization']:.1%} |", "", "| buffer | used words | depth |",
               "|---|---:|---:|"]
     lines += [f"| {name} | {b['used']} | {b['depth']} |" for name, b in report["buffers"].items()]
+    program = report["program"]
+    lines += ["", f"Program: {program['instructions']} instructions ({program['bits']:,} bits), "
+                  f"{program['looped_layers']} layer(s) looped; the dispatcher issues "
+                  f"{program['issued']:,} with the tile walker's."]
+    if report.get("resources"):
+        res = report["resources"]
+        lines += ["", "Resources (hwonnx's estimate before synthesis; the bitstream build's "
+                      "place-and-route report is the final word):", "",
+                  "| resource | used | device |", "|---|---:|---:|",
+                  f"| DSP blocks | {res['dsp']['used']} | {res['dsp']['device']} |",
+                  f"| block RAMs | {res['bram_blocks']['used']} | "
+                  f"{res['bram_blocks']['device']} |",
+                  f"| logic cells | {res['luts']['used']:,} | {res['luts']['device']:,} |"]
     if report.get("layer_check"):
         lines += ["", "Golden against the float model on the calibration data "
                       "(int8 outputs dequantized):", "",

@@ -112,9 +112,12 @@ def test_rebuild_replaces_the_whole_folder(tmp_path, digits, files, capsys):
 
 # Interrupted and failed builds leave the folder as it was --------------------------------------
 
-def interrupt_verilog(monkeypatch):
-    """Ctrl-C while the Verilog is generated (where it was most often pressed)."""
+def interrupt_verilog(monkeypatch, cache):
+    """Ctrl-C while the Verilog is generated (where it was most often pressed): with an empty
+    Verilog cache in ``cache``, so that it is generated."""
     import amaranth.back.verilog
+
+    monkeypatch.setenv("HWONNX_CACHE", str(cache))
 
     def convert(elaboratable, *args, **kwargs):
         elaboratable._MustUse__silence = True       # it is not used: no warning about that
@@ -124,13 +127,14 @@ def interrupt_verilog(monkeypatch):
 
 def test_ctrl_c_during_a_build_is_one_line_and_leaves_nothing(tmp_path, files, monkeypatch,
                                                               capsys):
-    interrupt_verilog(monkeypatch)
+    interrupt_verilog(monkeypatch, tmp_path / "cache")
     out = tmp_path / "out"
     code, stdout, stderr = run(capsys, "build", MLP, "-o", out, "--calib", files / "calib.npy")
     assert (code, stdout) == (130, "")
     assert stderr.splitlines()[-1] == "hwonnx: interrupted"
     assert "Traceback" not in stderr
-    assert leftovers(tmp_path, "files") == []
+    assert leftovers(tmp_path, "files", "cache") == []
+    assert not list((tmp_path / "cache").rglob("*.v"))     # no half-written cache entry
 
 
 def test_ctrl_c_during_a_rebuild_keeps_the_old_build(tmp_path, digits, files, monkeypatch,
@@ -138,13 +142,13 @@ def test_ctrl_c_during_a_rebuild_keeps_the_old_build(tmp_path, digits, files, mo
     out = tmp_path / "out"
     build(out, digits, rows=4, cols=4)
     before = (out / MANIFEST).read_text()
-    interrupt_verilog(monkeypatch)
+    interrupt_verilog(monkeypatch, tmp_path / "cache")
     code, _, stderr = run(capsys, "build", MLP, "-o", out, "--calib", files / "calib.npy")
     assert code == 130 and stderr.endswith("hwonnx: interrupted\n")
     assert (out / MANIFEST).read_text() == before
     verify_build_folder(out)
     assert json.loads((out / "arch.json").read_text())["rows"] == 4
-    assert leftovers(tmp_path, "out", "files") == []
+    assert leftovers(tmp_path, "out", "files", "cache") == []
 
 
 def no_space(monkeypatch):

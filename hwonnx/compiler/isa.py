@@ -33,7 +33,7 @@ Op codes 7 to 15 are free for more engines (an element-wise engine, a DMA).
 from dataclasses import dataclass
 
 __all__ = ["Op", "FIELDS", "LOOP_FIELDS", "Field", "OP_BITS", "instruction_width", "encode",
-           "decode", "fields_of"]
+           "decode", "fields_of", "addressable"]
 
 #: Bits of the op code, the first field of every instruction.
 OP_BITS = 4
@@ -112,7 +112,7 @@ FIELDS: "tuple[Field, ...]" = (
 #: The fields of a LOOP instruction (its own layout of the same word). Tile ``t`` of a layer is
 #: ``(m, n, k1, k2, k3)`` in nest order; a field with a step moves by it when its loop level
 #: advances (the inner levels starting over); ``*_last`` values replace the template's in the
-#: last M or N tile.
+#: last M or N tile. A POST's ``nw`` is ``(lane_off + nt - 1) // rows + 1``.
 LOOP_FIELDS: "tuple[Field, ...]" = (
     Field("op", OP_BITS),
     Field("bank", 1),        # weight bank of the first tile
@@ -125,8 +125,7 @@ LOOP_FIELDS: "tuple[Field, ...]" = (
     Field("w1", 16),         # weight address of the second tile (its LOADW comes early)
     Field("count_last", 16),         # MATMUL count in the last M tile
     Field("post_count_last", 16),    # POST count in the last M tile
-    Field("nt_last", 8),     # POST nt and nw in the last N tile
-    Field("nw_last", 8),
+    Field("nt_last", 8),     # POST nt in the last N tile (nw follows from lane_off and nt)
     Field("act_k3", 24, signed=True),    # MATMUL act_addr (and act_row) steps
     Field("act_k2", 24, signed=True),
     Field("act_k1", 24, signed=True),
@@ -145,6 +144,14 @@ LOOP_FIELDS: "tuple[Field, ...]" = (
 
 def instruction_width() -> int:
     return sum(f.width for f in FIELDS)
+
+
+def addressable(buffer: str) -> int:
+    """Words of buffer ``wgt``, ``par`` or ``act`` that instructions can address."""
+    field = {f.name: f for f in FIELDS}
+    if buffer == "act":
+        return min(field["act_addr"].max, field["out_addr"].max) + 1
+    return field[f"{buffer}_addr"].max + 1
 
 
 def fields_of(op: int) -> "tuple[Field, ...]":

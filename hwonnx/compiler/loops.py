@@ -118,11 +118,11 @@ def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[
             out.append(dict(op=Op.LOADW, bank=bank, wgt_addr=wgt))
         if last_k:
             last_n = pn == N - 1
+            nt = loop["nt_last"] if last_n else setpost["nt"]
             out.append({**setpost, "op": Op.POST, "acc_addr": p_acc * half,
                         "count": loop["post_count_last"] if pm == M - 1 else setpost["count"],
-                        "par_addr": par, "out_addr": out_addr, "lane_off": lane,
-                        "nt": loop["nt_last"] if last_n else setpost["nt"],
-                        "nw": loop["nw_last"] if last_n else setpost["nw"]})
+                        "par_addr": par, "out_addr": out_addr, "lane_off": lane, "nt": nt,
+                        "nw": (lane + nt - 1) // rows + 1})
             p_acc ^= 1
             if not last_n:
                 pn, par = pn + 1, par + loop["par_n"]
@@ -168,7 +168,7 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig
                 m_count=M, n_count=N, k1=K1, k2=K2, k3=K3,
                 w1=tiles[1].matmul["wgt_addr"] if len(tiles) > 1 else 0,
                 count_last=mm(M - 1, 0, 0)["count"], post_count_last=post(M - 1, 0)["count"],
-                nt_last=post(0, N - 1)["nt"], nw_last=post(0, N - 1)["nw"])
+                nt_last=post(0, N - 1)["nt"])
     if K3 > 1:
         loop["act_k3"] = step("act_addr", mm(0, 0, 1), mm(0, 0, 0))
     if K2 > 1:

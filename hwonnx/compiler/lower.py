@@ -13,7 +13,7 @@ from ..ir import Graph, Node
 from .alloc import ActAllocator
 from . import depthwise
 from .depthwise import int8_word
-from .isa import Op, encode
+from .isa import Op, addressable, encode
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, expand, schedule
 
@@ -166,6 +166,11 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit
         used = program.words[name]                  # where a loop's addresses overflow
         depth = getattr(config, f"{name}_depth")
+        limit = addressable(name) if name != "prog" else None
+        if limit is not None and used > limit:
+            raise ResourceError(f"The model needs {used} words of the {name} buffer, more than "
+                                f"the {limit} an instruction can address; use a larger array "
+                                f"(--rows/--cols: wider words, fewer of them)")
         if used > depth:
             raise ResourceError(f"The model needs {used} words of the {name} buffer, but the "
                                 f"{config.name} architecture has {depth}; raise "

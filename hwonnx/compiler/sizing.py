@@ -12,7 +12,7 @@ two; a board build takes each buffer to what the model needs, in whole block-RAM
 from dataclasses import replace
 
 from ..config import ArchConfig
-from .isa import FIELDS
+from .isa import FIELDS, addressable
 from .lower import Program
 
 __all__ = ["BUFFERS", "probe", "needs", "sized"]
@@ -26,8 +26,8 @@ _FIELD = {f.name: f for f in FIELDS}
 def probe(config: ArchConfig, fixed=()) -> ArchConfig:
     """``config`` with every buffer not in ``fixed`` as deep as an instruction can address
     (the accumulators keep their depth: it sets the tiling)."""
-    limits = {"act": _FIELD["out_addr"].max + 1, "wgt": _FIELD["wgt_addr"].max + 1,
-              "par": _FIELD["par_addr"].max + 1, "prog": 1 << 16}
+    limits = {"act": addressable("act"), "wgt": addressable("wgt"),
+              "par": addressable("par"), "prog": 1 << 16}
     changes = {f"{name}_depth": depth for name, depth in limits.items() if name not in fixed}
     if "lut" not in fixed:
         changes["lut_tables"] = _FIELD["lut"].max
