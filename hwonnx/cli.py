@@ -290,7 +290,7 @@ def _run(args, output: _Output) -> int:
             graph = load_for_inspection(model, shapes, overrides)
         print(format_inspection(graph, str(model)))
         with output.steps(f"Placing {model.name} on the {config.name} array ..."):
-            placement = format_placement(graph, config)
+            placement = format_placement(graph, config, size=args.board)
         print(f"\n{placement}")
     elif args.command == "sim":
         if args.output:

@@ -57,10 +57,11 @@ def load_for_inspection(path: "str | os.PathLike", input_shapes:
         logger.removeFilter(hold)
 
 
-def format_placement(graph: Graph, config: ArchConfig) -> str:
+def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None) -> str:
     """Where each node of the float ``graph`` runs on the ``config`` array, with MACs and
     predicted cycles (as :func:`hwonnx.api.plan_model` plans it, without reading the model
-    again): the report that ``hwonnx inspect`` prints second.
+    again, its buffers sized for ``size`` as ``hwonnx build`` sizes them): the report that
+    ``hwonnx inspect`` prints second.
 
     Raises
     ------
@@ -71,7 +72,8 @@ def format_placement(graph: Graph, config: ArchConfig) -> str:
     from .compiler.timing import predict
     from .report import placement_table
 
-    int_graph, program = plan_model(graph, config=config)
+    int_graph, program = plan_model(graph, config=config, size=size)
+    config = program.config
     total = predict(program.expanded(), config).total
     utilization = program.macs / (total * config.rows * config.cols)
     return (f"Placement on a {config.name} array ({program.macs:,} MACs, {total:,} predicted "
