@@ -8,7 +8,19 @@ from ..config import ArchConfig
 from .array import array_latency
 from .layouts import InstrLayout
 
-__all__ = ["Feeder"]
+__all__ = ["Feeder", "bank_release", "drain_cycles"]
+
+
+def bank_release(config: ArchConfig) -> int:
+    """Cycles from a MATMUL's last issued word until its weight bank may be rewritten (the word
+    has passed the last column)."""
+    return max(config.cols - 1, 1)
+
+
+def drain_cycles(config: ArchConfig) -> int:
+    """Cycles from a MATMUL's last issued word until the feeder is drained: the tag pipeline
+    (the array and the accumulator read) and the accumulator write."""
+    return array_latency(config) + 2
 
 
 class Feeder(wiring.Component):
@@ -133,7 +145,7 @@ class Feeder(wiring.Component):
 
         # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
         # f + latency and written in cycle f + latency + 1.
-        latency = array_latency(cfg) + 1
+        latency = drain_cycles(cfg) - 1
         # (kept, address, pool_max, first, issued): a word that is not kept (depthwise
         # streaming) writes nothing but is in flight like any other.
         tag = Cat(keep, acc_addr, cur.pool_max, cur.first, running)
@@ -158,7 +170,7 @@ class Feeder(wiring.Component):
         ]
 
         # A bank stays busy until its last activation has passed the last column.
-        hold_init = max(cfg.cols - 2, 0)
+        hold_init = bank_release(cfg) - 1
         for b in range(2):
             hold = Signal(range(hold_init + 1), name=f"hold_{b}")
             with m.If(last & (cur.bank == b)):

@@ -3,7 +3,7 @@
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from ..compiler.isa import FIELDS, LOOP_FIELDS
+from ..isa import FIELDS, LOOP_FIELDS
 from ..config import ArchConfig
 
 __all__ = ["InstrLayout", "LoopLayout", "ParamLayout", "PARAM_BITS"]
@@ -13,7 +13,7 @@ PARAM_BITS = 72
 
 
 class InstrLayout(data.StructLayout):
-    """One instruction word; the fields come from :data:`hwonnx.compiler.isa.FIELDS`."""
+    """One instruction word; the fields come from :data:`hwonnx.isa.FIELDS`."""
 
     def __init__(self):
         super().__init__({f.name: (signed if f.signed else unsigned)(f.width) for f in FIELDS})
@@ -21,7 +21,7 @@ class InstrLayout(data.StructLayout):
 
 class LoopLayout(data.StructLayout):
     """A LOOP instruction (the low bits of the word); the fields come from
-    :data:`hwonnx.compiler.isa.LOOP_FIELDS`."""
+    :data:`hwonnx.isa.LOOP_FIELDS`."""
 
     def __init__(self):
         super().__init__({f.name: (signed if f.signed else unsigned)(f.width)

@@ -7,7 +7,13 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from .layouts import InstrLayout
 
-__all__ = ["WeightLoader"]
+__all__ = ["WeightLoader", "load_cycles"]
+
+
+def load_cycles(config: ArchConfig) -> int:
+    """Cycles from a LOADW's dispatch until the loader takes the next: one per array row, and
+    the dispatch cycle."""
+    return config.rows + 1
 
 
 class WeightLoader(wiring.Component):

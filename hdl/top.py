@@ -5,7 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.isa import Op
+from ..isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
 from .feeder import Feeder

@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.isa import Op, instruction_width
+from ..isa import Op, instruction_width
 from ..config import ArchConfig
 from .layouts import InstrLayout, LoopLayout
 

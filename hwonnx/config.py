@@ -5,12 +5,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 
+from .isa import instruction_width
+
 __all__ = ["ArchConfig", "PRESETS"]
-
-
-def instruction_width() -> int:
-    from .compiler.isa import instruction_width as width   # the ISA imports this module
-    return width()
 
 
 def _bits(depth: int) -> int:

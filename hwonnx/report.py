@@ -4,7 +4,7 @@ Markdown)."""
 import json
 from pathlib import Path
 
-from .compiler.isa import Op, instruction_width
+from .isa import Op, instruction_width
 from .compiler.lower import Program
 from .compiler.timing import predict
 

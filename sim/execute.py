@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..compiler.isa import Op
+from ..isa import Op
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.lower import Program, encode_program
 from ..compiler.timing import predict

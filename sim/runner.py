@@ -113,7 +113,7 @@ def _hdl_digest(config: ArchConfig, *extra: str):
     """A hash of what the accelerator's Verilog for ``config`` depends on: the config, the
     HDL and ISA sources and the Amaranth version, and ``extra``."""
     from .. import hdl
-    from ..compiler import isa
+    from .. import isa
 
     digest = hashlib.sha256((config.digest() + " ".join(extra)).encode())
     for source in sorted(Path(hdl.__file__).parent.glob("*.py")) + [Path(isa.__file__)]:

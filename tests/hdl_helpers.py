@@ -8,7 +8,7 @@ are therefore exact and shared by the stimulus and the checks.
 
 from amaranth.sim import Simulator
 
-from hwonnx.compiler.isa import encode
+from hwonnx.isa import encode
 from hwonnx.config import ArchConfig
 
 __all__ = ["small_config", "SyncReadMemory", "run_cycles", "set_instr", "words"]
@@ -67,7 +67,7 @@ def run_cycles(dut, cycles: int, step, memories=()):
 
 def set_instr(ctx, port, fields: dict):
     """Drive an ``InstrLayout`` port with the compiler's own encoding of ``fields`` (so the
-    test also checks that the HDL layout decodes what :func:`hwonnx.compiler.isa.encode`
+    test also checks that the HDL layout decodes what :func:`hwonnx.isa.encode`
     packs). Metadata keys the ISA does not know (``layer``) are dropped."""
     ctx.set(port.as_value(), encode(**{k: v for k, v in fields.items() if k != "layer"}))
 

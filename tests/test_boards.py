@@ -9,7 +9,7 @@ from hwonnx.api import build
 from hwonnx.boards import BOARDS, FAMILIES, check_fits, estimate, get_board
 from hwonnx.boards.build import YOWASP_TOOLS
 from hwonnx.cli import main
-from hwonnx.compiler.isa import instruction_width
+from hwonnx.isa import instruction_width
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 from hwonnx.examples import example_path, load_digits_data

@@ -11,7 +11,7 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
 
 from hwonnx.api import build, simulate
 from hwonnx.compiler import lower
-from hwonnx.compiler.isa import Op
+from hwonnx.isa import Op
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, UnsupportedOperatorError
 from hwonnx.frontend import load_model

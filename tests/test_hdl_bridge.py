@@ -14,7 +14,7 @@ from hwonnx.boards.protocol import (
     Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, decode_reply, encode_frame,
 )
 from hwonnx.compiler import predict
-from hwonnx.compiler.isa import Op, encode
+from hwonnx.isa import Op, encode
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 from hwonnx.hdl import Accelerator

@@ -7,7 +7,7 @@ after each read."""
 import numpy as np
 import pytest
 
-from hwonnx.compiler.isa import Op
+from hwonnx.isa import Op
 from hwonnx.golden.im2col import conv_output_size, im2col
 from hwonnx.hdl.feeder import Feeder
 

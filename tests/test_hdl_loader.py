@@ -8,7 +8,7 @@ from amaranth.hdl import Elaboratable, Module, signed
 from amaranth.lib import data
 from amaranth.lib.memory import Memory
 
-from hwonnx.compiler.isa import Op
+from hwonnx.isa import Op
 from hwonnx.hdl import SystolicArray, array_latency
 from hwonnx.hdl.loader import WeightLoader
 

@@ -6,7 +6,7 @@ cycle model relies on."""
 import numpy as np
 import pytest
 
-from hwonnx.compiler.isa import Op
+from hwonnx.isa import Op
 from hwonnx.golden import requantize
 from hwonnx.golden.ops import lookup
 from hwonnx.hdl.post import POST_LATENCY, PostProcessor, post_latency

@@ -1,6 +1,6 @@
 """The compiler: integer graph -> program, memory images and cycle predictions."""
 
-from .isa import FIELDS, LOOP_FIELDS, Op, decode, encode, instruction_width
+from ..isa import FIELDS, LOOP_FIELDS, Op, decode, encode, instruction_width
 from .layout import Placement, natural_placement, pack_words, unpack_words
 from .lower import LayerPlan, Program, encode_program, lower
 from .timing import Timing, predict

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError, UsageError
 from ..hdl.top import Accelerator
-from .isa import FIELDS, LOOP_FIELDS, Op
+from ..isa import FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
 from .lower import LayerPlan, Program, encode_program
 from .timing import Timing, predict

@@ -18,7 +18,7 @@ stride along the rows is not).
 import numpy as np
 
 from ..config import ArchConfig
-from .isa import Op
+from ..isa import Op
 from .loops import Tile
 
 __all__ = ["streams", "emit_depthwise", "int8_word"]

@@ -16,7 +16,7 @@ regular nest simply stays explicit.
 from dataclasses import dataclass
 
 from ..config import ArchConfig
-from .isa import FIELDS, LOOP_FIELDS, Op
+from ..isa import FIELDS, LOOP_FIELDS, Op
 
 __all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized"]
 

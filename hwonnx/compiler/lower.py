@@ -9,11 +9,12 @@ from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound, window_counts
+from ..hdl.layouts import ParamLayout
 from ..ir import Graph, Node
 from .alloc import ActAllocator
 from . import depthwise
 from .depthwise import int8_word
-from .isa import Op, addressable, encode
+from ..isa import Op, addressable, encode
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, expand, schedule
 
@@ -183,6 +184,7 @@ class _Builder:
 
     def __init__(self, graph: Graph, config: ArchConfig):
         self.graph, self.config = graph, config
+        self.param_layout = ParamLayout(config)
         self.layer_tiles: "list[LayerTiles]" = []
         self.tiles: "list[Tile]" = []          # of the layer being emitted
         self.wgt: "list[int]" = []
@@ -325,7 +327,7 @@ class _Builder:
                                                                          spec.shift[k - 1])
                 par_addr[n_index, k] = len(self.par)
                 self.par.append(_param_word(folded[n0:n0 + nt], mult[n0:n0 + nt],
-                                            shift[n0:n0 + nt], self.config.cols))
+                                            shift[n0:n0 + nt], self.param_layout))
         return par_addr
 
     def posts(self, spec: "_LayerSpec", target: Placement, acc_base: int, m_tile, n_tile,
@@ -404,13 +406,13 @@ def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int
             for n0 in range(block, min(block + rows, n_out), cols)]
 
 
-def _param_word(bias, mult, shift, cols: int) -> int:
-    word = 0
-    for c in range(cols):
-        b, m, s = (int(bias[c]), int(mult[c]), int(shift[c])) if c < len(bias) else (0, 0, 1)
-        channel = (b & 0xFFFFFFFF) | ((m & 0xFFFFFFFF) << 32) | ((s & 0xFF) << 64)
-        word |= channel << (72 * c)
-    return word
+def _param_word(bias, mult, shift, layout) -> int:
+    """One parameter word in the HDL's :class:`~hwonnx.hdl.layouts.ParamLayout` ``layout``;
+    unused channels hold (0, 0, 1)."""
+    channels = [{"bias": int(bias[c]), "mult": int(mult[c]), "shift": int(shift[c])}
+                if c < len(bias) else {"bias": 0, "mult": 0, "shift": 1}
+                for c in range(layout.length)]
+    return layout.const(channels).as_value().value
 
 
 def encode_program(program: Program) -> "list[int]":

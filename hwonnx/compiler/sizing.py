@@ -12,7 +12,7 @@ two; a board build takes each buffer to what the model needs, in whole block-RAM
 from dataclasses import replace
 
 from ..config import ArchConfig
-from .isa import FIELDS, addressable
+from ..isa import FIELDS, addressable
 from .lower import Program
 
 __all__ = ["BUFFERS", "probe", "needs", "sized"]

@@ -6,8 +6,10 @@ simulated cycle count (tested in ``tests/test_rtl.py`` and ``tests/test_examples
 from dataclasses import dataclass
 
 from ..config import ArchConfig
+from ..hdl.feeder import bank_release, drain_cycles
+from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
-from .isa import Op
+from ..isa import Op
 
 __all__ = ["Timing", "predict"]
 
@@ -21,7 +23,6 @@ class Timing:
 
 def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     """Timing of ``instructions`` as the dispatcher issues them (``Program.expanded()``)."""
-    rows, cols = config.rows, config.cols
     dispatch, done = [], []
     previous = 0
     loader_free = 0               # first cycle the loader accepts a LOADW
@@ -32,6 +33,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     post_idle = 0                 # first cycle the post-processor is idle
     total = 0
     latency = post_latency(config)
+    loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
     for instr in instructions:
@@ -44,15 +46,14 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             finish = t
         elif op == Op.LOADW:
             t = max(t, loader_free, bank_free[instr["bank"]])
-            loader_free = t + rows + 1
-            finish = t + rows + 1
+            loader_free = finish = t + loader
         elif op == Op.MATMUL:
             t = max(t, pending_free)
             start = max(t + 1, feed_end, post_idle if instr.get("wait") else 0)
             pending_free = start + 1
             feed_end = start + instr["count"]
-            bank_free[instr["bank"]] = feed_end + max(cols - 1, 1)
-            drained = feed_end + rows + cols + 2
+            bank_free[instr["bank"]] = feed_end + release
+            drained = feed_end + drain
             finish = drained - 1
         elif op == Op.POST:
             t = max(t, post_idle, drained)
