@@ -16,6 +16,7 @@ from .convert import convert_graph
 from .fold import fold_constants, release_initializers, remove_dead_nodes
 from .functions import inline_functions
 from .graph_rules import check_graph
+from .batch import check_unbatched, unbatch
 from .host import HOST_CONVERTERS, check_host_steps, host_steps
 from .opsets import check_signatures, convert_opset
 from .prequant import annotate_graph, dequantize_model, is_prequantized
@@ -107,7 +108,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     apply_overrides(model, override_initializers)
     ir_version = model.ir_version
     model.ir_version = max(ir_version, 4)   # before IR 4, initializers had to be inputs too
+    batches, batched_shapes = unbatch(model, rlog)
     model = infer_shapes(model)
+    check_unbatched(model, batched_shapes)
     model.ir_version = ir_version
     types = value_types(model)
     _check_perms(model.graph.node, types)
@@ -120,6 +123,7 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     live = None
     steps = host_steps(model, nodes, constants, types)
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
+                **({"batches": batches} if batches else {}),
                 **({"host_steps": steps} if steps else {}))
     graph = convert_graph(model, nodes, constants, types, meta, {
         node.name: HOST_CONVERTERS[node.op_type] for node in nodes if node.name in steps})

@@ -40,6 +40,9 @@ def bind_input_shapes(model: onnx.ModelProto,
     A ``dim_param`` (or unnamed dimension) on the leading axis of an input binds to 1;
     ``input_shapes`` gives full shapes for named inputs and so binds any ``dim_param``; the
     same ``dim_param`` takes the same size everywhere (outputs and ``value_info`` included).
+    ``input_shapes`` may give 1 for a fixed leading (batch) axis of an input of rank 2 or more:
+    the model's size is kept here, and :func:`.batch.unbatch` rebinds it to 1 as it does any
+    batch (the limit on an input's size is checked per sample, on such a batch).
     Dimensions of outputs and ``value_info`` whose variable stays unbound become unknown, for
     shape inference to fill in.
 
@@ -65,8 +68,12 @@ def bind_input_shapes(model: onnx.ModelProto,
                              f"positive dimensions, like the model's {_dims_text(dims)}")
         for axis, (dim, size) in enumerate(zip(dims, shape)):
             if dim.HasField("dim_value") and dim.dim_value != size:
+                if axis == 0 and len(dims) >= 2 and size == 1:
+                    continue       # a fixed batch rebound to 1: batch.unbatch does it
+                hint = " (a fixed batch can be rebound only to 1: hwonnx compiles batch-1 " \
+                    "programs)" if axis == 0 and len(dims) >= 2 else ""
                 raise ModelError(f"Input shape {text} given for '{name}' contradicts the "
-                                 f"model's {_dims_text(dims)} at axis {axis}")
+                                 f"model's {_dims_text(dims)} at axis {axis}{hint}")
             if dim.dim_param:
                 if bound.setdefault(dim.dim_param, int(size)) != size:
                     raise ModelError(f"Dimension '{dim.dim_param}' is given two sizes, "
@@ -78,10 +85,10 @@ def bind_input_shapes(model: onnx.ModelProto,
     for name, value in inputs.items():
         dims = value.type.tensor_type.shape.dim
         for axis, dim in enumerate(dims):
+            if dim.HasField("dim_value"):
+                continue                     # given the same, or a batch rebound to 1
             if name in user:
                 size = int(user[name][axis])
-            elif dim.HasField("dim_value"):
-                continue
             elif dim.dim_param in bound:
                 size = bound[dim.dim_param]
             elif axis == 0:
@@ -97,9 +104,13 @@ def bind_input_shapes(model: onnx.ModelProto,
         if count == 0:
             raise ModelError(f"Input '{name}' has shape {_dims_text(dims)}, with no elements; "
                              f"every dimension of an input must be positive")
+        batched = len(dims) >= 2 and dims[0].dim_value > 1   # compiled as batch 1
+        if batched:
+            count //= dims[0].dim_value
         if count > MAX_TENSOR_ELEMENTS:
             raise ModelError(f"Input '{name}' has shape {_dims_text(dims)}, {count_text(count)} "
-                             f"elements, more than hwonnx's limit of {MAX_TENSOR_ELEMENTS}")
+                             f"elements{' per sample' if batched else ''}, more than hwonnx's "
+                             f"limit of {MAX_TENSOR_ELEMENTS}")
     for value in (*graph.output, *graph.value_info):
         for dim in value.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value"):
