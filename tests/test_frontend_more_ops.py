@@ -352,7 +352,7 @@ def test_transpose_of_non_unit_axes_is_unsupported():
 def test_pipeline_order():
     assert [p.name for p in FLOAT_PIPELINE] == [
         "remove-identity", "fold-pad", "fold-batchnorm", "batchnorm-to-conv", "fuse-bias",
-        "fuse-relu", "fuse-clip"]
+        "fold-scale", "fuse-relu", "fuse-clip"]
 
 
 def test_skipping_fold_pad_leaves_the_pad_refused():

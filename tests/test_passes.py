@@ -184,7 +184,7 @@ def test_fuse_relu_needs_a_single_consumer(outputs):
 def test_float_pipeline_order():
     assert [p.name for p in FLOAT_PIPELINE] == [
         "remove-identity", "fold-pad", "fold-batchnorm", "batchnorm-to-conv", "fuse-bias",
-        "fuse-relu", "fuse-clip"]
+        "fold-scale", "fuse-relu", "fuse-clip"]
 
 
 def bn_add_relu_graph():
@@ -205,8 +205,8 @@ def test_pipeline_fuses_conv_bn_add_relu_and_dumps(tmp_path):
     assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == [
         "00-input.ir.txt", "01-remove-identity.ir.txt", "02-fold-pad.ir.txt",
         "03-fold-batchnorm.ir.txt", "04-batchnorm-to-conv.ir.txt", "05-fuse-bias.ir.txt",
-        "06-fuse-relu.ir.txt", "07-fuse-clip.ir.txt"]
-    assert (tmp_path / "ir" / "07-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
+        "06-fold-scale.ir.txt", "07-fuse-relu.ir.txt", "08-fuse-clip.ir.txt"]
+    assert (tmp_path / "ir" / "08-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
 
 
 def test_pipeline_skips_passes():

@@ -1,13 +1,13 @@
-"""``fold-batchnorm``: fold inference-mode ``BatchNorm`` into the preceding ``Conv``/``Dense``."""
+"""``fold-batchnorm``: fold inference-mode ``BatchNorm`` into the preceding ``Conv``/``Dense``,
+also through layout nodes (``Reshape``, ``Flatten``) that the fold can follow."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ModelError
 from ..ir.graph import Graph, Node
-from .rewrite import fresh_name, fuse_into_producer, has_activation, rewrite_each, sole_consumer
+from .rewrite import fold_channel_affine, has_activation, per_channel, rewrite_each, through_layout
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -25,6 +25,13 @@ class FoldBatchNorm:
     ``s[m]`` and the layer bias becomes ``(bias - mean) * s + B`` (``B``: the BatchNorm
     offset).
 
+    Layout nodes (``Reshape``, ``Flatten``: also ONNX ``Squeeze``, ``Unsqueeze`` and a
+    ``Transpose`` of size-1 axes) may sit between the layer and the ``BatchNorm``, each read
+    only by the next and none quantized by the model, when every element of a layer channel
+    meets the same ``BatchNorm`` channel (PyTorch's ``BatchNorm1d`` as
+    ``Gemm -> Unsqueeze -> BatchNormalization -> Squeeze``): the layout nodes stay, the last
+    writing the ``BatchNorm``'s output.
+
     A ``BatchNorm`` that cannot be folded is left alone.
     """
     name: str = "fold-batchnorm"
@@ -34,31 +41,25 @@ class FoldBatchNorm:
 
 
 def _fold(graph: Graph, bn: Node, quantized: "frozenset[str]") -> "Graph | None":
-    if bn.op != "BatchNorm" or bn.inputs[0] in quantized:
+    if bn.op != "BatchNorm":
         return None
-    producer = graph.producer(bn.inputs[0])
+    producer, chain, values = through_layout(graph, bn.inputs[0], bn)
     if producer is None or producer.op not in ("Conv", "Dense") or has_activation(producer) \
-            or sole_consumer(graph, bn.inputs[0]) is not bn \
+            or any(v in quantized for v in values) \
             or not all(v in graph.constants for v in (*bn.inputs[1:], *producer.inputs[1:])):
         return None
-    weight = graph.constants[producer.inputs[1]].astype(np.float64)
-    channels = weight.shape[0] if producer.op == "Conv" else weight.shape[1]
+    shape = tuple(graph.types[bn.inputs[0]].shape)
+    target = tuple(graph.types[producer.outputs[0]].shape)
+    if len(shape) < 2:
+        return None
     scale, bias, mean, var = (graph.constants[v].astype(np.float64) for v in bn.inputs[1:5])
-    if any(p.shape != (channels,) for p in (scale, bias, mean, var)):
+    if any(p.shape != (shape[1],) for p in (scale, bias, mean, var)):
         return None
     s = scale / np.sqrt(var + bn.attrs["epsilon"])       # var + epsilon > 0: the converter
-    weight = weight * (s[:, None, None, None] if producer.op == "Conv" else s[None, :])
-    old_bias = graph.constants[producer.inputs[2]].astype(np.float64) \
-        if len(producer.inputs) > 2 else np.zeros(channels)
-    new_bias = (old_bias - mean) * s + bias
-    limit = np.finfo(np.float32).max
-    if not (np.abs(weight) <= limit).all() or not (np.abs(new_bias) <= limit).all():
-        raise ModelError(f"BatchNormalization '{bn.name}' folded into {producer.op} "
-                         f"'{producer.name}' gives weights or a bias beyond float32")
-    w_name = fresh_name(graph, f"{producer.name}_weight_bn")
-    b_name = fresh_name(graph, f"{producer.name}_bias_bn")
-    fused = replace(producer, inputs=(producer.inputs[0], w_name, b_name), outputs=bn.outputs)
-    return fuse_into_producer(graph, producer, bn, fused, {
-        w_name: weight.astype(np.float32),
-        b_name: new_bias.astype(np.float32),
-    })
+    on_axis = (1, shape[1]) + (1,) * (len(shape) - 2)
+    s, bias, mean = (per_channel(p.reshape(on_axis), shape, target) for p in (s, bias, mean))
+    if s is None or bias is None or mean is None:
+        return None
+    return fold_channel_affine(graph, producer, chain, bn, s,
+                               lambda old: (old - mean) * s + bias,
+                               f"BatchNormalization '{bn.name}'")

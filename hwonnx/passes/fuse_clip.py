@@ -1,11 +1,11 @@
 """``fuse-clip``: fold ``Clip`` into the preceding layer-like node (``Conv``, ``Dense``,
 ``Add``, ``AvgPool``, ``MaxPool``, ``Concat``) as ``relu`` and ``act_max``."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..ir.graph import Graph, Node
-from .rewrite import LAYER_OPS, fuse_into_producer, rewrite_each, sole_consumer
+from .rewrite import LAYER_OPS, fuse_into_producer, rewrite_each, through_layout
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -21,22 +21,24 @@ class FuseClip:
     lowered to ``max`` (``min(act_max, max)``) if ``max`` is set; ``Relu6`` exports as
     ``Clip(0, 6)``.
 
+    Layout nodes (``Reshape``, ``Flatten``) may sit between them, as for ``fuse-relu``.
+
     A ``Clip`` with any other ``min`` (not 0, not None), or after any other node, is left
     alone; :func:`hwonnx.frontend.load_model` then refuses it.
     """
     name: str = "fuse-clip"
 
     def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
-        return rewrite_each(graph, _fuse)
+        return rewrite_each(graph, lambda g, node: _fuse(g, node, ctx.quantized))
 
 
-def _fuse(graph: Graph, clip: Node) -> "Graph | None":
+def _fuse(graph: Graph, clip: Node, quantized: "frozenset[str]") -> "Graph | None":
     if clip.op != "Clip":
         return None
     low, high = clip.attrs["min"], clip.attrs["max"]
-    producer = graph.producer(clip.inputs[0])
+    producer, chain, values = through_layout(graph, clip.inputs[0], clip)
     if low not in (None, 0) or producer is None or producer.op not in LAYER_OPS \
-            or sole_consumer(graph, clip.inputs[0]) is not clip:
+            or (chain and any(v in quantized for v in values)):
         return None
     attrs = {}
     if low == 0:
@@ -44,5 +46,4 @@ def _fuse(graph: Graph, clip: Node) -> "Graph | None":
     if high is not None:
         old = producer.attrs.get("act_max")
         attrs["act_max"] = float(high) if old is None else min(float(old), float(high))
-    fused = replace(producer.with_attrs(**attrs), outputs=clip.outputs)
-    return fuse_into_producer(graph, producer, clip, fused)
+    return fuse_into_producer(graph, producer, clip, producer.with_attrs(**attrs), chain=chain)

@@ -5,14 +5,21 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import ModelError
 from ..ir.graph import Graph, Node, TensorType
 
-__all__ = ["LAYER_OPS", "has_activation", "sole_consumer", "fresh_name", "prune", "rewrite_each",
-           "fuse_into_producer", "channel_scale_node", "channel_weight"]
+__all__ = ["LAYER_OPS", "LAYOUT_OPS", "has_activation", "sole_consumer", "fresh_name", "prune",
+           "rewrite_each", "fuse_into_producer", "through_layout", "per_channel",
+           "fold_channel_affine", "channel_scale_node", "channel_weight"]
 
 #: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
 #: in that order after the op itself.
 LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat"})
+
+#: Float ops that only change the shape, not the order of the data: ``Reshape`` (the frontend
+#: maps ``Squeeze``, ``Unsqueeze`` and a ``Transpose`` that moves only size-1 axes to it) and
+#: ``Flatten``. The folds follow them (:func:`through_layout`).
+LAYOUT_OPS = frozenset({"Reshape", "Flatten"})
 
 
 def has_activation(node: Node) -> bool:
@@ -62,10 +69,18 @@ def rewrite_each(graph: Graph, rewrite: "Callable[[Graph, Node], Graph | None]")
 
 
 def fuse_into_producer(graph: Graph, producer: Node, consumer: Node, fused: Node,
-                       constants: "dict[str, np.ndarray] | None" = None) -> Graph:
+                       constants: "dict[str, np.ndarray] | None" = None,
+                       chain: "tuple[Node, ...]" = ()) -> Graph:
     """Replace ``producer`` by ``fused`` (at the producer's place), delete ``consumer`` and add
-    ``constants``; ``fused`` writes the consumer's output so value names stay stable."""
-    nodes = tuple(fused if node is producer else node
+    ``constants``; ``fused`` writes the consumer's output so value names stay stable. With a
+    ``chain`` of layout nodes between them (:func:`through_layout`), ``fused`` writes the
+    producer's output and the last layout node writes the consumer's output instead."""
+    if chain:
+        fused = replace(fused, outputs=producer.outputs)
+        last = replace(chain[-1], outputs=consumer.outputs)
+    else:
+        fused, last = replace(fused, outputs=consumer.outputs), None
+    nodes = tuple(fused if node is producer else last if chain and node is chain[-1] else node
                   for node in graph.nodes if node is not consumer)
     constants = constants or {}
     types = dict(graph.types)
@@ -73,6 +88,86 @@ def fuse_into_producer(graph: Graph, producer: Node, consumer: Node, fused: Node
         types[name] = TensorType(str(value.dtype), tuple(value.shape))
     return prune(replace(graph, nodes=nodes, types=types,
                          constants={**graph.constants, **constants}))
+
+
+def through_layout(graph: Graph, value: str, reader: Node
+                   ) -> "tuple[Node | None, tuple[Node, ...], tuple[str, ...]]":
+    """Follow ``value`` (read by ``reader``) up through :data:`LAYOUT_OPS` nodes.
+
+    Returns ``(producer, chain, values)``: the first node that is not a layout op, the layout
+    nodes from it to ``value`` in data order (empty when ``producer`` writes ``value``), and
+    the values from the producer's output to ``value``. Each of these values must be read only
+    by the next node (and not be a graph output); if one is not, or ``value`` comes from a
+    graph input or constant, ``producer`` is None.
+    """
+    chain, values = [], [value]
+    while True:
+        if sole_consumer(graph, value) is not reader:
+            return None, (), ()
+        node = graph.producer(value)
+        if node is None or node.op not in LAYOUT_OPS:
+            return node, tuple(reversed(chain)), tuple(reversed(values))
+        chain.append(node)
+        reader, value = node, node.inputs[0]
+        values.append(value)
+
+
+def per_channel(values: np.ndarray, shape: "tuple[int, ...]", target: "tuple[int, ...]"
+                ) -> "np.ndarray | None":
+    """Return the vector ``v`` with ``v[m]`` the value of ``values`` (broadcast to ``shape``)
+    at every element of channel ``m`` (axis 1) of ``target``, a shape with the same number of
+    elements and the same data order (a reshape of ``shape``); None if ``values`` does not
+    broadcast to ``shape`` or varies within a channel of ``target`` (the layout moved an axis
+    that the channels depend on)."""
+    values = np.asarray(values, np.float64)
+    try:
+        full = np.broadcast_to(values, tuple(shape))
+    except ValueError:
+        return None
+    padded = values.reshape((1,) * (len(shape) - values.ndim) + values.shape)
+    if tuple(shape) == tuple(target) and all(d == 1 for i, d in enumerate(padded.shape)
+                                             if i != 1):       # no layout: not materialized
+        return np.broadcast_to(padded.reshape(-1), (target[1],)).copy()
+    by_channel = np.moveaxis(full.reshape(tuple(target)), 1, 0).reshape(target[1], -1)
+    if not (by_channel == by_channel[:, :1]).all():
+        return None
+    return by_channel[:, 0].copy()
+
+
+def fold_channel_affine(graph: Graph, producer: Node, chain: "tuple[Node, ...]",
+                        consumer: Node, scale: np.ndarray, bias, what: str,
+                        attrs: "dict | None" = None) -> Graph:
+    """Fold ``y = x * scale[m] + ...`` on output channel ``m`` of the ``Conv``/``Dense``
+    ``producer`` (constant weight and bias, no activation) into it: output channel ``m`` of
+    the weight is scaled by ``scale[m]`` and the bias becomes ``bias(old_bias)`` (a function of
+    the old bias, zeros if absent; float64, stored as float32). ``consumer`` (read through the
+    layout ``chain``) is deleted; the layer takes ``attrs`` (an activation). ``what`` names
+    the folded node in the error.
+
+    Raises
+    ------
+    ModelError
+        If the folded weights or bias exceed float32.
+    """
+    weight = graph.constants[producer.inputs[1]].astype(np.float64)
+    channels = len(scale)
+    weight = weight * (scale[:, None, None, None] if producer.op == "Conv" else scale[None, :])
+    old_bias = graph.constants[producer.inputs[2]].astype(np.float64) \
+        if len(producer.inputs) > 2 else np.zeros(channels)
+    new_bias = bias(old_bias)
+    limit = np.finfo(np.float32).max
+    if not (np.abs(weight) <= limit).all() or not (np.abs(new_bias) <= limit).all():
+        raise ModelError(f"{what} folded into {producer.op} '{producer.name}' gives weights or "
+                         f"a bias beyond float32")
+    suffix = {"BatchNorm": "bn"}.get(consumer.op, consumer.op.lower())
+    w_name = fresh_name(graph, f"{producer.name}_weight_{suffix}")
+    b_name = fresh_name(graph, f"{producer.name}_bias_{suffix}")
+    fused = replace(producer.with_attrs(**(attrs or {})) if attrs else producer,
+                    inputs=(producer.inputs[0], w_name, b_name))
+    return fuse_into_producer(graph, producer, consumer, fused, {
+        w_name: weight.astype(np.float32),
+        b_name: new_bias.astype(np.float32),
+    }, chain)
 
 
 def channel_scale_node(name: str, op_inputs: "tuple[str, ...]", output: str,
