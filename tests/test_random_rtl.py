@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, Phase, given, note, reject, seed, settings
 from hwonnx.compiler import lower, predict
 from hwonnx.errors import ResourceError
 from hwonnx.golden import evaluate
+from hwonnx.isa import Op
 from hwonnx.sim import execute_rtl, rtl_build
 
 from random_graphs import chain_graph, graph_cases, layer_cases
@@ -87,6 +88,7 @@ def check_case(config, specs, shape, data_seed: int, stats: Counter) -> None:
     stats["cases"] += 1
     stats["layers"] += len(program.layers)
     stats["streamed"] += len({i["layer"] for i in program.expanded() if i.get("dw")})
+    stats["looped"] += sum(i["op"] == Op.LOOP for i in program.instructions)
     for spec in specs:
         grouped = spec["op"] == "conv" and spec.get("group", 1) > 1
         stats["op:" + ("grouped/depthwise conv" if grouped else spec["op"])] += 1
