@@ -21,12 +21,13 @@ from hwonnx.config import ArchConfig
 from hwonnx.sim import rtl_build
 from hwonnx.zoo import MLPERF_TINY, count_macs, random_inputs
 
-# Simulation-sized buffers: the per-tile program and the whole weight set live on chip.
+# One configuration per array that holds all four models (one Verilator build each): the whole
+# weight set lives on chip; the looped program takes 31 to 88 instructions.
 ARRAYS = {
     "16x16": ArchConfig(rows=16, cols=16, act_depth=32768, wgt_depth=65536, acc_depth=2048,
-                        par_depth=1024, prog_depth=65536),
-    "8x8": ArchConfig(rows=8, cols=8, act_depth=65536, wgt_depth=131072, acc_depth=2048,
-                      par_depth=1024, prog_depth=65536),
+                        par_depth=1024, prog_depth=1024),
+    "8x8": ArchConfig(rows=8, cols=8, act_depth=32768, wgt_depth=65536, acc_depth=2048,
+                      par_depth=1024, prog_depth=1024),
 }
 
 

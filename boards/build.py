@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..compiler.lower import Program, encode_program
+from ..compiler.program import Program, encode_program
 from ..errors import ResourceError, ToolchainError
 from ..hdl.convert import fast_memories
 from .fit import check_fits

@@ -12,7 +12,8 @@ import numpy as np
 from .boards import check_board_fit, check_fits, get_board
 from .compiler.artifact import (load_program, save_program, staged_folder, verify_build_folder,
                                 write_manifest)
-from .compiler.lower import Program, encode_program, lower
+from .compiler.lower import lower
+from .compiler.program import Program, encode_program
 from .compiler.sizing import BUFFERS, needs, probe, sized
 from .compiler.timing import predict
 from .config import ArchConfig

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from .isa import Op, instruction_width
-from .compiler.lower import Program
+from .compiler.program import Program
 from .compiler.timing import predict
 
 __all__ = ["layer_cycles", "build_report", "write_report", "placement", "placement_table"]

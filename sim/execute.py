@@ -4,7 +4,7 @@ import numpy as np
 
 from ..isa import Op
 from ..compiler.layout import pack_words, unpack_words
-from ..compiler.lower import Program, encode_program
+from ..compiler.program import Program, encode_program
 from ..compiler.timing import predict
 from ..errors import SimulationError
 from .harness import STAGE_DEPTH

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compiler.layout import pack_words, unpack_words
-from ..compiler.lower import Program, encode_program
+from ..compiler.program import Program, encode_program
 from ..errors import SimulationError, ToolchainError
 from .runner import (_BUILD_ARGS, build_lock, cache_root, setup_verilator,
                      toolchain_fingerprint)

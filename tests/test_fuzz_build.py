@@ -46,7 +46,7 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from hwonnx.api import build, run_golden
-from hwonnx.compiler.lower import encode_program
+from hwonnx.compiler.program import encode_program
 from hwonnx.errors import HwonnxError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float

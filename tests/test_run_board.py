@@ -12,7 +12,7 @@ from hwonnx.boards import host, protocol
 from hwonnx.boards.build import build_id
 from hwonnx.cli import main
 from hwonnx.compiler.layout import pack_words, unpack_words
-from hwonnx.compiler.lower import encode_program
+from hwonnx.compiler.program import encode_program
 from hwonnx.examples import example_path, load_digits_data
 from hwonnx.golden import evaluate
 

@@ -14,7 +14,7 @@ from numpy.lib import format as npy_format
 from hwonnx import api
 from hwonnx.cli import main
 from hwonnx.compiler.artifact import MANIFEST, load_program, save_program, write_manifest
-from hwonnx.compiler.lower import encode_program
+from hwonnx.compiler.program import encode_program
 from hwonnx.isa import Op
 from hwonnx.errors import MismatchError, ModelError, QuantizationError, SimulationError, UsageError
 from hwonnx.examples import example_path, load_digits_data

@@ -24,7 +24,7 @@ from ..errors import HwonnxError, ModelError, UsageError
 from ..hdl.top import Accelerator
 from ..isa import FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
-from .lower import LayerPlan, Program, encode_program
+from .program import LayerPlan, Program, encode_program
 from .timing import Timing, predict
 
 __all__ = ["save_program", "load_program", "write_hex", "listing", "MANIFEST",

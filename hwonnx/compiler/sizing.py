@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..config import ArchConfig
 from ..isa import FIELDS, addressable
-from .lower import Program
+from .program import Program
 
 __all__ = ["BUFFERS", "probe", "needs", "sized"]
 

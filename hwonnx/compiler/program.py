@@ -1,0 +1,103 @@
+"""A compiled program: the instructions, memory images and placements of one model for one
+architecture (:class:`Program`), what the dispatcher issues for it (:meth:`Program.expanded`)
+and its program-memory words (:func:`encode_program`)."""
+
+from dataclasses import dataclass, field, replace
+
+from ..config import ArchConfig
+from ..errors import ResourceError
+from ..isa import Op, encode
+from .layout import Placement
+from .loops import expand
+
+__all__ = ["LayerPlan", "Program", "encode_program"]
+
+
+@dataclass
+class LayerPlan:
+    """One array layer (QConv or QDense) and the instructions that compute it."""
+    name: str
+    op: str
+    output: str
+    macs: int
+    first: int = 0          # index of its first stored instruction
+    last: int = 0           # index of its last stored instruction (inclusive)
+    tiles: int = 0
+
+
+@dataclass
+class Program:
+    """Everything the accelerator needs to run one model, plus what the host needs to talk
+    to it.
+
+    ``instructions`` is the program as stored in the program memory, each with the index of
+    its ``layer``: per layer either its looped form (SETMM, SETPOST, LOOP) or its
+    micro-instructions one by one; then END. :meth:`expanded` is what the dispatcher issues."""
+    config: ArchConfig
+    instructions: "list[dict]"
+    images: "dict[str, list[int]]"
+    layers: "list[LayerPlan]"
+    placements: "dict[str, Placement]"
+    input_name: str
+    output_name: str
+    input_value: str        # integer value the host writes
+    output_value: str       # integer value the host reads
+    words: "dict[str, int]" = field(default_factory=dict)
+
+    @property
+    def input_placement(self) -> Placement:
+        return self.placements[self.input_value]
+
+    @property
+    def output_placement(self) -> Placement:
+        return self.placements[self.output_value]
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    def expanded(self) -> "list[dict]":
+        """Every instruction the dispatcher issues, in order: the stored ones and, after each
+        LOOP, the micro-instructions the walker issues for it (marked ``looped``)."""
+        out, templates = [], {}
+        for instr in self.instructions:
+            out.append(instr)
+            op = instr["op"]
+            if op in (Op.SETMM, Op.SETPOST):
+                templates[op] = instr
+            elif op == Op.LOOP:
+                out.extend({**micro, "layer": instr["layer"], "looped": 1}
+                           for micro in expand(templates[Op.SETMM], templates[Op.SETPOST],
+                                               instr, self.config))
+        return out
+
+    def truncated(self, layer: int) -> "Program":
+        """The program that stops after layer ``layer``, whose output it then reads: used to
+        measure per-layer cycles and to find the first layer whose output differs."""
+        instructions = [i for i in self.instructions
+                        if i["op"] != Op.END and i["layer"] <= layer]
+        instructions.append(dict(op=Op.END, layer=layer))
+        return replace(self, instructions=instructions,
+                       output_value=self.layers[layer].output)
+
+
+def encode_program(program: Program) -> "list[int]":
+    """Program-memory words of ``program`` (the ``layer`` key is metadata, not encoded): one
+    per instruction, or ``fetch_words`` per instruction, least significant first, for a
+    narrow program memory."""
+    cfg = program.config
+    words = []
+    for index, instr in enumerate(program.instructions):
+        fields = {k: v for k, v in instr.items() if k != "layer"}
+        try:
+            word = encode(**fields)
+        except ValueError as error:
+            layer = program.layers[instr["layer"]].name
+            raise ResourceError(f"Layer '{layer}': instruction {index} cannot be encoded: "
+                                f"{error}") from error
+        if not cfg.runtime_program:
+            words.append(word)
+            continue
+        mask = (1 << cfg.prog_width) - 1
+        words.extend((word >> (cfg.prog_width * k)) & mask for k in range(cfg.fetch_words))
+    return words
