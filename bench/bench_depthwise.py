@@ -69,7 +69,7 @@ def measure(name: str, array: str, samples: int) -> "list[dict]":
     rows = []
     for index, layer in enumerate(streamed.program.layers):
         uses = [i for i in streamed.program.instructions
-                if i["layer"] == index and i["op"] == 2]
+                if i.layer == index and i["op"] == 2]
         if not any(i.get("dw") for i in uses):
             continue
         rows.append({"model": name, "array": array, "layer": layer.name, "macs": layer.macs,

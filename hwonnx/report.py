@@ -56,7 +56,7 @@ def placement_table(graph, program: "Program | None" = None) -> str:
     cycles = dict(zip((layer.name for layer in program.layers), layer_cycles(program))) \
         if program else {}
     macs = {layer.name: layer.macs for layer in program.layers} if program else {}
-    streamed = {program.layers[i["layer"]].name for i in program.expanded()
+    streamed = {program.layers[i.layer].name for i in program.expanded()
                 if i.get("dw")} if program else set()
     lines = ["| node | op | runs on | MACs | predicted cycles | why |",
              "|---|---|---|---:|---:|---|"]
@@ -79,7 +79,7 @@ def layer_cycles(program: Program) -> "list[int]":
 
 def _rounding(program: Program) -> str:
     posts = [i for i in program.expanded() if i["op"] == Op.POST]
-    exact = {program.layers[i["layer"]].name for i in posts if i.get("rne")}
+    exact = {program.layers[i.layer].name for i in posts if i.get("rne")}
     text = "requantize: (v * mult + 2**(shift-1)) >> shift (half up)"
     if exact:
         text += (f", except {len(exact)} layer(s) rounding as onnxruntime (float32 multiply, "

@@ -26,8 +26,8 @@ def _describer(program: Program):
         if not 0 <= index < len(issued):
             return "none"
         instr = issued[index]
-        layer = program.layers[instr["layer"]].name
-        walker = ", from the tile walker" if instr.get("looped") else ""
+        layer = program.layers[instr.layer].name
+        walker = ", from the tile walker" if instr.looped else ""
         return f"#{index} {Op.NAMES[instr['op']]} (layer '{layer}'{walker})"
     return describe
 

@@ -68,7 +68,9 @@ def run_cycles(dut, cycles: int, step, memories=()):
 def set_instr(ctx, port, fields: dict):
     """Drive an ``InstrLayout`` port with the compiler's own encoding of ``fields`` (so the
     test also checks that the HDL layout decodes what :func:`hwonnx.isa.encode`
-    packs). Metadata keys the ISA does not know (``layer``) are dropped."""
+    packs). ``fields`` is a dict or a compiled :class:`~hwonnx.compiler.program.Instr`;
+    metadata keys the ISA does not know (``layer``) are dropped."""
+    fields = getattr(fields, "fields", fields)
     ctx.set(port.as_value(), encode(**{k: v for k, v in fields.items() if k != "layer"}))
 
 

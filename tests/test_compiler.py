@@ -203,7 +203,7 @@ def test_lower_chain(config, shape):
     assert [layer.op for layer in program.layers] == ["QConv", "QDense"]
     assert instrs[-1]["op"] == Op.END and [i["op"] for i in instrs].count(Op.END) == 1
     for index, (m, k_tiles, n_tiles, m_tiles, macs) in enumerate(layers):
-        mine = [i for i in instrs if i["layer"] == index]
+        mine = [i for i in instrs if i.layer == index]
         matmuls = [i for i in mine if i["op"] == Op.MATMUL]
         posts = [i for i in mine if i["op"] == Op.POST]
         assert sum(i["count"] for i in matmuls) == m * k_tiles * n_tiles
@@ -243,7 +243,7 @@ def test_lower_chain(config, shape):
                 or target.base + target.words <= source.base)
         for p in source, target:
             assert 0 <= p.base and p.base + p.words <= program.words["act"]
-        for post in (i for i in instrs if i["op"] == Op.POST and i["layer"] == index):
+        for post in (i for i in instrs if i["op"] == Op.POST and i.layer == index):
             last = post["out_addr"] + (post["count"] - 1) * post["out_stride"] + post["nw"]
             assert target.base <= post["out_addr"] and last <= target.base + target.words
     assert program.input_placement.shape == graph.types["xq"].shape
@@ -251,7 +251,7 @@ def test_lower_chain(config, shape):
 
     # it encodes, and decodes back to the same fields
     for instr, word in zip(program.instructions, encode_program(program)):
-        fields = {k: v for k, v in instr.items() if k != "layer"}
+        fields = instr.fields
         assert {k: v for k, v in decode(word).items() if k in fields} == fields
 
 

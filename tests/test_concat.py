@@ -219,7 +219,7 @@ def test_lowering_skips_the_zero_tiles():
     layer = next(layer for layer in program.layers if layer.op == "QConcat")
     assert layer.macs == 9 * 4 * 5
     index = program.layers.index(layer)
-    matmuls = [i for i in program.expanded() if i["op"] == Op.MATMUL and i["layer"] == index]
+    matmuls = [i for i in program.expanded() if i["op"] == Op.MATMUL and i.layer == index]
     assert len(matmuls) == layer.tiles == 3
     placements = program.placements
     assert [m["act_addr"] for m in matmuls] == [placements["a:q"].base, placements["b:q"].base,

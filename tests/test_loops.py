@@ -69,7 +69,7 @@ def test_a_layer_with_window_counts_stays_explicit():
                   dilations=(1, 1), relu=True),
              dict(op="avgpool", k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), exclude_pad=True)]
     program = lower(chain_graph(rng, specs, (1, 4, 6, 6)), ArchConfig())
-    by_layer = [[i["op"] for i in program.instructions if i["layer"] == n and i["op"] != Op.END]
+    by_layer = [[i["op"] for i in program.instructions if i.layer == n and i["op"] != Op.END]
                 for n in range(2)]
     assert by_layer[0] == [Op.SETMM, Op.SETPOST, Op.LOOP]
     assert Op.LOOP not in by_layer[1] and by_layer[1].count(Op.POST) > 1

@@ -87,7 +87,7 @@ def check_case(config, specs, shape, data_seed: int, stats: Counter) -> None:
         f"simulated cycles {run.cycles}, predicted {predicted}"
     stats["cases"] += 1
     stats["layers"] += len(program.layers)
-    stats["streamed"] += len({i["layer"] for i in program.expanded() if i.get("dw")})
+    stats["streamed"] += len({i.layer for i in program.expanded() if i.get("dw")})
     stats["looped"] += sum(i["op"] == Op.LOOP for i in program.instructions)
     for spec in specs:
         grouped = spec["op"] == "conv" and spec.get("group", 1) > 1

@@ -89,7 +89,7 @@ def test_mismatch_names_first_differing_layer(config):
     graph = chain_graph(rng, specs, (1, 3, 4, 4))
     program = lower(graph, config)
     victim = next(i for i in program.expanded()
-                  if i["op"] == 2 and i["layer"] == 2)["wgt_addr"]
+                  if i["op"] == 2 and i.layer == 2)["wgt_addr"]
     program.images["wgt"][victim] ^= 0x7F
     inputs = {"x": np.zeros((1,) + program.input_placement.shape, dtype=np.float32)}
     message = first_difference(BuildResult(None, graph, program, {}), inputs, 0,
@@ -171,7 +171,7 @@ def test_average_pooling_without_padding_in_the_divisor(config):
              dict(op="flatten"), dict(op="dense", cout=4, relu=False)]
     graph = chain_graph(rng, specs, (1, 3, 7, 6))
     program, _ = _run_and_check(graph, config, rng, samples=2)
-    posts = [i for i in program.expanded() if i["op"] == 3 and i["layer"] == 1]
+    posts = [i for i in program.expanded() if i["op"] == 3 and i.layer == 1]
     n_tiles = len({(i["out_addr"] % i["out_stride"], i["lane_off"], i["nt"]) for i in posts})
     assert len({i["par_addr"] for i in posts}) == 3 * n_tiles      # window counts 4, 6, 9
     assert sum(i["count"] for i in posts) == 7 * 6 * n_tiles
@@ -201,7 +201,7 @@ def test_depthwise_streaming(config):
              dict(op="flatten"), dict(op="dense", cout=3, relu=False)]
     graph = chain_graph(rng, specs, (1, c, 9, 13))
     program, _ = _run_and_check(graph, config, rng, samples=2)
-    streamed = {i["layer"] for i in program.expanded() if i.get("dw")}
+    streamed = {i.layer for i in program.expanded() if i.get("dw")}
     assert streamed == {0, 1, 2}
 
 

@@ -302,9 +302,9 @@ def test_a_sample_past_the_cycle_limit_stops_with_the_accelerator_state(rtl_buil
 
     def named(index):
         instr = program.expanded()[index]
-        walker = ", from the tile walker" if instr.get("looped") else ""
+        walker = ", from the tile walker" if instr.looped else ""
         return f"#{index} {Op.NAMES[instr['op']]} (layer " \
-               f"'{program.layers[instr['layer']].name}'{walker})"
+               f"'{program.layers[instr.layer].name}'{walker})"
     assert match.group(3) == named(dispatched - 1)
     assert match.group(4) == named(dispatched)
     flags = ("weight loader", "feeder", "post-processor",

@@ -24,7 +24,7 @@ from ..errors import HwonnxError, ModelError, UsageError
 from ..hdl.top import Accelerator
 from ..isa import FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
-from .program import LayerPlan, Program, encode_program
+from .program import Instr, LayerPlan, Program, encode_program
 from .timing import Timing, predict
 
 __all__ = ["save_program", "load_program", "write_hex", "listing", "MANIFEST",
@@ -53,8 +53,8 @@ def save_program(program: Program, folder: Path) -> None:
         "layers": [asdict(layer) for layer in program.layers],
         "placements": {k: {"base": p.base, "height": p.height, "width": p.width, "cb": p.cb,
                            "shape": list(p.shape)} for k, p in program.placements.items()},
-        "instructions": [{k: int(v) for k, v in i.items()}
-                         | {"name": Op.NAMES[i["op"]], "predicted_dispatch": d,
+        "instructions": [{k: int(v) for k, v in i.fields.items()}
+                         | {"layer": i.layer, "name": Op.NAMES[i.op], "predicted_dispatch": d,
                             "predicted_done": e}
                          for i, (d, e) in zip(program.instructions, _spans(program, timing))],
         "predicted_cycles": timing.total,
@@ -70,7 +70,7 @@ def _spans(program: Program, timing: Timing) -> "list[tuple[int, int]]":
     the last micro-instruction the walker issues for it."""
     spans = []
     for instr, dispatch, done in zip(program.expanded(), timing.dispatch, timing.done):
-        if instr.get("looped"):
+        if instr.looped:
             spans[-1] = (spans[-1][0], max(spans[-1][1], done))
         else:
             spans.append((dispatch, done))
@@ -101,9 +101,9 @@ def listing(program: Program, timing: Timing) -> str:
              "# index  dispatch  done  layer  instruction"]
     for index, (instr, (dispatch, done)) in enumerate(zip(program.instructions,
                                                           _spans(program, timing))):
-        layer = program.layers[instr["layer"]].name
-        fields = " ".join(f"{k}={instr.get(k, 0)}" for k in _SHOWN[instr["op"]])
-        lines.append(f"{index:6} {dispatch:9} {done:5}  {layer}  {Op.NAMES[instr['op']]} "
+        layer = program.layers[instr.layer].name
+        fields = " ".join(f"{k}={instr.get(k, 0)}" for k in _SHOWN[instr.op])
+        lines.append(f"{index:6} {dispatch:9} {done:5}  {layer}  {Op.NAMES[instr.op]} "
                      f"{fields}")
     return "\n".join(lines) + "\n"
 
@@ -114,8 +114,8 @@ _PROGRAM_KEYS = {"arch", "images", "input_name", "output_name", "input_value", "
                  "words", "layers", "placements", "instructions", "predicted_cycles"}
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
-_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS} | {
-    "layer", "name", "predicted_dispatch", "predicted_done"}
+_INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
+_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS} | set(_INSTRUCTION_METADATA)
 
 
 _LOOP_COUNTS = ("m_count", "n_count", "k1", "k2", "k3")
@@ -228,9 +228,8 @@ def load_program(folder: Path) -> Program:
                          f"run 'hwonnx build' first") from error
     placements = {k: Placement(p["base"], p["height"], p["width"], p["cb"], tuple(p["shape"]),
                                logical[i]) for i, (k, p) in enumerate(doc["placements"].items())}
-    instructions = [{k: v for k, v in i.items()
-                     if k not in ("name", "predicted_dispatch", "predicted_done")}
-                    for i in doc["instructions"]]
+    instructions = [Instr({k: v for k, v in i.items() if k not in _INSTRUCTION_METADATA},
+                          i["layer"]) for i in doc["instructions"]]
     layers = [LayerPlan(**layer) for layer in doc["layers"]]
     program = Program(cfg, instructions, images, layers, placements, doc["input_name"],
                       doc["output_name"], doc["input_value"], doc["output_value"], doc["words"])

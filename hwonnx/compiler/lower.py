@@ -18,7 +18,7 @@ from .alloc import ActAllocator
 from .depthwise import int8_word
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
-from .program import LayerPlan, Program
+from .program import Instr, LayerPlan, Program
 
 __all__ = ["ARRAY_OPS", "lower"]
 
@@ -88,9 +88,9 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     instructions = builder.finish(loops and config.walker)
     seen = set()
     for record_index, record in enumerate(instructions[:-1]):
-        plan = layers[record["layer"]]
-        if record["layer"] not in seen:
-            seen.add(record["layer"])
+        plan = layers[record.layer]
+        if record.layer not in seen:
+            seen.add(record.layer)
             plan.first = record_index
         plan.last = record_index
     program = Program(config, instructions, builder.images(), layers, placements,
@@ -277,7 +277,7 @@ class _Builder:
                      rne=int(spec.rounding == "ort"), lut=lut)
                 for start, length, k in _runs(spec.counts, m0, mt)]
 
-    def finish(self, loops: bool = True) -> "list[dict]":
+    def finish(self, loops: bool = True) -> "list[Instr]":
         """The stored program: each layer looped where its tiles allow it (``loops``), its
         micro-instructions (:func:`~.loops.schedule`) otherwise, then END. Weight banks
         alternate from tile to tile across the whole program."""
@@ -285,9 +285,9 @@ class _Builder:
         for index, layer in enumerate(self.layer_tiles):
             looped = compress(layer, bank, self.config) if loops else None
             records = list(looped) if looped else schedule(layer.tiles, bank)
-            program.extend({**r, "layer": index} for r in records)
+            program.extend(Instr(r, index) for r in records)
             bank = (bank + len(layer.tiles)) % 2
-        program.append(dict(op=Op.END, layer=self.layer_count - 1))
+        program.append(Instr({"op": Op.END}, self.layer_count - 1))
         return program
 
     def images(self) -> "dict[str, list[int]]":

@@ -10,7 +10,28 @@ from ..isa import Op, encode
 from .layout import Placement
 from .loops import expand
 
-__all__ = ["LayerPlan", "Program", "encode_program"]
+__all__ = ["Instr", "LayerPlan", "Program", "encode_program"]
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction: the fields it encodes (``op`` and the fields of its layout,
+    :func:`hwonnx.isa.fields_of`; unset ones encode as 0), and as metadata, not encoded, the
+    index of its ``layer`` and whether the tile walker issues it (``looped``).
+    ``instr["count"]`` and ``instr.get("dw")`` read fields."""
+    fields: "dict[str, int]"
+    layer: int
+    looped: bool = False
+
+    @property
+    def op(self) -> int:
+        return self.fields["op"]
+
+    def __getitem__(self, name: str) -> int:
+        return self.fields[name]
+
+    def get(self, name: str, default=None):
+        return self.fields.get(name, default)
 
 
 @dataclass
@@ -34,7 +55,7 @@ class Program:
     its ``layer``: per layer either its looped form (SETMM, SETPOST, LOOP) or its
     micro-instructions one by one; then END. :meth:`expanded` is what the dispatcher issues."""
     config: ArchConfig
-    instructions: "list[dict]"
+    instructions: "list[Instr]"
     images: "dict[str, list[int]]"
     layers: "list[LayerPlan]"
     placements: "dict[str, Placement]"
@@ -56,43 +77,39 @@ class Program:
     def macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
 
-    def expanded(self) -> "list[dict]":
+    def expanded(self) -> "list[Instr]":
         """Every instruction the dispatcher issues, in order: the stored ones and, after each
-        LOOP, the micro-instructions the walker issues for it (marked ``looped``)."""
+        LOOP, the micro-instructions the walker issues for it (``looped``)."""
         out, templates = [], {}
         for instr in self.instructions:
             out.append(instr)
-            op = instr["op"]
-            if op in (Op.SETMM, Op.SETPOST):
-                templates[op] = instr
-            elif op == Op.LOOP:
-                out.extend({**micro, "layer": instr["layer"], "looped": 1}
+            if instr.op in (Op.SETMM, Op.SETPOST):
+                templates[instr.op] = instr.fields
+            elif instr.op == Op.LOOP:
+                out.extend(Instr(micro, instr.layer, looped=True)
                            for micro in expand(templates[Op.SETMM], templates[Op.SETPOST],
-                                               instr, self.config))
+                                               instr.fields, self.config))
         return out
 
     def truncated(self, layer: int) -> "Program":
         """The program that stops after layer ``layer``, whose output it then reads: used to
         measure per-layer cycles and to find the first layer whose output differs."""
-        instructions = [i for i in self.instructions
-                        if i["op"] != Op.END and i["layer"] <= layer]
-        instructions.append(dict(op=Op.END, layer=layer))
+        instructions = [i for i in self.instructions if i.op != Op.END and i.layer <= layer]
+        instructions.append(Instr({"op": Op.END}, layer))
         return replace(self, instructions=instructions,
                        output_value=self.layers[layer].output)
 
 
 def encode_program(program: Program) -> "list[int]":
-    """Program-memory words of ``program`` (the ``layer`` key is metadata, not encoded): one
-    per instruction, or ``fetch_words`` per instruction, least significant first, for a
-    narrow program memory."""
+    """Program-memory words of ``program``: one per instruction, or ``fetch_words`` per
+    instruction, least significant first, for a narrow program memory."""
     cfg = program.config
     words = []
     for index, instr in enumerate(program.instructions):
-        fields = {k: v for k, v in instr.items() if k != "layer"}
         try:
-            word = encode(**fields)
+            word = encode(**instr.fields)
         except ValueError as error:
-            layer = program.layers[instr["layer"]].name
+            layer = program.layers[instr.layer].name
             raise ResourceError(f"Layer '{layer}': instruction {index} cannot be encoded: "
                                 f"{error}") from error
         if not cfg.runtime_program:

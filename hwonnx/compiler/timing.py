@@ -39,7 +39,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     for instr in instructions:
         op = instr["op"]
         t = previous + 1
-        looped = instr.get("looped", 0)         # issued by the walker, not fetched
+        looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
         if words and not looped:  # its last word arrives at request + words; the instruction
             t = max(t, request + words + 1)     # register is full one cycle later
         if op in Op.WALKER:       # taken by the walker in the cycle it is presented
