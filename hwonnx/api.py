@@ -100,10 +100,19 @@ def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
     return lower(int_graph, sized(config, needs(first), fixed, block_depth), loops)
 
 
-def _fit_board(graph: Graph, program: Program, target, fixed) -> Program:
+#: Arrays a board build may fall back to, largest first, when the board's default array and
+#: the model's buffers do not fit the device together and no array was given.
+FALLBACK_ARRAYS = ((16, 16), (12, 12), (8, 8), (8, 4), (4, 4), (4, 2), (4, 1), (2, 2), (1, 1))
+
+
+def _fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool = False,
+               log=print) -> Program:
     """``program`` if it fits ``target``; otherwise, the accumulators not being ``fixed``,
     the same model with half the accumulators (smaller output tiles) until it fits, down to
-    64 words. Raises the first program's :class:`ResourceError` when none fits."""
+    64 words; otherwise, with ``choose_array`` (no array given), the largest smaller array of
+    :data:`FALLBACK_ARRAYS` with which it fits (fewer rows pad fewer lanes: a 1-channel image
+    takes half the activation words on 4 rows as on 8). Raises the first program's
+    :class:`ResourceError` when none fits."""
     try:
         check_board_fit(program, target)
         return program
@@ -118,6 +127,20 @@ def _fit_board(graph: Graph, program: Program, target, fixed) -> Program:
             return smaller
         except ResourceError:
             continue
+    if choose_array:
+        start = program.config
+        for rows, cols in FALLBACK_ARRAYS:
+            if rows * cols >= start.rows * start.cols:
+                continue
+            try:
+                other = lower_sized(graph, replace(start, rows=rows, cols=cols), target.name,
+                                   fixed)
+                other = _fit_board(graph, other, target, fixed)
+            except ResourceError:
+                continue
+            log(f"The {start.name} array and this model's buffers do not fit board "
+                f"'{target.name}'; using a {other.config.name} array")
+            return other
     raise first
 
 
@@ -169,6 +192,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     target = get_board(board)
     # The board's default depths are sized to the model; a config given whole is kept.
     size = None if config else ("sim" if target.is_simulation else target.name)
+    array_free = config is None and rows is None and cols is None
     fixed = {name for name in BUFFERS if f"{name}_depth" in depths
              or (name == "lut" and "lut_tables" in depths)}
     config = config or target.default_config
@@ -193,7 +217,8 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
                                        override_initializers=override_initializers, log=log,
                                        size=size, fixed=fixed)
         if not target.is_simulation:
-            program = _fit_board(graph, program, target, fixed)
+            program = _fit_board(graph, program, target, fixed,
+                                 choose_array=array_free, log=log)
         return graph, program, build_report(program, str(model), board, dict(graph.meta),
                                             graph)
 

@@ -127,3 +127,34 @@ def test_needs_reads_the_program():
     assert words["acc"] == 2 * max(posts)
     assert words["lut"] == len(program.images.get("lut", ())) // 256
     assert np.all(np.array(posts) > 0)
+
+
+def _gray_conv(side: int):
+    """A 3x3 Conv + Relu on a one-channel side x side image (a grayscale camera frame)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "gray",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, side, side])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": rng.random((2, 1, side, side)).astype(np.float32)}
+
+
+def test_a_board_build_falls_back_to_an_array_that_fits():
+    """One channel in eight lanes: the 8x8 array's activation words are mostly padding and
+    the 160x160 image does not fit the ULX3S-85F's block RAM; with no array given the build
+    takes the largest smaller array that fits, and says so. An array given is kept."""
+    model, calib = _gray_conv(160)
+    said = []
+    result = build(model, None, board="ulx3s-85f", calib=calib, log=said.append)
+    config = result.program.config
+    assert (config.rows, config.cols) == (4, 4)
+    assert "The 8x8 array and this model's buffers do not fit board 'ulx3s-85f'; using a 4x4 " \
+           "array" in said
+    with pytest.raises(ResourceError, match=r"^The 8x8 accelerator does not fit board "
+                                            r"'ulx3s-85f': \d+ block RAMs"):
+        build(model, None, board="ulx3s-85f", calib=calib, rows=8, cols=8, log=quiet)
