@@ -10,6 +10,7 @@ import onnx
 from ..errors import ModelError, ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size, windows_touch_input
 from ..ir.evaluate import MAX_VALUE_ELEMENTS, check_node_work
+from ..ir.tables import TABLE_OPS
 from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
 from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name
@@ -343,16 +344,23 @@ def _relu(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Relu", (b.value(node.input[0]),), (b.value(node.output[0]),))
 
 
-#: Elementwise activations and the default of each attribute they have (ONNX).
-_TABLE_DEFAULTS = {"LeakyRelu": {"alpha": 0.01}, "Sigmoid": {}, "Tanh": {},
-                   "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "HardSwish": {}}
-
-
 def _table_activation(b: _Builder, node: onnx.NodeProto) -> Node:
-    """``LeakyRelu``, ``Sigmoid``, ``Tanh``, ``HardSigmoid``, ``HardSwish``: an elementwise
-    function the accelerator computes by a lookup table on the int8 value."""
-    attrs = {**_TABLE_DEFAULTS[node.op_type], **{k: float(v) for k, v in _attrs(node).items()
-                                                 if k in _TABLE_DEFAULTS[node.op_type]}}
+    """A table operator of :data:`hwonnx.ir.tables.TABLE_OPS` (``LeakyRelu``, ``Sigmoid``,
+    ``Elu``, ``Gelu``, ...): an elementwise function the accelerator computes by a lookup table
+    on the int8 value. Its attributes, ONNX's defaults filled in, are kept."""
+    table = TABLE_OPS[node.op_type]
+    attrs = dict(table.defaults)
+    for key, value in _attrs(node).items():
+        if key not in table.defaults:
+            continue
+        if isinstance(table.defaults[key], str):
+            if value not in table.choices.get(key, (table.defaults[key],)):
+                allowed = " or ".join(f"'{c}'" for c in table.choices.get(key, ()))
+                raise ModelError(f"{node.op_type} '{node.name}' has {key}='{value}'; ONNX "
+                                 f"defines {allowed}")
+            attrs[key] = str(value)
+        else:
+            attrs[key] = float(value)
     return Node(node.name, node.op_type, (b.value(node.input[0]),), (b.value(node.output[0]),),
                 attrs)
 
@@ -612,7 +620,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
-    **{op: _table_activation for op in _TABLE_DEFAULTS},
+    **{op: _table_activation for op in TABLE_OPS},
 }
 
 

@@ -5,6 +5,7 @@ import onnx
 
 from ..errors import UnsupportedOperatorError
 from ..ir.graph import Graph
+from ..ir.tables import TABLE_OPS
 from .common import domain_opset, is_default_domain
 from .host import (HOST_END_OPS, HOST_ONLY_OPS, HOST_START_OPS, at_end, end_values,
                    leading_chain, runs_on_neither)
@@ -25,8 +26,7 @@ COMPUTE_OPS = frozenset({
     "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
     "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Mul", "Pad",
     "Squeeze", "Unsqueeze", "Transpose", "Concat", "MaxPool", "GlobalMaxPool",
-    "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
-})
+}) | frozenset(TABLE_OPS)          # the table operators (LeakyRelu, Sigmoid, Elu, Gelu, ...)
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
 #: ``AvgPool``, ``MaxPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
 _LAYER_SOURCES = ("Conv, Gemm, MatMul, Add, Concat, AveragePool, GlobalAveragePool, MaxPool or "

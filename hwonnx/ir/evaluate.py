@@ -1,7 +1,7 @@
 """NumPy float32 reference evaluator of the float IR vocabulary (``Conv``, ``Dense``, ``Add``,
 ``AvgPool``, ``MaxPool``, ``Concat``, ``Relu``, ``Clip``, ``BatchNorm``, ``Flatten``, ``Reshape``,
-``Identity``, ``Softmax``, and the elementwise ``LeakyRelu``, ``Sigmoid``, ``Tanh``,
-``HardSigmoid``, ``HardSwish``).
+``Identity``, ``Softmax``, and the elementwise table operators of :data:`.tables.TABLE_OPS`:
+``LeakyRelu``, ``Sigmoid``, ``Tanh``, ``Elu``, ``Gelu``, ...).
 
 Every node is held to the work bounds :data:`MAX_VALUE_ELEMENTS`, :data:`MAX_PATCH_ELEMENTS`
 and :data:`MAX_NODE_MACS` (per sample, :func:`check_node_work`): the frontend refuses a model
@@ -21,6 +21,7 @@ from ..errors import ResourceError
 from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node, TensorType
+from .tables import TABLE_OPS
 
 __all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float", "first_not_finite",
            "MAX_VALUE_ELEMENTS", "MAX_PATCH_ELEMENTS", "MAX_NODE_MACS", "node_work",
@@ -212,25 +213,12 @@ def _reshape(graph: Graph, node: Node, x):
     return x.reshape(_batch(graph.types[node.outputs[0]].shape, x.shape[0]))
 
 
-def _sigmoid(x):
-    e = np.exp(-np.abs(x))                    # no overflow for large |x|
-    return np.where(x >= 0, np.float32(1) / (np.float32(1) + e), e / (np.float32(1) + e))
-
-
-def _hard_sigmoid(x, alpha, beta):
-    return np.clip(np.float32(alpha) * x + np.float32(beta), 0, 1)
-
-
 #: Elementwise functions of one value (float32, ONNX's definitions), by float IR op; the
 #: accelerator computes each as a 256-entry lookup table on the int8 value
-#: (:func:`hwonnx.quant.ptq.activation_table`). ``attrs`` holds ``alpha``/``beta``.
+#: (:func:`hwonnx.quant.ptq.activation_table`). Derived from :data:`.tables.TABLE_OPS`, the
+#: one list of the table operators; ``attrs`` holds each operator's attributes.
 TABLE_FUNCTIONS: "dict[str, Callable[[np.ndarray, dict], np.ndarray]]" = {
-    "LeakyRelu": lambda x, attrs: np.where(x >= 0, x, x * np.float32(attrs["alpha"])),
-    "Sigmoid": lambda x, attrs: _sigmoid(x),
-    "Tanh": lambda x, attrs: np.tanh(x),
-    "HardSigmoid": lambda x, attrs: _hard_sigmoid(x, attrs["alpha"], attrs["beta"]),
-    "HardSwish": lambda x, attrs: x * _hard_sigmoid(x, 1 / 6, 0.5),
-}
+    op: table.fn for op, table in TABLE_OPS.items()}
 
 
 #: One function per float IR op: ``fn(graph, node, *inputs) -> output``.
