@@ -98,13 +98,14 @@ def main(argv=None) -> int:
     parser.add_argument("--boards", nargs="*", default=["icebreaker", "ulx3s-85f"])
     parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=MODELS)
     args = parser.parse_args(argv)
-    results = [measure(board, model) for board in args.boards for model in args.models]
     previous = args.out / "boards.json"      # keep the rows of boards not measured this time
-    if previous.exists():
-        fresh = {(r["board"], r["model"]) for r in results}
-        results = [r for r in json.loads(previous.read_text())
-                   if (r["board"], r["model"]) not in fresh] + results
-    write_results(args.out, "boards", results, markdown(results))
+    results = json.loads(previous.read_text()) if previous.exists() else []
+    for board in args.boards:
+        for model in args.models:       # written after each build: a long run keeps its rows
+            row = measure(board, model)
+            results = [r for r in results if (r["board"], r["model"]) != (board, model)]
+            results.append(row)
+            write_results(args.out, "boards", results, markdown(results))
     print(markdown(results))
     return 0
 
