@@ -99,10 +99,11 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=MODELS)
     args = parser.parse_args(argv)
     previous = args.out / "boards.json"      # keep the rows of boards not measured this time
-    results = json.loads(previous.read_text()) if previous.exists() else []
+    results = []
     for board in args.boards:
         for model in args.models:       # written after each build: a long run keeps its rows
             row = measure(board, model)
+            results = json.loads(previous.read_text()) if previous.exists() else []
             results = [r for r in results if (r["board"], r["model"]) != (board, model)]
             results.append(row)
             write_results(args.out, "boards", results, markdown(results))
