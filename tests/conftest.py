@@ -9,6 +9,7 @@ docs/testing.md.
 
 import pytest
 
+from hwonnx.examples import load_digits_data
 from ort_reference import guard_optimized_int8_sessions
 
 
@@ -23,3 +24,9 @@ def pytest_report_header(config):
     from hwonnx.sim.runner import cache_root
 
     return [f"hwonnx build cache: {cache_root()}"]
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """The bundled digits data set (calibration and test images)."""
+    return load_digits_data()

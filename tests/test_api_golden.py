@@ -11,15 +11,10 @@ from hwonnx import api
 from hwonnx.compiler import Op, decode, instruction_width
 from hwonnx.config import PRESETS, ArchConfig
 from hwonnx.errors import ModelError, QuantizationError
-from hwonnx.examples import example_path, load_digits_data
+from hwonnx.examples import example_path
 
 FILES = ("arch.json", "program.json", "prog.hex", "wgt.hex", "par.hex", "graph.json",
          "graph.npz", "report.json", "report.md")
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_digits_data()
 
 
 @pytest.fixture(scope="module")

@@ -20,18 +20,13 @@ from hwonnx.cli import main
 from hwonnx.compiler import artifact
 from hwonnx.compiler.artifact import MANIFEST, folder_lock, verify_build_folder
 from hwonnx.errors import ModelError, UsageError
-from hwonnx.examples import example_path, load_digits_data
+from hwonnx.examples import example_path
 
 MLP = str(example_path("digits_mlp"))
 
 
 def quiet(message):
     pass
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_digits_data()
 
 
 @pytest.fixture
@@ -204,7 +199,8 @@ def test_a_folder_that_cannot_be_written(tmp_path, files, monkeypatch, capsys, c
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root writes into read-only folders: chmod cannot test this")
+                    reason="root writes into read-only folders, so chmod cannot make one here; the same "
+                    "error is tested for every user by test_a_folder_that_cannot_be_written (EACCES)")
 def test_a_read_only_parent_folder(tmp_path, files, capsys):
     parent = tmp_path / "ro"
     parent.mkdir()
@@ -355,12 +351,16 @@ def test_sim_refuses_a_truncated_file(tmp_path, digits, files, capsys):
                                 f"'{out}'"))
 
 
-def test_sim_refuses_a_stale_lut_hex(tmp_path, digits, files, capsys):
+@pytest.mark.parametrize("stale, text", [("lut.hex", "00\n" * 256),
+                                         ("board/hwonnx_board.json", "{}")])
+def test_sim_refuses_a_stale_file(tmp_path, digits, files, capsys, stale, text):
+    """A table file or a board folder another build left beside this one."""
     out = tmp_path / "out"
     build(out, digits)
-    (out / "lut.hex").write_text("00\n" * 256)
+    (out / stale).parent.mkdir(exist_ok=True)
+    (out / stale).write_text(text)
     assert_user_error(sim_golden(capsys, out, files),
-                      re.escape(f"'{out / 'lut.hex'}' is not part of this build (a leftover "
+                      re.escape(f"'{out / stale}' is not part of this build (a leftover "
                                 f"of another build?); remove it or rebuild '{out}'"))
 
 
@@ -373,16 +373,6 @@ def test_sim_allows_other_files(tmp_path, digits, files, capsys):
     assert code == 0, err
     assert sim_golden(capsys, out, files)[0] == 0
 
-
-def test_sim_refuses_a_stale_board_folder(tmp_path, digits, files, capsys):
-    out = tmp_path / "out"
-    build(out, digits)
-    (out / "board").mkdir()
-    (out / "board" / "hwonnx_board.json").write_text("{}")
-    assert_user_error(sim_golden(capsys, out, files),
-                      re.escape(f"'{out / 'board/hwonnx_board.json'}' is not part of this "
-                                f"build (a leftover of another build?); remove it or rebuild "
-                                f"'{out}'"))
 
 
 def test_sim_refuses_an_unreadable_manifest(tmp_path, digits, files, capsys):

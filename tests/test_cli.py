@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper, save
 from spec_helpers import SUPPORTED
 
 from hwonnx.cli import build_parser, main
-from hwonnx.examples import example_path, load_digits_data
+from hwonnx.examples import example_path
 
 MLP = str(example_path("digits_mlp"))
 
@@ -29,11 +29,6 @@ def assert_user_error(code, out, err, message):
     assert out == ""
     assert re.fullmatch(r"hwonnx: error: " + message + r"\n", err), err
     assert "Traceback" not in err
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_digits_data()
 
 
 @pytest.fixture(scope="module")

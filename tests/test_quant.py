@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 
 from hwonnx.errors import QuantizationError
-from hwonnx.examples import example_path, load_digits_data
+from hwonnx.examples import example_path
 from hwonnx.frontend import load_model
 from hwonnx.golden import dequantize, evaluate, quantize
 from hwonnx.ir import Graph, TensorType
@@ -96,11 +96,6 @@ def test_requant_params_rejects_out_of_range_scales(value, text):
 
 
 # quantize_graph on digits_mlp --------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_digits_data()
-
 
 @pytest.fixture(scope="module")
 def mlp(digits):

@@ -17,7 +17,7 @@ from hwonnx.compiler.artifact import MANIFEST, load_program, save_program, write
 from hwonnx.compiler.program import encode_program
 from hwonnx.isa import Op
 from hwonnx.errors import MismatchError, ModelError, QuantizationError, SimulationError, UsageError
-from hwonnx.examples import example_path, load_digits_data
+from hwonnx.examples import example_path
 from hwonnx.quant.data import MAX_SAMPLE_VALUES
 
 MLP = str(example_path("digits_mlp"))
@@ -25,11 +25,6 @@ MLP = str(example_path("digits_mlp"))
 
 def quiet(message):
     pass
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_digits_data()
 
 
 @pytest.fixture(scope="module")

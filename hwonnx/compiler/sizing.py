@@ -12,7 +12,7 @@ two; a board build takes each buffer to what the model needs, in whole block-RAM
 from dataclasses import replace
 
 from ..config import ArchConfig
-from ..isa import FIELDS, addressable
+from ..isa import FIELDS, Op, addressable
 from .program import Program
 
 __all__ = ["BUFFERS", "probe", "needs", "sized"]
@@ -37,7 +37,7 @@ def probe(config: ArchConfig, fixed=()) -> ArchConfig:
 def needs(program: Program) -> "dict[str, int]":
     """Words each buffer of ``program`` uses; for the accumulators, the depth beyond which
     no M tile grows (twice the largest output tile, both halves in use)."""
-    half = max((i["count"] for i in program.expanded() if i["op"] == 3), default=1)
+    half = max((i["count"] for i in program.expanded() if i.op == Op.POST), default=1)
     return {**program.words, "acc": 2 * half,
             "lut": len(program.images.get("lut", ())) // 256}
 
