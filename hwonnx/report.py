@@ -4,27 +4,16 @@ Markdown)."""
 import json
 from pathlib import Path
 
+from .ir.ops import IR_OPS, LAYOUT, integer_ops
 from .isa import Op, instruction_width
 from .compiler.program import Program
 from .compiler.timing import predict
 
 __all__ = ["layer_cycles", "build_report", "write_report", "placement", "placement_table"]
 
-_WHY = {
-    "Quantize": ("host", "converts the float input to int8 before it is sent"),
-    "Dequantize": ("host", "converts the int8 result back to float"),
-    "QConv": ("hardware", "convolution on the systolic array"),
-    "QDense": ("hardware", "matrix multiply on the systolic array"),
-    "QAdd": ("hardware", "residual sum: a 1x1 convolution over both inputs"),
-    "QAvgPool": ("hardware", "average pooling: a depthwise convolution with weights of one"),
-    "QMaxPool": ("hardware", "max pooling: one tap per pass, the accumulators keep the "
-                 "maximum"),
-    "QConcat": ("hardware", "channel concatenation: a block-diagonal 1x1 convolution, each "
-                "source requantized by its own multiplier"),
-    "Flatten": ("hardware", "layout only: the buffer is read in another order"),
-    "Reshape": ("hardware", "layout only: the buffer is read in another order"),
-    "Softmax": ("host", "no array mapping; runs in NumPy after the accelerator's output"),
-}
+#: Where each integer op runs and why (from the operator registry).
+_WHY = {entry.quantized: (entry.where, entry.why) for entry in IR_OPS.values() if entry.quantized}
+_LAYOUT = integer_ops(LAYOUT)
 
 
 def placement(graph) -> "list[dict]":
@@ -34,7 +23,7 @@ def placement(graph) -> "list[dict]":
     steps = graph.meta.get("host_steps") or {}
     rows = []
     for node in graph.nodes:
-        float_layout = node.op in ("Flatten", "Reshape") and \
+        float_layout = node.op in _LAYOUT and \
             graph.types[node.outputs[0]].dtype != "int8"
         if node.name in steps and graph.types[node.outputs[0]].dtype != "int8":
             where, why = "host", steps[node.name]["why"]

@@ -373,3 +373,19 @@ def test_host_division_by_a_constant_holding_zero_is_refused():
     with raises(ModelError, "Div 'norm' divides by the constant 'std', which holds 0; the result "
                 "would not be finite"):
         load_model(model)
+
+
+def test_every_refused_form_of_a_supported_operator_is_listed_in_one_error():
+    """Two nodes of supported operators in forms hwonnx cannot map (a Concat along the width,
+    a Pad in reflect mode refused later by the converter's own check) and a third one after
+    them: one error names both refused nodes, with both reasons."""
+    nodes = [helper.make_node("Concat", ["x", "x"], ["c"], name="cat_w", axis=3),
+             helper.make_node("Concat", ["c", "c"], ["d"], name="cat_h", axis=2),
+             helper.make_node("Relu", ["d"], ["y"], name="relu")]
+    model = make_model(nodes, {"x": [1, 2, 3, 4]}, {"y": [1, 2, 6, 8]})
+    with pytest.raises(UnsupportedOperatorError) as info:
+        load_model(model)
+    assert [n[0] for n in info.value.nodes] == ["cat_w", "cat_h"]
+    message = str(info.value)
+    assert "\n" not in message
+    assert "Concat 'cat_w' along axis 3" in message and "Concat 'cat_h' along axis 2" in message

@@ -12,6 +12,7 @@ from ..golden.im2col import conv_output_size
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound, window_counts
 from ..hdl.layouts import ParamLayout
 from ..ir import Graph, Node
+from ..ir.ops import LAYER, LAYOUT, integer_ops
 from ..isa import Op, addressable
 from . import depthwise
 from .alloc import ActAllocator
@@ -24,7 +25,9 @@ __all__ = ["ARRAY_OPS", "lower"]
 
 
 #: Integer operators the array computes (each lowered as a convolution over its sources).
-ARRAY_OPS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat")
+ARRAY_OPS = integer_ops(LAYER)
+#: Integer layout ops: the buffer is read in another order, no instructions.
+_LAYOUT = integer_ops(LAYOUT)
 
 
 def _activations(node: Node, graph: Graph) -> "list[str]":
@@ -45,7 +48,7 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     # final Softmax, say) run on the host.
     body = [n for n in graph.nodes if n.op not in ("Quantize", "Dequantize")
             and graph.types[n.outputs[0]].dtype == "int8"]
-    unknown = [n for n in body if n.op not in ARRAY_OPS + ("Flatten", "Reshape")]
+    unknown = [n for n in body if n.op not in ARRAY_OPS + _LAYOUT]
     if unknown:
         raise UnsupportedOperatorError([(n.name, n.op, "", 0) for n in unknown])
 
@@ -72,7 +75,7 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     for index, node in enumerate(body):
         source = placements[node.inputs[0]]
         out = node.outputs[0]
-        if node.op in ("Flatten", "Reshape"):
+        if node.op in _LAYOUT:
             placements[out] = source.with_shape(graph.types[out].shape)
             alloc.alias(out, node.inputs[0])
         else:

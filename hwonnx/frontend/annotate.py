@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.graph import Graph
+from ..ir.ops import LAYER, ir_ops
 
 __all__ = ["Annotations", "IntegerConstant", "annotate_graph"]
+
+_LAYERS = ir_ops(LAYER)
 
 
 @dataclass
@@ -79,7 +82,7 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
                                  f"model gives no int32 bias in units of input scale x weight "
                                  f"scale")
         out = activations.get(node.outputs[0]) if node.outputs else None
-        if node.op in ("Conv", "Dense", "Add", "AvgPool", "MaxPool") and out is not None \
+        if node.op in _LAYERS and out is not None \
                 and out[1] == -128 and not node.attrs.get("relu") \
                 and (node.attrs.get("act_max") is None or node.attrs["act_max"] >= 0):
             node = node.with_attrs(relu=True)

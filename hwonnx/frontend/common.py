@@ -8,11 +8,13 @@ from typing import Iterator
 
 import onnx
 
+from ..errors import UnsupportedOperatorError
+
 __all__ = [
     "DEFAULT_DOMAINS", "FLOAT_TYPES", "READ_TYPES", "MAX_TENSOR_ELEMENTS", "MAX_TENSOR_BYTES",
     "ReadLog", "elem_type_name", "is_default_domain", "opset_versions", "domain_opset",
     "is_c_identifier", "dims_size", "count_text", "dims_text", "copy_fields", "extend_messages",
-    "all_tensors",
+    "all_tensors", "LISTED_NODES", "summary",
     "subgraphs", "outer_references", "graph_attributes",
 ]
 
@@ -201,3 +203,36 @@ def outer_references(graph: onnx.GraphProto) -> "set[str]":
         defined.update(v for v in node.output if v)
     used.update(v.name for v in graph.output)
     return used - defined
+
+
+#: Up to this many unsupported nodes are listed one by one; more are summarized by operator,
+#: with the first few node names and reasons (``error.nodes`` still lists them all).
+LISTED_NODES = 10
+_NAMES_PER_OPERATOR = 3
+_OPERATORS = 20
+_REASONS = 3
+
+
+def summary(error: UnsupportedOperatorError, reasons: "list[str]") -> str:
+    """Return the message of ``error`` with ``reasons`` (in parentheses): every node when
+    there are at most :data:`LISTED_NODES`, else a summary by operator, so that a model with
+    thousands of unsupported nodes still gets a short line."""
+    if len(error.nodes) <= LISTED_NODES:
+        return f"{error}" + (f" ({'; '.join(reasons)})" if reasons else "")
+    groups: "dict[tuple[str, str, int], list[str]]" = {}
+    for name, op, domain, opset in error.nodes:
+        groups.setdefault((op, domain, opset), []).append(name)
+    parts = []
+    for (op, domain, opset), names in list(groups.items())[:_OPERATORS]:
+        shown = ", ".join(f"'{name}'" for name in names[:_NAMES_PER_OPERATOR])
+        more = f" and {len(names) - _NAMES_PER_OPERATOR} more" \
+            if len(names) > _NAMES_PER_OPERATOR else ""
+        parts.append(f"{op} (domain '{domain or 'ai.onnx'}', opset {opset}) x{len(names)}: "
+                     f"nodes {shown}{more}")
+    if len(groups) > _OPERATORS:
+        parts.append(f"and {len(groups) - _OPERATORS} more operators")
+    text = f"{len(error.nodes)} unsupported node(s), by operator: {'; '.join(parts)}"
+    if reasons:
+        more = f"; and {len(reasons) - _REASONS} more" if len(reasons) > _REASONS else ""
+        text += f" ({'; '.join(reasons[:_REASONS])}{more})"
+    return text

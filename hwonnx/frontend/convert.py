@@ -10,10 +10,11 @@ import onnx
 from ..errors import ModelError, ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size, windows_touch_input
 from ..ir.evaluate import MAX_VALUE_ELEMENTS, check_node_work
+from ..ir.ops import IR_OPS
 from ..ir.tables import TABLE_OPS
 from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
-from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name
+from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name, summary
 
 __all__ = ["CONVERTERS", "convert_graph"]
 
@@ -477,6 +478,7 @@ def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedO
     """Return the error refusing ``node`` (a form of a supported operator hwonnx cannot map)."""
     error = UnsupportedOperatorError([(node.name, node.op_type, "", b.opset)])
     error.args = (f"{error} ({reason})",)
+    error.reasons = [reason]
     return error
 
 
@@ -617,7 +619,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "BatchNormalization": _batchnorm, "Flatten": _flatten, "Reshape": _reshape,
     "Identity": _identity, "Dropout": _dropout, "AveragePool": _average_pool,
-    "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Softmax": _softmax,
+    "GlobalAveragePool": _global_average_pool, "Clip": _clip,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
     **{op: _table_activation for op in TABLE_OPS},
@@ -648,23 +650,37 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
 
     Raises
     ------
+    UnsupportedOperatorError
+        Listing every node that uses a supported operator in a form hwonnx cannot map.
     ModelError
-        If a node uses a supported operator in a form hwonnx cannot map.
+        If a node is malformed.
     ResourceError
         If a value, or the work of a node, exceeds hwonnx's bounds
         (:func:`hwonnx.ir.evaluate.check_node_work`).
     """
     b = _Builder(model, nodes, constants, types)
     graph = model.graph
-    ir_nodes = []
+    ir_nodes, refused, reasons = [], [], []
     for node in nodes:
         converter = (special or {}).get(node.name) or CONVERTERS.get(node.op_type)
         if converter is None:                 # the support check lets no other op through
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
-        ir_node = converter(b, node)
+        try:
+            ir_node = converter(b, node)
+        except UnsupportedOperatorError as error:     # go on: one error lists every node
+            refused += error.nodes
+            reasons += getattr(error, "reasons", [])
+            continue
+        if ir_node.op not in IR_OPS:          # every float IR op is registered: a bug
+            raise NotImplementedError(f"Converter of {node.op_type} (node '{node.name}') made "
+                                      f"{ir_node.op}, which is not in hwonnx.ir.ops.IR_OPS")
         if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
             check_node_work(ir_node, b.types)
         ir_nodes.append(ir_node)
+    if refused:
+        error = UnsupportedOperatorError(refused)
+        error.args = (summary(error, reasons),)
+        raise error
     # after the nodes: a host Cast gives an integer input its type
     inputs = tuple(b.value(value.name) for value in graph.input)
     outputs = []

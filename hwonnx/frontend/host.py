@@ -27,6 +27,7 @@ import onnx
 
 from ..errors import ModelError, UnsupportedOperatorError
 from ..ir.graph import Graph, Node, TensorType
+from ..ir.ops import HOST, ir_ops, onnx_ops
 from .common import FLOAT_TYPES, elem_type_name, is_default_domain
 from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
 
@@ -35,22 +36,16 @@ __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS", "HO
            "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
-HOST_START_OPS = frozenset({
-    "Sub", "Div", "Mul", "Add", "Transpose", "Cast", "Reshape", "Flatten", "Squeeze",
-    "Unsqueeze", "Identity", "Dropout",
-})
+HOST_START_OPS = onnx_ops(host_start=True)
 #: Operators the host runs at the end of the graph.
-HOST_END_OPS = frozenset({
-    "Softmax", "LogSoftmax", "ArgMax", "TopK", "Transpose", "Reshape", "Flatten", "Squeeze",
-    "Unsqueeze", "Identity", "Dropout",
-})
+HOST_END_OPS = onnx_ops(host_end=True)
 #: Operators with no hardware mapping at all (on run-time values): accepted only at the start
-#: (the first three) or at the end (the others) of the graph.
-HOST_ONLY_OPS = frozenset({"Sub", "Div", "Cast", "Softmax", "LogSoftmax", "ArgMax", "TopK"})
+#: (``Sub``, ``Div``, ``Cast``) or at the end (``Softmax``, ``LogSoftmax``, ``ArgMax``, ``TopK``)
+#: of the graph.
+HOST_ONLY_OPS = onnx_ops(host_only=True)
 #: Float IR ops that exist only as host steps (``Add`` and the layout ops are host steps too
 #: when the placement says so, but they also map to the array).
-HOST_IR_OPS = frozenset({"Sub", "Div", "Mul", "Transpose", "Cast", "LogSoftmax", "ArgMax",
-                         "TopK", "Softmax"})
+HOST_IR_OPS = ir_ops(HOST)
 _ELEMENTWISE = ("Sub", "Div", "Mul", "Add")
 _START = "at the start of the graph, before the accelerator's input"
 _END = "at the end of the graph, after the accelerator's output"

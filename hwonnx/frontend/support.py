@@ -5,28 +5,19 @@ import onnx
 
 from ..errors import UnsupportedOperatorError
 from ..ir.graph import Graph
-from ..ir.tables import TABLE_OPS
-from .common import domain_opset, is_default_domain
+from ..ir.ops import ONNX_OPS, onnx_ops
+from .common import LISTED_NODES, domain_opset, is_default_domain, summary
 from .host import (HOST_END_OPS, HOST_ONLY_OPS, HOST_START_OPS, at_end, end_values,
                    leading_chain, runs_on_neither)
 
 __all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support",
            "check_fused", "summary", "LISTED_NODES"]
 
-#: Up to this many unsupported nodes are listed one by one; more are summarized by operator,
-#: with the first few node names and reasons (``error.nodes`` still lists them all).
-LISTED_NODES = 10
-_NAMES_PER_OPERATOR = 3
-_OPERATORS = 20
-_REASONS = 3
 
-#: Operators mapped onto the float IR vocabulary. (The operators without a hardware mapping
-#: that the host runs at the start or end of the graph are :data:`.host.HOST_ONLY_OPS`.)
-COMPUTE_OPS = frozenset({
-    "Gemm", "MatMul", "Add", "Conv", "Relu", "Flatten", "Reshape", "BatchNormalization",
-    "Identity", "Dropout", "AveragePool", "GlobalAveragePool", "Clip", "Mul", "Pad",
-    "Squeeze", "Unsqueeze", "Transpose", "Concat", "MaxPool", "GlobalMaxPool",
-}) | frozenset(TABLE_OPS)          # the table operators (LeakyRelu, Sigmoid, Elu, Gelu, ...)
+#: Operators mapped onto the float IR vocabulary (the registry's ``compute`` entries: the table
+#: operators too). (The operators without a hardware mapping that the host runs at the start or
+#: end of the graph are :data:`.host.HOST_ONLY_OPS`.)
+COMPUTE_OPS = onnx_ops(compute=True)
 #: The ONNX operators of the layer-like float IR ops (``Conv``, ``Dense``, ``Add``,
 #: ``AvgPool``, ``MaxPool``, ``Concat``) a ``Clip`` can be fused into by the ``fuse-clip`` pass.
 _LAYER_SOURCES = ("Conv, Gemm, MatMul, Add, Concat, AveragePool, GlobalAveragePool, MaxPool or "
@@ -37,22 +28,11 @@ _LAYER_SOURCES = ("Conv, Gemm, MatMul, Add, Concat, AveragePool, GlobalAveragePo
 #: ``Squeeze``, ``Unsqueeze`` and ``Concat`` are compute operators: folded on constants, mapped
 #: on run-time values; ``Cast``, ``Div`` and ``Sub`` on run-time values are host steps at the
 #: start of the graph.)
-FOLDABLE_OPS = frozenset({
-    "Constant", "Shape", "Gather", "Cast", "Slice", "Div", "Sub",
-})
+FOLDABLE_OPS = onnx_ops(foldable=True)
 _CONTROL_FLOW = frozenset({"Loop", "Scan", "SequenceMap"})
 # Inputs (by position) of compute operators that must be constants.
-_CONSTANT_INPUTS = {
-    "Conv": {1: "weight", 2: "bias"},
-    "Gemm": {1: "B", 2: "C"},
-    "MatMul": {1: "second operand"},
-    "BatchNormalization": {1: "scale", 2: "B", 3: "input_mean", 4: "input_var"},
-    "Reshape": {1: "shape"},
-    "Clip": {1: "min", 2: "max"},
-    "Pad": {1: "pads", 2: "constant_value", 3: "axes"},
-    "Squeeze": {1: "axes"},
-    "Unsqueeze": {1: "axes"},
-}
+_CONSTANT_INPUTS = {op: entry.constant_inputs for op, entry in ONNX_OPS.items()
+                    if entry.constant_inputs}
 
 
 def constant_values(graph: onnx.GraphProto) -> "set[str]":
@@ -120,31 +100,6 @@ def check_support(model: onnx.ModelProto) -> None:
                       f"start of the graph and {', '.join(sorted(HOST_ONLY_OPS & HOST_END_OPS))} "
                       f"at the end",)
         raise error
-
-
-def summary(error: UnsupportedOperatorError, reasons: "list[str]") -> str:
-    """Return the message of ``error`` with ``reasons`` (in parentheses): every node when
-    there are at most :data:`LISTED_NODES`, else a summary by operator, so that a model with
-    thousands of unsupported nodes still gets a short line."""
-    if len(error.nodes) <= LISTED_NODES:
-        return f"{error}" + (f" ({'; '.join(reasons)})" if reasons else "")
-    groups: "dict[tuple[str, str, int], list[str]]" = {}
-    for name, op, domain, opset in error.nodes:
-        groups.setdefault((op, domain, opset), []).append(name)
-    parts = []
-    for (op, domain, opset), names in list(groups.items())[:_OPERATORS]:
-        shown = ", ".join(f"'{name}'" for name in names[:_NAMES_PER_OPERATOR])
-        more = f" and {len(names) - _NAMES_PER_OPERATOR} more" \
-            if len(names) > _NAMES_PER_OPERATOR else ""
-        parts.append(f"{op} (domain '{domain or 'ai.onnx'}', opset {opset}) x{len(names)}: "
-                     f"nodes {shown}{more}")
-    if len(groups) > _OPERATORS:
-        parts.append(f"and {len(groups) - _OPERATORS} more operators")
-    text = f"{len(error.nodes)} unsupported node(s), by operator: {'; '.join(parts)}"
-    if reasons:
-        more = f"; and {len(reasons) - _REASONS} more" if len(reasons) > _REASONS else ""
-        text += f" ({'; '.join(reasons[:_REASONS])}{more})"
-    return text
 
 
 def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":

@@ -21,6 +21,7 @@ from ..errors import ResourceError
 from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
 from .graph import Graph, Node, TensorType
+from .ops import IR_OPS
 from .tables import TABLE_OPS
 
 __all__ = ["FLOAT_OPS", "TABLE_FUNCTIONS", "evaluate_float", "first_not_finite",
@@ -37,7 +38,7 @@ MAX_PATCH_ELEMENTS = 1 << 26
 #: A node may take at most this many multiply-accumulates (or window taps, or elements) per
 #: sample: about a second of NumPy.
 MAX_NODE_MACS = 1 << 30
-_WINDOWED = ("Conv", "AvgPool", "MaxPool")
+_WINDOWED = tuple(op for op, entry in IR_OPS.items() if entry.windowed)
 
 
 def node_work(node: Node, types: "Mapping[str, TensorType]") -> "dict[str, int]":

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..golden.im2col import windows_touch_input
+from ..ir.ops import IR_OPS
 from ..ir.graph import Graph, Node
 from .rewrite import prune, rewrite_each
 
@@ -40,7 +41,7 @@ def _absorb(node: Node, value: str, pads: "tuple[int, ...]", fill: float,
             shape: "tuple[int, ...]") -> "Node | None":
     """Return ``node`` reading the unpadded input (of ``shape``) with ``pads`` of value ``fill``
     added, None if it cannot."""
-    if node.op not in ("Conv", "AvgPool", "MaxPool") or node.inputs[0] != value \
+    if not (node.op in IR_OPS and IR_OPS[node.op].windowed) or node.inputs[0] != value \
             or value in node.inputs[1:]:
         return None
     default = -math.inf if node.op == "MaxPool" else 0.0

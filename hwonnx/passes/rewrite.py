@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir.graph import Graph, Node, TensorType
+from ..ir.ops import LAYER, LAYOUT, ir_ops
 
 __all__ = ["LAYER_OPS", "LAYOUT_OPS", "has_activation", "sole_consumer", "fresh_name", "prune",
            "rewrite_each", "fuse_into_producer", "through_layout", "per_channel",
@@ -14,12 +15,12 @@ __all__ = ["LAYER_OPS", "LAYOUT_OPS", "has_activation", "sole_consumer", "fresh_
 
 #: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
 #: in that order after the op itself.
-LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat"})
+LAYER_OPS = ir_ops(LAYER)
 
 #: Float ops that only change the shape, not the order of the data: ``Reshape`` (the frontend
 #: maps ``Squeeze``, ``Unsqueeze`` and a ``Transpose`` that moves only size-1 axes to it) and
 #: ``Flatten``. The folds follow them (:func:`through_layout`).
-LAYOUT_OPS = frozenset({"Reshape", "Flatten"})
+LAYOUT_OPS = ir_ops(LAYOUT)
 
 
 def has_activation(node: Node) -> bool:

@@ -8,6 +8,7 @@ import numpy as np
 from ..errors import QuantizationError, UnsupportedOperatorError
 from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
 from ..ir import Graph, Node, TensorType
+from ..ir.ops import LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .check import check_layers
 
@@ -17,11 +18,12 @@ __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights
 log = logging.getLogger(__name__)
 
 CALIBRATION_METHOD = "min-max"
-_LAYOUT_OPS = ("Flatten", "Reshape")
+_LAYOUT_OPS = tuple(sorted(ir_ops(LAYOUT)))
 _HOST = tuple(sorted(HOST_OPS))
 _TABLES = tuple(sorted(TABLE_FUNCTIONS))
 #: Integer ops whose post-processing can apply an activation table.
-_TABLE_HOSTS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat")
+_TABLE_HOSTS = integer_ops(LAYER)
+_LAYERS = tuple(sorted(ir_ops(LAYER)))
 
 
 def activation_params(lo: float, hi: float, value: str = "a value"
@@ -86,8 +88,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         requantize, a weight zero point cannot be folded, or a layer could overflow int32.
     """
     leftover = [n for n in graph.nodes
-                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat")
-                + _LAYOUT_OPS + _HOST + _TABLES]
+                if n.op not in _LAYERS + _LAYOUT_OPS + _HOST + _TABLES]
     if leftover:
         raise UnsupportedOperatorError(
             [(n.name, f"{n.op} (not fused into a Conv/Gemm/MatMul)", "", graph.meta.get(
