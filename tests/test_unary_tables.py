@@ -1,6 +1,6 @@
 """The unary table operators added to LeakyRelu/Sigmoid/Tanh/HardSigmoid/HardSwish (issue 13):
 Elu, Selu, Celu, Softplus, Softsign, Gelu (none and tanh), Mish, ThresholdedRelu, Exp, Neg,
-Abs, Erf. Each float function against onnx's ReferenceEvaluator; each after a Conv and after a
+Abs, Erf, Swish, Log, Sqrt, Reciprocal, Sign, Floor, Ceil, Round. Each float function against onnx's ReferenceEvaluator; each after a Conv and after a
 Gemm in a hand-written QDQ model, the golden int8 output against onnxruntime's reference path
 (no graph optimization: DequantizeLinear -> float op -> QuantizeLinear as written); and two
 of them on the RTL, bit-exact with golden in the predicted cycles."""
@@ -27,7 +27,16 @@ UNARY = [("Elu", {}, 17), ("Elu", {"alpha": 0.5}, 17),
          ("Softplus", {}, 17), ("Softsign", {}, 17),
          ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20),
          ("Mish", {}, 18), ("ThresholdedRelu", {}, 17), ("ThresholdedRelu", {"alpha": 0.3}, 17),
-         ("Exp", {}, 17), ("Neg", {}, 17), ("Abs", {}, 17), ("Erf", {}, 17)]
+         ("Exp", {}, 17), ("Neg", {}, 17), ("Abs", {}, 17), ("Erf", {}, 17),
+         ("Swish", {}, 24), ("Swish", {"alpha": -0.7}, 24),
+         ("Log", {}, 17), ("Sqrt", {}, 17), ("Reciprocal", {}, 17),
+         ("Sign", {}, 17), ("Floor", {}, 17), ("Ceil", {}, 17), ("Round", {}, 17)]
+#: Defined for positive inputs only (NaN for negative ones; an infinity at 0): tested after a
+#: layer whose quantized output is non-negative (zero point -128), where every table entry in
+#: use is finite or a saturated infinity, never NaN.
+POSITIVE_DOMAIN = ("Log", "Sqrt", "Reciprocal")
+#: Step functions: a jump of this size at each step, flat in between (no slope bound).
+JUMPS = {"Sign": 1.0, "Floor": 1.0, "Ceil": 1.0, "Round": 1.0}
 IDS = [f"{op}{'-' + '-'.join(f'{k}{v}' for k, v in a.items()) if a else ''}"
        for op, a, _ in UNARY]
 NEW_OPS = sorted({op for op, _, _ in UNARY})
@@ -51,7 +60,8 @@ def test_float_function_matches_the_onnx_reference(op, attrs, opset):
     x = rng.uniform(-6, 6, (2, 3, 5, 7)).astype(np.float32)
     x.flat[:6] = [-30.0, -12.5, 0.0, 12.5, 30.0 if op != "Exp" else 20.0, -0.0]
     got = evaluate_float(graph, {"x": x})["y"]
-    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    with np.errstate(divide="ignore", invalid="ignore"):     # Log, Sqrt of x <= 0
+        (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
 
@@ -79,9 +89,11 @@ def _q(name, value, dtype=np.int8):
 def qdq_model(layer, op, attrs, opset, rng):
     """x -> Q/DQ -> Conv 3x3 (or Gemm) with int8 weights and int32 bias -> Q/DQ -> op -> Q/DQ
     -> y, every scale and zero point given: hwonnx takes them all from the model."""
-    s_x, s_w, s_c, z_c = 0.02, 0.01, 0.04, 3
+    s_x, s_w, s_c, z_c = 0.02, 0.01, 0.04, (-128 if op in POSITIVE_DOMAIN else 3)
     probe = np.linspace(-128 - z_c, 127 - z_c, 256, dtype=np.float32) * np.float32(s_c)
-    y_range = TABLE_OPS[op].fn(probe, {**TABLE_OPS[op].defaults, **attrs})
+    with np.errstate(divide="ignore"):
+        y_range = TABLE_OPS[op].fn(probe, {**TABLE_OPS[op].defaults, **attrs})
+    y_range = y_range[np.isfinite(y_range)]
     lo, hi = min(float(y_range.min()), 0.0), max(float(y_range.max()), 0.0)
     s_y = (hi - lo) / 255
     z_y = int(np.clip(round(-128 - lo / s_y), -128, 127))
@@ -146,8 +158,12 @@ def test_after_a_layer_within_one_rounding_of_onnxruntime(layer, op, attrs, opse
     slope = TABLE_OPS[op].slope(full)
     if op == "Exp":
         slope = math.exp(127 * s_c)
+    if op in POSITIVE_DOMAIN:      # the largest slope on the layer's grid above 0, at s_c
+        slope = {"Log": 1 / s_c, "Sqrt": 0.5 / math.sqrt(s_c), "Reciprocal": 1 / s_c ** 2}[op]
     if op == "ThresholdedRelu":
         bound = math.floor((full["alpha"] + s_c) / s_y) + 1
+    elif op in JUMPS:
+        bound = math.floor(JUMPS[op] / s_y) + 1
     else:
         bound = math.floor(slope * s_c / s_y) + 1
     print(f"\n{layer}->{op} {attrs}: {np.count_nonzero(lsb)} of {lsb.size} int8 outputs differ "
@@ -182,3 +198,39 @@ def test_two_new_tables_on_rtl(tmp_path):
     golden = simulate(result, inputs, mode="golden")
     np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
     assert rtl.cycles == [rtl.predicted_cycles] * 6
+
+
+@pytest.mark.rtl
+def test_swish_sqrt_and_round_tables_on_rtl(tmp_path):
+    """Conv -> Swish -> Conv -> Relu -> Sqrt -> Gemm -> Round: Swish and Sqrt fused into their
+    layers (Sqrt after the fused ReLU), Round on the Gemm's output; RTL equals golden bit for
+    bit, in the predicted cycles, and Sqrt's table is only ever indexed inside its domain."""
+    rng = np.random.default_rng(12)
+    inits = {"w1": rng.normal(0, 0.4, (6, 3, 3, 3)).astype(np.float32),
+             "w2": rng.normal(0, 0.3, (4, 6, 3, 3)).astype(np.float32),
+             "fc": rng.normal(0, 0.6, (5, 64)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Swish", ["c1"], ["s1"], name="swish"),
+             helper.make_node("Conv", ["s1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu"),
+             helper.make_node("Sqrt", ["r2"], ["q2"], name="sqrt"),
+             helper.make_node("Flatten", ["q2"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fc"], ["l"], name="fc", transB=1),
+             helper.make_node("Round", ["l"], ["y"], name="round")]
+    model = make_model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, 5]}, inits, opset=24)
+    calib = rng.normal(0, 1, (32, 1, 3, 4, 4)).astype(np.float32)
+    result = build(model, tmp_path / "build", calib={"x": calib}, log=lambda m: None)
+    tables = [(n.op, n.attrs["activation"]) for n in result.graph.nodes if "table" in n.attrs]
+    assert tables == [("QConv", "Swish"), ("QConv", "Sqrt"), ("QDense", "Round")]
+    inputs = {"x": rng.normal(0, 1, (6, 1, 3, 4, 4)).astype(np.float32)}
+    rtl = simulate(tmp_path / "build", inputs, mode="compare", log=lambda m: None)
+    golden = simulate(result, inputs, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [rtl.predicted_cycles] * 6
+    want = evaluate_float(load_model(model), {"x": inputs["x"][:, 0]})["y"]
+    got = golden.outputs["y"].reshape(want.shape)
+    (dq,) = [n for n in result.graph.nodes if n.op == "Dequantize"]
+    # Round's outputs are integers, each quantized to the nearest step of the output grid
+    assert np.abs(got - np.round(got)).max() <= dq.attrs["scale"] / 2 + 1e-6
+    print(f"\nSwish/Sqrt/Round network: golden vs float max |diff| "
+          f"{np.abs(got - want).max():.3f}")

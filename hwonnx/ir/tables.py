@@ -108,4 +108,19 @@ TABLE_OPS: "dict[str, TableOp]" = {
     "Neg": TableOp(lambda x, a: -x, slope=lambda a: 1.0),
     "Abs": TableOp(lambda x, a: np.abs(x), slope=lambda a: 1.0),
     "Erf": TableOp(lambda x, a: _erf(x), since=9, slope=lambda a: 2 / math.sqrt(math.pi)),
+    # Swish (ai.onnx 24): x sigmoid(alpha x), SiLU for alpha = 1. Its slope is
+    # sigmoid(u) + u sigmoid'(u) at u = alpha x, whatever alpha: at most 1.0998 (u = 2.3994).
+    "Swish": TableOp(lambda x, a: x * _sigmoid(_F(a["alpha"]) * x), {"alpha": 1.0}, since=24,
+                     slope=lambda a: 1.0999),
+    # Functions outside their domain (Log and Sqrt of a negative value, Log and Reciprocal of
+    # 0) give NaN or an infinity; activation_table saturates an infinity and maps NaN to -128
+    # (what onnxruntime's QuantizeLinear gives). No slope bound: unbounded near 0.
+    "Log": TableOp(lambda x, a: np.log(x)),
+    "Sqrt": TableOp(lambda x, a: np.sqrt(x)),
+    "Reciprocal": TableOp(lambda x, a: _F(1) / x),
+    # Steps: a jump of 1 (2 for Sign) at each integer (at 0), flat between (no slope bound).
+    "Sign": TableOp(lambda x, a: np.sign(x), since=9),
+    "Floor": TableOp(lambda x, a: np.floor(x)),
+    "Ceil": TableOp(lambda x, a: np.ceil(x)),
+    "Round": TableOp(lambda x, a: np.rint(x), since=11),         # half to even, as ONNX
 }

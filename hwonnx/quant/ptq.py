@@ -518,11 +518,15 @@ def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
 def activation_table(op: str, attrs, in_params, out_params) -> "tuple[int, ...]":
     """The 256 int8 outputs of the elementwise function ``op`` for the int8 inputs -128 ...
     127: dequantized, the function and the quantization in float32, rounding half to even
-    (as onnxruntime's DequantizeLinear -> op -> QuantizeLinear computes them)."""
+    (as onnxruntime's DequantizeLinear -> op -> QuantizeLinear computes them). Outside the
+    function's domain an infinity saturates and NaN gives -128, as onnxruntime's
+    QuantizeLinear does."""
     (s_in, zp_in), (s_out, zp_out) = in_params, out_params
     x = (np.arange(-128, 128) - zp_in).astype(np.float32) * np.float32(s_in)
-    y = np.asarray(TABLE_FUNCTIONS[op](x, attrs), np.float32)
-    q = np.clip(np.rint(y / np.float32(s_out)) + zp_out, -128, 127)
+    with np.errstate(all="ignore"):       # outside the domain: NaN or infinities, saturated
+        y = np.asarray(TABLE_FUNCTIONS[op](x, attrs), np.float32)
+        q = np.clip(np.rint(y / np.float32(s_out)) + zp_out, -128, 127)
+    q[np.isnan(q)] = -128
     return tuple(int(v) for v in q)
 
 
