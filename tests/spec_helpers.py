@@ -16,11 +16,12 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
            "FLOAT", "SUPPORTED"]
 
 FLOAT = TensorProto.FLOAT
-SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Celu, Clip, "
-             "Concat, Conv, Dropout, Elu, Erf, Exp, Flatten, Gelu, Gemm, GlobalAveragePool, "
-             "GlobalMaxPool, HardSigmoid, HardSwish, Identity, LeakyRelu, MatMul, MaxPool, Mish, "
-             "Mul, Neg, Pad, Relu, Reshape, Selu, Sigmoid, Softplus, Softsign, Squeeze, Tanh, "
-             "ThresholdedRelu, Transpose, Unsqueeze"
+SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Ceil, Celu, "
+             "Clip, Concat, Conv, ConvTranspose, Dropout, Elu, Erf, Exp, Flatten, Floor, Gelu, "
+             "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
+             "LeakyRelu, Log, MatMul, MaxPool, Mish, Mul, Neg, Pad, Reciprocal, Relu, Reshape, "
+             "Resize, Round, Selu, Sigmoid, Sign, Softplus, Softsign, Sqrt, Squeeze, Swish, Tanh, "
+             "ThresholdedRelu, Transpose, Unsqueeze, Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph and ArgMax, "
              "LogSoftmax, Softmax, TopK at the end")

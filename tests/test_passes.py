@@ -183,8 +183,8 @@ def test_fuse_relu_needs_a_single_consumer(outputs):
 
 def test_float_pipeline_order():
     assert [p.name for p in FLOAT_PIPELINE] == [
-        "remove-identity", "fold-pad", "fold-batchnorm", "batchnorm-to-conv", "fuse-bias",
-        "fold-scale", "fuse-relu", "fuse-clip"]
+        "fold-transpose", "remove-identity", "fold-pad", "fold-batchnorm", "batchnorm-to-conv",
+        "fuse-bias", "fold-scale", "fuse-relu", "fuse-clip"]
 
 
 def bn_add_relu_graph():
@@ -203,10 +203,11 @@ def test_pipeline_fuses_conv_bn_add_relu_and_dumps(tmp_path):
     assert [(n.op, n.attrs["relu"], n.outputs) for n in new.nodes] == [("Conv", True, ("y",))]
     assert_equivalent(graph, new)
     assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == [
-        "00-input.ir.txt", "01-remove-identity.ir.txt", "02-fold-pad.ir.txt",
-        "03-fold-batchnorm.ir.txt", "04-batchnorm-to-conv.ir.txt", "05-fuse-bias.ir.txt",
-        "06-fold-scale.ir.txt", "07-fuse-relu.ir.txt", "08-fuse-clip.ir.txt"]
-    assert (tmp_path / "ir" / "08-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
+        "00-input.ir.txt", "01-fold-transpose.ir.txt", "02-remove-identity.ir.txt",
+        "03-fold-pad.ir.txt", "04-fold-batchnorm.ir.txt", "05-batchnorm-to-conv.ir.txt",
+        "06-fuse-bias.ir.txt", "07-fold-scale.ir.txt", "08-fuse-relu.ir.txt",
+        "09-fuse-clip.ir.txt"]
+    assert (tmp_path / "ir" / "09-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
 
 
 def test_pipeline_skips_passes():

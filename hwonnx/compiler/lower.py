@@ -19,6 +19,7 @@ from .alloc import ActAllocator
 from .depthwise import int8_word
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
+from .phases import phases
 from .program import Instr, LayerPlan, Program
 
 __all__ = ["ARRAY_OPS", "lower"]
@@ -84,7 +85,10 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
             base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
             placements[out] = natural_placement(base, out_shape, rows)
             sources = [placements[v] for v in _activations(node, graph)]
-            layers.append(builder.layer(node, sources, placements[out]))
+            if node.op == "QConvTranspose":
+                layers.extend(builder.transposed(node, sources, placements[out]))
+            else:
+                layers.append(builder.layer(node, sources, placements[out]))
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
@@ -136,8 +140,20 @@ class _Builder:
         residual Add is a 1x1 convolution over both inputs, and pooling a depthwise
         convolution with weights of one; depthwise layers may stream instead (a K tile is
         then a kernel row: :mod:`.depthwise`)."""
+        return self.emit(node, _layer_spec(node, sources, self.graph, self.config.rows),
+                         target)
+
+    def transposed(self, node: Node, sources: "list[Placement]", target: Placement
+                   ) -> "list[LayerPlan]":
+        """Emit a ``QConvTranspose`` as one convolution layer per output phase
+        (:mod:`.phases`), each writing every stride-th pixel of ``target``."""
+        return [self.emit(node, spec, target, f"{node.name} [{name}]")
+                for name, spec in _phase_specs(node, sources, self.graph, self.config.rows)]
+
+    def emit(self, node: Node, spec: "_LayerSpec", target: Placement,
+             name: "str | None" = None) -> LayerPlan:
+        """Emit the tiles of the layer ``spec`` (of ``node``) writing ``target``."""
         rows = self.config.rows
-        spec = _layer_spec(node, sources, self.graph, rows)
         n_out, kh, kw = spec.phys.shape[:3]
         bound = accumulate_bound(spec.phys.reshape(n_out, -1)) + np.abs(spec.bias)
         if bound.max(initial=0) > INT32_MAX:
@@ -169,7 +185,7 @@ class _Builder:
                     f"needs activation table {lut}, but the {self.config.name} architecture "
                     f"has {self.config.lut_tables} (lut_tables); raise --lut-tables or use "
                     f"a board whose array has more")
-        plan = LayerPlan(node.name, node.op, node.outputs[0], int(spec.macs))
+        plan = LayerPlan(name or node.name, node.op, node.outputs[0], int(spec.macs))
         self.tiles = []
         if depthwise.streams(spec, self.config):
             nest = depthwise.emit_depthwise(self, spec, folded, target, lut)
@@ -272,13 +288,29 @@ class _Builder:
         """The POSTs of output pixels ``m0 .. m0 + mt - 1`` and channels ``n0 .. n0 + nt - 1``
         from accumulator word ``acc_base`` on."""
         (m0, mt), (n0, nt), rows = m_tile, n_tile, self.config.rows
+        runs = _runs(spec.counts, m0, mt)
+        stride = target.cb
+        if spec.scatter is not None:         # a phase: one POST per output row
+            sy, sx, oy, ox, width = spec.scatter
+            ow = spec.out_hw[1]
+            runs = [(m, min(start + length, (m // ow + 1) * ow) - m, k)
+                    for start, length, k in runs for m in range(start, start + length)
+                    if m == start or m % ow == 0]
+            stride = sx * target.cb
+
+        def pixel(m: int) -> int:
+            if spec.scatter is None:
+                return m
+            y, x = divmod(m, spec.out_hw[1])
+            return (sy * y + oy) * width + sx * x + ox
+
         return [dict(op=Op.POST, acc_addr=acc_base + start - m0, count=length,
                      par_addr=par_addr[n_index, k],
-                     out_addr=target.base + start * target.cb + n0 // rows,
-                     out_stride=target.cb, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
+                     out_addr=target.base + pixel(start) * target.cb + n0 // rows,
+                     out_stride=stride, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
                      lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
                      rne=int(spec.rounding == "ort"), lut=lut)
-                for start, length, k in _runs(spec.counts, m0, mt)]
+                for start, length, k in runs]
 
     def finish(self, loops: bool = True) -> "list[Instr]":
         """The stored program: each layer looped where its tiles allow it (``loops``), its
@@ -387,6 +419,9 @@ class _LayerSpec:
     depthwise: bool = False        # output channel n reads only input channel n
     dense: bool = False            # every weight block may be non-zero (keep them all)
     pad: "int | None" = None       # int8 padding value of a folded constant Pad
+    #: (sy, sx, oy, ox, width): output pixel (y, x) is pixel (sy y + oy, sx x + ox) of the
+    #: target, an image of that width (a phase of a transposed convolution, :mod:`.phases`)
+    scatter: "tuple[int, int, int, int, int] | None" = None
 
     def padding(self, source: _Source) -> int:
         """The value the feeder reads at padding positions of ``source`` (MATMUL ``zp``)."""
@@ -501,12 +536,45 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
     strides, pads = tuple(attrs["strides"]), tuple(attrs["pads"])
     oh = conv_output_size(source.ih, kh, strides[0], pads[0], pads[2], dilations[0])
     ow = conv_output_size(source.iw, kw, strides[1], pads[1], pads[3], dilations[1])
-    phys = np.zeros((n_out, kh, kw, source.cb * rows), dtype=np.int64)
-    per_group = n_out // group
-    for g in range(group):
-        outs = slice(g * per_group, (g + 1) * per_group)
-        phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
+    phys = _conv_phys(w, group, source.cb * rows)
     return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
                       dilations, macs=oh * ow * n_out * c_group * kh * kw,
                       depthwise=c_group == 1 and n_out == group,
                       dense=node.op == "QConv" and group == 1, **out)
+
+
+def _conv_phys(w: np.ndarray, group: int, lanes: int) -> np.ndarray:
+    """``[M, KH, KW, lanes]`` physical weights of a (grouped) convolution ``w`` ``[M, C /
+    group, KH, KW]``: output channel ``m`` of group ``g`` reads lanes ``[g C/group, (g+1)
+    C/group)``."""
+    n_out, c_group, kh, kw = w.shape
+    phys = np.zeros((n_out, kh, kw, lanes), dtype=np.int64)
+    per_group = n_out // group
+    for g in range(group):
+        outs = slice(g * per_group, (g + 1) * per_group)
+        phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
+    return phys
+
+
+def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                 ) -> "list[tuple[str, _LayerSpec]]":
+    """The layer of each output phase of a ``QConvTranspose`` (:func:`.phases.phases`)."""
+    attrs = node.attrs
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    w, bias, mult, shift = (graph.constants[v] for v in node.inputs[1:5])
+    group = int(attrs["group"])
+    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
+               rounding=attrs.get("rounding", "half_up"),
+               table=None if attrs.get("table") is None else
+               tuple(int(v) for v in attrs["table"]))
+    specs = []
+    for phase in phases(w, attrs["strides"], attrs["pads"], (source.ih, source.iw),
+                        attrs["out_hw"]):
+        n_out, c_group = phase.weight.shape[:2]
+        oh, ow = phase.out_hw
+        specs.append((phase.name, _LayerSpec(
+            [source], [0], _conv_phys(phase.weight, group, source.cb * rows),
+            bias.astype(np.int64), mult, shift, phase.out_hw, (1, 1), phase.pads, (1, 1),
+            macs=oh * ow * n_out * c_group * phase.taps,
+            depthwise=c_group == 1 and n_out == group, scatter=phase.scatter, **out)))
+    return specs

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..ir.ops import LAYER, ir_ops
+from .upsample import conv_layout
 
 __all__ = ["Annotations", "IntegerConstant", "annotate_graph"]
 
@@ -67,7 +68,7 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     activations = {v: p for v, p in ann.activations.items() if v in values}
     weights, bias, notes, nodes = {}, {}, [], []
     for node in graph.nodes:
-        if node.op in ("Conv", "Dense"):
+        if node.op in ("Conv", "Dense", "ConvTranspose"):
             record = _weight_annotation(graph, node, ann)
             if record is None:
                 notes.append(f"The weights of '{node.name}' carry no usable integers; "
@@ -97,13 +98,26 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     return Graph(nodes, graph.inputs, graph.outputs, graph.types, graph.constants, meta)
 
 
+def _transposed(record: "IntegerConstant | None", group: int) -> "IntegerConstant | None":
+    """A ConvTranspose weight's record in the convolution layout of the float graph's
+    constant (per tensor, or per output channel: ONNX axis 1 with one group)."""
+    if record is None or record.axis not in (None, 1) or (record.axis == 1 and group != 1):
+        return None
+    return IntegerConstant(conv_layout(record.q, group), record.zero_point, record.scale,
+                           None if record.axis is None else 0,
+                           conv_layout(record.value, group), record.bits)
+
+
 def _weight_annotation(graph: Graph, node, ann: Annotations) -> "dict | None":
     name = node.inputs[1]
     record = ann.integers.get(name)
+    if node.op == "ConvTranspose":
+        record = _transposed(ann.integers.get(node.attrs.get("source_weight")),
+                             node.attrs["group"])
     if record is None or record.bits != 8 or \
             not np.array_equal(graph.constants.get(name), record.value):
         return None
-    channels = record.channels(0 if node.op == "Conv" else 1)
+    channels = record.channels(1 if node.op == "Dense" else 0)
     if channels is None:
         return None
     return {"q": record.q, "scale": channels[0], "zero_point": channels[1]}

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..errors import ModelError, ResourceError, UnsupportedOperatorError
+from ..errors import HwonnxError, ModelError, ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size, windows_touch_input
 from ..ir.evaluate import MAX_VALUE_ELEMENTS, check_node_work
 from ..ir.ops import IR_OPS
@@ -536,14 +536,15 @@ def transpose_is_reshape(shape: "tuple[int, ...]", perm: "list[int]") -> bool:
 
 
 def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
-    shape = b.shape(b.value(node.input[0]))
-    perm = [int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1))]
-    if not transpose_is_reshape(shape, perm):
-        raise _unsupported(b, node, (
-            f"Transpose '{node.name}' has perm {perm} on an input of shape {list(shape)}, "
-            f"which reorders its axes of size > 1; only a Transpose that moves size-1 axes (a "
-            f"reshape) is supported"))
-    return _as_reshape(b, node)
+    """A ``Reshape`` when only size-1 axes move; else a ``Transpose`` that the
+    ``fold-transpose`` pass must remove (cancelled by another, or folded into the weights of a
+    ``Dense`` after a ``Flatten``); one left is refused after the pass pipeline."""
+    x = b.value(node.input[0])
+    shape = b.shape(x)
+    perm = tuple(int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
+    if transpose_is_reshape(shape, list(perm)):
+        return _as_reshape(b, node)
+    return Node(node.name, "Transpose", (x,), (b.value(node.output[0]),), {"perm": perm})
 
 
 def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
@@ -615,6 +616,8 @@ def _concat(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Concat", xs, (out,), {"axis": 1, **_ACTIVATION})
 
 
+from .upsample import UPSAMPLE_CONVERTERS  # noqa: E402  (uses the helpers above)
+
 CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "BatchNormalization": _batchnorm, "Flatten": _flatten, "Reshape": _reshape,
@@ -622,7 +625,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
-    **{op: _table_activation for op in TABLE_OPS},
+    **{op: _table_activation for op in TABLE_OPS}, **UPSAMPLE_CONVERTERS,
 }
 
 
@@ -671,6 +674,10 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
             refused += error.nodes
             reasons += getattr(error, "reasons", [])
             continue
+        except HwonnxError:
+            if refused:          # (may follow from a refused node's output): report those
+                continue
+            raise
         if ir_node.op not in IR_OPS:          # every float IR op is registered: a bug
             raise NotImplementedError(f"Converter of {node.op_type} (node '{node.name}') made "
                                       f"{ir_node.op}, which is not in hwonnx.ir.ops.IR_OPS")

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ResourceError
 from ..golden.host import HOST_FUNCTIONS, run_host
 from ..golden.im2col import conv_output_size, im2col
+from ..golden.transposed import scatter
 from .graph import Graph, Node, TensorType
 from .ops import IR_OPS
 from .tables import TABLE_OPS
@@ -59,6 +60,9 @@ def node_work(node: Node, types: "Mapping[str, TensorType]") -> "dict[str, int]"
         return {"padded": c * (h + top + bottom) * (w + left + right),
                 "patches": math.prod(out[2:]) * c * math.prod(kernel),
                 "macs": math.prod(out) * taps}
+    if node.op == "ConvTranspose":           # every input pixel meets every kernel tap
+        return {"padded": 0, "patches": 0, "macs": math.prod(
+            types[node.inputs[0]].shape[2:]) * math.prod(types[node.inputs[1]].shape)}
     if node.op == "Dense":
         return {"padded": 0, "patches": 0,
                 "macs": math.prod(out) * types[node.inputs[0]].shape[-1]}
@@ -214,6 +218,15 @@ def _reshape(graph: Graph, node: Node, x):
     return x.reshape(_batch(graph.types[node.outputs[0]].shape, x.shape[0]))
 
 
+def _conv_transpose(graph: Graph, node: Node, x, w, b=None):
+    """ONNX ConvTranspose (weights in convolution layout, :mod:`hwonnx.golden.transposed`)."""
+    y = scatter(x, w, node.attrs["strides"], node.attrs["pads"], node.attrs["out_hw"],
+                node.attrs.get("group", 1))
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return _activation(node, y)
+
+
 #: Elementwise functions of one value (float32, ONNX's definitions), by float IR op; the
 #: accelerator computes each as a 256-entry lookup table on the int8 value
 #: (:func:`hwonnx.quant.ptq.activation_table`). Derived from :data:`.tables.TABLE_OPS`, the
@@ -226,6 +239,7 @@ TABLE_FUNCTIONS: "dict[str, Callable[[np.ndarray, dict], np.ndarray]]" = {
 FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Conv": _conv,
     "Dense": _dense,
+    "ConvTranspose": _conv_transpose,
     "Add": lambda graph, node, a, b: _activation(node, a + b),
     "AvgPool": _avgpool,
     "MaxPool": _maxpool,

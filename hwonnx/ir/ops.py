@@ -78,6 +78,9 @@ _LAYOUT_ONLY = "layout only: the buffer is read in another order"
 IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
     "Conv": IrOp(LAYER, "QConv", why="convolution on the systolic array", windowed=True),
     "Dense": IrOp(LAYER, "QDense", why="matrix multiply on the systolic array"),
+    "ConvTranspose": IrOp(LAYER, "QConvTranspose", why="transposed convolution (or nearest "
+                          "upsampling): one convolution per output phase, its POSTs writing "
+                          "every stride-th pixel"),
     "Add": IrOp(LAYER, "QAdd", why="residual sum: a 1x1 convolution over both inputs"),
     "AvgPool": IrOp(LAYER, "QAvgPool", windowed=True,
                     why="average pooling: a depthwise convolution with weights of one"),
@@ -103,6 +106,9 @@ _LAYOUT_NODES = dict(compute=True, host_start=True, host_end=True)
 
 ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "Conv": OnnxOp(compute=True, constant_inputs={1: "weight", 2: "bias"}),
+    "ConvTranspose": OnnxOp(compute=True, constant_inputs={1: "weight", 2: "bias"}),
+    "Resize": OnnxOp(compute=True, constant_inputs={1: "roi", 2: "scales", 3: "sizes"}),
+    "Upsample": OnnxOp(compute=True, constant_inputs={1: "scales"}),
     "Gemm": OnnxOp(compute=True, constant_inputs={1: "B", 2: "C"}),
     "MatMul": OnnxOp(compute=True, constant_inputs={1: "second operand"}),
     "Add": OnnxOp(compute=True, host_start=True),

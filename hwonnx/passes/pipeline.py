@@ -9,6 +9,7 @@ from ..ir.graph import Graph, IRVerificationError
 from .batchnorm_to_conv import BatchNormToConv
 from .fold_batchnorm import FoldBatchNorm
 from .fold_pad import FoldPad
+from .fold_transpose import FoldTranspose
 from .fold_scale import FoldScale
 from .fuse_bias import FuseBias
 from .fuse_clip import FuseClip
@@ -80,5 +81,5 @@ def run_pipeline(graph: Graph, passes: "Sequence[Pass]", ctx: PassContext) -> Gr
 #: they produce (or pad) still absorbs a following ``Add``, ``Relu`` or ``Clip``. ``fold-scale``
 #: comes after ``fuse-bias`` (Keras's ``MatMul -> Add -> Mul -> Add``: the layer's bias ``Add``
 #: first, then the scale node with the second ``Add`` in its bias) and before the activations.
-FLOAT_PIPELINE: "list[Pass]" = [RemoveIdentity(), FoldPad(), FoldBatchNorm(), BatchNormToConv(),
+FLOAT_PIPELINE: "list[Pass]" = [FoldTranspose(), RemoveIdentity(), FoldPad(), FoldBatchNorm(), BatchNormToConv(),
                                 FuseBias(), FoldScale(), FuseRelu(), FuseClip()]

@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import QuantizationError, UnsupportedOperatorError
 from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
 from ..ir import Graph, Node, TensorType
-from ..ir.ops import LAYER, LAYOUT, integer_ops, ir_ops
+from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .check import check_layers
 
@@ -23,6 +23,8 @@ _HOST = tuple(sorted(HOST_OPS))
 _TABLES = tuple(sorted(TABLE_FUNCTIONS))
 #: Integer ops whose post-processing can apply an activation table.
 _TABLE_HOSTS = integer_ops(LAYER)
+#: Layers with convolution weights ``[M, C / group, KH, KW]``.
+_CONV_LIKE = ("Conv", "ConvTranspose")
 _LAYERS = tuple(sorted(ir_ops(LAYER)))
 
 
@@ -182,7 +184,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 values[out].min(), values[out].max(), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
-        if node.op == "MaxPool":           # a maximum of the inputs: their own parameters
+        if node.op == "MaxPool" or node.attrs.get("copy"):    # the input's own parameters
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
             params[out] = _borrowed_params(node, graph, params, values, warnings)
@@ -258,13 +260,15 @@ def _layer_weights(node: Node, w: np.ndarray, channels: int, record: "dict | Non
                    ) -> "tuple[np.ndarray, np.ndarray]":
     """Per-channel weight scale and int8 weights ``[channels, K]``: the model's integers
     minus their zero point (``record``), else symmetric from the float weights."""
-    w_by_channel = w.reshape(channels, -1) if node.op == "Conv" else w.T
+    w_by_channel = w.reshape(channels, -1) if node.op in _CONV_LIKE else w.T
+    if node.attrs.get("copy"):         # an upsampling: weights of one, exactly
+        return np.ones(channels), w_by_channel.astype(np.int8)
     if record is None:
         s_w = np.abs(w_by_channel).max(axis=1) / 127.0
         s_w[s_w == 0] = 1.0
         return s_w, np.clip(np.rint(w_by_channel / s_w[:, None]), -127, 127).astype(np.int8)
     q = np.asarray(record["q"]).astype(np.int64)
-    q = q.reshape(channels, -1) if node.op == "Conv" else q.T
+    q = q.reshape(channels, -1) if node.op in _CONV_LIKE else q.T
     zero_point = np.broadcast_to(np.asarray(record["zero_point"], np.int64).reshape(-1),
                                  (channels,))
     wq = q - zero_point[:, None]
@@ -285,7 +289,7 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     (s_in, zp_in), (s_out, zp_out) = in_params, out_params
     weights, biases, given = layer_ann
     w = graph.constants[node.inputs[1]].astype(np.float64)
-    channels = w.shape[0] if node.op == "Conv" else w.shape[1]
+    channels = w.shape[0] if node.op in _CONV_LIKE else w.shape[1]
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = (graph.constants[node.inputs[2]].astype(np.float64).reshape(-1)
             if has_bias else np.zeros(channels))
@@ -317,7 +321,7 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
     lo, hi = _clamp(node, out_params)
     prefix = node.name
     names = {k: f"{prefix}:{k}" for k in ("w", "bias", "mult", "shift")}
-    if node.op == "Conv":
+    if node.op in _CONV_LIKE:
         constants[names["w"]] = wq.reshape(w.shape)
     else:
         constants[names["w"]] = np.ascontiguousarray(wq.T)
@@ -335,7 +339,10 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
         attrs.update(strides=tuple(node.attrs["strides"]), pads=tuple(node.attrs["pads"]),
                      dilations=tuple(node.attrs["dilations"]),
                      group=int(node.attrs.get("group", 1)))
-    return Node(node.name, "QConv" if node.op == "Conv" else "QDense",
+    elif node.op == "ConvTranspose":
+        attrs.update(strides=tuple(node.attrs["strides"]), pads=tuple(node.attrs["pads"]),
+                     out_hw=tuple(node.attrs["out_hw"]), group=int(node.attrs["group"]))
+    return Node(node.name, IR_OPS[node.op].quantized,
                 (qname[node.inputs[0]], names["w"], names["bias"], names["mult"],
                  names["shift"]), (qname[node.outputs[0]],), attrs)
 

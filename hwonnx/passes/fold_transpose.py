@@ -1,0 +1,137 @@
+"""``fold-transpose``: remove the data-moving ``Transpose`` nodes of the accelerator's part of
+the graph that need no data movement: pairs that cancel, and a Keras-style NCHW -> NHWC
+``Transpose`` before the ``Flatten``/``Reshape`` of a ``Dense``, folded into the order of the
+``Dense``'s weight rows."""
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, TensorType
+from ..ir.ops import IR_OPS, TABLE
+from .rewrite import LAYOUT_OPS, fresh_name, prune, sole_consumer
+
+if TYPE_CHECKING:
+    from .pipeline import PassContext
+
+__all__ = ["FoldTranspose", "ELEMENTWISE_UNARY"]
+
+#: Float ops applied to each element on its own (so they commute with any ``Transpose``).
+ELEMENTWISE_UNARY = frozenset({"Relu", "Clip", "Identity"}) | frozenset(
+    op for op, entry in IR_OPS.items() if entry.kind == TABLE)
+
+
+@dataclass(frozen=True)
+class FoldTranspose:
+    """For each ``Transpose`` ``t`` (perm ``p``) that is no host step, followed through nodes
+    of :data:`ELEMENTWISE_UNARY` (each the only reader of the value before it, none a graph
+    output):
+
+    * to another ``Transpose`` ``t2`` (perm ``q``): both are replaced by one ``Transpose`` of
+      perm ``p[q]`` after the element-wise nodes, or by none when that is the identity (the
+      element-wise nodes then read ``t``'s input and their values take its axis order);
+    * to layout nodes (``Flatten``/``Reshape``) that make a ``[1, K]`` vector read only by a
+      ``Dense`` with a constant weight, keeping the batch axis in place (``p[0] = 0``): ``t``
+      is removed, the layout nodes become one ``Reshape`` of the untransposed value, and row
+      ``j`` of the weight moves to the flat position, in the untransposed value, of element
+      ``j`` of the transposed one. The float results are unchanged (the same products, summed
+      in another order).
+
+    Any other ``Transpose`` moves data and is refused after the pipeline (``check_host_steps``).
+    """
+    name: str = "fold-transpose"
+
+    def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
+        steps = graph.meta.get("host_steps") or {}
+        for _ in range(len(graph.nodes) + 1):
+            for node in graph.nodes:
+                if node.op == "Transpose" and node.name not in steps:
+                    new = _fold(graph, node)
+                    if new is not None:
+                        graph = new
+                        break
+            else:
+                return graph
+        raise RuntimeError("fold-transpose: a rewrite did not remove a node")
+
+
+def _follow(graph: Graph, start: str, ops) -> "tuple[list[Node], Node | None]":
+    """The nodes of ``ops`` from the reader of ``start`` on, each the sole reader of the value
+    before it, and the first sole reader that is not one of them (None if a value has several
+    readers or is a graph output)."""
+    chain, value = [], start
+    while True:
+        reader = sole_consumer(graph, value)
+        if reader is None or reader.inputs[0] != value or reader.op not in ops:
+            return chain, reader
+        chain.append(reader)
+        value = reader.outputs[0]
+
+
+def _fold(graph: Graph, t: Node) -> "Graph | None":
+    perm = tuple(t.attrs["perm"])
+    unary, after = _follow(graph, t.outputs[0], ELEMENTWISE_UNARY)
+    if after is None:
+        return None
+    if after.op == "Transpose" and not (graph.meta.get("host_steps") or {}).get(after.name):
+        return _cancel(graph, t, unary, after, perm)
+    layout, dense = _follow(graph, (unary[-1] if unary else t).outputs[0], LAYOUT_OPS)
+    if after.op in LAYOUT_OPS and layout and dense is not None and dense.op == "Dense" \
+            and perm[0] == 0 and not unary and dense.inputs[1] in graph.constants \
+            and len(graph.types[dense.inputs[0]].shape) == 2:
+        return _into_dense(graph, t, layout, dense, perm)
+    return None
+
+
+def _cancel(graph: Graph, t: Node, unary: "list[Node]", t2: Node, perm) -> Graph:
+    q = tuple(t2.attrs["perm"])
+    composed = tuple(perm[axis] for axis in q)
+    source_shape = graph.types[t.inputs[0]].shape
+    types = dict(graph.types)
+    renamed, value = {}, t.inputs[0]
+    for node in unary:                       # now on the untransposed axis order
+        renamed[node.name] = replace(node, inputs=(value,) + node.inputs[1:])
+        value = node.outputs[0]
+        types[value] = TensorType(types[value].dtype, source_shape)
+    last = unary[-1] if unary else None
+    if composed == tuple(range(len(composed))):
+        if last is None:                     # t2 reads t: an Identity, removed by the next pass
+            replacement = Node(t2.name, "Identity", (t.inputs[0],), t2.outputs)
+        else:                                # the last element-wise node writes t2's output
+            renamed[last.name] = replace(renamed[last.name], outputs=t2.outputs)
+            types[t2.outputs[0]] = TensorType(types[t2.outputs[0]].dtype, source_shape)
+            replacement = None
+    else:
+        replacement = replace(t2, inputs=(value if last else t.inputs[0],),
+                              attrs={**t2.attrs, "perm": composed})
+    nodes = []
+    for node in graph.nodes:
+        if node is t:
+            continue
+        if node is t2:
+            if replacement is not None:
+                nodes.append(replacement)
+            continue
+        nodes.append(renamed.get(node.name, node))
+    return prune(replace(graph, nodes=tuple(nodes), types=types))
+
+
+def _into_dense(graph: Graph, t: Node, layout: "list[Node]", dense: Node, perm) -> Graph:
+    source = t.inputs[0]
+    shape = graph.types[source].shape
+    order = np.arange(int(np.prod(shape))).reshape(shape).transpose(perm).reshape(-1)
+    weight = graph.constants[dense.inputs[1]]
+    moved = np.empty_like(weight)
+    moved[order] = weight                    # row j of W reads element order[j] of the source
+    w_name = fresh_name(graph, f"{dense.name}_weight_untransposed")
+    flat = layout[-1].outputs[0]
+    reshape = Node(layout[0].name, "Reshape", (source,), (flat,),
+                   {"shape": tuple(graph.types[flat].shape)})
+    folded = replace(dense, inputs=(flat, w_name) + dense.inputs[2:])
+    dropped = {id(t)} | {id(node) for node in layout[1:]}
+    nodes = tuple(reshape if node is layout[0] else folded if node is dense else node
+                  for node in graph.nodes if id(node) not in dropped)
+    types = {**graph.types, w_name: TensorType(str(moved.dtype), tuple(moved.shape))}
+    return prune(replace(graph, nodes=nodes, types=types,
+                         constants={**graph.constants, w_name: moved}))
