@@ -341,7 +341,9 @@ def _plausible(shape: "tuple[int, ...]", samples: int, rng: np.random.Generator)
 
 def random_inputs(model: onnx.ModelProto, samples: int = 16, seed: int = 0
                   ) -> "dict[str, np.ndarray]":
-    """Plausible calibration / test data: ``{input name: float32 [samples, *input shape]}``.
+    """Plausible calibration / test data: ``{input name: float32 [samples, *input shape]}``
+    (``[samples, *input shape[1:]]`` for a model with a fixed batch other than 1: the samples
+    replace its batch, as hwonnx streams them).
 
     The data kind follows the input shape (see :func:`_plausible`): images in [0, 1], MFCC
     features, or log-mel frames in dB; the format is the one hwonnx's ``calib`` accepts.
@@ -351,5 +353,7 @@ def random_inputs(model: onnx.ModelProto, samples: int = 16, seed: int = 0
     for index, info in enumerate(i for i in model.graph.input if i.name not in initializers):
         dims = tuple(d.dim_value if d.HasField("dim_value") else 1
                      for d in info.type.tensor_type.shape.dim)
-        result[info.name] = _plausible(dims, samples, np.random.default_rng([seed, 2, index]))
+        data = _plausible((1,) + dims[1:], samples, np.random.default_rng([seed, 2, index]))
+        # a model with a fixed batch N > 1 takes the samples along its batch axis
+        result[info.name] = data if dims[:1] == (1,) else data[:, 0]
     return result

@@ -1,0 +1,60 @@
+"""The exporter-style zoo (hwonnx.zoo.exporters): valid ONNX as tf2onnx and PyTorch lay it out,
+read into the float ops hwonnx should make of it, and run on the RTL bit-exact with golden in
+the predicted cycles, the int8 result near onnxruntime's reference path on the float model."""
+
+import numpy as np
+import onnx
+import pytest
+
+from hwonnx.api import build, simulate
+from hwonnx.frontend import load_model
+from hwonnx.zoo import random_inputs
+from hwonnx.zoo.exporters import EXPORTER_STYLE
+from ort_reference import reference_session
+
+NAMES = sorted(EXPORTER_STYLE)
+#: The float graph after the passes: tf2onnx's Transpose pairs cancel (the first, on the
+#: input, is a host step) and its Flatten Transpose folds into the Dense; BatchNorm1d folds
+#: into its Linear through Unsqueeze/Squeeze; the U-Net keeps its Resize and ConvTranspose.
+FLOAT_OPS = {
+    "keras_nhwc_cnn": ["Transpose", "Conv", "Conv", "Conv", "Reshape", "Dense", "Softmax"],
+    "torch_mlp_bn1d": ["Dense", "Reshape", "Reshape", "Dense", "Reshape", "Reshape", "Dense"],
+    "tiny_unet": ["Conv", "Conv", "MaxPool", "Conv", "MaxPool", "Conv", "ConvTranspose",
+                  "Conv", "Concat", "Conv", "ConvTranspose", "Concat", "Conv", "Conv"],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_valid_onnx_read_into_the_expected_float_ops(name):
+    model = EXPORTER_STYLE[name]()
+    onnx.checker.check_model(model, full_check=True)
+    assert [n.op for n in load_model(model).nodes] == FLOAT_OPS[name]
+
+
+def _reference(model, x: np.ndarray) -> np.ndarray:
+    session = reference_session(model)
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    if batch != 1:
+        return np.concatenate([session.run(None, {"input": x[i:i + batch]})[0]
+                               for i in range(0, len(x), batch)])
+    return np.concatenate([session.run(None, {"input": sample})[0] for sample in x])
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", NAMES)
+def test_zoo_model_on_rtl(name, tmp_path):
+    """Bit-exact with golden in the predicted cycles; against the float model (random weights,
+    an int8 chain of up to 10 layers) the largest error is within 10% of the output's range
+    and the mean within 2% (measured: at most 5.1% and 1.0%, bench/results/zoo.md)."""
+    model = EXPORTER_STYLE[name]()
+    result = build(model, tmp_path / "build", calib=random_inputs(model, 32, 0),
+                   log=lambda m: None)
+    inputs = random_inputs(model, 8, 1)
+    rtl = simulate(tmp_path / "build", inputs, mode="compare", log=lambda m: None)
+    golden = simulate(result, inputs, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [rtl.predicted_cycles] * len(rtl.cycles)
+    want = _reference(model, inputs["input"])
+    error = np.abs(golden.outputs["output"].reshape(want.shape) - want)
+    span = np.abs(want).max()
+    assert error.max() <= 0.10 * span and error.mean() <= 0.02 * span
