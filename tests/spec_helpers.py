@@ -20,8 +20,8 @@ SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization,
              "Clip, Concat, Conv, ConvTranspose, Dropout, Elu, Erf, Exp, Flatten, Floor, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
              "LeakyRelu, Log, MatMul, MaxPool, Mish, Mul, Neg, Pad, Reciprocal, Relu, Reshape, "
-             "Resize, Round, Selu, Sigmoid, Sign, Softplus, Softsign, Sqrt, Squeeze, Swish, Tanh, "
-             "ThresholdedRelu, Transpose, Unsqueeze, Upsample"
+             "Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, Split, Sqrt, "
+             "Squeeze, Swish, Tanh, ThresholdedRelu, Transpose, Unsqueeze, Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph and ArgMax, "
              "LogSoftmax, Softmax, TopK at the end")

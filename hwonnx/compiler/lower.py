@@ -85,8 +85,10 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
             base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
             placements[out] = natural_placement(base, out_shape, rows)
             sources = [placements[v] for v in _activations(node, graph)]
-            if node.op == "QConvTranspose":
-                layers.extend(builder.transposed(node, sources, placements[out]))
+            parts = _parts(node, sources, graph, rows)
+            if parts:          # several layers write the output, each its own pixels
+                layers.extend(builder.emit(node, spec, placements[out], f"{node.name} [{name}]")
+                              for name, spec in parts)
             else:
                 layers.append(builder.layer(node, sources, placements[out]))
         alloc.release_dead(last_use, index)
@@ -142,13 +144,6 @@ class _Builder:
         then a kernel row: :mod:`.depthwise`)."""
         return self.emit(node, _layer_spec(node, sources, self.graph, self.config.rows),
                          target)
-
-    def transposed(self, node: Node, sources: "list[Placement]", target: Placement
-                   ) -> "list[LayerPlan]":
-        """Emit a ``QConvTranspose`` as one convolution layer per output phase
-        (:mod:`.phases`), each writing every stride-th pixel of ``target``."""
-        return [self.emit(node, spec, target, f"{node.name} [{name}]")
-                for name, spec in _phase_specs(node, sources, self.graph, self.config.rows)]
 
     def emit(self, node: Node, spec: "_LayerSpec", target: Placement,
              name: "str | None" = None) -> LayerPlan:
@@ -493,6 +488,8 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
                           (0, 0, 0, 0), (1, 1), macs=n_out * k_in, dense=True, **out)
     if node.op == "QConcat":
         return _concat_spec(node, placements, graph, rows, out)
+    if node.op == "QSlice":
+        return _slice_spec(node, placements[0], graph, rows, out)
     if node.op == "QAdd":
         a, b = placements[:2]
         mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
@@ -556,6 +553,72 @@ def _conv_phys(w: np.ndarray, group: int, lanes: int) -> np.ndarray:
     return phys
 
 
+def _out(attrs) -> dict:
+    """The output fields of a layer spec: zero point, clamp, rounding, activation table."""
+    return dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
+                rounding=attrs.get("rounding", "half_up"),
+                table=None if attrs.get("table") is None else
+                tuple(int(v) for v in attrs["table"]))
+
+
+def _parts(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+           ) -> "list[tuple[str, _LayerSpec]] | None":
+    """The layers of an op written by several of them, each to its own output pixels: a
+    ``QConvTranspose`` (one per output phase) or a ``QConcat`` along height or width (one
+    per source); None for the others."""
+    if node.op == "QConvTranspose":
+        return _phase_specs(node, placements, graph, rows)
+    if node.op == "QConcat" and node.attrs.get("axis", 1) != 1:
+        return _concat_hw_specs(node, placements, graph, rows)
+    return None
+
+
+def _slice_spec(node: Node, placement: Placement, graph: Graph, rows: int, out: dict
+                ) -> _LayerSpec:
+    """A window as a 1x1 copy: output channel ``c`` has weight 1 on input lane ``c0 + c``;
+    the window's first row and column enter as negative begin pads (the feeder starts
+    reading inside the input)."""
+    attrs = node.attrs
+    mult, shift = (graph.constants[v] for v in node.inputs[1:3])
+    shape = graph.types[node.outputs[0]].shape
+    zp = int(attrs["in_zp"])
+    if len(shape) == 4:
+        source = _image_source(node, placement, zp, rows)
+        (c0, y0, x0), channels, hw = attrs["starts"], shape[1], tuple(shape[2:])
+        lanes, pads = c0 + np.arange(channels), (-y0, -x0, 0, 0)
+    else:
+        source = _Source(placement.base, 1, 1, placement.words, zp)
+        (k0,), channels, hw = attrs["starts"], shape[1], (1, 1)
+        lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))[k0:k0 + channels]
+        pads = (0, 0, 0, 0)
+    phys = np.zeros((channels, 1, 1, source.cb * rows), dtype=np.int64)
+    phys[np.arange(channels), 0, 0, lanes] = 1
+    return _LayerSpec([source], [0], phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                      hw, (1, 1), pads, (1, 1), macs=channels * hw[0] * hw[1], **out)
+
+
+def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                     ) -> "list[tuple[str, _LayerSpec]]":
+    """A ``QConcat`` along height or width: each source copied (1x1, weight 1 per channel,
+    requantized by its own row of multipliers) to its place in the output."""
+    axis, attrs = node.attrs["axis"], node.attrs
+    mult, shift = (graph.constants[v] for v in node.inputs[-2:])
+    out_w = graph.types[node.outputs[0]].shape[3]
+    specs, offset = [], 0
+    for index, (placement, zp) in enumerate(zip(placements, attrs["zps"])):
+        source = _image_source(node, placement, int(zp), rows)
+        channels, h, w = placement.shape[1:]
+        phys = np.zeros((channels, 1, 1, source.cb * rows), dtype=np.int64)
+        phys[np.arange(channels), 0, 0, np.arange(channels)] = 1
+        oy, ox = (offset, 0) if axis == 2 else (0, offset)
+        specs.append((f"source {index}", _LayerSpec(
+            [source], [0], phys, np.zeros(channels, dtype=np.int64), mult[index],
+            shift[index], (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w,
+            scatter=(1, 1, oy, ox, out_w), **_out(attrs))))
+        offset += h if axis == 2 else w
+    return specs
+
+
 def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
                  ) -> "list[tuple[str, _LayerSpec]]":
     """The layer of each output phase of a ``QConvTranspose`` (:func:`.phases.phases`)."""
@@ -563,10 +626,7 @@ def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: 
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
     w, bias, mult, shift = (graph.constants[v] for v in node.inputs[1:5])
     group = int(attrs["group"])
-    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
-               rounding=attrs.get("rounding", "half_up"),
-               table=None if attrs.get("table") is None else
-               tuple(int(v) for v in attrs["table"]))
+    out = _out(attrs)
     specs = []
     for phase in phases(w, attrs["strides"], attrs["pads"], (source.ih, source.iw),
                         attrs["out_hw"]):

@@ -586,8 +586,8 @@ _AXIS_NAMES = {4: ("batch", "channel", "height", "width"), 2: ("batch", "feature
 
 
 def _concat(b: _Builder, node: onnx.NodeProto) -> Node:
-    """``Concat`` of run-time tensors along the channel axis: of ``[1, C_j, H, W]`` images
-    along axis 1, or of ``[1, K_j]`` vectors along axis 1 (a single input is an
+    """``Concat`` of run-time tensors: of ``[1, C_j, H, W]`` images along the channel, height
+    or width axis, or of ``[1, K_j]`` vectors along axis 1 (a single input is an
     ``Identity``)."""
     constant = next((v for v in node.input if v in b.onnx_constants), None)
     if constant is not None:
@@ -606,17 +606,18 @@ def _concat(b: _Builder, node: onnx.NodeProto) -> Node:
     if rank not in _AXIS_NAMES or shape[0] != 1:
         raise _unsupported(b, node, (
             f"Concat '{node.name}' joins values of shape {list(shape)}; only [1, C, H, W] "
-            f"images and [1, K] vectors can be concatenated, along axis 1"))
-    if axis != 1:
+            f"images and [1, K] vectors can be concatenated"))
+    if axis == 0 or (rank == 2 and axis != 1):
         raise _unsupported(b, node, (
             f"Concat '{node.name}' along axis {axis} ({_AXIS_NAMES[rank][axis]}) has no "
-            f"hardware mapping; only the channel axis is supported"))
+            f"hardware mapping; only the channel, height and width axes are supported"))
     if len(xs) == 1:
         return Node(node.name, "Identity", (xs[0],), (out,))
-    return Node(node.name, "Concat", xs, (out,), {"axis": 1, **_ACTIVATION})
+    return Node(node.name, "Concat", xs, (out,), {"axis": axis, **_ACTIVATION})
 
 
-from .upsample import UPSAMPLE_CONVERTERS  # noqa: E402  (uses the helpers above)
+from .slicing import SLICING_CONVERTERS  # noqa: E402  (both use the helpers above)
+from .upsample import UPSAMPLE_CONVERTERS  # noqa: E402
 
 CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
@@ -625,7 +626,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
-    **{op: _table_activation for op in TABLE_OPS}, **UPSAMPLE_CONVERTERS,
+    **{op: _table_activation for op in TABLE_OPS}, **UPSAMPLE_CONVERTERS, **SLICING_CONVERTERS,
 }
 
 
@@ -669,7 +670,7 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
         if converter is None:                 # the support check lets no other op through
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
         try:
-            ir_node = converter(b, node)
+            made = converter(b, node)         # a Node, or a list of them (a Split)
         except UnsupportedOperatorError as error:     # go on: one error lists every node
             refused += error.nodes
             reasons += getattr(error, "reasons", [])
@@ -678,12 +679,13 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
             if refused:          # (may follow from a refused node's output): report those
                 continue
             raise
-        if ir_node.op not in IR_OPS:          # every float IR op is registered: a bug
-            raise NotImplementedError(f"Converter of {node.op_type} (node '{node.name}') made "
-                                      f"{ir_node.op}, which is not in hwonnx.ir.ops.IR_OPS")
-        if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
-            check_node_work(ir_node, b.types)
-        ir_nodes.append(ir_node)
+        for ir_node in made if isinstance(made, list) else [made]:
+            if ir_node.op not in IR_OPS:      # every float IR op is registered: a bug
+                raise NotImplementedError(f"Converter of {node.op_type} (node '{node.name}') "
+                                          f"made {ir_node.op}, not in hwonnx.ir.ops.IR_OPS")
+            if ir_node.op != "Pad":           # transient: fold-pad moves it into the layer
+                check_node_work(ir_node, b.types)
+            ir_nodes.append(ir_node)
     if refused:
         error = UnsupportedOperatorError(refused)
         error.args = (summary(error, reasons),)

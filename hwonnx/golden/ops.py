@@ -188,20 +188,41 @@ def qadd(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, w
 
 
 @golden_op("QConcat")
-def qconcat(*args: np.ndarray, zps, out_zp: int, lo: int, hi: int, **_) -> np.ndarray:
-    """Concatenation along the channel axis (axis 1) of int8 tensors with their own scales:
-    ``args`` is ``x_0, ..., x_{n-1}, mult, shift`` and output channel ``c``, taken from
+def qconcat(*args: np.ndarray, zps, out_zp: int, lo: int, hi: int, axis: int = 1,
+            **_) -> np.ndarray:
+    """Concatenation of int8 tensors with their own scales: ``args`` is ``x_0, ..., x_{n-1},
+    mult, shift``. Along the channel axis (``axis = 1``), output channel ``c``, taken from
     channel ``c'`` of source ``j``, is ``requantize(x_j[:, c'] - zps[j], 0, mult[c],
-    shift[c], out_zp, lo, hi)`` (``mult``, ``shift``: int32 per output channel; the identity
-    ``mult = 2**30, shift = 30`` copies a source whose scale and zero point are the
-    output's)."""
+    shift[c], out_zp, lo, hi)`` (``mult``, ``shift``: int32 per output channel); along height
+    or width (``axis`` 2 or 3), source ``j`` is requantized by row ``j`` of ``mult``,
+    ``shift`` (``[sources, C]``) and the results are joined. The identity ``mult = 2**30,
+    shift = 30`` copies a source whose scale and zero point are the output's."""
     *xs, mult, shift = args
     if len(xs) != len(zps):
         raise ValueError(f"QConcat has {len(xs)} inputs but {len(zps)} zero points")
+    if axis != 1:
+        zero = np.zeros(xs[0].shape[1], dtype=np.int32)
+        parts = [np.moveaxis(requantize(np.moveaxis(x.astype(np.int64) - int(z), 1, -1), zero,
+                                        m, s, out_zp, lo, hi), -1, 1)
+                 for x, z, m, s in zip(xs, zps, mult, shift)]
+        return np.concatenate(parts, axis=axis)
     acc = np.concatenate([x.astype(np.int64) - int(z) for x, z in zip(xs, zps)], axis=1)
     moved = np.moveaxis(acc, 1, -1)
     y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
                    hi)
+    return np.moveaxis(y, -1, 1)
+
+
+@golden_op("QSlice")
+def qslice(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
+           lo: int, hi: int, starts, out_shape=None, **_) -> np.ndarray:
+    """The window of ``x`` from ``starts`` (channel, row, column; or feature) of ``out_shape``
+    (without the batch), ``x - in_zp`` requantized per channel (the identity ``2**30 *
+    2**-30`` copies it)."""
+    window = tuple(slice(s, s + n) for s, n in zip(starts, out_shape))
+    part = x[(slice(None),) + window].astype(np.int64) - in_zp
+    y = requantize(np.moveaxis(part, 1, -1), np.zeros(part.shape[1], dtype=np.int32), mult,
+                   shift, out_zp, lo, hi)
     return np.moveaxis(y, -1, 1)
 
 

@@ -218,6 +218,14 @@ def _reshape(graph: Graph, node: Node, x):
     return x.reshape(_batch(graph.types[node.outputs[0]].shape, x.shape[0]))
 
 
+def _slice(graph: Graph, node: Node, x):
+    """The window of ``x`` from ``starts`` (one index per non-batch axis) of the output's
+    shape."""
+    out = graph.types[node.outputs[0]].shape[1:]
+    window = tuple(slice(s, s + n) for s, n in zip(node.attrs["starts"], out))
+    return _activation(node, x[(slice(None),) + window])
+
+
 def _conv_transpose(graph: Graph, node: Node, x, w, b=None):
     """ONNX ConvTranspose (weights in convolution layout, :mod:`hwonnx.golden.transposed`)."""
     y = scatter(x, w, node.attrs["strides"], node.attrs["pads"], node.attrs["out_hw"],
@@ -243,7 +251,9 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Add": lambda graph, node, a, b: _activation(node, a + b),
     "AvgPool": _avgpool,
     "MaxPool": _maxpool,
-    "Concat": lambda graph, node, *xs: _activation(node, np.concatenate(xs, axis=1)),
+    "Concat": lambda graph, node, *xs: _activation(
+        node, np.concatenate(xs, axis=node.attrs["axis"])),
+    "Slice": _slice,
     "Relu": lambda graph, node, x: np.maximum(x, 0),
     "Clip": _clip,
     "BatchNorm": _batchnorm,

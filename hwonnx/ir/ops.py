@@ -88,6 +88,8 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                     why="max pooling: one tap per pass, the accumulators keep the maximum"),
     "Concat": IrOp(LAYER, "QConcat", why="channel concatenation: a block-diagonal 1x1 "
                    "convolution, each source requantized by its own multiplier"),
+    "Slice": IrOp(LAYER, "QSlice", why="a window of the input (Slice, an output of Split): a "
+                  "1x1 copy selecting its channels, the window starting inside the input"),
     "Flatten": IrOp(LAYOUT, "Flatten", why=_LAYOUT_ONLY),
     "Reshape": IrOp(LAYOUT, "Reshape", why=_LAYOUT_ONLY),
     "Relu": IrOp(FUSED), "Clip": IrOp(FUSED), "BatchNorm": IrOp(FUSED),
@@ -122,6 +124,9 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "MaxPool": OnnxOp(compute=True),
     "GlobalMaxPool": OnnxOp(compute=True),
     "Concat": OnnxOp(compute=True),
+    "Slice": OnnxOp(compute=True, constant_inputs={1: "starts", 2: "ends", 3: "axes",
+                                                   4: "steps"}),
+    "Split": OnnxOp(compute=True, constant_inputs={1: "split"}),
     "Pad": OnnxOp(compute=True, constant_inputs={1: "pads", 2: "constant_value", 3: "axes"}),
     "Flatten": OnnxOp(**_LAYOUT_NODES),
     "Reshape": OnnxOp(**_LAYOUT_NODES, constant_inputs={1: "shape"}),
@@ -140,7 +145,6 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "Constant": OnnxOp(foldable=True),
     "Shape": OnnxOp(foldable=True),
     "Gather": OnnxOp(foldable=True),
-    "Slice": OnnxOp(foldable=True),
     **{op: OnnxOp(compute=True) for op in TABLE_OPS},
 })
 

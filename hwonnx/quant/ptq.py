@@ -11,6 +11,7 @@ from ..ir import Graph, Node, TensorType
 from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .check import check_layers
+from .copies import concat_multipliers, quantize_slice
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
            "activation_table", "CALIBRATION_METHOD"]
@@ -184,7 +185,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 values[out].min(), values[out].max(), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
-        if node.op == "MaxPool" or node.attrs.get("copy"):    # the input's own parameters
+        if node.op in ("MaxPool", "Slice") or node.attrs.get("copy"):   # the input's own
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
             params[out] = _borrowed_params(node, graph, params, values, warnings)
@@ -201,6 +202,9 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             nodes.append(_quantize_maxpool(node, params, qname, constants, types))
         elif node.op == "Concat":
             nodes.append(_quantize_concat(node, params, qname, constants, types))
+        elif node.op == "Slice":
+            nodes.append(quantize_slice(node, params, qname, constants, types, _clamp,
+                                        requant_params))
         else:
             nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
                                          constants, types, layer_ann))
@@ -581,17 +585,18 @@ def _concat_params(node: Node, params, values) -> "tuple[float, int]":
 
 
 def _quantize_concat(node: Node, params, qname, constants, types) -> Node:
-    """Channel ``Concat``: output channel ``c``, from source ``j``, is ``x_j - zp_j``
-    requantized with its own multiplier ``s_j / s_out`` (weight 1: the precision of the
-    31-bit multiplier, exactly the identity when ``s_j = s_out``)."""
+    """``Concat``: output channel ``c`` (along the channel axis), or every value of source
+    ``j`` (along height or width), is ``x_j - zp_j`` requantized with its own multiplier ``s_j
+    / s_out`` (weight 1: the precision of the 31-bit multiplier, exactly the identity when
+    ``s_j = s_out``)."""
     s_out, zp_out = params[node.outputs[0]]
-    real = np.concatenate([np.full(types[qname[x]].shape[1], params[x][0] / s_out)
-                           for x in node.inputs])
-    mult, shift = requant_params(real, node.name)
+    mult, shift = concat_multipliers(node, params, [types[qname[x]].shape[1]
+                                                    for x in node.inputs], s_out, requant_params)
     names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = _clamp(node, params[node.outputs[0]])
     return Node(node.name, "QConcat", tuple(qname[x] for x in node.inputs) + names,
                 (qname[node.outputs[0]],),
                 {"zps": tuple(params[x][1] for x in node.inputs), "out_zp": zp_out, "lo": lo,
                  "hi": hi, "scales": tuple(params[x][0] for x in node.inputs),
-                 "out_scale": s_out, "relu": bool(node.attrs.get("relu"))})
+                 "out_scale": s_out, "relu": bool(node.attrs.get("relu")),
+                 "axis": int(node.attrs["axis"])})

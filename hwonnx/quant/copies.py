@@ -1,0 +1,51 @@
+"""Quantization of the layers that copy values: ``Slice`` (a window of its input) and
+``Concat`` along the height or width axis (each source copied to its place). Each keeps its
+input's parameters where it can, so the integers are copied exactly."""
+
+import numpy as np
+
+from ..ir import Node, TensorType
+
+__all__ = ["quantize_slice", "concat_multipliers"]
+
+
+def _identity_or(real: np.ndarray, layer: str, requant_params) -> "tuple[np.ndarray, ...]":
+    """``(mult, shift)`` of the scales ``real``: exactly ``2**30 * 2**-30`` where it is 1."""
+    mult, shift = requant_params(real.reshape(-1), layer)
+    ones = real.reshape(-1) == 1.0
+    mult[ones], shift[ones] = 1 << 30, 30
+    return mult.reshape(real.shape).astype(np.int32), shift.reshape(real.shape).astype(np.int32)
+
+
+def quantize_slice(node: Node, params, qname, constants, types, clamp, requant_params) -> Node:
+    """``Slice``: the window's ``x - in_zp`` requantized by ``s_in / s_out`` per channel (the
+    identity, and the window's integers exactly, when the output keeps the input's
+    parameters, as the quantizer chooses unless a pre-quantized model says otherwise)."""
+    x, out = node.inputs[0], node.outputs[0]
+    (s_in, zp_in), (s_out, zp_out) = params[x], params[out]
+    channels = types[qname[out]].shape[1]
+    mult, shift = _identity_or(np.full(channels, s_in / s_out), node.name, requant_params)
+    names = []
+    for key, array in (("mult", mult), ("shift", shift)):
+        names.append(f"{node.name}:{key}")
+        constants[names[-1]] = array
+        types[names[-1]] = TensorType(str(array.dtype), array.shape)
+    lo, hi = clamp(node, params[out])
+    return Node(node.name, "QSlice", (qname[x], *names), (qname[out],),
+                {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
+                 "starts": tuple(node.attrs["starts"]),
+                 "out_shape": tuple(types[qname[out]].shape[1:]), "in_scale": s_in,
+                 "out_scale": s_out,
+                 "relu": bool(node.attrs.get("relu"))})
+
+
+def concat_multipliers(node: Node, params, channels: "list[int]", s_out: float,
+                       requant_params) -> "tuple[np.ndarray, np.ndarray]":
+    """The multipliers of a ``Concat``: per output channel along the channel axis (``[C]``),
+    per source and channel along height or width (``[sources, C]``), each ``s_j / s_out``."""
+    if node.attrs["axis"] == 1:
+        real = np.concatenate([np.full(c, params[x][0] / s_out)
+                               for x, c in zip(node.inputs, channels)])
+    else:
+        real = np.stack([np.full(channels[0], params[x][0] / s_out) for x in node.inputs])
+    return _identity_or(real, node.name, requant_params)
