@@ -26,8 +26,11 @@ def test_bundled_example_over_uart(board_name):
     images = data["test_images"][:3]
     quantizer = next(n for n in result.graph.nodes if n.op == "Quantize")
     q_in = quantize(images, **dict(quantizer.attrs)).reshape((-1, 1, 64))
-    outputs, cycles = run_system(result.program, q_in, divisor=4 if board.huge_rams else 8,
-                                 build_id=build_id(result.program), log=lambda message: None)
+    program = result.program
+    outputs, cycles = run_system(program, {program.input_value: q_in},
+                                 divisor=4 if board.huge_rams else 8,
+                                 build_id=build_id(program), log=lambda message: None)
     golden = simulate(result, {"image": images}, mode="golden")
-    np.testing.assert_array_equal(outputs.reshape(golden.int_outputs.shape), golden.int_outputs)
+    np.testing.assert_array_equal(outputs[program.output_value].reshape(
+        golden.int_outputs.shape), golden.int_outputs)
     assert cycles == [golden.predicted_cycles] * 3
