@@ -44,9 +44,10 @@ def two_images_concat(rng, host=False):
             {"a": (1, 3, 6, 5), "b": (1, 2, 6, 5)})
 
 
-def two_vectors_residual(rng):
+def two_vectors_residual(rng, sum_out=False):
     """A residual Add of two computed vectors: ``u`` [1, 12] through a Gemm, ``v`` [1, 7]
-    through a Gemm + Relu, added, then a last Gemm (the inputs are placed side by side)."""
+    through a Gemm + Relu, added, then a last Gemm (the inputs are placed side by side). With
+    ``sum_out``, the sum ``s`` (read by the last Gemm) is an output too."""
     inits = {"wu": _weight(rng, 12, 10), "wv": _weight(rng, 7, 10, gain=3.0),
              "bv": rng.normal(0, 0.3, 10), "wo": _weight(rng, 10, 6)}
     nodes = [helper.make_node("Gemm", ["u", "wu"], ["gu"], name="fc_u"),
@@ -54,8 +55,8 @@ def two_vectors_residual(rng):
              helper.make_node("Relu", ["gv"], ["rv"], name="relu_v"),
              helper.make_node("Add", ["gu", "rv"], ["s"], name="residual"),
              helper.make_node("Gemm", ["s", "wo"], ["y"], name="fc_out")]
-    return (_model(nodes, inits, {"u": [1, 12], "v": [1, 7]}, {"y": [1, 6]}),
-            {"u": (1, 12), "v": (1, 7)})
+    outputs = {"s": [1, 10], "y": [1, 6]} if sum_out else {"y": [1, 6]}
+    return _model(nodes, inits, {"u": [1, 12], "v": [1, 7]}, outputs), {"u": (1, 12), "v": (1, 7)}
 
 
 def autoencoder(rng):
