@@ -110,7 +110,8 @@ def listing(program: Program, timing: Timing) -> str:
 
 # Loading ---------------------------------------------------------------------------------------
 
-_PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "placements", "instructions", "predicted_cycles"}
+_PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "placements",
+                 "instructions", "predicted_cycles"}
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
@@ -140,12 +141,6 @@ def _check_program_doc(doc) -> None:
     missing, extra = _PROGRAM_KEYS - set(doc), set(doc) - _PROGRAM_KEYS
     _require(not missing, f"program.json has no key {', '.join(map(repr, sorted(missing)))}")
     _require(not extra, f"program.json has unexpected key {', '.join(map(repr, sorted(extra)))}")
-    for key in ("inputs", "outputs"):
-        _require(isinstance(doc[key], list) and doc[key] and all(
-            isinstance(p, dict) and set(p) == {"name", "value"}
-            and all(isinstance(v, str) for v in p.values()) for p in doc[key]),
-            f"program.json: '{key}' must be a non-empty list of objects with the strings "
-            f"'name' and 'value'")
     _require(isinstance(doc["arch"], dict), "program.json: 'arch' must be an object")
     _require(isinstance(doc["images"], list) and set(doc["images"]) <= {"wgt", "par", "lut"}
              and {"wgt", "par"} <= set(doc["images"]),
@@ -168,9 +163,11 @@ def _check_program_doc(doc) -> None:
                  f"program.json: placement '{name}' must have the integer keys "
                  f"{', '.join(sorted(_PLACEMENT_KEYS))}")
     for key in ("inputs", "outputs"):
-        for port in doc[key]:
-            _require(port["value"] in doc["placements"], f"program.json: {key[:-1]} "
-                     f"{port['value']!r} has no placement")
+        _require(isinstance(doc[key], list) and doc[key] and all(
+            isinstance(p, dict) and set(p) == {"name", "value"} and all(
+                isinstance(v, str) for v in p.values()) and p["value"] in doc["placements"]
+            for p in doc[key]), f"program.json: '{key}' must list objects of a 'name' and "
+                 f"the 'value' of a placement")
     _require(isinstance(doc["instructions"], list) and doc["instructions"],
              "program.json: 'instructions' must be a non-empty list")
     for index, instr in enumerate(doc["instructions"]):
