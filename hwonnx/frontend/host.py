@@ -7,8 +7,9 @@ The rule (``docs/ir.md``, "Host steps"):
   its own), each of a :data:`HOST_START_OPS` operator whose only run-time input is the
   previous value (the others are constants), and each the only reader of that value, which is
   no graph output. The chain's nodes up to and including the **last one without a hardware
-  mapping** run on the host; that input's accelerator input is that node's output. The chain's nodes after it (and the
-  whole chain when every node in it maps) run on the accelerator as before.
+  mapping** run on the host; that input's accelerator input is that node's output. The
+  chain's nodes after it (and the whole chain when every node in it maps) run on the
+  accelerator as before.
 * **End.** A node of a :data:`HOST_END_OPS` operator is *at the end* when every path from its
   outputs reaches graph outputs through such nodes only (reading the value as their first
   input). Every node at the end without a hardware mapping runs on the host, and so does every
@@ -31,8 +32,8 @@ from .common import FLOAT_TYPES, elem_type_name, is_default_domain
 from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS", "HOST_CONVERTERS",
-           "leading_chain", "leading_chains", "end_values", "at_end", "host_steps", "runs_on_neither",
-           "check_host_steps"]
+           "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
+           "runs_on_neither", "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
 HOST_START_OPS = frozenset({
