@@ -26,10 +26,12 @@ def _weight(rng, *shape, gain=1.0) -> np.ndarray:
 def two_images_concat(rng, host=False):
     """Two images of different channel counts (``a`` [1, 3, 6, 5], ``b`` [1, 2, 6, 5]), each
     through its own Conv (+ Relu on ``a``), joined by a channel Concat and mixed by a 3x3 Conv.
-    With ``host``, ``b`` is normalized on the host first ((b - mean) / std per channel)."""
+    With ``host``, each input has its own steps on the host first: ``a`` comes channels-last
+    ([1, 6, 5, 3], transposed to NCHW), ``b`` is normalized ((b - mean) / std per channel)."""
     inits = {"wa": _weight(rng, 4, 3, 3, 3), "wb": _weight(rng, 5, 2, 1, 1, gain=2.0),
              "wm": _weight(rng, 3, 9, 3, 3), "bm": rng.normal(0, 0.1, 3)}
-    nodes = [helper.make_node("Conv", ["a", "wa"], ["ca"], name="conv_a", pads=[1, 1, 1, 1]),
+    nodes = [helper.make_node("Conv", ["at" if host else "a", "wa"], ["ca"], name="conv_a",
+                              pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["ca"], ["ra"], name="relu_a"),
              helper.make_node("Conv", ["bn" if host else "b", "wb"], ["cb"], name="conv_b"),
              helper.make_node("Concat", ["ra", "cb"], ["cat"], name="concat", axis=1),
@@ -38,10 +40,12 @@ def two_images_concat(rng, host=False):
     if host:
         inits.update(mean=np.array([0.5, -0.25]).reshape(1, 2, 1, 1),
                      std=np.array([2.0, 0.5]).reshape(1, 2, 1, 1))
-        nodes[:0] = [helper.make_node("Sub", ["b", "mean"], ["bc"], name="center_b"),
+        nodes[:0] = [helper.make_node("Transpose", ["a"], ["at"], name="nchw_a",
+                                      perm=[0, 3, 1, 2]),
+                     helper.make_node("Sub", ["b", "mean"], ["bc"], name="center_b"),
                      helper.make_node("Div", ["bc", "std"], ["bn"], name="scale_b")]
-    return (_model(nodes, inits, {"a": [1, 3, 6, 5], "b": [1, 2, 6, 5]}, {"y": [1, 3, 6, 5]}),
-            {"a": (1, 3, 6, 5), "b": (1, 2, 6, 5)})
+    shapes = {"a": (1, 6, 5, 3) if host else (1, 3, 6, 5), "b": (1, 2, 6, 5)}
+    return _model(nodes, inits, shapes, {"y": [1, 3, 6, 5]}), shapes
 
 
 def two_vectors_residual(rng, sum_out=False):

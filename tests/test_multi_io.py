@@ -152,16 +152,18 @@ def test_golden_is_close_to_the_float_model(name):
 
 
 def test_host_steps_per_input_and_output():
-    """A normalization on the host before one input (the other goes straight to the array);
-    a Softmax and an ArgMax on the host after one output of three."""
-    graph = _built("two_images_concat_host")[2].graph
-    rows = {row["node"]: row for row in placement(graph)}
-    assert [rows[n]["where"] for n in ("center_b", "scale_b", "conv_a", "conv_b")] == \
-        ["host", "host", "hardware", "hardware"]
-    assert rows["scale_b"]["why"].endswith("at the start of the graph, before the "
-                                           "accelerator's input")
-    program = _built("two_images_concat_host")[2].program
-    assert [p.name for p in program.inputs] == ["a", "bn"]
+    """Each input with its own host prefix (an NHWC -> NCHW Transpose on one, a
+    normalization on the other), each quantized from its prefix's result; a Softmax and an
+    ArgMax on the host after one output of three."""
+    _, _, result, _ = _built("two_images_concat_host")
+    rows = {row["node"]: row for row in placement(result.graph)}
+    assert [rows[n]["where"] for n in ("nchw_a", "center_b", "scale_b", "conv_a", "conv_b")] \
+        == ["host", "host", "host", "hardware", "hardware"]
+    for node in ("nchw_a", "scale_b"):
+        assert rows[node]["why"].endswith("at the start of the graph, before the "
+                                          "accelerator's input")
+    assert [p.name for p in result.program.inputs] == ["at", "bn"]
+    assert result.program.placements["at:q"].shape == (1, 3, 6, 5)
     heads = _built("two_heads")[2]
     rows = {row["node"]: row for row in placement(heads.graph)}
     assert (rows["softmax"]["where"], rows["argmax"]["where"]) == ("host", "host")
