@@ -78,9 +78,10 @@ def autoencoder(rng):
 def two_heads(rng, host=True):
     """A detector-like network: ``x`` [1, 3, 8, 8] -> Conv + Relu ``f1`` -> strided Conv + Relu
     ``f2`` (a graph output, also read by the classifier). Head ``boxes``: a 1x1 Conv on
-    ``f1``. Classifier on ``f2``: GlobalAveragePool, Flatten, Gemm ``logits``; with ``host``,
-    a Softmax ``probs`` and an ArgMax ``label`` of the logits on the host, else ``logits``
-    itself is the output."""
+    ``f1``. Classifier on ``f2``: GlobalAveragePool, Flatten, Gemm ``logits``. With ``host``,
+    a Softmax of the logits (``probs``) and an ArgMax of the boxes across channels
+    (``box_class``, int64 [1, 1, 8, 8], beside ``boxes``) run on the host; else ``logits`` itself
+    is the output."""
     inits = {"w1": _weight(rng, 6, 3, 3, 3), "w2": _weight(rng, 8, 6, 3, 3),
              "wb": _weight(rng, 4, 6, 1, 1), "bb": rng.normal(0, 0.1, 4),
              "wc": _weight(rng, 8, 5, gain=2.0), "bc": rng.normal(0, 0.1, 5)}
@@ -96,14 +97,14 @@ def two_heads(rng, host=True):
     outputs = {"boxes": [1, 4, 8, 8], "f2": [1, 8, 4, 4]}
     if host:
         nodes += [helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
-                  helper.make_node("ArgMax", ["logits"], ["label"], name="argmax", axis=1)]
+                  helper.make_node("ArgMax", ["boxes"], ["box_class"], name="argmax", axis=1)]
         outputs.update(probs=[1, 5])
     else:
         outputs.update(logits=[1, 5])
     model = _model(nodes, inits, {"x": [1, 3, 8, 8]}, outputs)
     if host:
-        model.graph.output.append(helper.make_tensor_value_info("label", TensorProto.INT64,
-                                                                [1, 1]))
+        model.graph.output.append(helper.make_tensor_value_info("box_class", TensorProto.INT64,
+                                                                [1, 1, 8, 8]))
     return model, {"x": (1, 3, 8, 8)}
 
 

@@ -129,8 +129,9 @@ def test_golden_is_close_to_the_float_model(name):
     """On the calibration samples (inside every calibrated range: a value beyond it saturates
     there and in every layer after it), every output the accelerator computes is, dequantized,
     within 6 LSB of its scale (mean under 1 LSB) of the float model's (onnxruntime, float32),
-    so no input or output lost its signal; the Softmax on the host is within 0.05 of the
-    float one, and the ArgMax beside it is that of the Softmax."""
+    so no input or output lost its signal; the Softmax on the host (on one head) is within
+    0.05 of the float one, and the ArgMax on the host (on another) is that of the golden
+    output beside it."""
     rng = np.random.default_rng(sorted(VARIANTS).index(name))
     model, shapes = VARIANTS[name](rng)
     x = samples(rng, shapes, 64)
@@ -141,8 +142,8 @@ def test_golden_is_close_to_the_float_model(name):
     ports = {p["name"]: p for p in result.report["io"]["outputs"]}
     for output, want in zip(names, reference_outputs(model, _flat(x))):
         got = golden.outputs[output].reshape(want.shape)
-        if output == "label":
-            np.testing.assert_array_equal(got.ravel(), golden.outputs["probs"].argmax(axis=1))
+        if output == "box_class":
+            np.testing.assert_array_equal(got, golden.outputs["boxes"].argmax(axis=1)[:, None])
         elif output == "probs":
             assert np.abs(got - want).max() < 0.05
         else:
@@ -154,7 +155,7 @@ def test_golden_is_close_to_the_float_model(name):
 def test_host_steps_per_input_and_output():
     """Each input with its own host prefix (an NHWC -> NCHW Transpose on one, a
     normalization on the other), each quantized from its prefix's result; a Softmax and an
-    ArgMax on the host after one output of three."""
+    ArgMax on the host after two different outputs of three."""
     _, _, result, _ = _built("two_images_concat_host")
     rows = {row["node"]: row for row in placement(result.graph)}
     assert [rows[n]["where"] for n in ("nchw_a", "center_b", "scale_b", "conv_a", "conv_b")] \
@@ -167,6 +168,8 @@ def test_host_steps_per_input_and_output():
     heads = _built("two_heads")[2]
     rows = {row["node"]: row for row in placement(heads.graph)}
     assert (rows["softmax"]["where"], rows["argmax"]["where"]) == ("host", "host")
+    reads = {n.name: n.inputs[0] for n in heads.graph.nodes}
+    assert (reads["softmax"], reads["argmax"]) == ("logits", "boxes")
     assert sorted(p.name for p in heads.program.outputs) == ["boxes", "f2", "logits"]
 
 
@@ -225,8 +228,8 @@ def test_cli_sim_writes_every_output(tmp_path, capsys):
     assert main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--golden",
                  "--output", str(tmp_path / "y.npz")]) == 0
     with np.load(tmp_path / "y.npz") as npz:
-        assert sorted(npz.files) == ["boxes", "f2", "label", "probs"]
-        assert npz["label"].dtype == np.int64 and npz["label"].shape == (3, 1)
+        assert sorted(npz.files) == ["box_class", "boxes", "f2", "probs"]
+        assert npz["box_class"].dtype == np.int64 and npz["box_class"].shape == (3, 1, 8, 8)
         assert npz["boxes"].shape == (3, 4, 8, 8)
 
 

@@ -1,9 +1,10 @@
-"""Several inputs and outputs on the Verilator RTL: two inputs joined by a Concat (one of them
-normalized on the host first) or by a residual Add, an autoencoder returning its code (also
+"""Several inputs and outputs on the Verilator RTL: two inputs joined by a Concat (each with
+its own steps on the host first) or by a residual Add, an autoencoder returning its code (also
 read by the decoder) and its reconstruction, a two-head network whose intermediate feature
-map is an output read further on (with a Softmax and an ArgMax on the host). Every output
-equals golden bit for bit, every layer too, and the simulated cycles equal the prediction;
-``hwonnx sim --compare`` takes an .npz of two inputs and writes every output."""
+map is an output read further on (a Softmax on one head and an ArgMax on another, on the
+host). Every output equals golden bit for bit, every layer too, and the simulated cycles
+equal the prediction; ``hwonnx sim --compare`` takes an .npz of two inputs and writes every
+output."""
 
 import numpy as np
 import pytest
