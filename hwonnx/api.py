@@ -336,7 +336,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
         [int.from_bytes(r[k][i:i + cfg.rows], "little") for i in range(0, len(r[k]), cfg.rows)],
         target, cfg.rows) for r in raw]).reshape((-1,) + target.shape[1:])
         for k, (port, target) in enumerate(zip(program.outputs, targets))}
-    return _result(result, q_out, cycles, 0.0)
+    return _result(result, samples, q_out, cycles, 0.0)
 
 
 def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
@@ -423,17 +423,21 @@ def _upstream(graph: Graph, values: "tuple[str, ...]") -> "list":
     return nodes[::-1]
 
 
-def _host_outputs(graph: Graph, q: "dict[str, np.ndarray]") -> "dict[str, np.ndarray]":
+def _host_outputs(graph: Graph, inputs: "dict[str, np.ndarray]", q: "dict[str, np.ndarray]"
+                  ) -> "dict[str, np.ndarray]":
     """The model's outputs from the accelerator's int8 outputs ``q`` (by value): their
     dequantization and any host steps after it (a final Softmax), with the golden model's
-    host functions. Only the nodes after the Dequantizes run (not the accelerator's nodes
-    that read an output consumed further on)."""
+    host functions; a graph input that is also an output is passed through from ``inputs``.
+    Only the nodes after the Dequantizes run (not the accelerator's nodes that read an output
+    consumed further on)."""
     after, made = [], set()
     for node in graph.nodes:
         if node.op == "Dequantize" or made & set(node.inputs):
             after.append(node)
             made.update(node.outputs)
-    return evaluate(replace(graph, nodes=tuple(after)), q, downstream=True)
+    feeds = {name: inputs[name].reshape((-1,) + graph.types[name].shape[1:])
+             for name in graph.inputs if name in graph.outputs}
+    return evaluate(replace(graph, nodes=tuple(after)), {**feeds, **q}, downstream=True)
 
 
 def _golden_values(graph: Graph, program: Program, q_in: "dict[str, np.ndarray]"
@@ -447,8 +451,8 @@ def _golden_values(graph: Graph, program: Program, q_in: "dict[str, np.ndarray]"
 def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> SimResult:
     graph, program = build_result.graph, build_result.program
     env = _golden_values(graph, program, _quantize_inputs(graph, program, inputs))
-    return _result(build_result, {port.value: env[port.value] for port in program.outputs},
-                   [], 0.0)
+    return _result(build_result, inputs,
+                   {port.value: env[port.value] for port in program.outputs}, [], 0.0)
 
 
 def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
@@ -462,7 +466,7 @@ def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
                                  max_cycles=max_cycles)
     q_out = {value: q.reshape((-1,) + program.placements[value].shape[1:])
              for value, q in q_out.items()}
-    result = _result(build_result, q_out, list(run.cycles), run.cycles_per_second)
+    result = _result(build_result, inputs, q_out, list(run.cycles), run.cycles_per_second)
     result.steady_cycles_per_second = run.steady_cycles_per_second
     result.startup_seconds = run.startup_seconds
     return result
@@ -473,9 +477,9 @@ def _placed(program: Program, q: "dict[str, np.ndarray]") -> "dict[str, np.ndarr
     return {value: a.reshape((-1,) + program.placements[value].shape) for value, a in q.items()}
 
 
-def _result(build_result, q_out: "dict[str, np.ndarray]", cycles, speed) -> SimResult:
+def _result(build_result, inputs, q_out: "dict[str, np.ndarray]", cycles, speed) -> SimResult:
     program = build_result.program
-    return SimResult(_host_outputs(build_result.graph, q_out), q_out, cycles,
+    return SimResult(_host_outputs(build_result.graph, inputs, q_out), q_out, cycles,
                      predict(program.expanded(), program.config).total, program.macs,
                      program.config.rows * program.config.cols, speed)
 

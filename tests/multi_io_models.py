@@ -116,3 +116,27 @@ def samples(rng, shapes: "dict[str, tuple]", count: int) -> "dict[str, np.ndarra
     """``count`` samples per input, ``[count, *shape]`` (the batch axis of 1 kept)."""
     return {name: rng.uniform(-1, 1, (count, *shape)).astype(np.float32)
             for name, shape in shapes.items()}
+
+
+def input_and_result(rng):
+    """The graph input ``x`` [1, 8] is also a graph output, beside a Gemm ``y`` of it."""
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], name="fc")]
+    return _model(nodes, {"w": _weight(rng, 8, 4)}, {"x": [1, 8]},
+                  {"x": [1, 8], "y": [1, 4]}), {"x": (1, 8)}
+
+
+def map_and_flattened(rng):
+    """A Conv map ``c`` [1, 4, 3, 3] and its Flatten ``f`` [1, 36] are both outputs (two
+    outputs of one placement)."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Flatten", ["c"], ["f"], name="flatten")]
+    return _model(nodes, {"w": _weight(rng, 4, 2, 1, 1)}, {"x": [1, 2, 3, 3]},
+                  {"c": [1, 4, 3, 3], "f": [1, 36]}), {"x": (1, 2, 3, 3)}
+
+
+def inputs_added(rng):
+    """A residual Add of the two inputs themselves (``x``, ``z`` [1, 8]), then a Gemm."""
+    nodes = [helper.make_node("Add", ["x", "z"], ["s"], name="add"),
+             helper.make_node("Gemm", ["s", "w"], ["y"], name="fc")]
+    return _model(nodes, {"w": _weight(rng, 8, 4)}, {"x": [1, 8], "z": [1, 8]},
+                  {"y": [1, 4]}), {"x": (1, 8), "z": (1, 8)}

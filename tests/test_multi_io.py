@@ -285,3 +285,29 @@ def test_compare_names_the_output_that_differs(monkeypatch):
                        r"'recon': sample 1: layer 'decoder' \(QDense\) output differs first at "
                        r"index \(0, 3\): RTL -?\d+, golden -?\d+$"):
         api.simulate(result, samples(rng, shapes, 2), mode="compare", log=quiet)
+
+
+def test_an_input_that_is_also_an_output_is_passed_through():
+    from multi_io_models import input_and_result
+
+    rng = np.random.default_rng(2)
+    model, shapes = input_and_result(rng)
+    result = api.build(model, None, calib=samples(rng, shapes, 16), verilog=False, log=quiet)
+    x = samples(rng, shapes, 3)
+    golden = api.simulate(result, x, mode="golden")
+    np.testing.assert_array_equal(golden.outputs["x"], x["x"].reshape(3, 8))
+    assert [p.name for p in result.program.outputs] == ["y"]
+
+
+def test_two_outputs_of_one_placement():
+    """An output and its Flatten, both outputs: two ports of one placement, each read back
+    with its own logical shape."""
+    from multi_io_models import map_and_flattened
+
+    rng = np.random.default_rng(4)
+    model, shapes = map_and_flattened(rng)
+    result = api.build(model, None, calib=samples(rng, shapes, 16), verilog=False, log=quiet)
+    program = result.program
+    assert program.placements["c:q"].base == program.placements["f:q"].base
+    golden = api.simulate(result, samples(rng, shapes, 3), mode="golden")
+    np.testing.assert_array_equal(golden.outputs["f"], golden.outputs["c"].reshape(3, 36))

@@ -2,9 +2,9 @@
 its own steps on the host first) or by a residual Add, an autoencoder returning its code (also
 read by the decoder) and its reconstruction, a two-head network whose intermediate feature
 map is an output read further on (a Softmax on one head and an ArgMax on another, on the
-host). Every output equals golden bit for bit, every layer too, and the simulated cycles
-equal the prediction; ``hwonnx sim --compare`` takes an .npz of two inputs and writes every
-output."""
+host), two inputs added directly, an output beside its own Flatten. Every output equals
+golden bit for bit, every layer too, and the simulated cycles equal the prediction; ``hwonnx
+sim --compare`` takes an .npz of two inputs and writes every output."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,8 @@ from hwonnx.api import build, first_difference, simulate
 from hwonnx.cli import main
 from hwonnx.config import ArchConfig
 
-from multi_io_models import MODELS, samples, two_images_concat
+from multi_io_models import (MODELS, inputs_added, map_and_flattened, samples,
+                             two_images_concat)
 
 pytestmark = pytest.mark.rtl
 
@@ -24,7 +25,8 @@ CONFIGS = {
     "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,
                       par_depth=64, prog_depth=2048),
 }
-VARIANTS = {**MODELS, "two_images_concat_host": lambda rng: two_images_concat(rng, host=True)}
+VARIANTS = {**MODELS, "two_images_concat_host": lambda rng: two_images_concat(rng, host=True),
+            "inputs_added": inputs_added, "map_and_flattened": map_and_flattened}
 
 
 def quiet(*_):
