@@ -84,14 +84,16 @@ def send_program(client, config, program_words: "list[int]") -> None:
         client.load_program(program_words, config.prog_width)
 
 
-def run_samples(client, in_addr: int, out_addr: int, out_words: int,
-                samples: "list[bytes]") -> "tuple[list[bytes], list[int]]":
-    """For each sample: write its input words at ``in_addr``, run, read ``out_words`` words
-    at ``out_addr``. Returns the raw output bytes and the cycles the board counted per
-    sample. Used by ``hwonnx run`` over a serial port and by the full-system simulation."""
+def run_samples(client, in_addrs: "list[int]", reads: "list[tuple[int, int]]",
+                samples: "list[list[bytes]]") -> "tuple[list[list[bytes]], list[int]]":
+    """For each sample (the words of each input): write each input's words at its address of
+    ``in_addrs``, run, read each output's ``(address, words)`` of ``reads``. Returns the raw
+    bytes of each output per sample and the cycles the board counted per sample. Used by
+    ``hwonnx run`` over a serial port and by the full-system simulation."""
     outputs, cycles = [], []
     for sample in samples:
-        client.write_words(in_addr, sample)
+        for addr, data in zip(in_addrs, sample, strict=True):
+            client.write_words(addr, data)
         cycles.append(client.run())
-        outputs.append(client.read_words(out_addr, out_words))
+        outputs.append([client.read_words(addr, words) for addr, words in reads])
     return outputs, cycles

@@ -38,7 +38,9 @@ class BuildResult:
 @dataclass
 class SimResult:
     outputs: "dict[str, np.ndarray]"      # graph output name -> [S, ...] in the model's type
-    int_outputs: np.ndarray               # int8 outputs before dequantization
+    #: int8 value the accelerator outputs -> [S, ...], before dequantization, in the order of
+    #: ``Program.outputs``
+    int_values: "dict[str, np.ndarray]"
     cycles: "list[int]"                   # per sample (empty for the golden model)
     predicted_cycles: int
     macs: int
@@ -49,6 +51,14 @@ class SimResult:
     #: (``startup_seconds``), which dominate short runs.
     steady_cycles_per_second: float = 0.0
     startup_seconds: float = 0.0
+
+    @property
+    def int_outputs(self) -> np.ndarray:
+        """The int8 output of a model with one accelerator output (else see ``int_values``)."""
+        if len(self.int_values) != 1:       # a caller that handles one output only: a bug
+            raise ValueError(f"The model has {len(self.int_values)} accelerator outputs; "
+                             f"use SimResult.int_values")
+        return next(iter(self.int_values.values()))
 
     @property
     def utilization(self) -> float:
@@ -308,23 +318,25 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
     q_in = _quantize_inputs(result.graph, program, samples)
-    q_in = q_in.reshape((-1,) + program.input_placement.shape)
-    words = [b"".join(w.to_bytes(cfg.rows, "little")
-                      for w in pack_words(x, program.input_placement, cfg.rows)) for x in q_in]
+    sources = [program.placements[port.value] for port in program.inputs]
+    targets = [program.placements[port.value] for port in program.outputs]
+    count = len(next(iter(q_in.values())))
+    words = [[b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
+        q_in[port.value][i], source, cfg.rows)) for port, source in zip(program.inputs, sources)]
+        for i in range(count)]
     with SerialTransport(port, baud, timeout) as transport:
         client = Client(transport)
         client.verify(cfg, build_id(program))
         send_program(client, cfg, encode_program(program))
-        log(f"Board on {port} holds build 0x{build_id(program):08X}; running {len(words)} "
+        log(f"Board on {port} holds build 0x{build_id(program):08X}; running {count} "
             f"sample(s) ...")
-        raw, cycles = run_samples(client, program.input_placement.base,
-                                  program.output_placement.base, program.output_placement.words,
-                                  words)
-    target = program.output_placement
-    q_out = np.stack([unpack_words([int.from_bytes(r[i:i + cfg.rows], "little")
-                                    for i in range(0, len(r), cfg.rows)], target, cfg.rows)
-                      for r in raw]).reshape((-1,) + target.shape[1:])
-    return _result(result, q_out, cycles, 0.0)
+        raw, cycles = run_samples(client, [s.base for s in sources],
+                                  [(t.base, t.words) for t in targets], words)
+    q_out = {port.value: np.stack([unpack_words(
+        [int.from_bytes(r[k][i:i + cfg.rows], "little") for i in range(0, len(r[k]), cfg.rows)],
+        target, cfg.rows) for r in raw]).reshape((-1,) + target.shape[1:])
+        for k, (port, target) in enumerate(zip(program.outputs, targets))}
+    return _result(result, samples, q_out, cycles, 0.0)
 
 
 def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
@@ -377,31 +389,33 @@ def load_build(out_dir) -> BuildResult:
         raise ModelError(f"'{out}' is not a complete hwonnx build folder (graph or report: "
                          f"{error}); rebuild it") from error
     program = load_program(out)
-    for value in (program.input_value, program.output_value):
+    for value in (port.value for port in program.inputs + program.outputs):
         if value not in graph.types or graph.producer(value) is None:
             raise ModelError(f"'{out}' is not a consistent hwonnx build folder: graph.json "
                              f"has no value '{value}' of program.json; rebuild it")
     return BuildResult(out, graph, program, report)
 
 
-def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"):
-    """The accelerator's int8 input ``[S, ...]`` from the model's inputs: the host steps
-    before the accelerator (if any), then the quantization, with the golden model's
-    functions."""
-    node = graph.producer(program.input_value)
-    value = node.inputs[0]
+def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"
+                     ) -> "dict[str, np.ndarray]":
+    """The accelerator's int8 inputs (int8 value -> ``[S, ...]``, one per ``program.inputs``)
+    from the model's inputs: the host steps before the accelerator (if any), then each
+    input's quantization, with the golden model's functions."""
+    quantizers = [graph.producer(port.value) for port in program.inputs]
     feeds = {name: inputs[name].reshape((-1,) + graph.types[name].shape[1:])
              for name in graph.inputs}
-    if value not in feeds:
-        prefix = Graph(_upstream(graph, value), graph.inputs, (value,), graph.types,
+    wanted = tuple(n.inputs[0] for n in quantizers if n.inputs[0] not in feeds)
+    if wanted:
+        prefix = Graph(_upstream(graph, wanted), graph.inputs, wanted, graph.types,
                        graph.constants)
-        feeds = evaluate(prefix, feeds)
-    return quantize(feeds[value], **dict(node.attrs))
+        feeds = {**feeds, **evaluate(prefix, feeds)}
+    return {node.outputs[0]: quantize(feeds[node.inputs[0]], **dict(node.attrs))
+            for node in quantizers}
 
 
-def _upstream(graph: Graph, value: str) -> "list":
-    """The nodes ``value`` depends on, in graph order."""
-    needed, nodes = {value}, []
+def _upstream(graph: Graph, values: "tuple[str, ...]") -> "list":
+    """The nodes ``values`` depend on, in graph order."""
+    needed, nodes = set(values), []
     for node in reversed(graph.nodes):
         if needed & set(node.outputs):
             nodes.append(node)
@@ -409,40 +423,63 @@ def _upstream(graph: Graph, value: str) -> "list":
     return nodes[::-1]
 
 
-def _host_outputs(graph: Graph, program: Program, q: np.ndarray) -> "dict[str, np.ndarray]":
-    """The model's outputs from the accelerator's int8 output: dequantization and any host
-    steps after it (a final Softmax), with the golden model's host functions."""
-    return evaluate(graph, {program.output_value: q}, downstream=True)
+def _host_outputs(graph: Graph, inputs: "dict[str, np.ndarray]", q: "dict[str, np.ndarray]"
+                  ) -> "dict[str, np.ndarray]":
+    """The model's outputs from the accelerator's int8 outputs ``q`` (by value): their
+    dequantization and any host steps after it (a final Softmax), with the golden model's
+    host functions; a graph input that is also an output is passed through from ``inputs``.
+    Only the nodes after the Dequantizes run (not the accelerator's nodes that read an output
+    consumed further on)."""
+    after, made = [], set()
+    for node in graph.nodes:
+        if node.op == "Dequantize" or made & set(node.inputs):
+            after.append(node)
+            made.update(node.outputs)
+    feeds = {name: inputs[name].reshape((-1,) + graph.types[name].shape[1:])
+             for name in graph.inputs if name in graph.outputs}
+    return evaluate(replace(graph, nodes=tuple(after)), {**feeds, **q}, downstream=True)
+
+
+def _golden_values(graph: Graph, program: Program, q_in: "dict[str, np.ndarray]"
+                   ) -> "dict[str, np.ndarray]":
+    """Every value of the integer graph for the int8 inputs ``q_in`` (by value)."""
+    feeds = {value: q.reshape((-1,) + program.placements[value].shape[1:])
+             for value, q in q_in.items()}
+    return evaluate(graph, feeds, keep_all=True, downstream=True)
 
 
 def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> SimResult:
     graph, program = build_result.graph, build_result.program
-    q_in = _quantize_inputs(graph, program, inputs)
-    q_out = evaluate(graph, {program.input_value: q_in.reshape(
-        (-1,) + program.input_placement.shape[1:])}, keep_all=True,
-        downstream=True)[program.output_value]
-    return _result(build_result, q_out, [], 0.0)
+    env = _golden_values(graph, program, _quantize_inputs(graph, program, inputs))
+    return _result(build_result, inputs,
+                   {port.value: env[port.value] for port in program.outputs}, [], 0.0)
 
 
 def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
                   log=print, *, max_cycles: "int | None" = None) -> SimResult:
     """Run ``inputs`` on the RTL; ``max_cycles`` per sample (default: from the prediction,
     see :func:`hwonnx.sim.execute_rtl`)."""
-    from .sim import execute_rtl
+    from .sim import execute_program
     graph, program = build_result.graph, build_result.program
     q_in = _quantize_inputs(graph, program, inputs)
-    q_out, run = execute_rtl(program, q_in.reshape((-1,) + program.input_placement.shape),
-                             log=log, max_cycles=max_cycles)
-    q_out = q_out.reshape((-1,) + program.output_placement.shape[1:])
-    result = _result(build_result, q_out, list(run.cycles), run.cycles_per_second)
+    q_out, run = execute_program(program, _placed(program, q_in), log=log,
+                                 max_cycles=max_cycles)
+    q_out = {value: q.reshape((-1,) + program.placements[value].shape[1:])
+             for value, q in q_out.items()}
+    result = _result(build_result, inputs, q_out, list(run.cycles), run.cycles_per_second)
     result.steady_cycles_per_second = run.steady_cycles_per_second
     result.startup_seconds = run.startup_seconds
     return result
 
 
-def _result(build_result, q_out, cycles, speed) -> SimResult:
+def _placed(program: Program, q: "dict[str, np.ndarray]") -> "dict[str, np.ndarray]":
+    """``q`` (value -> ``[S, ...]``) in the placements' shapes, ``[S, 1, ...]``."""
+    return {value: a.reshape((-1,) + program.placements[value].shape) for value, a in q.items()}
+
+
+def _result(build_result, inputs, q_out: "dict[str, np.ndarray]", cycles, speed) -> SimResult:
     program = build_result.program
-    return SimResult(_host_outputs(build_result.graph, program, q_out), q_out, cycles,
+    return SimResult(_host_outputs(build_result.graph, inputs, q_out), q_out, cycles,
                      predict(program.expanded(), program.config).total, program.macs,
                      program.config.rows * program.config.cols, speed)
 
@@ -451,17 +488,16 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
                      sample: int, log=print) -> str:
     """Name the first layer whose RTL output differs from golden for ``sample``, and the
     first differing index, by running the program truncated after each layer."""
-    from .sim import execute_rtl
+    from .sim import execute_program
     graph, program = build_result.graph, build_result.program
-    q_in = _quantize_inputs(graph, program, inputs)[sample:sample + 1]
-    shape = program.input_placement.shape
-    env = evaluate(graph, {program.input_value: q_in.reshape((-1,) + shape[1:])},
-                   keep_all=True, downstream=True)
+    q_in = {value: q[sample:sample + 1]
+            for value, q in _quantize_inputs(graph, program, inputs).items()}
+    env = _golden_values(graph, program, q_in)
     for index, layer in enumerate(program.layers):
         partial = program.truncated(index)
-        got, _ = execute_rtl(partial, q_in.reshape((-1,) + shape), log=log)
+        got, _ = execute_program(partial, _placed(program, q_in), [layer.output], log=log)
         want = env[layer.output]
-        got = got.reshape(want.shape)
+        got = got[layer.output].reshape(want.shape)
         if not np.array_equal(got, want):
             where = tuple(int(i) for i in np.argwhere(got != want)[0])
             return (f"sample {sample}: layer '{layer.name}' ({layer.op}) output differs first "
@@ -535,10 +571,13 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
     if mode == "rtl":
         return rtl
     golden = run_golden(result, samples)
-    if not np.array_equal(rtl.int_outputs, golden.int_outputs):
-        sample = int(np.argwhere((rtl.int_outputs != golden.int_outputs).reshape(
-            len(rtl.int_outputs), -1).any(axis=1))[0][0])
-        raise MismatchError("RTL differs from the golden model: "
+    for port in result.program.outputs:
+        got, want = rtl.int_values[port.value], golden.int_values[port.value]
+        if np.array_equal(got, want):
+            continue
+        sample = int(np.argwhere((got != want).reshape(len(got), -1).any(axis=1))[0][0])
+        which = f" in output '{port.name}'" if len(result.program.outputs) > 1 else ""
+        raise MismatchError(f"RTL differs from the golden model{which}: "
                             + first_difference(result, samples, sample, log=log))
     for sample, cycles in enumerate(rtl.cycles):
         if cycles != rtl.predicted_cycles:

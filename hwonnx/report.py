@@ -9,7 +9,8 @@ from .isa import Op, instruction_width
 from .compiler.program import Program
 from .compiler.timing import predict
 
-__all__ = ["layer_cycles", "build_report", "write_report", "placement", "placement_table"]
+__all__ = ["layer_cycles", "build_report", "write_report", "placement", "placement_table",
+           "ports"]
 
 #: Where each integer op runs and why (from the operator registry).
 _WHY = {entry.quantized: (entry.where, entry.why) for entry in IR_OPS.values() if entry.quantized}
@@ -57,6 +58,23 @@ def placement_table(graph, program: "Program | None" = None) -> str:
     return "\n".join(lines)
 
 
+def ports(program: Program, graph) -> "dict[str, list[dict]]":
+    """Every input and output of the accelerator (``program.inputs``, ``program.outputs``):
+    the float value on the host side (``name``), the int8 value on the accelerator's
+    (``value``), its shape, the scale and zero point of its ``Quantize`` (``Dequantize``) in
+    the integer ``graph``, and its placement in the activation buffer (first word, words)."""
+    def entry(port, node) -> dict:
+        where = program.placements[port.value]
+        return {"name": port.name, "value": port.value, "shape": list(where.shape),
+                "scale": float(node.attrs["scale"]),
+                "zero_point": int(node.attrs["zero_point"]),
+                "base": where.base, "words": where.words}
+
+    dequantize = {n.outputs[0]: n for n in graph.nodes if n.op == "Dequantize"}
+    return {"inputs": [entry(p, graph.producer(p.value)) for p in program.inputs],
+            "outputs": [entry(p, dequantize[p.name]) for p in program.outputs]}
+
+
 def layer_cycles(program: Program) -> "list[int]":
     """Predicted cycles of each layer: the total of the program truncated after the layer
     minus the total truncated after the previous one (layers overlap in the hardware, so
@@ -102,6 +120,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
         "layer_check": [dict(row) for row in meta.get("layer_check", ())],
         "layers": layers,
         "placement": placement(graph) if graph is not None else [],
+        "io": ports(program, graph) if graph is not None else {},
         "total": {"macs": program.macs, "predicted_cycles": total,
                   "utilization": program.macs / (total * pes) if total else 0},
         "buffers": {name: {"used": used, "depth": getattr(cfg, f"{name}_depth")}
@@ -174,6 +193,13 @@ def write_report(report: dict, folder: Path) -> None:
                   f"[{r['int8_range'][0]:.4g}, {r['int8_range'][1]:.4g}] | {r['coverage']:.0%} | "
                   f"{r['max_error_lsb']:.2f} | {r['mean_error_lsb']:.3f} |"
                   for r in report["layer_check"]]
+    if report.get("io"):
+        lines += ["", "| port | name | shape | scale | zero point | activation words |",
+                  "|---|---|---|---:|---:|---|"]
+        lines += [f"| {kind[:-1]} | {p['name']} | {'x'.join(map(str, p['shape']))} | "
+                  f"{p['scale']:.6g} | {p['zero_point']} | {p['base']}..."
+                  f"{p['base'] + p['words'] - 1} |"
+                  for kind in ("inputs", "outputs") for p in report["io"][kind]]
     if report.get("placement"):
         lines += ["", "| node | op | runs on | why |", "|---|---|---|---|"]
         lines += [f"| {r['node']} | {r['op']} | {r['where']} | {r['why']} |"

@@ -10,7 +10,7 @@ from ..errors import SimulationError
 from .harness import STAGE_DEPTH
 from .runner import RunResult, run_rtl
 
-__all__ = ["execute_rtl", "default_max_cycles"]
+__all__ = ["execute_program", "execute_rtl", "default_max_cycles"]
 
 
 def default_max_cycles(program: Program) -> int:
@@ -32,39 +32,76 @@ def _describer(program: Program):
     return describe
 
 
-def execute_rtl(program: Program, inputs: np.ndarray, value: "str | None" = None,
-                log=print, max_cycles: "int | None" = None) -> "tuple[np.ndarray, RunResult]":
-    """Run every sample of ``inputs`` (int8, ``[S, *input_shape]``) back to back on the RTL
-    and return the int8 tensor ``value`` (default: the program output) of each sample.
+def _span(placements) -> "tuple[int, int]":
+    """First word and word count of the span of the activation buffer that holds every one of
+    ``placements`` (the inputs lie side by side; outputs may have other tensors between
+    them, which the span also reads)."""
+    first = min(p.base for p in placements)
+    return first, max(p.base + p.words for p in placements) - first
 
-    ``max_cycles``: the cycles a sample may take (default: :func:`default_max_cycles`);
-    beyond them :func:`~hwonnx.sim.run_rtl` raises :class:`SimulationError` with the
-    accelerator's state.
+
+def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
+                    values: "list[str] | None" = None, log=print,
+                    max_cycles: "int | None" = None
+                    ) -> "tuple[dict[str, np.ndarray], RunResult]":
+    """Run every sample of ``feeds`` (int8 input value of the program -> ``[S, *shape]``, one
+    per input) back to back on the RTL and return the int8 tensors ``values`` (default: the
+    program's outputs) of each sample, by value.
+
+    The host writes the span of words holding every input and reads the span holding every
+    value (:func:`_span`). ``max_cycles``: the cycles a sample may take (default:
+    :func:`default_max_cycles`); beyond them :func:`~hwonnx.sim.run_rtl` raises
+    :class:`SimulationError` with the accelerator's state.
     """
     cfg = program.config
     rows = cfg.rows
-    source = program.input_placement
-    target = program.placements[value or program.output_value]
-    inputs = np.asarray(inputs, dtype=np.int8)
+    sources = {port.value: program.placements[port.value] for port in program.inputs}
+    values = values or [port.value for port in program.outputs]
+    targets = {value: program.placements[value] for value in values}
+    feeds = {value: np.asarray(feeds[value], dtype=np.int8) for value in sources}
+    count = len(next(iter(feeds.values())))
+    in_base, in_words = _span(sources.values())
+    out_base, out_words = _span(targets.values())
     limit = default_max_cycles(program) if max_cycles is None else max_cycles
-    per_run = max(1, STAGE_DEPTH // max(source.words, target.words))
+    per_run = max(1, STAGE_DEPTH // max(in_words, out_words))
     images = {"prog": encode_program(program), **program.images}
-    outputs, cycles, total, wall, steady = [], [], 0, 0.0, 0.0
-    for start in range(0, len(inputs), per_run):
-        chunk = inputs[start:start + per_run]
-        words = [w for sample in chunk for w in pack_words(sample, source, rows)]
-        result = run_rtl(cfg, {**images, "input": words}, in_addr=source.base,
-                         in_words=source.words, out_addr=target.base, out_words=target.words,
+    outputs = {value: [] for value in targets}
+    cycles, total, wall, steady = [], 0, 0.0, 0.0
+    for start in range(0, count, per_run):
+        chunk = range(start, min(start + per_run, count))
+        words = []
+        for i in chunk:
+            span = [0] * in_words
+            for value, source in sources.items():
+                at = source.base - in_base
+                span[at:at + source.words] = pack_words(feeds[value][i], source, rows)
+            words += span
+        result = run_rtl(cfg, {**images, "input": words}, in_addr=in_base,
+                         in_words=in_words, out_addr=out_base, out_words=out_words,
                          samples=len(chunk), max_cycles=limit, log=log, first_sample=start,
                          describe=_describer(program))
-        if len(result.outputs) != len(chunk) * target.words:
+        if len(result.outputs) != len(chunk) * out_words:
             raise SimulationError(f"The simulation returned {len(result.outputs)} words, "
-                                  f"expected {len(chunk) * target.words}")
+                                  f"expected {len(chunk) * out_words}")
         for i in range(len(chunk)):
-            block = result.outputs[i * target.words:(i + 1) * target.words]
-            outputs.append(unpack_words(block, target, rows))
+            for value, target in targets.items():
+                at = i * out_words + target.base - out_base
+                outputs[value].append(unpack_words(result.outputs[at:at + target.words],
+                                                   target, rows))
         cycles += result.cycles
         total += result.total_cycles
         wall += result.wall_seconds
         steady += result.run_seconds or result.wall_seconds
-    return np.stack(outputs), RunResult([], cycles, total, wall, steady)
+    return ({value: np.stack(arrays) for value, arrays in outputs.items()},
+            RunResult([], cycles, total, wall, steady))
+
+
+def execute_rtl(program: Program, inputs: np.ndarray, value: "str | None" = None,
+                log=print, max_cycles: "int | None" = None) -> "tuple[np.ndarray, RunResult]":
+    """:func:`execute_program` for a program of one input: run every sample of ``inputs``
+    (int8, ``[S, *input_shape]``) and return the int8 tensor ``value`` (default: the program's
+    one output) of each sample."""
+    value = value or program.output_value
+    outputs, run = execute_program(program, {program.input_value: inputs}, [value], log=log,
+                                   max_cycles=max_cycles)
+    return outputs[value], run

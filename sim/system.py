@@ -67,10 +67,11 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
     log(f"Built in {time.monotonic() - started:.0f} s")
 
 
-def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_id: int,
-               log=print) -> "tuple[np.ndarray, list[int]]":
-    """Simulate the system top of ``program`` and run the int8 ``inputs`` (``[S, *shape]``)
-    over the UART. Returns the int8 outputs and the cycles the board reported per sample."""
+def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: int = 8,
+               build_id: int, log=print) -> "tuple[dict[str, np.ndarray], list[int]]":
+    """Simulate the system top of ``program`` and run the int8 ``inputs`` (input value ->
+    ``[S, *shape]``, one per ``program.inputs``) over the UART. Returns the int8 outputs (output
+    value -> ``[S, *shape]``) and the cycles the board reported per sample."""
     from cocotb_tools.runner import get_runner
 
     from ..hdl.convert import verilog
@@ -81,14 +82,17 @@ def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_
     cfg = program.config
     top = SystemTop(cfg, board_images(program), divisor, build_id)
     build_dir = _system_build(verilog(top, name=SYSTEM_TOP), log=log)
-    source, target = program.input_placement, program.output_placement
+    sources = [program.placements[port.value] for port in program.inputs]
+    targets = [program.placements[port.value] for port in program.outputs]
+    arrays = [np.asarray(inputs[port.value], dtype=np.int8) for port in program.inputs]
     with tempfile.TemporaryDirectory(prefix="hwonnx-system-") as tmp:
         tmp = Path(tmp)
         job = {
             "config": cfg.to_json(), "divisor": divisor, "build_id": build_id,
-            "in_addr": source.base, "out_addr": target.base, "out_words": target.words,
-            "inputs": [b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
-                x, source, cfg.rows)).hex() for x in np.asarray(inputs, dtype=np.int8)],
+            "in_addrs": [p.base for p in sources], "reads": [(p.base, p.words) for p in targets],
+            "inputs": [[b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
+                array[i], source, cfg.rows)).hex() for array, source in zip(arrays, sources)]
+                for i in range(len(arrays[0]))],
             "results": str(tmp / "results.json"),
             "program": [hex(w) for w in encode_program(program)],
         }
@@ -107,10 +111,11 @@ def run_system(program: Program, inputs: np.ndarray, *, divisor: int = 8, build_
             raise SimulationError("The full-system simulation ended without results: "
                                   + " | ".join(log_text.strip().splitlines()[-3:]))
         result = json.loads((tmp / "results.json").read_text())
-    outputs = []
-    for text in result["outputs"]:
-        raw = bytes.fromhex(text)
-        words = [int.from_bytes(raw[i:i + cfg.rows], "little")
-                 for i in range(0, len(raw), cfg.rows)]
-        outputs.append(unpack_words(words, target, cfg.rows))
-    return np.stack(outputs), result["cycles"]
+    outputs = {port.value: [] for port in program.outputs}
+    for sample in result["outputs"]:
+        for port, target, text in zip(program.outputs, targets, sample):
+            raw = bytes.fromhex(text)
+            words = [int.from_bytes(raw[i:i + cfg.rows], "little")
+                     for i in range(0, len(raw), cfg.rows)]
+            outputs[port.value].append(unpack_words(words, target, cfg.rows))
+    return {value: np.stack(arrays) for value, arrays in outputs.items()}, result["cycles"]

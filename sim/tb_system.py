@@ -84,10 +84,12 @@ async def system_run(dut):
         client = Client(uart)
         info = client.verify(config, job["build_id"])
         send_program(client, config, [int(w, 16) for w in job["program"]])
-        outputs, cycles = run_samples(client, job["in_addr"], job["out_addr"],
-                                      job["out_words"], [bytes.fromhex(s) for s in job["inputs"]])
+        outputs, cycles = run_samples(client, job["in_addrs"], job["reads"],
+                                      [[bytes.fromhex(s) for s in sample]
+                                       for sample in job["inputs"]])
         status = client.status()
-        return {"info": repr(info), "outputs": [o.hex() for o in outputs], "cycles": cycles,
+        return {"info": repr(info), "outputs": [[o.hex() for o in sample] for sample in outputs],
+                "cycles": cycles,
                 "done": bool(status.done)}
 
     result = await bridge(host)()

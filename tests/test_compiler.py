@@ -380,9 +380,7 @@ def test_save_load_program_round_trip(tmp_path):
     assert loaded.images == program.images
     assert loaded.layers == program.layers
     assert loaded.words == program.words
-    assert (loaded.input_name, loaded.output_name, loaded.input_value, loaded.output_value) \
-        == (program.input_name, program.output_name, program.input_value,
-            program.output_value)
+    assert (loaded.inputs, loaded.outputs) == (program.inputs, program.outputs)
     assert list(loaded.placements) == list(program.placements)
     for name, p in program.placements.items():
         q = loaded.placements[name]

@@ -19,7 +19,8 @@ from hwonnx.golden import evaluate
 
 class FakeBoard:
     """A transport whose far end is a board running the build: activation memory, and RUN
-    evaluates the integer graph with the golden model on the input words."""
+    evaluates the integer graph with the golden model on the words of every input and writes
+    every output's words."""
 
     def __init__(self, result, ident):
         self.result, self.ident = result, ident
@@ -52,13 +53,16 @@ class FakeBoard:
             if cfg.runtime_program:         # a board without its program does nothing useful
                 words = encode_program(program)
                 assert [self.program.get(i) for i in range(len(words))] == words
-            source, target = program.input_placement, program.output_placement
-            x = unpack_words([self.memory[source.base + i] for i in range(source.words)],
-                             source, cfg.rows)
-            y = evaluate(self.result.graph, {program.input_value: x},
-                         keep_all=True)[program.output_value]
-            for i, word in enumerate(pack_words(y, target, cfg.rows)):
-                self.memory[target.base + i] = word
+            feeds = {}
+            for port in program.inputs:         # every input, from where the host wrote it
+                source = program.placements[port.value]
+                feeds[port.value] = unpack_words(
+                    [self.memory[source.base + i] for i in range(source.words)], source, cfg.rows)
+            env = evaluate(self.result.graph, feeds, keep_all=True)
+            for port in program.outputs:        # every output, where the host reads it
+                target = program.placements[port.value]
+                for i, word in enumerate(pack_words(env[port.value], target, cfg.rows)):
+                    self.memory[target.base + i] = word
             reply = struct.pack("<I", 1234)
         elif cmd == protocol.Command.READ:
             addr, count = struct.unpack("<HH", payload)

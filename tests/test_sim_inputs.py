@@ -103,6 +103,10 @@ def program_error(out, why):
      "program.json: instruction 3 must hold an op, its layer and instruction fields, all "
      "integers"),
     (lambda doc: [1], "program.json must hold an object"),
+    (lambda doc: doc.update(inputs=[]),
+     "program.json: 'inputs' must list objects of a 'name' and the 'value' of a placement"),
+    (lambda doc: doc["outputs"][0].update(value="nowhere"),
+     "program.json: 'outputs' must list objects of a 'name' and the 'value' of a placement"),
 ])
 def test_program_json_with_another_structure(copy, digits, change, why):
     rewrite(copy, "program.json", change)

@@ -24,7 +24,7 @@ from ..errors import HwonnxError, ModelError, UsageError
 from ..hdl.top import Accelerator
 from ..isa import FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
-from .program import Instr, LayerPlan, Program, encode_program
+from .program import Instr, LayerPlan, Port, Program, encode_program
 from .timing import Timing, predict
 
 __all__ = ["save_program", "load_program", "write_hex", "listing", "MANIFEST",
@@ -47,8 +47,8 @@ def save_program(program: Program, folder: Path) -> None:
         write_hex(folder / f"{name}.hex", words, Accelerator.buffer_shape(cfg, name)[1])
     doc = {
         "arch": cfg.to_dict(), "images": sorted(program.images),
-        "input_name": program.input_name, "output_name": program.output_name,
-        "input_value": program.input_value, "output_value": program.output_value,
+        "inputs": [asdict(port) for port in program.inputs],
+        "outputs": [asdict(port) for port in program.outputs],
         "words": program.words,
         "layers": [asdict(layer) for layer in program.layers],
         "placements": {k: {"base": p.base, "height": p.height, "width": p.width, "cb": p.cb,
@@ -110,8 +110,8 @@ def listing(program: Program, timing: Timing) -> str:
 
 # Loading ---------------------------------------------------------------------------------------
 
-_PROGRAM_KEYS = {"arch", "images", "input_name", "output_name", "input_value", "output_value",
-                 "words", "layers", "placements", "instructions", "predicted_cycles"}
+_PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "placements",
+                 "instructions", "predicted_cycles"}
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
@@ -141,8 +141,6 @@ def _check_program_doc(doc) -> None:
     missing, extra = _PROGRAM_KEYS - set(doc), set(doc) - _PROGRAM_KEYS
     _require(not missing, f"program.json has no key {', '.join(map(repr, sorted(missing)))}")
     _require(not extra, f"program.json has unexpected key {', '.join(map(repr, sorted(extra)))}")
-    for key in ("input_name", "output_name", "input_value", "output_value"):
-        _require(isinstance(doc[key], str), f"program.json: '{key}' must be a string")
     _require(isinstance(doc["arch"], dict), "program.json: 'arch' must be an object")
     _require(isinstance(doc["images"], list) and set(doc["images"]) <= {"wgt", "par", "lut"}
              and {"wgt", "par"} <= set(doc["images"]),
@@ -164,9 +162,12 @@ def _check_program_doc(doc) -> None:
                  and all(_is_int(d) and d > 0 for d in placement["shape"]),
                  f"program.json: placement '{name}' must have the integer keys "
                  f"{', '.join(sorted(_PLACEMENT_KEYS))}")
-    for key in ("input_value", "output_value"):
-        _require(doc[key] in doc["placements"], f"program.json: '{key}' {doc[key]!r} has no "
-                 f"placement")
+    for key in ("inputs", "outputs"):
+        _require(isinstance(doc[key], list) and doc[key] and all(
+            isinstance(p, dict) and set(p) == {"name", "value"} and all(
+                isinstance(v, str) for v in p.values()) and p["value"] in doc["placements"]
+            for p in doc[key]), f"program.json: '{key}' must list objects of a 'name' and "
+                 f"the 'value' of a placement")
     _require(isinstance(doc["instructions"], list) and doc["instructions"],
              "program.json: 'instructions' must be a non-empty list")
     for index, instr in enumerate(doc["instructions"]):
@@ -231,8 +232,9 @@ def load_program(folder: Path) -> Program:
     instructions = [Instr({k: v for k, v in i.items() if k not in _INSTRUCTION_METADATA},
                           i["layer"]) for i in doc["instructions"]]
     layers = [LayerPlan(**layer) for layer in doc["layers"]]
-    program = Program(cfg, instructions, images, layers, placements, doc["input_name"],
-                      doc["output_name"], doc["input_value"], doc["output_value"], doc["words"])
+    program = Program(cfg, instructions, images, layers, placements,
+                      tuple(Port(**p) for p in doc["inputs"]),
+                      tuple(Port(**p) for p in doc["outputs"]), doc["words"])
     try:
         encoded = encode_program(program)
     except HwonnxError as error:        # a field out of its range
@@ -249,8 +251,8 @@ def load_program(folder: Path) -> Program:
 
 MANIFEST = "manifest.json"
 #: Version of the build-folder format (``docs/build-folder.md``); a folder of another format
-#: is refused.
-MANIFEST_FORMAT = 1
+#: is refused. 2: ``program.json`` lists the ``inputs`` and ``outputs``.
+MANIFEST_FORMAT = 2
 #: The names hwonnx writes at the top of a build folder. Any file of these names (and any
 #: ``.hex`` file, and anything under ``board/``) that the manifest does not list is a leftover
 #: of another build, which a consistent folder does not hold.

@@ -20,7 +20,7 @@ from .depthwise import int8_word
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .phases import phases
-from .program import Instr, LayerPlan, Program
+from .program import Instr, LayerPlan, Port, Program
 
 __all__ = ["ARRAY_OPS", "lower"]
 
@@ -41,12 +41,12 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     stored one micro-instruction at a time (to test the walker against the explicit form)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
-    if len(quantizers) != 1 or len(dequantizers) != 1:
+    if not quantizers or not dequantizers:
         raise ResourceError(f"The model has {len(quantizers)} input(s) and "
-                            f"{len(dequantizers)} output(s); this version of hwonnx maps "
-                            f"models with exactly one input and one output")
-    # The accelerator runs everything on int8 values; float steps after the Dequantize (a
-    # final Softmax, say) run on the host.
+                            f"{len(dequantizers)} output(s) on the accelerator; it needs at "
+                            f"least one of each")
+    # The accelerator runs everything on int8 values; float steps before a Quantize or after
+    # a Dequantize (a normalization, a final Softmax) run on the host.
     body = [n for n in graph.nodes if n.op not in ("Quantize", "Dequantize")
             and graph.types[n.outputs[0]].dtype == "int8"]
     unknown = [n for n in body if n.op not in ARRAY_OPS + _LAYOUT]
@@ -59,17 +59,20 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     for index, node in enumerate(body):
         for value in _activations(node, graph):
             last_use[value] = index
-    last_use[dequantizers[0].inputs[0]] = len(body)
+    for node in dequantizers:       # every output stays until the host reads it
+        last_use[node.inputs[0]] = len(body)
 
-    input_value = quantizers[0].outputs[0]
-    shape = graph.types[input_value].shape
-    if len(shape) not in (2, 4) or shape[0] != 1:
-        raise ResourceError(f"Input '{quantizers[0].inputs[0]}' has shape {shape}; the array "
-                            f"takes [1, C, H, W] images or [1, K] vectors")
-    placements = {input_value: natural_placement(0, shape, rows)}
-    placements[input_value] = natural_placement(
-        alloc.allocate(input_value, placements[input_value].words, 0,
-                       f"Input '{quantizers[0].inputs[0]}'"), shape, rows)
+    # The inputs side by side from word 0 (the host writes them as one span), each placed
+    # before any layer runs.
+    placements = {}
+    for node in quantizers:
+        value, shape = node.outputs[0], graph.types[node.outputs[0]].shape
+        if len(shape) not in (2, 4) or shape[0] != 1:
+            raise ResourceError(f"Input '{node.inputs[0]}' has shape {shape}; the array "
+                                f"takes [1, C, H, W] images or [1, K] vectors")
+        words = natural_placement(0, shape, rows).words
+        placements[value] = natural_placement(
+            alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'"), shape, rows)
 
     builder = _Builder(graph, config)
     layers = []
@@ -103,8 +106,8 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
             plan.first = record_index
         plan.last = record_index
     program = Program(config, instructions, builder.images(), layers, placements,
-                      quantizers[0].inputs[0], graph.outputs[0], input_value,
-                      dequantizers[0].inputs[0])
+                      tuple(Port(n.inputs[0], n.outputs[0]) for n in quantizers),
+                      tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers))
     program.words = {"prog": len(instructions), "wgt": len(builder.wgt),
                      "par": len(builder.par), "act": alloc.high_water}
     for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit

@@ -10,7 +10,7 @@ from ..isa import Op, encode
 from .layout import Placement
 from .loops import expand
 
-__all__ = ["Instr", "LayerPlan", "Program", "encode_program"]
+__all__ = ["Instr", "LayerPlan", "Port", "Program", "encode_program"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,16 @@ class LayerPlan:
     tiles: int = 0
 
 
+@dataclass(frozen=True)
+class Port:
+    """One input or output of the accelerator: the int8 ``value`` the host writes (an input,
+    the output of its ``Quantize``) or reads (an output, the input of its ``Dequantize``),
+    and ``name``, the float value on the host side of that conversion (the ``Quantize``'s
+    input, the ``Dequantize``'s output)."""
+    name: str
+    value: str
+
+
 @dataclass
 class Program:
     """Everything the accelerator needs to run one model, plus what the host needs to talk
@@ -53,17 +63,33 @@ class Program:
 
     ``instructions`` is the program as stored in the program memory, each with the index of
     its ``layer``: per layer either its looped form (SETMM, SETPOST, LOOP) or its
-    micro-instructions one by one; then END. :meth:`expanded` is what the dispatcher issues."""
+    micro-instructions one by one; then END. :meth:`expanded` is what the dispatcher issues.
+    ``inputs`` and ``outputs`` are the accelerator's ports in graph order, each with its
+    placement in ``placements``; the ``input_*`` and ``output_*`` properties are those of a
+    program with exactly one of each."""
     config: ArchConfig
     instructions: "list[Instr]"
     images: "dict[str, list[int]]"
     layers: "list[LayerPlan]"
     placements: "dict[str, Placement]"
-    input_name: str
-    output_name: str
-    input_value: str        # integer value the host writes
-    output_value: str       # integer value the host reads
+    inputs: "tuple[Port, ...]"
+    outputs: "tuple[Port, ...]"
     words: "dict[str, int]" = field(default_factory=dict)
+
+    def _only(self, kind: str) -> Port:
+        ports = getattr(self, f"{kind}s")
+        if len(ports) != 1:     # a caller that handles one port only: a bug
+            raise ValueError(f"The program has {len(ports)} {kind}s, not one: use "
+                             f"Program.{kind}s")
+        return ports[0]
+
+    @property
+    def input_value(self) -> str:
+        return self._only("input").value
+
+    @property
+    def output_value(self) -> str:
+        return self._only("output").value
 
     @property
     def input_placement(self) -> Placement:
@@ -96,8 +122,8 @@ class Program:
         measure per-layer cycles and to find the first layer whose output differs."""
         instructions = [i for i in self.instructions if i.op != Op.END and i.layer <= layer]
         instructions.append(Instr({"op": Op.END}, layer))
-        return replace(self, instructions=instructions,
-                       output_value=self.layers[layer].output)
+        output = self.layers[layer].output
+        return replace(self, instructions=instructions, outputs=(Port(output, output),))
 
 
 def encode_program(program: Program) -> "list[int]":

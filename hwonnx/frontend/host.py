@@ -3,12 +3,13 @@ float32 NumPy (:mod:`hwonnx.golden.host`), instead of on the accelerator.
 
 The rule (``docs/ir.md``, "Host steps"):
 
-* **Start.** The *leading chain* is the run of nodes from the graph's one run-time input, each
-  of a :data:`HOST_START_OPS` operator whose only run-time input is the previous value (the
-  others are constants), and each the only reader of that value, which is no graph output.
-  The chain's nodes up to and including the **last one without a hardware mapping** run on the
-  host; the accelerator's input is that node's output. The chain's nodes after it (and the
-  whole chain when every node in it maps) run on the accelerator as before.
+* **Start.** A *leading chain* is the run of nodes from a run-time graph input (each input has
+  its own), each of a :data:`HOST_START_OPS` operator whose only run-time input is the
+  previous value (the others are constants), and each the only reader of that value, which is
+  no graph output. The chain's nodes up to and including the **last one without a hardware
+  mapping** run on the host; that input's accelerator input is that node's output. The
+  chain's nodes after it (and the whole chain when every node in it maps) run on the
+  accelerator as before.
 * **End.** A node of a :data:`HOST_END_OPS` operator is *at the end* when every path from its
   outputs reaches graph outputs through such nodes only (reading the value as their first
   input). Every node at the end without a hardware mapping runs on the host, and so does every
@@ -32,8 +33,8 @@ from .common import FLOAT_TYPES, elem_type_name, is_default_domain
 from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS", "HOST_CONVERTERS",
-           "leading_chain", "end_values", "at_end", "host_steps", "runs_on_neither",
-           "check_host_steps"]
+           "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
+           "runs_on_neither", "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
 HOST_START_OPS = onnx_ops(host_start=True)
@@ -57,28 +58,37 @@ def runs_on_neither(node_name: str, op: str) -> str:
             f"end of the graph")
 
 
-def leading_chain(nodes, inputs, outputs, constant: "set[str]") -> "list[onnx.NodeProto]":
-    """The leading chain (see the module docstring) of ``nodes``; ``inputs``/``outputs``: the
-    graph's input and output names, ``constant``: the constant values."""
-    runtime = [name for name in inputs if name not in constant]
-    if len(runtime) != 1:
-        return []
+def leading_chains(nodes, inputs, outputs, constant: "set[str]"
+                   ) -> "list[list[onnx.NodeProto]]":
+    """The leading chain (see the module docstring) of each run-time input of ``nodes``, in
+    input order (an empty one where no node qualifies); ``inputs``/``outputs``: the graph's
+    input and output names, ``constant``: the constant values. A chain node reads one
+    run-time value only, so the chains never meet."""
     readers: "dict[str, list[onnx.NodeProto]]" = {}
     for node in nodes:
         for value in set(node.input):
             if value:
                 readers.setdefault(value, []).append(node)
-    chain, value = [], runtime[0]
-    while value not in outputs and len(readers.get(value, ())) == 1:
-        node = readers[value][0]
-        reads = [v for v in node.input if v and v not in constant]
-        if not is_default_domain(node.domain) or node.op_type not in HOST_START_OPS \
-                or reads != [value] or (node.op_type not in _ELEMENTWISE
-                                        and node.input[0] != value):
-            break
-        chain.append(node)
-        value = node.output[0]
-    return chain
+    chains = []
+    for value in (name for name in inputs if name not in constant):
+        chain = []
+        while value not in outputs and len(readers.get(value, ())) == 1:
+            node = readers[value][0]
+            reads = [v for v in node.input if v and v not in constant]
+            if not is_default_domain(node.domain) or node.op_type not in HOST_START_OPS \
+                    or reads != [value] or (node.op_type not in _ELEMENTWISE
+                                            and node.input[0] != value):
+                break
+            chain.append(node)
+            value = node.output[0]
+        chains.append(chain)
+    return chains
+
+
+def leading_chain(nodes, inputs, outputs, constant: "set[str]") -> "list[onnx.NodeProto]":
+    """The nodes of every leading chain (:func:`leading_chains`)."""
+    return [node for chain in leading_chains(nodes, inputs, outputs, constant)
+            for node in chain]
 
 
 def end_values(nodes) -> "set[str]":
@@ -161,24 +171,25 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict) -> "
     and the inferred ``(elem_type, shape)`` of every value."""
     graph = model.graph
     outputs = {value.name for value in graph.output}
-    chain = leading_chain(nodes, [v.name for v in graph.input], outputs, set(constants))
     steps: "dict[str, dict]" = {}
     maps: "dict[str, bool]" = {}
     details = {}
-    for node in chain:
-        details[node.name] = _missing_mapping(node, chain, constants, types, maps)
-        # a host step runs sample by sample, along a leading axis of size 1: an operator that
-        # also has an array form stays there without one (and fails there, if it must)
-        maps[node.name] = details[node.name] is None or (
-            node.op_type not in HOST_ONLY_OPS and not _per_sample(node, types))
-    last = max((i for i, node in enumerate(chain) if not maps[node.name]), default=-1)
-    for node in chain[:last + 1]:
-        if maps[node.name]:
-            why = (f"{node.op_type} could map to the array, but {chain[last].op_type} "
-                   f"'{chain[last].name}' after it cannot; {_START}")
-        else:
-            why = f"{node.op_type} has no hardware mapping{details[node.name]}; {_START}"
-        steps[node.name] = {"at": "start", "why": why}
+    for chain in leading_chains(nodes, [v.name for v in graph.input], outputs,
+                                set(constants)):
+        for node in chain:
+            details[node.name] = _missing_mapping(node, chain, constants, types, maps)
+            # a host step runs sample by sample, along a leading axis of size 1: an operator
+            # that also has an array form stays there without one (and fails there, if it must)
+            maps[node.name] = details[node.name] is None or (
+                node.op_type not in HOST_ONLY_OPS and not _per_sample(node, types))
+        last = max((i for i, node in enumerate(chain) if not maps[node.name]), default=-1)
+        for node in chain[:last + 1]:
+            if maps[node.name]:
+                why = (f"{node.op_type} could map to the array, but {chain[last].op_type} "
+                       f"'{chain[last].name}' after it cannot; {_START}")
+            else:
+                why = f"{node.op_type} has no hardware mapping{details[node.name]}; {_START}"
+            steps[node.name] = {"at": "start", "why": why}
     end = end_values(nodes)
     host_values: "set[str]" = set()
     for node in nodes:

@@ -66,7 +66,7 @@ def check_support(model: onnx.ModelProto) -> None:
         needed (convolution weights, ``MatMul`` second operand, ``Clip`` bounds, ...), or is
         an operator without a hardware mapping (``Sub``, ``Softmax``, ``ArgMax``, ...) that
         is not where the host can run it: ``Sub``, ``Div`` and ``Cast`` in the leading chain
-        on the graph input, ``Softmax``, ``LogSoftmax``, ``ArgMax`` and ``TopK`` at the end
+        on a graph input, ``Softmax``, ``LogSoftmax``, ``ArgMax`` and ``TopK`` at the end
         of the graph (:mod:`.host`).
     """
     graph = model.graph

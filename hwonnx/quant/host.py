@@ -32,14 +32,22 @@ def split_host(graph: Graph) -> HostSplit:
     suffix = tuple(n for n in graph.nodes if steps.get(n.name, {}).get("at") == "end")
     host = {n.name for n in prefix + suffix}
     core_nodes = [n for n in graph.nodes if n.name not in host]
-    made = {v for n in prefix for v in n.outputs}
-    read = [v for n in core_nodes for v in n.inputs]
-    inputs = tuple(dict.fromkeys(v for v in read if v in made)) if prefix else graph.inputs
-    if not inputs and prefix:
+    # Each graph input's accelerator input: the input itself, or the last value of its host
+    # prefix (each input has its own leading chain, one run-time value wide).
+    root = {name: name for name in graph.inputs}
+    for node in prefix:
+        source = next(root[v] for v in node.inputs if v in root)
+        root.update((v, source) for v in node.outputs)
+    read = {v for n in core_nodes for v in n.inputs}
+    inputs = tuple(sorted((v for v in root if v in read),
+                          key=lambda v: graph.inputs.index(root[v]))) if prefix else graph.inputs
+    ends = {root[v] for v in inputs}
+    stranded = [n for n in prefix if root[n.outputs[0]] not in ends]
+    if stranded:
         raise UnsupportedOperatorError([(n.name, f"{n.op} (the model has no node for the "
                                          f"accelerator after this host step)", "",
-                                         graph.meta.get("opset", 0)) for n in prefix[-1:]])
-    if len(inputs) != 1 and prefix:          # the leading chain has exactly one such value
+                                         graph.meta.get("opset", 0)) for n in stranded[-1:]])
+    if len(inputs) != len(ends):      # each leading chain ends in exactly one such value
         raise ValueError(f"Host prefix of {[n.name for n in prefix]} feeds {list(inputs)}")
     produced = set(inputs) | {v for n in core_nodes for v in n.outputs}
     wanted = [v for n in suffix for v in n.inputs] + list(graph.outputs)
@@ -113,14 +121,14 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             if not np.isfinite(array).all():
                 raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
                                         f"infinite values")
-        (value,) = split.core.inputs
-        prefix = Graph(split.prefix, graph.inputs, (value,), graph.types, graph.constants)
+        prefix = Graph(split.prefix, graph.inputs, split.core.inputs, graph.types,
+                       graph.constants)
         values = evaluate_float(prefix, feeds, keep_all=True)
         node = first_not_finite(prefix, values)
         if node is not None:
             raise QuantizationError(f"Host step '{node.name}' ({node.op}) computes inf or NaN "
                                     f"on the calibration data: its result is beyond float32")
-        core_calib = {value: values[value]}
+        core_calib = {value: values[value] for value in split.core.inputs}
     core = quantize_graph(split.core, core_calib)
     host = split.prefix + split.suffix
     values = {v for n in host for v in (*n.inputs, *n.outputs)} | set(graph.inputs)
