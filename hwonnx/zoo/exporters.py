@@ -6,6 +6,9 @@ the onnx helper API; no framework at run time): what users bring, not what hwonn
   (Transpose to NHWC, Reshape) before the MatMul + Add of a Dense, then Softmax.
 * :func:`torch_mlp_bn1d`: PyTorch ``Linear -> BatchNorm1d -> ReLU`` blocks exported with a fixed
   batch of 8 (``Gemm(transB=1)``, ``Unsqueeze -> BatchNormalization -> Squeeze``).
+* :func:`autoencoder_two_outputs`: a PyTorch-style dense autoencoder (``Gemm`` + ``Relu``) that
+  returns both its code and its reconstruction: two graph outputs, the code also read by the
+  decoder.
 * :func:`tiny_unet`: a two-level U-Net: encoder convolutions and max pooling, a decoder with a
   nearest ``Resize`` x2 + Conv at one level and a ``ConvTranspose`` k2 s2 at the other, skip
   connections as channel ``Concat``, a 1x1 output convolution.
@@ -19,7 +22,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["EXPORTER_STYLE", "keras_nhwc_cnn", "torch_mlp_bn1d", "tiny_unet"]
+__all__ = ["EXPORTER_STYLE", "autoencoder_two_outputs", "keras_nhwc_cnn", "torch_mlp_bn1d",
+           "tiny_unet"]
 
 
 class _Graph:
@@ -48,6 +52,7 @@ class _Graph:
         return self.const(self.rng.normal(0, 0.05, shape))
 
     def model(self, name: str, inputs, outputs, opset: int, doc: str) -> onnx.ModelProto:
+        """The model; the last node writes the first output (the others are named already)."""
         self.nodes[-1].output[0] = outputs[0][0]
         graph = helper.make_graph(
             self.nodes, name,
@@ -99,6 +104,25 @@ def torch_mlp_bn1d(seed: int = 0, batch: int = 8) -> onnx.ModelProto:
                    torch_mlp_bn1d.__doc__)
 
 
+def autoencoder_two_outputs(seed: int = 0) -> onnx.ModelProto:
+    """A 64 -> 32 -> 8 -> 32 -> 64 dense autoencoder returning (reconstruction, code)."""
+    g = _Graph(seed)
+    x, width = "input", 64
+    for out in (32, 8):
+        x = g.node("Relu", [g.node("Gemm", [x, g.he((out, width), width), g.small((out,))],
+                                   transB=1)])
+        width = out
+    g.nodes[-1].output[0] = x = "code"
+    for out in (32, 64):
+        x = g.node("Gemm", [x, g.he((out, width), width), g.small((out,))], transB=1)
+        if out != 64:
+            x = g.node("Relu", [x])
+        width = out
+    return g.model("autoencoder_two_outputs", [("input", [1, 64])],
+                   [("reconstruction", [1, 64]), ("code", [1, 8])], 13,
+                   autoencoder_two_outputs.__doc__)
+
+
 def tiny_unet(seed: int = 0) -> onnx.ModelProto:
     """A two-level U-Net on 1x16x16 inputs with a 2-channel 16x16 output (module docstring)."""
     g = _Graph(seed)
@@ -123,4 +147,4 @@ def tiny_unet(seed: int = 0) -> onnx.ModelProto:
 
 
 EXPORTER_STYLE = {"keras_nhwc_cnn": keras_nhwc_cnn, "torch_mlp_bn1d": torch_mlp_bn1d,
-                  "tiny_unet": tiny_unet}
+                  "tiny_unet": tiny_unet, "autoencoder_two_outputs": autoencoder_two_outputs}
