@@ -626,7 +626,8 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
-    **{op: _table_activation for op in TABLE_OPS}, **UPSAMPLE_CONVERTERS, **SLICING_CONVERTERS,
+    **{op: _table_activation for op, table in TABLE_OPS.items() if table.onnx},
+    **UPSAMPLE_CONVERTERS, **SLICING_CONVERTERS,
 }
 
 

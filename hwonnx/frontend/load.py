@@ -19,6 +19,7 @@ from .graph_rules import check_graph
 from .batch import check_unbatched, unbatch
 from .host import HOST_CONVERTERS, check_host_steps, host_steps
 from .opsets import check_signatures, convert_opset
+from .patterns import find_unary_patterns, pattern_converters
 from .prequant import annotate_graph, dequantize_model, is_prequantized
 from .read import read_model
 from .shapes import apply_overrides, bind_input_shapes, infer_shapes, value_types
@@ -99,7 +100,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     if is_prequantized(model):                  # onnxruntime QDQ / QOperator model
         annotations = dequantize_model(model)
         prune_dead_nodes(model)
-    check_support(model)
+    patterns = find_unary_patterns(model.graph)
+    inner = frozenset(name for fused in patterns.values() for name in fused.inner)
+    check_support(model, inner)
     check_signatures(model)
     model = convert_opset(model, rlog)
     bound = bind_input_shapes(model, input_shapes)
@@ -121,12 +124,14 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     # the initializers are arrays now: drop the protobuf holding them (peak memory)
     model, nodes = release_initializers(model, nodes)
     live = None
-    steps = host_steps(model, nodes, constants, types)
+    steps = {name: step for name, step in host_steps(model, nodes, constants, types).items()
+             if name not in inner}
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
                 **({"batches": batches} if batches else {}),
                 **({"host_steps": steps} if steps else {}))
     graph = convert_graph(model, nodes, constants, types, meta, {
-        node.name: HOST_CONVERTERS[node.op_type] for node in nodes if node.name in steps})
+        **{node.name: HOST_CONVERTERS[node.op_type] for node in nodes if node.name in steps},
+        **pattern_converters(patterns)})
     meta = dict(graph.meta)
     for key, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):
         meta[key] = tuple({**declared, "shape": list(graph.types[declared["name"]].shape)}

@@ -50,13 +50,16 @@ def constant_values(graph: onnx.GraphProto) -> "set[str]":
     return constant
 
 
-def check_support(model: onnx.ModelProto) -> None:
+def check_support(model: onnx.ModelProto, fused: "frozenset[str]" = frozenset()) -> None:
     """Raise one :class:`UnsupportedOperatorError` listing every node hwonnx cannot map.
 
     Parameters
     ----------
     model : onnx.ModelProto
         A validated model with every node named.
+    fused : frozenset of str
+        Nodes inside a recognised unary pattern (:mod:`.patterns`), which become one table
+        operator: not checked on their own.
 
     Raises
     ------
@@ -76,6 +79,8 @@ def check_support(model: onnx.ModelProto) -> None:
     end = end_values(graph.node)
     nodes, reasons = [], []
     for node in graph.node:
+        if node.name in fused:
+            continue
         if is_default_domain(node.domain) and node.op_type in HOST_ONLY_OPS:
             here = (node.op_type in HOST_START_OPS and node.name in start) or \
                 (node.op_type in HOST_END_OPS and at_end(node, end)) or \

@@ -145,7 +145,7 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "Constant": OnnxOp(foldable=True),
     "Shape": OnnxOp(foldable=True),
     "Gather": OnnxOp(foldable=True),
-    **{op: OnnxOp(compute=True) for op in TABLE_OPS},
+    **{op: OnnxOp(compute=True) for op, table in TABLE_OPS.items() if table.onnx},
 })
 
 

@@ -27,12 +27,15 @@ class TableOp:
     allowed values of its string attributes, the ai.onnx opset that introduced it (for the
     documentation) and ``slope(attrs)``, the function's largest slope on the reals (its
     Lipschitz constant; None where it has none: a jump, or unbounded growth), which bounds
-    how far the rounding of the table's input moves its output."""
+    how far the rounding of the table's input moves its output. ``onnx``: an ai.onnx
+    operator of that name (False: a float IR op only, made by :mod:`hwonnx.frontend.patterns`
+    from several ONNX nodes)."""
     fn: Callable[[np.ndarray, dict], np.ndarray]
     defaults: dict = field(default_factory=dict)
     choices: dict = field(default_factory=dict)
     since: int = 1
     slope: "Callable[[dict], float | None]" = lambda attrs: None
+    onnx: bool = True
 
 
 def _sigmoid(x):
@@ -112,6 +115,12 @@ TABLE_OPS: "dict[str, TableOp]" = {
     # sigmoid(u) + u sigmoid'(u) at u = alpha x, whatever alpha: at most 1.0998 (u = 2.3994).
     "Swish": TableOp(lambda x, a: x * _sigmoid(_F(a["alpha"]) * x), {"alpha": 1.0}, since=24,
                      slope=lambda a: 1.0999),
+    # x HardSigmoid(x) with any alpha, beta (HardSwish is alpha = 1/6, beta = 0.5): written as
+    # HardSigmoid and Mul by exporters. Its slope is 2 alpha x + beta on the ramp (from -beta
+    # to 2 - beta), 1 or 0 off it: at most 2 + |beta|.
+    "XHardSigmoid": TableOp(lambda x, a: x * _hard_sigmoid(x, a["alpha"], a["beta"]),
+                            {"alpha": 0.2, "beta": 0.5}, slope=lambda a: 2 + abs(a["beta"]),
+                            onnx=False),
     # Functions outside their domain (Log and Sqrt of a negative value, Log and Reciprocal of
     # 0) give NaN or an infinity; activation_table saturates an infinity and maps NaN to -128
     # (what onnxruntime's QuantizeLinear gives). No slope bound: unbounded near 0.
