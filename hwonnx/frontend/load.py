@@ -10,7 +10,7 @@ import onnx
 from ..errors import ModelError
 from ..ir.graph import Graph
 from ..passes.pipeline import FLOAT_PIPELINE, PassContext, run_pipeline
-from .common import ReadLog, elem_type_name, is_default_domain
+from .common import ReadLog, domain_opset, elem_type_name, is_default_domain
 from .control import dead_nodes, prune_dead_nodes, resolve_constant_ifs
 from .convert import convert_graph
 from .fold import fold_constants, release_initializers, remove_dead_nodes
@@ -18,6 +18,7 @@ from .functions import inline_functions
 from .graph_rules import check_graph
 from .batch import check_unbatched, unbatch
 from .host import HOST_CONVERTERS, check_host_steps, host_steps
+from .onedim import view_1d
 from .opsets import check_signatures, convert_opset
 from .prequant import annotate_graph, dequantize_model, is_prequantized
 from .read import read_model
@@ -121,7 +122,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     # the initializers are arrays now: drop the protobuf holding them (peak memory)
     model, nodes = release_initializers(model, nodes)
     live = None
-    steps = host_steps(model, nodes, constants, types)
+    nodes, views = view_1d(nodes, constants, types, domain_opset(model, ""), outputs)
+    steps = host_steps(model, nodes, constants, types, views)
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
                 **({"batches": batches} if batches else {}),
                 **({"host_steps": steps} if steps else {}))
