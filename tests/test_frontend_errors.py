@@ -320,10 +320,12 @@ def test_dense_input_must_be_one_row():
         load_model(model)
 
 
-def test_conv_must_be_2d():
+def test_conv_must_be_1d_or_2d():
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1")],
-                       {"x": [1, 2, 8]}, {"y": [1, 3, 6]}, {"w": rand(3, 2, 3)})
-    with raises(ModelError, "Conv 'c1' must be a 2-D convolution (4-D input), not 1-D"):
+                       {"x": [1, 2, 4, 4, 8]}, {"y": [1, 3, 2, 2, 6]}, {"w": rand(3, 2, 3, 3, 3)})
+    with raises(UnsupportedOperatorError, "1 unsupported node(s): node 'c1' Conv (domain "
+                "'ai.onnx', opset 17) (Conv 'c1' reads 'x' of shape [1, 2, 4, 4, 8]: only a 1-D "
+                "([N, C, L]) or 2-D ([N, C, H, W]) convolution maps to the array, not 3-D)"):
         load_model(model)
 
 

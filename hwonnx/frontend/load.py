@@ -122,7 +122,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     # the initializers are arrays now: drop the protobuf holding them (peak memory)
     model, nodes = release_initializers(model, nodes)
     live = None
-    nodes, views = view_1d(nodes, constants, types, domain_opset(model, ""), outputs)
+    nodes, views = view_1d(nodes, constants, types, domain_opset(model, ""), outputs,
+                           annotations)
     steps = host_steps(model, nodes, constants, types, views)
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
                 **({"batches": batches} if batches else {}),

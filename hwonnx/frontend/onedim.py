@@ -17,6 +17,8 @@ gives it back its ``[N, C, L]`` shape: the model's inputs and outputs keep their
 ``Reshape`` of the accelerator's input runs on the host (:func:`.host.host_steps`).
 """
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -126,11 +128,14 @@ def _with_height(shape) -> "tuple[int, ...]":
 
 
 def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: int,
-            graph_outputs: "set[str]") -> "tuple[list[onnx.NodeProto], frozenset[str]]":
+            graph_outputs: "set[str]", annotations=None
+            ) -> "tuple[list[onnx.NodeProto], frozenset[str]]":
     """Rewrite the 1-D regions of ``nodes`` as 2-D (see the module docstring); ``constants``
-    and ``types`` (``name -> (elem_type, shape)``) are updated in place. Returns the nodes and
-    the names of the ``Reshape`` nodes that view a region's rank-3 input as an image (the
-    host runs the one at the accelerator's input).
+    and ``types`` (``name -> (elem_type, shape)``) are updated in place, and so are the
+    :class:`.annotate.Annotations` of a pre-quantized model (a reshaped weight keeps its
+    integers, a view its tensor's parameters). Returns the nodes and the names of the
+    ``Reshape`` nodes that view a region's rank-3 input as an image (the host runs the one
+    at the accelerator's input).
 
     Raises
     ------
@@ -189,7 +194,7 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
                 value = viewed[value]
             elif value in constants:
                 value = _constant(node, index, value, constants, types, fresh,
-                                  shared=value in readers_outside)
+                                  value in readers_outside, annotations)
             inputs.append(renamed.get(value, value))
         outputs = [renamed.get(v, v) for v in node.output]
         for old, new in zip(node.output, outputs):
@@ -199,6 +204,15 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
         for old, new in zip(node.output, outputs):
             if old != new:                      # back to [N, C, L] for the readers outside
                 result.append(_reshape(new, old, types, constants, fresh, None))
+    if annotations is not None:             # the same data in both shapes
+        for node in result:
+            if node.op_type == "Reshape" and node.name not in region:
+                given = [annotations.activations.get(v) for v in node.input[:1] + node.output[:1]]
+                if (node.name in views or node.input[0] in renamed.values()) \
+                        and given.count(None) == 1:
+                    params = given[0] or given[1]
+                    for v in (node.input[0], node.output[0]):
+                        annotations.activations.setdefault(v, params)
     return result, frozenset(views)
 
 
@@ -220,7 +234,7 @@ def _reshape(source: str, target: str, types, constants, fresh, views) -> onnx.N
 
 
 def _constant(node: onnx.NodeProto, index: int, value: str, constants, types, fresh,
-              shared: bool) -> str:
+              shared: bool, annotations) -> str:
     """The constant input ``index`` of a region node, with the height axis where it has one:
     a Conv weight ``[M, C, k]`` becomes ``[M, C, 1, k]``, a broadcast operand of ``Add`` or
     ``Mul`` its rank-3 form with axis 2 added, a ``Pad``'s pads and axes the 4-D ones."""
@@ -246,6 +260,10 @@ def _constant(node: onnx.NodeProto, index: int, value: str, constants, types, fr
         return value
     if op == "Conv" and not shared:     # in place: a pre-quantized model's record keeps it
         constants[value] = new
+        record = annotations.integers.get(value) if annotations is not None else None
+        if record is not None:
+            annotations.integers[value] = replace(record, q=record.q.reshape(new.shape),
+                                                  value=record.value.reshape(new.shape))
         types[value] = (types.get(value, (onnx.TensorProto.FLOAT, None))[0], tuple(new.shape))
         return value
     name = fresh(f"{value}_2d")
