@@ -375,3 +375,22 @@ def test_host_division_by_a_constant_holding_zero_is_refused():
     with raises(ModelError, "Div 'norm' divides by the constant 'std', which holds 0; the result "
                 "would not be finite"):
         load_model(model)
+
+
+def test_converter_refusals_are_listed_together():
+    """Forms of supported operators that have no mapping (here two Transposes in the middle
+    of the graph that reorder axes) are refused in one error naming both, not at the first."""
+    conv = lambda x, y, name: helper.make_node("Conv", [x, "w"], [y], name=name)  # noqa: E731
+    model = make_model([conv("x", "a", "c1"),
+                        helper.make_node("Transpose", ["a"], ["b"], name="t1", perm=[0, 1, 3, 2]),
+                        conv("b", "c", "c2"),
+                        helper.make_node("Transpose", ["c"], ["d"], name="t2", perm=[0, 1, 3, 2]),
+                        conv("d", "y", "c3")],
+                       {"x": [1, 2, 3, 4]}, {"y": [1, 2, 3, 4]}, {"w": rand(2, 2, 1, 1)})
+    reason = ("Transpose '{}' has perm [0, 1, 3, 2] on an input of shape [1, 2, {}, {}], which "
+              "reorders its axes of size > 1; only a Transpose that moves size-1 axes (a "
+              "reshape) is supported")
+    with raises(UnsupportedOperatorError, "2 unsupported node(s): node 't1' Transpose (domain "
+                "'ai.onnx', opset 17); node 't2' Transpose (domain 'ai.onnx', opset 17) ("
+                + reason.format("t1", 3, 4) + "; " + reason.format("t2", 4, 3) + ")"):
+        load_model(model)

@@ -475,9 +475,8 @@ def _dropout(b: _Builder, node: onnx.NodeProto) -> Node:
 
 def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedOperatorError:
     """Return the error refusing ``node`` (a form of a supported operator hwonnx cannot map)."""
-    error = UnsupportedOperatorError([(node.name, node.op_type, "", b.opset)])
-    error.args = (f"{error} ({reason})",)
-    return error
+    return UnsupportedOperatorError.with_reasons([(node.name, node.op_type, "", b.opset)],
+                                                 [reason])
 
 
 #: The largest ``K`` of a ``[1, K]`` tensor scaled per element through a diagonal ``Dense``.
@@ -656,15 +655,25 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
     """
     b = _Builder(model, nodes, constants, types)
     graph = model.graph
-    ir_nodes = []
+    ir_nodes, refused = [], []
     for node in nodes:
         converter = (special or {}).get(node.name) or CONVERTERS.get(node.op_type)
         if converter is None:                 # the support check lets no other op through
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
-        ir_node = converter(b, node)
+        try:
+            ir_node = converter(b, node)
+        except UnsupportedOperatorError as error:     # every such node in one error
+            refused.append(error)
+            continue
         if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
             check_node_work(ir_node, b.types)
         ir_nodes.append(ir_node)
+    if refused:
+        from .support import summary      # (support imports this module through .host)
+        error = UnsupportedOperatorError([n for e in refused for n in e.nodes])
+        error.reasons = [r for e in refused for r in e.reasons]
+        error.args = (summary(error, error.reasons),)
+        raise error
     # after the nodes: a host Cast gives an integer input its type
     inputs = tuple(b.value(value.name) for value in graph.input)
     outputs = []

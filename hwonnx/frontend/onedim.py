@@ -154,9 +154,7 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
             refused.append((node.name, node.op_type, "", opset))
             reasons.append(reason)
     if refused:
-        error = UnsupportedOperatorError(refused)
-        error.args = (f"{error} ({'; '.join(reasons)})",)
-        raise error
+        raise UnsupportedOperatorError.with_reasons(refused, reasons)
     candidates = _candidates(nodes, types, constants)
     spatial = {n.name for n in candidates if n.op_type in SPATIAL_OPS}
     region = _regions(candidates, spatial)
