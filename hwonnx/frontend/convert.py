@@ -665,6 +665,10 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
         except UnsupportedOperatorError as error:     # every such node in one error
             refused.append(error)
             continue
+        except (ModelError, ResourceError):
+            if refused:               # perhaps a consequence of a refused node: report those
+                break
+            raise
         if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
             check_node_work(ir_node, b.types)
         ir_nodes.append(ir_node)

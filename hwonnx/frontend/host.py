@@ -174,8 +174,7 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
     maps: "dict[str, bool]" = {}
     details = {}
     for node in chain:
-        details[node.name] = (" (it views the 1-D input as an image of height 1, which the "
-                              "array reads)") if node.name in views else \
+        details[node.name] = "" if node.name in views else \
             _missing_mapping(node, chain, constants, types, maps)
         # a host step runs sample by sample, along a leading axis of size 1: an operator that
         # also has an array form stays there without one (and fails there, if it must)
@@ -183,7 +182,10 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
             node.op_type not in HOST_ONLY_OPS and not _per_sample(node, types))
     last = max((i for i, node in enumerate(chain) if not maps[node.name]), default=-1)
     for node in chain[:last + 1]:
-        if maps[node.name]:
+        if node.name in views:
+            why = (f"{node.op_type} views the 1-D input as an image of height 1, which the "
+                   f"array reads; {_START}")
+        elif maps[node.name]:
             why = (f"{node.op_type} could map to the array, but {chain[last].op_type} "
                    f"'{chain[last].name}' after it cannot; {_START}")
         else:
