@@ -55,7 +55,7 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def _refusal(node: onnx.NodeProto, types) -> "str | None":
+def _refusal(node: onnx.NodeProto) -> "str | None":
     """Why a 1-D convolution or pooling node cannot map, or None."""
     op = node.op_type
     name = f"{op} '{node.name}'"
@@ -149,7 +149,7 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
         if not is_default_domain(node.domain) or node.op_type not in SPATIAL_OPS:
             continue
         reason = _rank_refusal(node, types) or (
-            _refusal(node, types) if _rank(types, node.input[0]) == 3 else None)
+            _refusal(node) if _rank(types, node.input[0]) == 3 else None)
         if reason:
             refused.append((node.name, node.op_type, "", opset))
             reasons.append(reason)

@@ -4,6 +4,7 @@ is raised until the requantization multiplier and the int32 accumulator can hold
 channel whose weights then quantize to zero is a constant, its bias through an exact
 requantizer (multiplier 1)."""
 
+import logging
 import math
 
 import numpy as np
@@ -11,7 +12,10 @@ import numpy as np
 from ..errors import QuantizationError
 from ..golden.ops import INT32_MAX, accumulate_bound
 
-__all__ = ["MULT_BITS", "SHIFT_RANGE", "expressible", "fit_channels", "check_accumulator"]
+__all__ = ["MULT_BITS", "SHIFT_RANGE", "mult_shift", "expressible", "fit_channels",
+           "check_accumulator"]
+
+log = logging.getLogger(__name__)
 
 #: The requantization multiplier ``mult * 2**-shift``: ``mult`` in ``[2**30, 2**31)`` (the
 #: POST's 31-bit multiplier), ``shift`` in ``SHIFT_RANGE`` (its shifter).
@@ -81,15 +85,20 @@ def fit_channels(name: str, w: np.ndarray, b: np.ndarray, wq: np.ndarray, bq: np
     if zero:
         channels = ", ".join(str(n) for n, _ in zero[:8]) + (", ..." if len(zero) > 8 else "")
         largest = max(v for _, v in zero)
-        warnings.append(f"Layer '{name}': {len(zero)} output channel(s) ({channels}) have "
+        _warn(warnings, f"Layer '{name}': {len(zero)} output channel(s) ({channels}) have "
                         f"(nearly) zero weights (largest |w| {largest:.3g}): each outputs "
                         f"its bias, quantized")
     if raised:
         channels = ", ".join(f"{n} ({s:.3g})" for n, s in raised[:8]) + (
             ", ..." if len(raised) > 8 else "")
-        warnings.append(f"Layer '{name}': {len(raised)} output channel(s) have weights too "
+        _warn(warnings, f"Layer '{name}': {len(raised)} output channel(s) have weights too "
                         f"small for the requantizer or for their bias at the usual scale; "
                         f"their weight scale is raised (channel (scale): {channels})")
+
+
+def _warn(warnings: "list[str]", text: str) -> None:
+    log.warning("%s", text)
+    warnings.append(text)
 
 
 def check_accumulator(name: str, wq: np.ndarray, bq: np.ndarray, in_zp: int,
