@@ -17,7 +17,8 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
 
 from hwonnx import api
 from hwonnx.config import ArchConfig
-from hwonnx.errors import QuantizationError
+from hwonnx.compiler.lower import lower
+from hwonnx.errors import QuantizationError, ResourceError
 from hwonnx.frontend import load_model
 from hwonnx.golden import evaluate, quantize
 from hwonnx.quant import quantize_model
@@ -185,6 +186,11 @@ def test_accumulator_bound_uses_the_input_zero_point():
     fc = next(n for n in graph.nodes if n.op == "QDense")
     assert abs(fc.attrs["in_zp"]) <= 1
     assert np.abs(graph.constants[fc.inputs[1]]).min() == 127
+    # the compiler's own bound check (per source, with its zero point) passes too: what
+    # stops this layer is that its 70,000 weight words are more than an instruction addresses
+    with pytest.raises(ResourceError, match="^The model needs 70000 words of the wgt buffer, "
+                                            "more than the 65536 an instruction can address"):
+        lower(graph, ArchConfig(act_depth=1 << 15))
 
 
 def test_impossible_layer_says_what_to_do():
