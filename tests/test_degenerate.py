@@ -26,7 +26,7 @@ from ort_reference import reference_outputs
 
 ort.set_default_logger_severity(3)
 SAMPLES = 48
-DEAD, TINY = 33, 7            # the dead neurons of the MLP: bias 0.3, and bias 0
+DEAD, TINY, ZERO = 33, 7, 20   # the dead neurons of the MLP: bias 0.3, 0, 0.2
 
 
 def _model(nodes, inits, in_shape, out_shape):
@@ -38,14 +38,15 @@ def _model(nodes, inits, in_shape, out_shape):
 
 
 def dead_neuron_mlp():
-    """A 64 -> 48 -> 10 MLP whose hidden neurons 33 and 7 are dead: weights of the order of
-    1e-9 and 1e-11 (what weight decay leaves), biases 0.3 and 0. Before: channel 33's bias
-    overflowed int32 at the usual weight scale, channel 7's requantization scale (about
-    1e-12) was beyond the 31-bit multiplier."""
+    """A 64 -> 48 -> 10 MLP whose hidden neurons 33, 7 and 20 are dead: weights of the order
+    of 1e-9 and 1e-11 (what weight decay leaves) and exactly 0, biases 0.3, 0 and 0.2.
+    Before: channel 33's bias overflowed int32 at the usual weight scale, channel 7's
+    requantization scale (about 1e-12) was beyond the 31-bit multiplier."""
     rng = np.random.default_rng(5)
     w1, b1 = rng.normal(0, 0.3, (64, 48)), rng.normal(0, 0.1, 48)
     w1[:, DEAD], b1[DEAD] = rng.normal(0, 1e-9, 64), 0.3
     w1[:, TINY], b1[TINY] = rng.normal(0, 1e-11, 64), 0.0
+    w1[:, ZERO], b1[ZERO] = 0.0, 0.2
     nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"),
              helper.make_node("Relu", ["h"], ["r"], name="relu1"),
              helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="fc2")]
@@ -111,7 +112,7 @@ def test_degenerate_model_matches_references(tmp_path, kind, form):
     ``y = x w + b`` is within ``s_out / 2`` (its rounding) ``+ sum_k |w_k| e_k`` (the error
     ``e`` of its input, ``s_in / 2`` for the quantized graph input) ``+ sum_k |x_k| s_w / 2 +
     s_in s_w / 2`` (weights and bias rounded at the weight scale ``s_w = max |w| / 127`` of
-    the channel) of onnxruntime's float value; 1e-6 more for the dead channels, whose weights
+    the channel, or the QDQ model's own) of onnxruntime's float value; 1e-6 more for the dead channels, whose weights
     (at most 1e-8 in all) round to 0. In QDQ form also within 1 LSB of onnxruntime's
     reference path of the quantized model. A dead neuron outputs its bias, quantized."""
     result, model, layers, x, qdq = _build(tmp_path, kind, form)
@@ -123,15 +124,18 @@ def test_degenerate_model_matches_references(tmp_path, kind, form):
     inits = {i.name: numpy_helper.to_array(i).astype(np.float64)
              for i in model.graph.initializer}
     nodes = {n.name: n for n in graph.nodes}
+    qdq_inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(qdq).graph.initializer} \
+        if qdq is not None else {}
     err, prev = np.full(x.shape, quant.attrs["scale"] / 2), x.astype(np.float64)
     for k, (_, layer, out) in enumerate(layers):
         node = nodes[layer]
         s_in, s_out, zp = node.attrs["in_scale"], node.attrs["out_scale"], node.attrs["out_zp"]
-        w = inits[f"w{k + 1}" if kind == "dead_neuron_mlp" else "w"]
+        w_name = f"w{k + 1}" if kind == "dead_neuron_mlp" else "w"
+        w = inits[w_name]
         got = (env[node.outputs[0]].astype(np.float64) - zp) * s_out
-        s_w = np.abs(w).max(axis=0) / 127            # per channel (per tensor: the largest)
-        if form == "qdq_per_tensor":
-            s_w = np.full_like(s_w, s_w.max())
+        s_w = np.abs(w).max(axis=0) / 127
+        if qdq is not None:          # the model's weight scales (1 for an all-zero channel)
+            s_w = np.broadcast_to(qdq_inits[f"{w_name}_scale"].astype(np.float64), s_w.shape)
         bound = (s_out / 2 + err.reshape(len(x), -1) @ np.abs(w)
                  + np.abs(prev.reshape(len(x), -1)) @ np.ones_like(w) * s_w / 2
                  + s_in * s_w / 2 + 1e-6)
@@ -143,11 +147,19 @@ def test_degenerate_model_matches_references(tmp_path, kind, form):
     if kind == "dead_neuron_mlp":
         fc1 = nodes["fc1"]
         hidden = env[fc1.outputs[0]].reshape(len(x), -1)
-        for channel, bias in ((DEAD, 0.3), (TINY, 0.0)):      # ReLU(bias), quantized
+        biases = inits["b1"]
+        if qdq is not None:            # the bias the QDQ model gives (its int32, dequantized)
+            biases = qdq_inits["b1_quantized"] * qdq_inits["b1_quantized_scale"]
+        for channel in (DEAD, TINY, ZERO):                   # ReLU(bias), quantized
+            bias = np.float32(biases[channel])
             expected = quantize(np.float32(max(bias, 0.0)), scale=fc1.attrs["out_scale"],
                                 zero_point=fc1.attrs["out_zp"])
             assert (hidden[:, channel] == expected).all()
             assert hidden[:, channel].dtype == np.int8
+        if form == "float":        # an all-zero channel: the bias through multiplier 1
+            consts = [graph.constants[v] for v in fc1.inputs[1:5]]
+            assert not consts[0][:, ZERO].any()
+            assert (consts[2][ZERO], consts[3][ZERO]) == (1 << 30, 30)
         if form != "qdq_per_tensor":      # (per tensor, its weights simply quantize to 0)
             warnings = " ".join(graph.meta["warnings"])
             assert "Layer 'fc1'" in warnings and "(nearly) zero weights" in warnings
