@@ -198,28 +198,44 @@ class _Reader(CalibrationDataReader):
         return next(self.data, None)
 
 
-@pytest.mark.parametrize("make", [cnn, sequence])
-def test_qdq_model_matches_onnxruntime_reference(tmp_path, make):
-    """onnxruntime's per-channel QDQ quantization of the 1-D model, built with its own
-    parameters: within 1 LSB of the output scale of onnxruntime's reference path."""
-    path, qdq = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
-    onnx.save(make(), path)
-    quantize_static(str(path), str(qdq), _Reader(_samples(5, 32)),
-                    quant_format=QuantFormat.QDQ, per_channel=True,
+def _quantized(tmp_path, make, fmt, two_d=False):
+    path, quantized = tmp_path / "float.onnx", tmp_path / f"{fmt}.onnx"
+    onnx.save(make(two_d=True) if two_d else make(), path)
+    samples = _samples(5, 32)
+    quantize_static(str(path), str(quantized), _Reader(samples[:, :, None] if two_d else samples),
+                    quant_format=getattr(QuantFormat, fmt), per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    result = api.build(qdq, None, calib=None, config=ArchConfig(), verilog=False,
-                       log=lambda *_: None)
-    x = _samples(11, 32)
-    golden = api.simulate(result, {"x": x}, mode="golden")
-    model = onnx.load(qdq)
+    return onnx.load(quantized)
+
+
+def _lsb(model, y, x):
+    """|y - the reference output of ``model`` on ``x``| in steps of its output scale."""
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     last = [n for n in model.graph.node if n.op_type == "DequantizeLinear"][-1]
-    scale = float(inits[last.input[1]])
     y_ref = reference_outputs(model, {"x": x})[0].reshape(len(x), -1)
-    lsb = np.abs(golden.outputs["y"].reshape(len(x), -1) - y_ref) / scale
-    print(f"{make.__name__} QDQ vs onnxruntime's reference path: {np.count_nonzero(lsb > 0.5)}"
-          f" of {lsb.size} values differ, largest {lsb.max():.2f} LSB")
+    return np.abs(y.reshape(len(x), -1) - y_ref) / float(inits[last.input[1]])
+
+
+@pytest.mark.parametrize("make, fmt", [(cnn, "QDQ"), (sequence, "QDQ"), (cnn, "QOperator")])
+def test_quantized_model_matches_the_reference(tmp_path, make, fmt):
+    """onnxruntime's per-channel quantization of the 1-D model (QDQ; QOperator, whose
+    operators hwonnx maps), built with its own parameters: within 1 LSB of the output scale
+    of the reference (``ort_reference``: onnxruntime's reference path for QDQ, the exact
+    integer operators for QOperator, whose 1-D form here equals, bit for bit, its 2-D form
+    on the network written in 2-D, which tests/test_ort_reference.py checks)."""
+    model = _quantized(tmp_path, make, fmt)
+    result = api.build(model, None, calib=None, config=ArchConfig(), verilog=False,
+                       log=lambda *_: None)
+    x = _samples(11, 32)
+    golden = api.simulate(result, {"x": x}, mode="golden").outputs["y"]
+    lsb = _lsb(model, golden, x)
+    print(f"{make.__name__} {fmt} vs its reference: {np.count_nonzero(lsb > 0.5)} of "
+          f"{lsb.size} values differ, largest {lsb.max():.2f} LSB")
     assert lsb.max() <= 1 + 1e-3
+    if fmt == "QOperator":
+        twin = _quantized(tmp_path, make, fmt, two_d=True)
+        np.testing.assert_array_equal(reference_outputs(model, {"x": x})[0],
+                                      reference_outputs(twin, {"x": x[:, :, None]})[0])
 
 
 @pytest.mark.rtl
