@@ -218,3 +218,34 @@ def test_impossible_layer_says_what_to_do():
                f"outputs an Add sums")
     with pytest.raises(QuantizationError, match="^" + re.escape(message) + "$"):
         quantize_model(load_model(model), {"x": x})
+
+
+def test_model_multiplier_underflowing_float32_is_fitted(tmp_path):
+    """A QDQ model whose weight scale of a dead channel is the smallest float32 (1.4e-45):
+    onnxruntime's multiplier (input scale x weight scale / output scale, in float32) is 0.
+    The channel is fitted like any dead one and outputs its bias, quantized."""
+    model, _ = dead_neuron_mlp()
+    x = _samples(64)
+    path, qdq = tmp_path / "mlp.onnx", tmp_path / "mlp_qdq.onnx"
+    onnx.save(model, path)
+    quantize_static(str(path), str(qdq), _Reader(x), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    quantized = onnx.load(qdq)
+    scale = next(i for i in quantized.graph.initializer if i.name == "w1_scale")
+    values = numpy_helper.to_array(scale).copy()
+    values[TINY] = np.float32(1.4e-45)
+    scale.CopyFrom(numpy_helper.from_array(values, "w1_scale"))
+    result = api.build(quantized, None, calib=None, config=ArchConfig(), verilog=False,
+                       log=lambda *_: None)
+    fc1 = next(n for n in result.graph.nodes if n.name == "fc1")
+    assert np.float32(fc1.attrs["in_scale"]) * values[TINY] / np.float32(
+        fc1.attrs["out_scale"]) == 0
+    quant = next(n for n in result.graph.nodes if n.op == "Quantize")
+    env = evaluate(result.graph, {quant.outputs[0]: quantize(x, **quant.attrs)},
+                   keep_all=True)
+    inits = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
+    bias = np.float32(inits["b1_quantized"][TINY] * inits["b1_quantized_scale"][TINY])
+    expected = quantize(np.float32(max(bias, 0)), scale=fc1.attrs["out_scale"],
+                        zero_point=fc1.attrs["out_zp"])
+    assert (env[fc1.outputs[0]].reshape(len(x), -1)[:, TINY] == expected).all()

@@ -294,8 +294,8 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
             and node.inputs[0] in given:
         bq = np.asarray(biases[node.inputs[2]], np.int64).reshape(-1).astype(np.float64)
     else:
-        with np.errstate(over="ignore"):
-            bq = np.rint(bias / (s_in * s_w))
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            bq = np.rint(bias / (s_in * s_w))       # (a channel beyond int32 is fitted below)
     model_params = record is not None and node.inputs[0] in given and node.outputs[0] in given
     if model_params:
         # the model's own parameters: the multiplier onnxruntime uses, (s_in * s_w) / s_out
@@ -303,6 +303,8 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
         with np.errstate(over="ignore", under="ignore"):    # requant_params refuses inf
             real = (np.float32(s_in) * s_w.astype(np.float32) / np.float32(s_out)).astype(
                 np.float64)
+        exact = s_in * s_w / s_out           # a channel whose multiplier underflows float32
+        real = np.where((real == 0) & (exact != 0), exact, real)  # is fitted below
         if not real.all():
             raise QuantizationError(f"Layer '{node.name}': the requantization scale (input "
                                     f"scale x weight scale / output scale) underflows float32")
