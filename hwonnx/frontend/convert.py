@@ -662,6 +662,8 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
         try:
             ir_node = converter(b, node)
+            if ir_node.op != "Pad":           # transient: fold-pad moves it into the layer
+                check_node_work(ir_node, b.types)
         except UnsupportedOperatorError as error:     # every such node in one error
             refused.append(error)
             continue
@@ -669,8 +671,6 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
             if refused:               # perhaps a consequence of a refused node: report those
                 break
             raise
-        if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
-            check_node_work(ir_node, b.types)
         ir_nodes.append(ir_node)
     if refused:
         from .support import summary      # (support imports this module through .host)

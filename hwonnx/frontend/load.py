@@ -41,7 +41,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     condition is replaced by its branch; then it is checked for support (before any other
     processing, so that every unsupported node is reported at once) and against operator
     signatures, converted to a supported opset if older, its symbolic dimensions are bound,
-    shapes are inferred, constant subgraphs are folded, and the result is converted to the
+    shapes are inferred, constant subgraphs are folded, 1-D convolution and pooling are
+    viewed as 2-D of height 1 (:mod:`.onedim`), and the result is converted to the
     float vocabulary of :mod:`hwonnx.ir.graph` and run through
     :data:`hwonnx.passes.FLOAT_PIPELINE`; a ``Clip`` the pipeline could not fuse into the
     layer before it is then refused. A model already quantized by onnxruntime (QDQ or
@@ -77,7 +78,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         dimensions, or uses a supported operator in a form hwonnx cannot map.
     UnsupportedOperatorError
         If any node uses an unsupported operator (lists all of them), a ``Softmax`` is not at
-        the end of the graph, or a ``Clip`` cannot be fused.
+        the end of the graph, or a ``Clip`` cannot be fused; or a convolution or pooling is
+        neither 1-D nor 2-D or a supported operator comes in a form without a mapping (each
+        such group lists all of its nodes).
     ResourceError
         If a value, the work of a node or of folding exceeds hwonnx's limits (``docs/spec.md``,
         "Limits"); the message names the node or value and its size.
