@@ -112,9 +112,10 @@ def test_degenerate_model_matches_references(tmp_path, kind, form):
     ``y = x w + b`` is within ``s_out / 2`` (its rounding) ``+ sum_k |w_k| e_k`` (the error
     ``e`` of its input, ``s_in / 2`` for the quantized graph input) ``+ sum_k |x_k| s_w / 2 +
     s_in s_w / 2`` (weights and bias rounded at the weight scale ``s_w = max |w| / 127`` of
-    the channel, or the QDQ model's own) of onnxruntime's float value; 1e-6 more for the dead channels, whose weights
-    (at most 1e-8 in all) round to 0. In QDQ form also within 1 LSB of onnxruntime's
-    reference path of the quantized model. A dead neuron outputs its bias, quantized."""
+    the channel, or the QDQ model's own) of onnxruntime's float value; 1e-6 more for the
+    dead channels, whose weights (at most 1e-8 in all) round to 0. In QDQ form also within
+    1 LSB of onnxruntime's reference path of the quantized model. A dead neuron outputs its
+    bias, quantized."""
     result, model, layers, x, qdq = _build(tmp_path, kind, form)
     graph = result.graph
     quant = next(n for n in graph.nodes if n.op == "Quantize")
