@@ -1,9 +1,9 @@
 """Degenerate layers are no error: output channels whose weights are (nearly) zero, weights
 too small for their bias, and an accumulator bound taken from the actual weights, bias and
 input zero point. Each model is built in float form (calibrated) and as onnxruntime's
-per-channel (and, golden only, per-tensor) QDQ quantization of it; golden against the float model (onnxruntime) within a
-bound derived from the scales, against the QDQ model's reference path within 1 LSB, and on
-the RTL bit-exact with the predicted cycles."""
+per-channel (and, golden only, per-tensor) QDQ quantization of it; golden against the float
+model (onnxruntime) within a bound derived from the scales, against the QDQ model's
+reference path within 1 LSB, and on the RTL bit-exact with the predicted cycles."""
 
 import re
 
