@@ -24,6 +24,17 @@ class UnsupportedOperatorError(HwonnxError):
         listed = "; ".join(f"node '{n}' {op} (domain '{d or 'ai.onnx'}', opset {v})"
                            for n, op, d, v in self.nodes)
         super().__init__(f"{len(self.nodes)} unsupported node(s): {listed}")
+        self.reasons: "list[str]" = []
+
+    @classmethod
+    def with_reasons(cls, nodes: "list[tuple[str, str, str, int]]",
+                     reasons: "list[str]") -> "UnsupportedOperatorError":
+        """The error for ``nodes``, its message ending with ``reasons`` in parentheses."""
+        error = cls(nodes)
+        error.reasons = list(reasons)
+        if reasons:
+            error.args = (f"{error} ({'; '.join(reasons)})",)
+        return error
 
 
 class UsageError(HwonnxError):

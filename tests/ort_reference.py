@@ -181,10 +181,22 @@ def _conv_attrs(op: OpRun, w: np.ndarray) -> tuple:
     if getattr(op, "auto_pad", "NOTSET") not in (None, "NOTSET", b"NOTSET"):
         raise NotImplementedError("the exact reference implements explicit pads only")
     spatial = w.ndim - 2
+    if spatial == 1:            # a 1-D convolution is the 2-D one over an image of height 1
+        (s,), (d,), (a, b) = op.strides or (1,), op.dilations or (1,), op.pads or (0, 0)
+        return op.group or 1, (1, s), (0, a, 0, b), (1, d)
     if spatial != 2:
-        raise NotImplementedError("the exact reference implements 2-D convolutions only")
+        raise NotImplementedError("the exact reference implements 1-D and 2-D convolutions "
+                                  "only")
     return (op.group or 1, op.strides or (1, 1), op.pads or (0, 0, 0, 0),
             op.dilations or (1, 1))
+
+
+def _conv_nd(x: np.ndarray, w: np.ndarray, attrs: tuple) -> np.ndarray:
+    """:func:`_conv_int` of a 2-D convolution, or of a 1-D one ``x`` [N, C, L], ``w``
+    [M, C/g, k] as height 1."""
+    if w.ndim == 3:
+        return _conv_int(x[:, :, None], w[:, :, None], *attrs)[:, :, 0]
+    return _conv_int(x, w, *attrs)
 
 
 def _axis_shape(op: OpRun, param, ndim: int):
@@ -218,20 +230,20 @@ class QLinearConv(OpRun):
     op_domain = ""
 
     def _run(self, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B=None, **_):
-        acc = _conv_int(_centered(x, x_zp), _centered(w, w_zp, w.ndim), *_conv_attrs(self, w))
+        acc = _conv_nd(_centered(x, x_zp), _centered(w, w_zp, w.ndim), _conv_attrs(self, w))
+        channel = (1, -1) + (1,) * (acc.ndim - 2)
         if B is not None:
-            acc = acc + B.astype(np.int64).reshape(1, -1, 1, 1)
+            acc = acc + B.astype(np.int64).reshape(channel)
         scale = _f32(_f32(x_scale) * _f32(w_scale)) / _f32(y_scale)
-        return (_requantize(acc, np.reshape(scale, (1, -1, 1, 1)), y_zp),)
+        return (_requantize(acc, np.reshape(scale, channel), y_zp),)
 
 
 class ConvInteger(OpRun):
     op_domain = ""
 
     def _run(self, x, w, x_zp=None, w_zp=None, **_):
-        acc = _conv_int(_centered(x, 0 if x_zp is None else x_zp),
-                        _centered(w, 0 if w_zp is None else w_zp, w.ndim),
-                        *_conv_attrs(self, w))
+        acc = _conv_nd(_centered(x, 0 if x_zp is None else x_zp),
+                       _centered(w, 0 if w_zp is None else w_zp, w.ndim), _conv_attrs(self, w))
         return (acc.astype(np.int32),)
 
 
@@ -284,8 +296,9 @@ class QLinearGlobalAveragePool(OpRun):
     def _run(self, x, x_scale, x_zp, y_scale, y_zp, **_):
         if getattr(self, "channels_last", 0):
             raise NotImplementedError("the exact reference implements channels first only")
-        acc = _centered(x, x_zp).sum(axis=(2, 3), keepdims=True)
-        count = x.shape[2] * x.shape[3]
+        axes = tuple(range(2, x.ndim))                    # 1-D or 2-D
+        acc = _centered(x, x_zp).sum(axis=axes, keepdims=True)
+        count = int(np.prod(x.shape[2:]))
         return (_requantize(acc, _f32(x_scale) / (_f32(y_scale) * _f32(count)), y_zp),)
 
 

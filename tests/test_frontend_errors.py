@@ -110,11 +110,10 @@ def test_matmul_of_two_runtime_values_is_unsupported():
 
 def test_foldable_op_on_runtime_value_is_unsupported():
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
-                        helper.make_node("Slice", ["r", "starts", "ends"], ["y"], name="cut")],
-                       {"x": [1, 4]}, {"y": [1, 2]},
-                       {"starts": np.array([0], np.int64), "ends": np.array([2], np.int64)})
+                        helper.make_node("Gather", ["r", "index"], ["y"], name="cut", axis=1)],
+                       {"x": [1, 4]}, {"y": [1, 2]}, {"index": np.array([0, 2], np.int64)})
     with raises(UnsupportedOperatorError,
-                "1 unsupported node(s): node 'cut' Slice (domain 'ai.onnx', opset 17) (Slice "
+                "1 unsupported node(s): node 'cut' Gather (domain 'ai.onnx', opset 17) (Gather "
                 "'cut' is folded away, so its inputs must be constants, but 'r' is computed "
                 f"at run time); {SUPPORTED}"):
         load_model(model)
@@ -320,10 +319,12 @@ def test_dense_input_must_be_one_row():
         load_model(model)
 
 
-def test_conv_must_be_2d():
+def test_conv_must_be_1d_or_2d():
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1")],
-                       {"x": [1, 2, 8]}, {"y": [1, 3, 6]}, {"w": rand(3, 2, 3)})
-    with raises(ModelError, "Conv 'c1' must be a 2-D convolution (4-D input), not 1-D"):
+                       {"x": [1, 2, 4, 4, 8]}, {"y": [1, 3, 2, 2, 6]}, {"w": rand(3, 2, 3, 3, 3)})
+    with raises(UnsupportedOperatorError, "1 unsupported node(s): node 'c1' Conv (domain "
+                "'ai.onnx', opset 17) (Conv 'c1' reads 'x' of shape [1, 2, 4, 4, 8]: only a 1-D "
+                "([N, C, L]) or 2-D ([N, C, H, W]) convolution maps to the array, not 3-D)"):
         load_model(model)
 
 
@@ -376,16 +377,39 @@ def test_host_division_by_a_constant_holding_zero_is_refused():
 
 
 def test_every_refused_form_of_a_supported_operator_is_listed_in_one_error():
-    """Two nodes of supported operators in forms hwonnx cannot map (a Concat along the width,
-    a Pad in reflect mode refused later by the converter's own check) and a third one after
-    them: one error names both refused nodes, with both reasons."""
-    nodes = [helper.make_node("Concat", ["x", "x"], ["c"], name="cat_w", axis=3),
-             helper.make_node("Concat", ["c", "c"], ["d"], name="cat_h", axis=2),
+    """Two nodes of supported operators in forms hwonnx cannot map (Slices with steps of 2,
+    refused by the converter) and a third one after them: one error names both refused nodes,
+    with both reasons."""
+    i64 = lambda v: np.array(v, np.int64)                               # noqa: E731
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["c"], name="every_2nd"),
+             helper.make_node("Slice", ["c", "s", "e", "a3", "st"], ["d"], name="every_2nd_w"),
              helper.make_node("Relu", ["d"], ["y"], name="relu")]
-    model = make_model(nodes, {"x": [1, 2, 3, 4]}, {"y": [1, 2, 6, 8]})
+    model = make_model(nodes, {"x": [1, 2, 4, 4]}, {"y": [1, 2, 2, 2]},
+                       {"s": i64([0]), "e": i64([4]), "a": i64([2]), "a3": i64([3]),
+                        "st": i64([2])})
     with pytest.raises(UnsupportedOperatorError) as info:
         load_model(model)
-    assert [n[0] for n in info.value.nodes] == ["cat_w", "cat_h"]
+    assert [n[0] for n in info.value.nodes] == ["every_2nd", "every_2nd_w"]
     message = str(info.value)
     assert "\n" not in message
-    assert "Concat 'cat_w' along axis 3" in message and "Concat 'cat_h' along axis 2" in message
+    assert "Slice 'every_2nd' has step 2 along axis 2" in message
+    assert "Slice 'every_2nd_w' has step 2 along axis 3" in message
+
+
+def test_transposes_that_move_data_are_listed_together():
+    """Two Transposes in the middle of the graph that reorder axes (no Flatten to fold into,
+    no partner to cancel) are refused in one error naming both, not at the first."""
+    conv = lambda x, y, name: helper.make_node("Conv", [x, "w"], [y], name=name)  # noqa: E731
+    model = make_model([conv("x", "a", "c1"),
+                        helper.make_node("Transpose", ["a"], ["b"], name="t1", perm=[0, 1, 3, 2]),
+                        conv("b", "c", "c2"),
+                        helper.make_node("Transpose", ["c"], ["d"], name="t2", perm=[0, 1, 3, 2]),
+                        conv("d", "y", "c3")],
+                       {"x": [1, 2, 3, 4]}, {"y": [1, 2, 3, 4]}, {"w": rand(2, 2, 1, 1)})
+    reason = ("Transpose '{}' (perm [0, 1, 3, 2]) moves data in the middle of the graph; hwonnx "
+              "removes a Transpose only where another one cancels it or where it feeds the "
+              "Flatten/Reshape of a Gemm/MatMul (folded into the weights)")
+    with raises(UnsupportedOperatorError, "2 unsupported node(s): node 't1' Transpose (domain "
+                "'ai.onnx', opset 17); node 't2' Transpose (domain 'ai.onnx', opset 17) ("
+                + reason.format("t1") + "; " + reason.format("t2") + ")"):
+        load_model(model)

@@ -153,12 +153,15 @@ class _Builder:
         """Emit the tiles of the layer ``spec`` (of ``node``) writing ``target``."""
         rows = self.config.rows
         n_out, kh, kw = spec.phys.shape[:3]
-        bound = accumulate_bound(spec.phys.reshape(n_out, -1)) + np.abs(spec.bias)
+        bound = np.abs(spec.bias).astype(np.int64)
+        for source, offset in zip(spec.sources, spec.offsets):    # each with its zero point
+            taps = spec.phys[..., offset:offset + source.cb * rows].reshape(n_out, -1)
+            bound = bound + accumulate_bound(taps, source.zp)
         if bound.max(initial=0) > INT32_MAX:
-            raise ResourceError(f"Layer '{node.name}': its int32 accumulator could overflow "
-                                f"(bound {int(bound.max())} for channel "
-                                f"{int(bound.argmax())}); splitting the reduction is not "
-                                f"supported yet")
+            raise ResourceError(f"Layer '{node.name}': output channel {int(bound.argmax())} "
+                                f"could overflow the int32 accumulator (sum |w| x |x - zero "
+                                f"point| + |bias| up to {int(bound.max())}); split the layer "
+                                f"into layers of fewer inputs whose outputs an Add sums")
         # The hardware adds raw activations; the zero points move into the bias. (A maximum
         # is one raw activation, so its zero point moves in once.)
         folded = spec.bias.copy()

@@ -476,10 +476,8 @@ def _dropout(b: _Builder, node: onnx.NodeProto) -> Node:
 
 def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedOperatorError:
     """Return the error refusing ``node`` (a form of a supported operator hwonnx cannot map)."""
-    error = UnsupportedOperatorError([(node.name, node.op_type, "", b.opset)])
-    error.args = (f"{error} ({reason})",)
-    error.reasons = [reason]
-    return error
+    return UnsupportedOperatorError.with_reasons([(node.name, node.op_type, "", b.opset)],
+                                                 [reason])
 
 
 #: The largest ``K`` of a ``[1, K]`` tensor scaled per element through a diagonal ``Dense``.

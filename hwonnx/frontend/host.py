@@ -163,12 +163,15 @@ def _missing_mapping(node: onnx.NodeProto, chain: "list[onnx.NodeProto]", consta
             "into its bias)")
 
 
-def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict) -> "dict[str, dict]":
+def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
+               views: "frozenset[str]" = frozenset()) -> "dict[str, dict]":
     """Decide which of the folded ``nodes`` run on the host.
 
     Returns ``node name -> {"at": "start" | "end", "why": reason}`` for every host step (see
     the module docstring for the rule); ``constants`` and ``types`` are the folded constants
-    and the inferred ``(elem_type, shape)`` of every value."""
+    and the inferred ``(elem_type, shape)`` of every value. ``views`` names the ``Reshape``
+    nodes that view a 1-D value as an image of height 1 (:mod:`.onedim`): in the leading
+    chain they have no hardware mapping (the array reads no rank-3 input)."""
     graph = model.graph
     outputs = {value.name for value in graph.output}
     steps: "dict[str, dict]" = {}
@@ -177,14 +180,18 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict) -> "
     for chain in leading_chains(nodes, [v.name for v in graph.input], outputs,
                                 set(constants)):
         for node in chain:
-            details[node.name] = _missing_mapping(node, chain, constants, types, maps)
+            details[node.name] = "" if node.name in views else \
+                _missing_mapping(node, chain, constants, types, maps)
             # a host step runs sample by sample, along a leading axis of size 1: an operator
             # that also has an array form stays there without one (and fails there, if it must)
             maps[node.name] = details[node.name] is None or (
                 node.op_type not in HOST_ONLY_OPS and not _per_sample(node, types))
         last = max((i for i, node in enumerate(chain) if not maps[node.name]), default=-1)
         for node in chain[:last + 1]:
-            if maps[node.name]:
+            if node.name in views:
+                why = (f"{node.op_type} views the 1-D input as an image of height 1, which the "
+                       f"array reads; {_START}")
+            elif maps[node.name]:
                 why = (f"{node.op_type} could map to the array, but {chain[last].op_type} "
                        f"'{chain[last].name}' after it cannot; {_START}")
             else:

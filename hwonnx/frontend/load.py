@@ -10,7 +10,7 @@ import onnx
 from ..errors import ModelError
 from ..ir.graph import Graph
 from ..passes.pipeline import FLOAT_PIPELINE, PassContext, run_pipeline
-from .common import ReadLog, elem_type_name, is_default_domain
+from .common import ReadLog, domain_opset, elem_type_name, is_default_domain
 from .control import dead_nodes, prune_dead_nodes, resolve_constant_ifs
 from .convert import convert_graph
 from .fold import fold_constants, release_initializers, remove_dead_nodes
@@ -18,6 +18,7 @@ from .functions import inline_functions
 from .graph_rules import check_graph
 from .batch import check_unbatched, unbatch
 from .host import HOST_CONVERTERS, check_host_steps, host_steps
+from .onedim import view_1d
 from .opsets import check_signatures, convert_opset
 from .patterns import find_unary_patterns, pattern_converters
 from .prequant import annotate_graph, dequantize_model, is_prequantized
@@ -41,7 +42,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     condition is replaced by its branch; then it is checked for support (before any other
     processing, so that every unsupported node is reported at once) and against operator
     signatures, converted to a supported opset if older, its symbolic dimensions are bound,
-    shapes are inferred, constant subgraphs are folded, and the result is converted to the
+    shapes are inferred, constant subgraphs are folded, 1-D convolution and pooling are
+    viewed as 2-D of height 1 (:mod:`.onedim`), and the result is converted to the
     float vocabulary of :mod:`hwonnx.ir.graph` and run through
     :data:`hwonnx.passes.FLOAT_PIPELINE`; a ``Clip`` the pipeline could not fuse into the
     layer before it is then refused. A model already quantized by onnxruntime (QDQ or
@@ -77,7 +79,9 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         dimensions, or uses a supported operator in a form hwonnx cannot map.
     UnsupportedOperatorError
         If any node uses an unsupported operator (lists all of them), a ``Softmax`` is not at
-        the end of the graph, or a ``Clip`` cannot be fused.
+        the end of the graph, or a ``Clip`` cannot be fused; or a convolution or pooling is
+        neither 1-D nor 2-D or a supported operator comes in a form without a mapping (each
+        such group lists all of its nodes).
     ResourceError
         If a value, the work of a node or of folding exceeds hwonnx's limits (``docs/spec.md``,
         "Limits"); the message names the node or value and its size.
@@ -124,8 +128,10 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     # the initializers are arrays now: drop the protobuf holding them (peak memory)
     model, nodes = release_initializers(model, nodes)
     live = None
-    steps = {name: step for name, step in host_steps(model, nodes, constants, types).items()
-             if name not in inner}
+    nodes, views = view_1d(nodes, constants, types, domain_opset(model, ""), outputs,
+                           annotations)
+    steps = {name: step for name, step in host_steps(model, nodes, constants, types,
+                                                     views).items() if name not in inner}
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
                 **({"batches": batches} if batches else {}),
                 **({"host_steps": steps} if steps else {}))

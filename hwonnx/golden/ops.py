@@ -73,10 +73,12 @@ def lookup(y: np.ndarray, table) -> np.ndarray:
     return np.asarray(table, dtype=np.int8)[y.astype(np.int16) + 128]
 
 
-def accumulate_bound(w: np.ndarray) -> np.ndarray:
+def accumulate_bound(w: np.ndarray, in_zp: "int | None" = None) -> np.ndarray:
     """Largest possible |sum_k (a_k - zp) * w_k| per output channel (``w``: ``[N, K]``) for
-    int8 ``a`` and zero point: 255 * sum |w|."""
-    return 255 * np.abs(w.astype(np.int64)).sum(axis=1)
+    int8 ``a``: ``sum |w|`` times the largest ``|a - zp|``, ``max(zp + 128, 127 - zp)`` for
+    the zero point ``in_zp`` (255 for any zero point when it is None)."""
+    span = 255 if in_zp is None else max(int(in_zp) + 128, 127 - int(in_zp))
+    return span * np.abs(w.astype(np.int64)).sum(axis=1)
 
 
 def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:

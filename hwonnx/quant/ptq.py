@@ -6,10 +6,11 @@ import math
 import numpy as np
 
 from ..errors import QuantizationError, UnsupportedOperatorError
-from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
+from ..golden.ops import HOST_OPS, quantize
 from ..ir import Graph, Node, TensorType
 from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
+from .channels import check_accumulator, expressible, fit_channels, mult_shift
 from .check import check_layers
 from .copies import concat_multipliers, quantize_slice
 
@@ -55,11 +56,8 @@ def requant_params(real: np.ndarray, layer: str) -> "tuple[np.ndarray, np.ndarra
         if not math.isfinite(value):
             raise QuantizationError(f"Layer '{layer}': requantization scale {value:.3g} of "
                                     f"channel {i} is not a finite number")
-        fraction, exponent = math.frexp(float(value))
-        m, s = round(fraction * (1 << 31)), 31 - exponent
-        if m == 1 << 31:
-            m, s = m // 2, s - 1
-        if not 1 <= s <= 63:
+        m, s = mult_shift(value)
+        if not expressible(value):
             raise QuantizationError(f"Layer '{layer}': requantization scale {value:.3g} of "
                                     f"channel {i} is outside what a 31-bit multiplier and "
                                     f"a shift of 1..63 can express")
@@ -207,7 +205,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                                         requant_params))
         else:
             nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
-                                         constants, types, layer_ann))
+                                         constants, types, layer_ann, warnings))
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
@@ -289,9 +287,11 @@ def _layer_weights(node: Node, w: np.ndarray, channels: int, record: "dict | Non
 
 
 def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, constants,
-                    types, layer_ann=({}, {}, {})) -> Node:
+                    types, layer_ann=({}, {}, {}), warnings: "list[str] | None" = None
+                    ) -> Node:
     (s_in, zp_in), (s_out, zp_out) = in_params, out_params
     weights, biases, given = layer_ann
+    warnings = [] if warnings is None else warnings
     w = graph.constants[node.inputs[1]].astype(np.float64)
     channels = w.shape[0] if node.op in _CONV_LIKE else w.shape[1]
     has_bias = len(node.inputs) > 2 and node.inputs[2]
@@ -299,16 +299,12 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
             if has_bias else np.zeros(channels))
     record = weights.get(node.inputs[1])
     s_w, wq = _layer_weights(node, w, channels, record)
-    bound = accumulate_bound(wq)
     if has_bias and record is not None and node.inputs[2] in biases \
             and node.inputs[0] in given:
         bq = np.asarray(biases[node.inputs[2]], np.int64).reshape(-1).astype(np.float64)
     else:
-        bq = np.rint(bias / (s_in * s_w))
-    if np.any(np.abs(bq) > INT32_MAX) or np.any(bound + np.abs(bq) > INT32_MAX):
-        worst = (bound + np.abs(bq)).max()
-        raise QuantizationError(f"Layer '{node.name}': the int32 accumulator could overflow "
-                                f"(bound {int(worst) if np.isfinite(worst) else worst})")
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            bq = np.rint(bias / (s_in * s_w))       # (a channel beyond int32 is fitted below)
     model_params = record is not None and node.inputs[0] in given and node.outputs[0] in given
     if model_params:
         # the model's own parameters: the multiplier onnxruntime uses, (s_in * s_w) / s_out
@@ -316,11 +312,17 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
         with np.errstate(over="ignore", under="ignore"):    # requant_params refuses inf
             real = (np.float32(s_in) * s_w.astype(np.float32) / np.float32(s_out)).astype(
                 np.float64)
+        exact = s_in * s_w / s_out           # a channel whose multiplier underflows float32
+        real = np.where((real == 0) & (exact != 0), exact, real)  # is fitted below
         if not real.all():
             raise QuantizationError(f"Layer '{node.name}': the requantization scale (input "
                                     f"scale x weight scale / output scale) underflows float32")
     else:
         real = s_in * s_w / s_out
+    w_by_channel = w.reshape(channels, -1) if node.op in _CONV_LIKE else w.T
+    fit_channels(node.name, w_by_channel, bias, wq, bq, real, s_in, s_out, zp_in,
+                 record is not None, warnings)
+    check_accumulator(node.name, wq, bq, zp_in, record is not None)
     mult, shift = requant_params(real, node.name)
     lo, hi = _clamp(node, out_params)
     prefix = node.name
