@@ -13,6 +13,13 @@ the onnx helper API; no framework at run time): what users bring, not what hwonn
   nearest ``Resize`` x2 + Conv at one level and a ``ConvTranspose`` k2 s2 at the other, skip
   connections as channel ``Concat``, a 1x1 output convolution.
 
+* :func:`mobilenet_v3_style`: PyTorch MobileNetV3-small blocks: HardSwish, depthwise
+  convolutions, a squeeze-and-excitation gate (GlobalAveragePool, 1x1 Convs, HardSigmoid,
+  ``Mul`` of the feature map by the per-channel gate), a residual Add, a classifier.
+* :func:`tiny_yolo_style`: a YOLOv8-style detector: Conv + SiLU (``Sigmoid`` and ``Mul``, as
+  PyTorch exports it), a C2f block (``Split`` in two, a bottleneck, ``Concat``), a nearest
+  ``Resize`` x2 and a skip ``Concat`` in the neck, two detection heads (two graph outputs).
+
 :data:`EXPORTER_STYLE` maps names to builders ``fn(seed=0) -> onnx.ModelProto``.
 """
 
@@ -22,8 +29,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["EXPORTER_STYLE", "autoencoder_two_outputs", "keras_nhwc_cnn", "torch_mlp_bn1d",
-           "tiny_unet"]
+__all__ = ["EXPORTER_STYLE", "autoencoder_two_outputs", "keras_nhwc_cnn", "mobilenet_v3_style",
+           "tiny_unet", "tiny_yolo_style", "torch_mlp_bn1d"]
 
 
 class _Graph:
@@ -146,5 +153,63 @@ def tiny_unet(seed: int = 0) -> onnx.ModelProto:
                    tiny_unet.__doc__)
 
 
+def _conv_act(g: _Graph, x: str, cin: int, cout: int, k: int = 3, stride: int = 1,
+              group: int = 1, act: "str | None" = None) -> str:
+    pad = k // 2
+    x = g.node("Conv", [x, g.he((cout, cin // group, k, k), cin // group * k * k),
+                        g.small((cout,))], pads=[pad] * 4, strides=[stride, stride],
+               group=group)
+    if act == "silu":                                   # PyTorch's SiLU: Sigmoid and Mul
+        return g.node("Mul", [x, g.node("Sigmoid", [x])])
+    return g.node(act, [x]) if act else x
+
+
+def mobilenet_v3_style(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV3-small-style blocks on 3x32x32 images, 10 classes (module docstring)."""
+    g = _Graph(seed)
+    x = _conv_act(g, "input", 3, 16, stride=2, act="HardSwish")                   # 16x16
+    y = _conv_act(g, x, 16, 16, group=16, act="Relu")                             # depthwise
+    s = g.node("GlobalAveragePool", [y])
+    s = _conv_act(g, s, 16, 8, k=1, act="Relu")
+    s = g.node("HardSigmoid", [_conv_act(g, s, 8, 16, k=1)], alpha=1 / 6, beta=0.5)
+    y = g.node("Mul", [y, s])                                 # the SE gate, per channel
+    y = _conv_act(g, y, 16, 16, k=1)
+    x = g.node("Add", [x, y])                                 # residual
+    x = _conv_act(g, x, 16, 32, k=1, act="HardSwish")
+    x = _conv_act(g, x, 32, 32, stride=2, group=32, act="HardSwish")              # 8x8
+    x = _conv_act(g, x, 32, 24, k=1)
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    x = g.node("HardSwish", [g.node("Gemm", [x, g.he((32, 24), 24), g.small((32,))],
+                                    transB=1)])
+    g.node("Gemm", [x, g.he((10, 32), 32), g.small((10,))], transB=1)
+    return g.model("mobilenet_v3_style", [("input", [1, 3, 32, 32])], [("output", [1, 10])],
+                   14, mobilenet_v3_style.__doc__)
+
+
+def tiny_yolo_style(seed: int = 0) -> onnx.ModelProto:
+    """A YOLOv8-style detector on 3x32x32 images: heads at 8x8 and 16x16 (module
+    docstring), each 3 anchors x (4 box + 1 objectness + 2 classes) channels."""
+    g = _Graph(seed)
+    x = _conv_act(g, "input", 3, 8, stride=2, act="silu")                         # 16x16
+    p3 = _conv_act(g, x, 8, 16, stride=1, act="silu")
+    x = _conv_act(g, p3, 16, 16, stride=2, act="silu")                            # 8x8
+    a, b = (f"split_{i}" for i in range(2))                   # C2f: split, bottleneck, concat
+    g.nodes.append(helper.make_node("Split", [x, g.const([8, 8], np.int64)], [a, b], axis=1,
+                                    name="Split_c2f"))
+    m = _conv_act(g, _conv_act(g, b, 8, 8, act="silu"), 8, 8, act="silu")
+    m = g.node("Add", [b, m])
+    p4 = _conv_act(g, g.node("Concat", [a, b, m], axis=1), 24, 16, k=1, act="silu")
+    head = "head_8x8"
+    _conv_act(g, p4, 16, 21, k=1)
+    g.nodes[-1].output[0] = head
+    up = g.node("Resize", [p4, "", g.const([1, 1, 2, 2])], mode="nearest")      # 16x16
+    n3 = _conv_act(g, g.node("Concat", [up, p3], axis=1), 32, 16, act="silu")
+    _conv_act(g, n3, 16, 21, k=1)
+    return g.model("tiny_yolo_style", [("input", [1, 3, 32, 32])],
+                   [("head_16x16", [1, 21, 16, 16]), (head, [1, 21, 8, 8])], 13,
+                   tiny_yolo_style.__doc__)
+
+
 EXPORTER_STYLE = {"keras_nhwc_cnn": keras_nhwc_cnn, "torch_mlp_bn1d": torch_mlp_bn1d,
-                  "tiny_unet": tiny_unet, "autoencoder_two_outputs": autoencoder_two_outputs}
+                  "tiny_unet": tiny_unet, "autoencoder_two_outputs": autoencoder_two_outputs,
+                  "mobilenet_v3_style": mobilenet_v3_style, "tiny_yolo_style": tiny_yolo_style}
