@@ -21,6 +21,8 @@ _WHY = {
                  "maximum"),
     "QConcat": ("hardware", "channel concatenation: a block-diagonal 1x1 convolution, each "
                 "source requantized by its own multiplier"),
+    "QEltwise": ("hardware", "element-wise engine: each input rescaled by its own scale, "
+                 "requantized once by the post-processor"),
     "Flatten": ("hardware", "layout only: the buffer is read in another order"),
     "Reshape": ("hardware", "layout only: the buffer is read in another order"),
     "Softmax": ("host", "no array mapping; runs in NumPy after the accelerator's output"),

@@ -18,9 +18,9 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
 FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Celu, Clip, "
              "Concat, Conv, Dropout, Elu, Erf, Exp, Flatten, Gelu, Gemm, GlobalAveragePool, "
-             "GlobalMaxPool, HardSigmoid, HardSwish, Identity, LeakyRelu, MatMul, MaxPool, Mish, "
-             "Mul, Neg, Pad, Relu, Reshape, Selu, Sigmoid, Softplus, Softsign, Squeeze, Tanh, "
-             "ThresholdedRelu, Transpose, Unsqueeze"
+             "GlobalMaxPool, HardSigmoid, HardSwish, Identity, LeakyRelu, MatMul, Max, MaxPool, "
+             "Mean, Min, Mish, Mul, Neg, Pad, Relu, Reshape, Selu, Sigmoid, Softplus, Softsign, "
+             "Squeeze, Sum, Tanh, ThresholdedRelu, Transpose, Unsqueeze"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph and ArgMax, "
              "LogSoftmax, Softmax, TopK at the end")

@@ -125,6 +125,18 @@ def _activation(node: Node, y: np.ndarray) -> np.ndarray:
     return y
 
 
+#: The binary element-wise operators of the float IR op ``Eltwise`` (attr ``kind``), float32.
+ELTWISE_KINDS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+    "min": np.minimum, "mean": lambda a, b: (a + b) * np.float32(0.5),
+}
+
+
+def _eltwise(graph: Graph, node: Node, a, b):
+    y = ELTWISE_KINDS[node.attrs["kind"]](np.asarray(a, np.float32), np.asarray(b, np.float32))
+    return _activation(node, np.asarray(y, np.float32))
+
+
 def _conv(graph: Graph, node: Node, x, w, b=None):
     m, cg, kh, kw = w.shape
     group = node.attrs.get("group", 1)
@@ -226,6 +238,7 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Conv": _conv,
     "Dense": _dense,
     "Add": lambda graph, node, a, b: _activation(node, a + b),
+    "Eltwise": _eltwise,
     "AvgPool": _avgpool,
     "MaxPool": _maxpool,
     "Concat": lambda graph, node, *xs: _activation(node, np.concatenate(xs, axis=1)),

@@ -14,7 +14,7 @@ __all__ = ["LAYER_OPS", "LAYOUT_OPS", "has_activation", "sole_consumer", "fresh_
 
 #: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
 #: in that order after the op itself.
-LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat"})
+LAYER_OPS = frozenset({"Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat", "Eltwise"})
 
 #: Float ops that only change the shape, not the order of the data: ``Reshape`` (the frontend
 #: maps ``Squeeze``, ``Unsqueeze`` and a ``Transpose`` that moves only size-1 axes to it) and

@@ -10,6 +10,7 @@ from ..golden.ops import HOST_OPS, INT32_MAX, accumulate_bound, quantize
 from ..ir import Graph, Node, TensorType
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .check import check_layers
+from .eltwise import quantize_eltwise
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
            "activation_table", "CALIBRATION_METHOD"]
@@ -21,7 +22,7 @@ _LAYOUT_OPS = ("Flatten", "Reshape")
 _HOST = tuple(sorted(HOST_OPS))
 _TABLES = tuple(sorted(TABLE_FUNCTIONS))
 #: Integer ops whose post-processing can apply an activation table.
-_TABLE_HOSTS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat")
+_TABLE_HOSTS = ("QConv", "QDense", "QAdd", "QAvgPool", "QMaxPool", "QConcat", "QEltwise")
 
 
 def activation_params(lo: float, hi: float, value: str = "a value"
@@ -86,7 +87,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         requantize, a weight zero point cannot be folded, or a layer could overflow int32.
     """
     leftover = [n for n in graph.nodes
-                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat")
+                if n.op not in ("Conv", "Dense", "Add", "AvgPool", "MaxPool", "Concat", "Eltwise")
                 + _LAYOUT_OPS + _HOST + _TABLES]
     if leftover:
         raise UnsupportedOperatorError(
@@ -192,6 +193,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         if node.op == "Add":
             exact = all(v in given for v in (*node.inputs[:2], out))
             nodes.append(_quantize_add(node, params, qname, constants, types, exact))
+        elif node.op == "Eltwise":
+            nodes.append(quantize_eltwise(node, params, qname, constants, types))
         elif node.op == "AvgPool":
             nodes.append(_quantize_avgpool(node, params, qname, constants, types))
         elif node.op == "MaxPool":
