@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
+from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
@@ -41,7 +42,7 @@ class Accelerator(wiring.Component):
     debug_dispatched : ``Out(32)``: instructions dispatched since ``start`` (the index of the
         next one, so the last one dispatched is ``debug_dispatched - 1``).
     debug_busy : ``Out(4)``: bit 0 the weight loader is loading, bit 1 the feeder holds or
-        streams a MATMUL, bit 2 the post-processor is working, bit 3 the dispatcher holds an
+        streams a MATMUL or the element-wise engine runs an ELTW, bit 2 the post-processor is working, bit 3 the dispatcher holds an
         instruction that its engine cannot take yet. Read-only status for a simulation
         harness that stops a run which does not finish; nothing else reads them, so synthesis
         removes their logic from a board design.
@@ -110,6 +111,7 @@ class Accelerator(wiring.Component):
         m.submodules.feeder = feeder = Feeder(cfg)
         m.submodules.loader = loader = WeightLoader(cfg)
         m.submodules.post = post = PostProcessor(cfg, self._images.get("lut"))
+        m.submodules.eltw = eltw = EltwiseEngine(cfg)
         if cfg.lut_tables:
             m.d.comb += [post.lut_we.eq(self.host_lut_we), post.lut_addr.eq(self.host_lut_addr),
                          post.lut_data.eq(self.host_lut_data)]
@@ -130,13 +132,16 @@ class Accelerator(wiring.Component):
         with m.Else():
             m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
                          act_w.en.eq(post.out_we)]
-        # One read port: the feeder's while the program runs, the host's otherwise (a second
-        # port would double the buffer's block RAMs, its largest user on a board).
+        # One read port: the feeder's or the element-wise engine's (never both at once: the
+        # engine starts only when the feeder is drained) while the program runs, the host's
+        # otherwise (a second port would double the buffer's block RAMs, its largest user on
+        # a board).
         running = Signal()
         act_r = act.read_port()
-        m.d.comb += [act_r.addr.eq(Mux(running, feeder.act_addr, self.host_act_raddr)),
-                     act_r.en.eq(~running | feeder.act_en),
-                     self.host_act_rdata.eq(act_r.data)]
+        engine_addr = Mux(eltw.act_en, eltw.act_addr, feeder.act_addr)
+        m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host_act_raddr)),
+                     act_r.en.eq(~running | feeder.act_en | eltw.act_en),
+                     self.host_act_rdata.eq(act_r.data), eltw.act_data.eq(act_r.data)]
 
         # Weight tiles into the array.
         wgt_r = wgt.read_port()
@@ -154,13 +159,16 @@ class Accelerator(wiring.Component):
         acc_w = acc.write_port()
         acc_rmw = acc.read_port(transparent_for=(acc_w,))
         acc_post = acc.read_port()
-        m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr), acc_w.addr.eq(feeder.acc_waddr),
-                     acc_w.en.eq(feeder.acc_we)]
+        # The element-wise engine writes them too (only while the feeder is drained).
+        m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr),
+                     acc_w.addr.eq(Mux(eltw.acc_we, eltw.acc_addr, feeder.acc_waddr)),
+                     acc_w.en.eq(feeder.acc_we | eltw.acc_we)]
         for c in range(cfg.cols):
             added = Mux(feeder.acc_first, 0, acc_rmw.data[c]) + array.sums[c]
             larger = Mux(feeder.acc_first | (array.sums[c] > acc_rmw.data[c]), array.sums[c],
                          acc_rmw.data[c])
-            m.d.comb += acc_w.data[c].eq(Mux(feeder.acc_max, larger, added))
+            m.d.comb += acc_w.data[c].eq(Mux(eltw.acc_we, eltw.acc_data[c],
+                                             Mux(feeder.acc_max, larger, added)))
         m.d.comb += [acc_post.addr.eq(post.acc_addr), post.acc_data.eq(acc_post.data)]
 
         par_r = par.read_port()
@@ -207,13 +215,17 @@ class Accelerator(wiring.Component):
             with m.Case(Op.MATMUL):
                 m.d.comb += accept.eq(~feeder.pending)
             with m.Case(Op.POST):
-                m.d.comb += accept.eq(post.idle & feeder.drained)
+                m.d.comb += accept.eq(post.idle & feeder.drained & eltw.idle)
+            with m.Case(Op.ELTW):
+                m.d.comb += accept.eq(eltw.idle & feeder.drained
+                                      & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post.idle))
             with m.Case(Op.END):
-                m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle)
+                m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle & eltw.idle)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
         m.d.comb += fire.eq(instr_valid & accept)
-        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST)):
+        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST),
+                           (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         m.d.comb += feeder.post_idle.eq(post.idle)
 
@@ -230,7 +242,8 @@ class Accelerator(wiring.Component):
             m.d.sync += self.debug_dispatched.eq(0)
         with m.Elif(fire):
             m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
-        m.d.comb += self.debug_busy.eq(Cat(loader.busy, feeder.pending | ~feeder.drained,
+        m.d.comb += self.debug_busy.eq(Cat(loader.busy,
+                                           feeder.pending | ~feeder.drained | ~eltw.idle,
                                            ~post.idle, instr_valid & ~accept))
         return m
 

@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 
+from hwonnx.isa import ELTW_FIELDS
 from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program, instruction_width,
                              lower, natural_placement, pack_words, predict, unpack_words)
 from hwonnx.compiler.artifact import load_program, save_program
@@ -38,10 +39,12 @@ def test_fields_tile_the_instruction_word():
     assert seen == (1 << width) - 1
 
 
-@pytest.mark.parametrize("layout", [FIELDS, LOOP_FIELDS], ids=["micro", "loop"])
+@pytest.mark.parametrize("layout", [FIELDS, LOOP_FIELDS, ELTW_FIELDS],
+                         ids=["micro", "loop", "eltw"])
 def test_encode_decode_round_trip(layout):
     rng = np.random.default_rng(0)
-    ops = [Op.LOOP] if layout is LOOP_FIELDS else [o for o in Op.NAMES if o != Op.LOOP]
+    own = {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS}
+    ops = [o for o in Op.NAMES if own.get(o, FIELDS) is layout]
     for _ in range(300):
         values = {}
         for f in layout:
@@ -364,8 +367,8 @@ def test_prediction_is_bounded_by_the_array_throughput():
 
 
 def test_unknown_opcode_is_a_bug():
-    with pytest.raises(ValueError, match=r"^Unknown opcode 7$"):
-        predict([dict(op=7), END], ArchConfig())
+    with pytest.raises(ValueError, match=r"^Unknown opcode 8$"):
+        predict([dict(op=8), END], ArchConfig())
 
 
 # saving ----------------------------------------------------------------------------------------
