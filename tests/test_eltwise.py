@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from hwonnx.errors import UnsupportedOperatorError
+from hwonnx.compiler import lower
+from hwonnx.config import ArchConfig
+from hwonnx.errors import ResourceError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
 from hwonnx.golden import dequantize, evaluate, qeltwise
 from hwonnx.ir.evaluate import evaluate_float
+from hwonnx.isa import Op
 from hwonnx.quant import activation_params, quantize_graph, requant_params
 from hwonnx.quant.eltwise import ELTWISE_UNIT, eltwise_constants
 from ort_reference import reference_session
@@ -224,3 +227,54 @@ def test_max_with_a_constant_and_a_sum_of_three_are_refused_by_name():
     with _refusal("Sum", "sum3", (
             "Sum 'sum3' has 3 inputs; the element-wise engine combines two")):
         load_model(model)
+
+
+# Lowering ------------------------------------------------------------------------------------
+
+def _lowered(model, config):
+    graph = quantize_graph(load_model(model), {"x": rand(16, 1, 3, 4, 5, seed=4)})
+    return graph, lower(graph, config)
+
+
+def test_lowering_one_eltw_and_post_per_channel_block_and_broadcast_stride():
+    """SE-style Mul of a [1, 4, 4, 5] image by a [1, 4, 1, 1] gate on a 3x5 array: two
+    channel blocks (3 + 1 channels), the gate's word j for every pixel (b_stride 0), the
+    layer's first ELTW waits for the post-processor, and the POSTs write word j of each
+    pixel with the block's channels only."""
+    config = ArchConfig(rows=3, cols=5, acc_depth=64)
+    graph, program = _lowered(_two_branch("Mul", ("b", "a")), config)
+    q = next(n for n in graph.nodes if n.op == "QEltwise")
+    index = next(i for i, layer in enumerate(program.layers) if layer.op == "QEltwise")
+    mine = [i.fields for i in program.instructions if i.layer == index and i.op != Op.END]
+    out, a, b = (program.placements[v] for v in (q.outputs[0], *q.inputs[:2]))
+    assert [i["op"] for i in mine] == [Op.ELTW, Op.POST, Op.ELTW, Op.POST]
+    assert [(i["wait"], i["count"], i["a_addr"], i["a_stride"], i["b_addr"], i["b_stride"])
+            for i in mine[::2]] == [(1, 20, a.base, 2, b.base, 0),
+                                    (0, 20, a.base + 1, 2, b.base + 1, 0)]
+    assert [(i["acc_addr"], i["mode"], i["mul"]) for i in mine[::2]] == [
+        (mine[1]["acc_addr"], 0, 1), (mine[3]["acc_addr"], 0, 1)]
+    assert mine[1]["acc_addr"] != mine[3]["acc_addr"]          # the two halves
+    assert [(i["out_addr"], i["out_stride"], i["nw"], i["nt"]) for i in mine[1::2]] == [
+        (out.base, 2, 1, 3), (out.base + 1, 2, 1, 1)]
+    assert program.layers[index].macs == 0
+
+
+def test_an_array_with_fewer_columns_than_rows_is_refused_by_name():
+    with raises(ResourceError, (
+            "Layer 'elt' runs on the element-wise engine, which writes the 4 lanes of an "
+            "activation word into one accumulator word; the 4x3 array has only 3 columns (use "
+            "an array with at least as many columns as rows)")):
+        _lowered(_two_branch("Sub", b_shape=(1, 4, 4, 5)), ArchConfig(rows=4, cols=3))
+
+
+def test_a_reshaped_vector_operand_is_refused_by_name():
+    """A Flatten of a 3-channel image is pixel-major, not in the [1, K] order of a Gemm."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Flatten", ["c"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wg"], ["g"], name="fc"),
+             helper.make_node("Sub", ["f", "g"], ["y"], name="elt")]
+    model = make_model(nodes, {"x": [1, 3, 4, 5]}, {"y": [1, 60]},
+                       {"w": rand(3, 3, 1, 1), "wg": rand(60, 60)})
+    with raises(ResourceError, "Layer 'elt': its first input is a reshaped tensor that is not "
+                               "in its natural [1, C, H, W] or [1, K] order"):
+        _lowered(model, ArchConfig())
