@@ -1,6 +1,6 @@
 """The accelerator: buffers, engines and the instruction dispatcher."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -18,6 +18,19 @@ from .post import PostProcessor
 from .walker import TileWalker
 
 __all__ = ["Accelerator"]
+
+
+class _NoEltwise:
+    """The signals of :class:`EltwiseEngine` for an accelerator without one: always idle."""
+
+    def __init__(self, config: ArchConfig):
+        self.idle, self.act_en, self.acc_we = Const(1), Const(0), Const(0)
+        self.act_addr, self.acc_addr = Const(0, config.act_addr_bits), \
+            Const(0, config.acc_addr_bits)
+        self.acc_data = [Const(0, 32)] * config.cols
+        self.act_data = Signal(data.ArrayLayout(signed(8), config.rows))
+        self.dispatch = Signal()
+        self.instr = Signal(InstrLayout())
 
 _BUFFERS = ("prog", "wgt", "par", "act", "lut")
 
@@ -111,7 +124,7 @@ class Accelerator(wiring.Component):
         m.submodules.feeder = feeder = Feeder(cfg)
         m.submodules.loader = loader = WeightLoader(cfg)
         m.submodules.post = post = PostProcessor(cfg, self._images.get("lut"))
-        m.submodules.eltw = eltw = EltwiseEngine(cfg)
+        eltw = self._eltwise(m)
         if cfg.lut_tables:
             m.d.comb += [post.lut_we.eq(self.host_lut_we), post.lut_addr.eq(self.host_lut_addr),
                          post.lut_data.eq(self.host_lut_data)]
@@ -246,6 +259,14 @@ class Accelerator(wiring.Component):
                                            feeder.pending | ~feeder.drained | ~eltw.idle,
                                            ~post.idle, instr_valid & ~accept))
         return m
+
+    def _eltwise(self, m):
+        """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose
+        outputs are constants (synthesis removes what reads them)."""
+        if self.config.eltwise:
+            m.submodules.eltw = eltw = EltwiseEngine(self.config)
+            return eltw
+        return _NoEltwise(self.config)
 
     def _narrow_fetch(self, m, running, fire):
         """Fetch unit over a narrow program memory with one port shared by the host (while

@@ -278,3 +278,10 @@ def test_a_reshaped_vector_operand_is_refused_by_name():
     with raises(ResourceError, "Layer 'elt': its first input is a reshaped tensor that is not "
                                "in its natural [1, C, H, W] or [1, K] order"):
         _lowered(model, ArchConfig())
+
+
+def test_an_architecture_without_the_engine_refuses_by_name():
+    with raises(ResourceError, (
+            "Layer 'elt' needs the element-wise engine, which the 8x8 architecture leaves out "
+            "(ArchConfig.eltwise); use a board or configuration that has it")):
+        _lowered(_two_branch("Max", b_shape=(1, 4, 4, 5)), ArchConfig(eltwise=False))

@@ -49,6 +49,10 @@ def emit_eltwise(builder, node: Node, sources: "list[Placement]", target: Placem
     weight bank) and its parameter words; returns its plan (no MACs on the array)."""
     cfg, attrs = builder.config, node.attrs
     rows = cfg.rows
+    if not cfg.eltwise:
+        raise ResourceError(f"Layer '{node.name}' needs the element-wise engine, which the "
+                            f"{cfg.name} architecture leaves out (ArchConfig.eltwise); use a "
+                            f"board or configuration that has it")
     if cfg.cols < rows:
         raise ResourceError(f"Layer '{node.name}' runs on the element-wise engine, which writes "
                             f"the {rows} lanes of an activation word into one accumulator word; "
