@@ -14,7 +14,7 @@ from ..ir.tables import TABLE_OPS
 from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
 from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name
-from .eltwise import convert_eltwise
+from .eltwise import convert_eltwise, eltwise_shapes
 
 __all__ = ["CONVERTERS", "convert_graph"]
 
@@ -335,8 +335,9 @@ def _matmul(b: _Builder, node: onnx.NodeProto) -> Node:
 def _add(b: _Builder, node: onnx.NodeProto) -> Node:
     a, c = node.input
     if a not in b.onnx_constants and c not in b.onnx_constants \
-            and b.shape(b.value(a)) != b.shape(b.value(c)):
-        return convert_eltwise(b, node)      # broadcast: the element-wise engine
+            and b.shape(b.value(a)) != b.shape(b.value(c)) \
+            and eltwise_shapes(b.shape(b.value(a)), b.shape(b.value(c))) is None:
+        return convert_eltwise(b, node)      # per-channel broadcast: the element-wise engine
     if a in b.onnx_constants:                # constant second, the form fuse-bias looks for
         a, c = c, a
     c = b.constant(node, c) if c in b.onnx_constants else b.value(c)
