@@ -17,7 +17,7 @@ from hwonnx.isa import Op
 from hwonnx.quant import activation_params, quantize_graph, requant_params
 from hwonnx.quant.eltwise import ELTWISE_UNIT, eltwise_constants
 from ort_reference import reference_session
-from spec_helpers import make_model, raises, rand
+from spec_helpers import check_against_ort, make_model, raises, rand
 
 ONNX_OPS = {"add": "Add", "sub": "Sub", "mul": "Mul", "max": "Max", "min": "Min",
             "mean": "Mean"}
@@ -214,7 +214,7 @@ def test_a_computed_scalar_is_refused_by_name():
         load_model(model)
 
 
-def test_max_with_a_constant_and_a_sum_of_three_are_refused_by_name():
+def test_max_with_a_constant_and_a_max_of_three_are_refused_by_name():
     nodes = [helper.make_node("Max", ["x", "c"], ["y"], name="floor")]
     model = make_model(nodes, {"x": [1, 4]}, {"y": [1, 4]}, {"c": np.zeros(4, np.float32)})
     with _refusal("Max", "floor", (
@@ -222,10 +222,10 @@ def test_max_with_a_constant_and_a_sum_of_three_are_refused_by_name():
             "engine maps Max of two computed tensors only")):
         load_model(model)
     nodes = [helper.make_node("Gemm", ["x", "w"], ["a"], name="fc"),
-             helper.make_node("Sum", ["x", "a", "x"], ["y"], name="sum3")]
+             helper.make_node("Max", ["x", "a", "x"], ["y"], name="max3")]
     model = make_model(nodes, {"x": [1, 4]}, {"y": [1, 4]}, {"w": rand(4, 4)})
-    with _refusal("Sum", "sum3", (
-            "Sum 'sum3' has 3 inputs; the element-wise engine combines two")):
+    with _refusal("Max", "max3", (
+            "Max 'max3' has 3 inputs; the element-wise engine combines two")):
         load_model(model)
 
 
@@ -285,3 +285,32 @@ def test_an_architecture_without_the_engine_refuses_by_name():
             "Layer 'elt' needs the element-wise engine, which the 8x8 architecture leaves out "
             "(ArchConfig.eltwise); use a board or configuration that has it")):
         _lowered(_two_branch("Max", b_shape=(1, 4, 4, 5)), ArchConfig(eltwise=False))
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+def test_sum_and_mean_of_several_inputs_chain_two_input_sums(op):
+    """Sum/Mean of four computed tensors (one per-channel): three engine layers, the partial
+    sums calibrated like any value; the quantized graph stays within a few output steps of
+    the float model (each partial sum rounds once more), and the float graph equals
+    onnxruntime."""
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"c{i}"], name=f"conv{i}")
+             for i in range(3)]
+    nodes += [helper.make_node("GlobalAveragePool", ["c0"], ["g"], name="gap"),
+              helper.make_node(op, ["c0", "c1", "g", "c2"], ["y"], name="total")]
+    model = make_model(nodes, {"x": [1, 3, 4, 5]}, {"y": [1, 4, 4, 5]},
+                       {f"w{i}": rand(4, 3, 1, 1, seed=i) * (i + 1) for i in range(3)})
+    graph = check_against_ort(model, rtol=1e-4, atol=1e-5)
+    chain = [n for n in graph.nodes if n.op == "Eltwise"]
+    assert [(n.name, n.inputs, n.outputs, n.attrs["kind"]) for n in chain] == [
+        ("total:sum1", ("c0", "c1"), ("y:sum1",), "add"),
+        ("total:sum2", ("y:sum1", "g"), ("y:sum2",), "add"),
+        ("total", ("y:sum2", "c2"), ("y",), "mean" if op == "Mean" else "add")]
+    assert chain[-1].attrs.get("count") == (4 if op == "Mean" else None)
+    samples = rand(32, 1, 3, 4, 5, seed=5)
+    qgraph = quantize_graph(graph, {"x": samples})
+    assert sum(n.op == "QEltwise" for n in qgraph.nodes) == 3
+    got = evaluate(qgraph, {"x": samples[:, 0]})["y"]
+    want = evaluate_float(graph, {"x": samples[:, 0]})["y"]
+    so = next(n for n in qgraph.nodes if n.name == "total").attrs["out_scale"]
+    print(f"\n{op} of 4: max |golden - float| {np.abs(got - want).max():.4g} (step {so:.4g})")
+    assert np.abs(got - want).max() <= 4 * so

@@ -1,8 +1,8 @@
 """The element-wise engine through the whole flow on the Verilator RTL: a squeeze-and-excitation
 gate (GlobalAveragePool -> Conv -> Sigmoid -> Mul with the feature map, a [1, C, 1, 1]
 broadcast), SiLU as Sigmoid + Mul, an Add of two scales (broadcast, fused Relu), a Sub of equal
-shapes, Max then Min (two engine layers back to back, several accumulator tiles on 3x5), and
-Mul/Sub/Mean of [1, K] vectors. The RTL equals golden bit for bit, layer by layer, the cycles
+shapes, Max then Min (two engine layers back to back, several accumulator tiles on 3x5), a Mean
+of three (chained sums) and Mul/Sub/Mean of [1, K] vectors. The RTL equals golden bit for bit, layer by layer, the cycles
 equal the prediction, and golden stays close to onnxruntime on the float model."""
 
 import numpy as np
@@ -103,7 +103,18 @@ def _vectors(rng):
     return _model(nodes, inits, [1, 12], [1, 11]), "mean"
 
 
-MODELS = {"se_gate": (_se_gate, (1, 3, 5, 6)), "silu": (_silu, (1, 3, 5, 6)),
+def _mean3(rng):
+    """Mean of three: a Conv, its global average (per channel) and another Conv: two chained
+    engine layers, the first a broadcast sum, the second divided by 3."""
+    inits = {"wa": _weight(rng, 5, 3, 3, 3), "wb": _weight(rng, 5, 3, 1, 1, gain=2.0)}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"], name="pool"),
+             helper.make_node("Conv", ["x", "wb"], ["b"], name="conv_b"),
+             helper.make_node("Mean", ["g", "a", "b"], ["y"], name="mean")]
+    return _model(nodes, inits, [1, 3, 5, 6], [1, 5, 5, 6]), "mean"
+
+
+MODELS = {"se_gate": (_se_gate, (1, 3, 5, 6)), "mean3": (_mean3, (1, 3, 5, 6)), "silu": (_silu, (1, 3, 5, 6)),
           "add_scales": (_add_scales, (1, 3, 5, 6)), "sub": (_sub, (1, 3, 5, 6)),
           "max_min": (_max_min, (1, 2, 9, 10)), "vectors": (_vectors, (1, 12))}
 

@@ -670,10 +670,11 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
         converter = (special or {}).get(node.name) or CONVERTERS.get(node.op_type)
         if converter is None:                 # the support check lets no other op through
             raise NotImplementedError(f"No converter for {node.op_type} (node '{node.name}')")
-        ir_node = converter(b, node)
-        if ir_node.op != "Pad":               # transient: fold-pad moves it into the layer
-            check_node_work(ir_node, b.types)
-        ir_nodes.append(ir_node)
+        converted = converter(b, node)       # a node, or a list (a Sum of several inputs)
+        for ir_node in converted if isinstance(converted, list) else [converted]:
+            if ir_node.op != "Pad":           # transient: fold-pad moves it into the layer
+                check_node_work(ir_node, b.types)
+            ir_nodes.append(ir_node)
     # after the nodes: a host Cast gives an integer input its type
     inputs = tuple(b.value(value.name) for value in graph.input)
     outputs = []

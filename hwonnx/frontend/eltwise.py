@@ -7,7 +7,7 @@ import math
 import onnx
 
 from ..errors import UnsupportedOperatorError
-from ..ir.graph import Node
+from ..ir.graph import Node, TensorType
 
 __all__ = ["ELTWISE_ONNX_OPS", "convert_eltwise", "eltwise_shapes"]
 
@@ -38,13 +38,45 @@ def eltwise_shapes(a: "tuple[int, ...]", c: "tuple[int, ...]") -> "str | None":
     return "shapes the engine does not broadcast"
 
 
-def convert_eltwise(b, node: onnx.NodeProto) -> Node:
+def _chain(b, node: onnx.NodeProto, inputs: "list[str]", out: str) -> "list[Node]":
+    """A ``Sum``/``Mean`` of ``n > 2`` inputs as ``n - 1`` two-input sums, the partial sums
+    ``<out>:sum<i>`` (each calibrated and requantized like any value), the last one divided
+    by ``n`` for a ``Mean`` (``kind`` ``mean``, ``count`` ``n``)."""
+    nodes, acc = [], b.value(inputs[0])
+    for i, value in enumerate(inputs[1:], 1):
+        x = b.value(value)
+        why = eltwise_shapes(b.shape(acc), b.shape(x))
+        if why is not None or value in b.onnx_constants:
+            raise _refuse(b, node, f"{node.op_type} '{node.name}' adds '{value}' of shape "
+                                   f"{list(b.shape(x))} to values of shape "
+                                   f"{list(b.shape(acc))}: "
+                                   f"{why or 'a constant'}; the element-wise engine sums "
+                                   f"computed tensors of equal shapes or an image and "
+                                   f"[1, C, 1, 1] tensors")
+        last = i == len(inputs) - 1
+        shape = max(b.shape(acc), b.shape(x), key=math.prod)
+        name = out if last else f"{out}:sum{i}"
+        if not last:
+            b.types[name] = TensorType("float32", tuple(shape))
+        kind = "mean" if last and node.op_type == "Mean" else "add"
+        attrs = {"kind": kind, "relu": False, "act_max": None}
+        if kind == "mean":
+            attrs["count"] = len(inputs)
+        nodes.append(Node(node.name if last else f"{node.name}:sum{i}", "Eltwise", (acc, x),
+                          (name,), attrs))
+        acc = name
+    return nodes
+
+
+def convert_eltwise(b, node: onnx.NodeProto) -> "Node | list[Node]":
     """An ``Eltwise`` node {``kind``, ``relu``, ``act_max``} of the two run-time inputs of
     ``node`` (a one-input ``Sum``/``Mean``/``Max``/``Min`` is an ``Identity``)."""
     inputs = [v for v in node.input if v]
     out = b.value(node.output[0])
     if len(inputs) == 1 and node.op_type in ("Sum", "Mean", "Max", "Min"):
         return Node(node.name, "Identity", (b.value(inputs[0]),), (out,))
+    if len(inputs) > 2 and node.op_type in ("Sum", "Mean"):
+        return _chain(b, node, inputs, out)
     if len(inputs) != 2:
         raise _refuse(b, node, f"{node.op_type} '{node.name}' has {len(inputs)} inputs; the "
                                f"element-wise engine combines two")

@@ -128,12 +128,14 @@ def _activation(node: Node, y: np.ndarray) -> np.ndarray:
 #: The binary element-wise operators of the float IR op ``Eltwise`` (attr ``kind``), float32.
 ELTWISE_KINDS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
-    "min": np.minimum, "mean": lambda a, b: (a + b) * np.float32(0.5),
+    "min": np.minimum, "mean": np.add,
 }
 
 
 def _eltwise(graph: Graph, node: Node, a, b):
     y = ELTWISE_KINDS[node.attrs["kind"]](np.asarray(a, np.float32), np.asarray(b, np.float32))
+    if node.attrs["kind"] == "mean":      # the last sum of a Mean of ``count`` inputs
+        y = y / np.float32(node.attrs.get("count", 2))
     return _activation(node, np.asarray(y, np.float32))
 
 

@@ -19,10 +19,11 @@ ELTWISE_UNIT = 1 << 16
 
 
 def eltwise_constants(kind: str, a: "tuple[float, int]", b: "tuple[float, int]",
-                      out_scale: float, signs=(1, 1)) -> "tuple[dict, float]":
+                      out_scale: float, signs=(1, 1), count: int = 2) -> "tuple[dict, float]":
     """The ``QEltwise`` attributes ``mode``, ``mul``, ``ka``, ``kb`` of ``kind`` for inputs
     with (scale, zero point) ``a`` and ``b`` (``signs``: the sign of each in a sum, ``(1, -1)``
-    for a ``Sub``), and the real multiplier of the requantization."""
+    for a ``Sub``; ``count``: the divisor of a ``mean``), and the real multiplier of the
+    requantization."""
     (sa, za), (sb, zb) = a, b
     attrs = {"za": int(za), "zb": int(zb)}
     if kind == "mul":
@@ -30,7 +31,7 @@ def eltwise_constants(kind: str, a: "tuple[float, int]", b: "tuple[float, int]",
     unit = max(sa, sb) / ELTWISE_UNIT
     ka, kb = int(round(sa / unit)), int(round(sb / unit))
     if kind in ("add", "sub", "mean"):
-        real = unit / out_scale / (2 if kind == "mean" else 1)
+        real = unit / out_scale / (count if kind == "mean" else 1)
         return {**attrs, "mode": "sum", "mul": False, "ka": signs[0] * ka,
                 "kb": signs[1] * kb}, real
     return {**attrs, "mode": kind, "mul": False, "ka": ka, "kb": kb}, unit / out_scale
@@ -48,7 +49,8 @@ def quantize_eltwise(node: Node, params, qname, constants, types) -> Node:
     if types[qname[a]].shape != types[qname[out]].shape:
         a, b, signs = b, a, signs[::-1]
     s_out, zp_out = params[out]
-    attrs, real = eltwise_constants(kind, params[a], params[b], s_out, signs)
+    attrs, real = eltwise_constants(kind, params[a], params[b], s_out, signs,
+                                    int(node.attrs.get("count", 2)))
     channels = types[qname[out]].shape[1]
     mult, shift = ptq.requant_params(np.full(channels, real), node.name)
     names = ptq._add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
