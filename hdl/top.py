@@ -55,10 +55,10 @@ class Accelerator(wiring.Component):
     debug_dispatched : ``Out(32)``: instructions dispatched since ``start`` (the index of the
         next one, so the last one dispatched is ``debug_dispatched - 1``).
     debug_busy : ``Out(4)``: bit 0 the weight loader is loading, bit 1 the feeder holds or
-        streams a MATMUL or the element-wise engine runs an ELTW, bit 2 the post-processor is working, bit 3 the dispatcher holds an
-        instruction that its engine cannot take yet. Read-only status for a simulation
-        harness that stops a run which does not finish; nothing else reads them, so synthesis
-        removes their logic from a board design.
+        streams a MATMUL or the element-wise engine runs an ELTW, bit 2 the post-processor is
+        working, bit 3 the dispatcher holds an instruction that its engine cannot take yet.
+        Read-only status for a simulation harness that stops a run which does not finish;
+        nothing else reads them, so synthesis removes their logic from a board design.
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None):

@@ -40,8 +40,8 @@ Op codes 8 to 15 are free for more engines (a DMA).
 
 from dataclasses import dataclass
 
-__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "ELTW_MODES", "Field", "OP_BITS", "instruction_width", "encode",
-           "decode", "fields_of", "addressable"]
+__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "ELTW_MODES", "Field", "OP_BITS",
+           "instruction_width", "encode", "decode", "fields_of", "addressable"]
 
 #: Bits of the op code, the first field of every instruction.
 OP_BITS = 4

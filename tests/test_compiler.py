@@ -6,7 +6,6 @@ import re
 import numpy as np
 import pytest
 
-from hwonnx.isa import ELTW_FIELDS
 from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program, instruction_width,
                              lower, natural_placement, pack_words, predict, unpack_words)
 from hwonnx.compiler.artifact import load_program, save_program
@@ -14,6 +13,7 @@ from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, ResourceError
 from hwonnx.golden import evaluate
 from hwonnx.ir import Graph, Node, TensorType
+from hwonnx.isa import ELTW_FIELDS
 
 
 def ceil_div(a, b):

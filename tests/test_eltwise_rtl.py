@@ -2,8 +2,9 @@
 gate (GlobalAveragePool -> Conv -> Sigmoid -> Mul with the feature map, a [1, C, 1, 1]
 broadcast), SiLU as Sigmoid + Mul, an Add of two scales (broadcast, fused Relu), a Sub of equal
 shapes, Max then Min (two engine layers back to back, several accumulator tiles on 3x5), a Mean
-of three (chained sums) and Mul/Sub/Mean of [1, K] vectors. The RTL equals golden bit for bit, layer by layer, the cycles
-equal the prediction, and golden stays close to onnxruntime on the float model."""
+of three (chained sums) and Mul/Sub/Mean of [1, K] vectors. The RTL equals golden bit for bit,
+layer by layer, the cycles equal the prediction, and golden stays close to onnxruntime on the
+float model."""
 
 import numpy as np
 import onnx
@@ -114,9 +115,9 @@ def _mean3(rng):
     return _model(nodes, inits, [1, 3, 5, 6], [1, 5, 5, 6]), "mean"
 
 
-MODELS = {"se_gate": (_se_gate, (1, 3, 5, 6)), "mean3": (_mean3, (1, 3, 5, 6)), "silu": (_silu, (1, 3, 5, 6)),
-          "add_scales": (_add_scales, (1, 3, 5, 6)), "sub": (_sub, (1, 3, 5, 6)),
-          "max_min": (_max_min, (1, 2, 9, 10)), "vectors": (_vectors, (1, 12))}
+MODELS = {"se_gate": (_se_gate, (1, 3, 5, 6)), "mean3": (_mean3, (1, 3, 5, 6)),
+          "silu": (_silu, (1, 3, 5, 6)), "add_scales": (_add_scales, (1, 3, 5, 6)),
+          "sub": (_sub, (1, 3, 5, 6)), "max_min": (_max_min, (1, 2, 9, 10)), "vectors": (_vectors, (1, 12))}
 
 
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))

@@ -1,7 +1,8 @@
 """The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
 and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/fetch.py``,
-``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py`` and ``hdl/eltwise.py`` exactly, so the prediction equals the
-simulated cycle count (tested in ``tests/test_rtl.py`` and ``tests/test_examples_rtl.py``)."""
+``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py`` and ``hdl/eltwise.py`` exactly, so the
+prediction equals the simulated cycle count (tested in ``tests/test_rtl.py``,
+``tests/test_examples_rtl.py`` and ``tests/test_eltwise_rtl.py``)."""
 
 from dataclasses import dataclass
 

@@ -12,8 +12,8 @@ from .im2col import conv_output_size, im2col
 from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
-           "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat", "qeltwise", "eltwise_acc",
-           "softmax", "accumulate_bound", "lookup"]
+           "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat",
+           "qeltwise", "eltwise_acc", "softmax", "accumulate_bound", "lookup"]
 
 #: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
 #: after the accelerator's output. Host steps in general, before and after the accelerator,
