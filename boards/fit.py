@@ -20,6 +20,9 @@ _READ_PORTS = {"prog": 1, "wgt": 1, "par": 1, "act": 1, "acc": 2}
 #: Logic cells of the tile walker: two instruction words and a LOOP in flip-flops, the
 #: counters and the address adders.
 _WALKER_LUTS = 1500
+#: Logic cells of one lane of the element-wise engine beside its two multipliers (zero
+#: points, the combination, the accumulator write multiplexer), and its controller.
+_ELTWISE_LUTS_PER_LANE, _ELTWISE_LUTS = 120, 300
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     family = board.family_info
     pes = config.rows * config.cols
     pe_dsp = 0 if family.luts_per_mult else ceil(pes / family.mults_per_dsp)
-    dsp = pe_dsp + config.cols * family.dsps_per_wide_mult
+    lanes = min(config.rows, config.cols) if config.eltwise else 0
+    dsp = pe_dsp + config.cols * family.dsps_per_wide_mult + 2 * lanes   # 9x18: one DSP
     shapes = {name: Accelerator.buffer_shape(config, name) for name in ("prog", "wgt", "par",
                                                                         "act")}
     shapes["acc"] = (config.acc_depth, config.cols * config.acc_width)
@@ -62,7 +66,8 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
         memories["lut"] = config.cols * _blocks(config.lut_depth, 8, board)
     blocks = sum(memories.values())
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
-            + config.cols * 300 + (_WALKER_LUTS if config.walker else 0))
+            + config.cols * 300 + (_WALKER_LUTS if config.walker else 0)
+            + (_ELTWISE_LUTS + lanes * _ELTWISE_LUTS_PER_LANE if lanes else 0))
     return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge)
 
 

@@ -92,9 +92,10 @@ class Board:
 
 def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4,
          walker=True) -> ArchConfig:
+    # the element-wise engine where the compiler can use it (cols >= rows)
     return ArchConfig(rows=rows, cols=cols, act_depth=act, wgt_depth=wgt, acc_depth=acc,
                       par_depth=par, prog_depth=prog, clock_hz=clock, prog_width=prog_width,
-                      lut_tables=lut_tables, walker=walker)
+                      lut_tables=lut_tables, walker=walker, eltwise=cols >= rows)
 
 
 # Device capacities, from the vendors' data sheets:

@@ -1,6 +1,6 @@
 """The accelerator: buffers, engines and the instruction dispatcher."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
+from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
@@ -17,6 +18,19 @@ from .post import PostProcessor
 from .walker import TileWalker
 
 __all__ = ["Accelerator"]
+
+
+class _NoEltwise:
+    """The signals of :class:`EltwiseEngine` for an accelerator without one: always idle."""
+
+    def __init__(self, config: ArchConfig):
+        self.idle, self.act_en, self.acc_we = Const(1), Const(0), Const(0)
+        self.act_addr, self.acc_addr = Const(0, config.act_addr_bits), \
+            Const(0, config.acc_addr_bits)
+        self.acc_data = [Const(0, 32)] * config.cols
+        self.act_data = Signal(data.ArrayLayout(signed(8), config.rows))
+        self.dispatch = Signal()
+        self.instr = Signal(InstrLayout())
 
 _BUFFERS = ("prog", "wgt", "par", "act", "lut")
 
@@ -41,10 +55,10 @@ class Accelerator(wiring.Component):
     debug_dispatched : ``Out(32)``: instructions dispatched since ``start`` (the index of the
         next one, so the last one dispatched is ``debug_dispatched - 1``).
     debug_busy : ``Out(4)``: bit 0 the weight loader is loading, bit 1 the feeder holds or
-        streams a MATMUL, bit 2 the post-processor is working, bit 3 the dispatcher holds an
-        instruction that its engine cannot take yet. Read-only status for a simulation
-        harness that stops a run which does not finish; nothing else reads them, so synthesis
-        removes their logic from a board design.
+        streams a MATMUL or the element-wise engine runs an ELTW, bit 2 the post-processor is
+        working, bit 3 the dispatcher holds an instruction that its engine cannot take yet.
+        Read-only status for a simulation harness that stops a run which does not finish;
+        nothing else reads them, so synthesis removes their logic from a board design.
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None):
@@ -110,6 +124,7 @@ class Accelerator(wiring.Component):
         m.submodules.feeder = feeder = Feeder(cfg)
         m.submodules.loader = loader = WeightLoader(cfg)
         m.submodules.post = post = PostProcessor(cfg, self._images.get("lut"))
+        eltw = self._eltwise(m)
         if cfg.lut_tables:
             m.d.comb += [post.lut_we.eq(self.host_lut_we), post.lut_addr.eq(self.host_lut_addr),
                          post.lut_data.eq(self.host_lut_data)]
@@ -130,13 +145,16 @@ class Accelerator(wiring.Component):
         with m.Else():
             m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
                          act_w.en.eq(post.out_we)]
-        # One read port: the feeder's while the program runs, the host's otherwise (a second
-        # port would double the buffer's block RAMs, its largest user on a board).
+        # One read port: the feeder's or the element-wise engine's (never both at once: the
+        # engine starts only when the feeder is drained) while the program runs, the host's
+        # otherwise (a second port would double the buffer's block RAMs, its largest user on
+        # a board).
         running = Signal()
         act_r = act.read_port()
-        m.d.comb += [act_r.addr.eq(Mux(running, feeder.act_addr, self.host_act_raddr)),
-                     act_r.en.eq(~running | feeder.act_en),
-                     self.host_act_rdata.eq(act_r.data)]
+        engine_addr = Mux(eltw.act_en, eltw.act_addr, feeder.act_addr)
+        m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host_act_raddr)),
+                     act_r.en.eq(~running | feeder.act_en | eltw.act_en),
+                     self.host_act_rdata.eq(act_r.data), eltw.act_data.eq(act_r.data)]
 
         # Weight tiles into the array.
         wgt_r = wgt.read_port()
@@ -154,13 +172,16 @@ class Accelerator(wiring.Component):
         acc_w = acc.write_port()
         acc_rmw = acc.read_port(transparent_for=(acc_w,))
         acc_post = acc.read_port()
-        m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr), acc_w.addr.eq(feeder.acc_waddr),
-                     acc_w.en.eq(feeder.acc_we)]
+        # The element-wise engine writes them too (only while the feeder is drained).
+        m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr),
+                     acc_w.addr.eq(Mux(eltw.acc_we, eltw.acc_addr, feeder.acc_waddr)),
+                     acc_w.en.eq(feeder.acc_we | eltw.acc_we)]
         for c in range(cfg.cols):
             added = Mux(feeder.acc_first, 0, acc_rmw.data[c]) + array.sums[c]
             larger = Mux(feeder.acc_first | (array.sums[c] > acc_rmw.data[c]), array.sums[c],
                          acc_rmw.data[c])
-            m.d.comb += acc_w.data[c].eq(Mux(feeder.acc_max, larger, added))
+            m.d.comb += acc_w.data[c].eq(Mux(eltw.acc_we, eltw.acc_data[c],
+                                             Mux(feeder.acc_max, larger, added)))
         m.d.comb += [acc_post.addr.eq(post.acc_addr), post.acc_data.eq(acc_post.data)]
 
         par_r = par.read_port()
@@ -207,13 +228,17 @@ class Accelerator(wiring.Component):
             with m.Case(Op.MATMUL):
                 m.d.comb += accept.eq(~feeder.pending)
             with m.Case(Op.POST):
-                m.d.comb += accept.eq(post.idle & feeder.drained)
+                m.d.comb += accept.eq(post.idle & feeder.drained & eltw.idle)
+            with m.Case(Op.ELTW):
+                m.d.comb += accept.eq(eltw.idle & feeder.drained
+                                      & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post.idle))
             with m.Case(Op.END):
-                m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle)
+                m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle & eltw.idle)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
         m.d.comb += fire.eq(instr_valid & accept)
-        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST)):
+        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST),
+                           (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         m.d.comb += feeder.post_idle.eq(post.idle)
 
@@ -230,9 +255,18 @@ class Accelerator(wiring.Component):
             m.d.sync += self.debug_dispatched.eq(0)
         with m.Elif(fire):
             m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
-        m.d.comb += self.debug_busy.eq(Cat(loader.busy, feeder.pending | ~feeder.drained,
+        m.d.comb += self.debug_busy.eq(Cat(loader.busy,
+                                           feeder.pending | ~feeder.drained | ~eltw.idle,
                                            ~post.idle, instr_valid & ~accept))
         return m
+
+    def _eltwise(self, m):
+        """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose
+        outputs are constants (synthesis removes what reads them)."""
+        if self.config.eltwise:
+            m.submodules.eltw = eltw = EltwiseEngine(self.config)
+            return eltw
+        return _NoEltwise(self.config)
 
     def _narrow_fetch(self, m, running, fire):
         """Fetch unit over a narrow program memory with one port shared by the host (while

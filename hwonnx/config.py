@@ -48,6 +48,9 @@ class ArchConfig:
         LOOP) in hardware, so that a layer takes three instructions instead of one per tile.
         It holds two instruction words and a LOOP (about 1,250 flip-flops); without it, as on
         the smallest iCE40 boards, every tile is stored.
+    eltwise : the element-wise engine (``hdl/eltwise.py``) for Add/Sub/Mul/Max/Min of two
+        computed tensors: two 9x18 multipliers per lane (``min(rows, cols)`` lanes; the
+        compiler uses it only when ``cols >= rows``). Without it such layers are refused.
     """
     rows: int = 8
     cols: int = 8
@@ -60,6 +63,7 @@ class ArchConfig:
     ort_rounding: bool = False
     lut_tables: int = 4
     walker: bool = True
+    eltwise: bool = True
     data_width: int = 8
     acc_width: int = 32
     clock_hz: int = 50_000_000
@@ -76,7 +80,7 @@ class ArchConfig:
         if self.data_width != 8 or self.acc_width != 32:
             raise ValueError(f"ArchConfig supports int8 data with int32 accumulation only, not "
                              f"{self.data_width}/{self.acc_width} bits")
-        for flag in ("ort_rounding", "walker"):
+        for flag in ("ort_rounding", "walker", "eltwise"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"ArchConfig.{flag} must be a bool, not "
                                  f"{getattr(self, flag)!r}")

@@ -27,13 +27,21 @@ takes three instructions instead of one per tile, expanded by the tile walker
            list them one by one (:func:`hwonnx.compiler.loops.schedule`), the fields that
            move from tile to tile stepped by the LOOP's increments.
 
-Op codes 7 to 15 are free for more engines (an element-wise engine, a DMA).
+``ELTW``   the element-wise engine (:data:`ELTW_FIELDS`, its own layout of the word): for
+           ``i < count`` read activation word A at ``a_addr + i * a_stride`` and word B at
+           ``b_addr + i * b_stride`` (``b_stride`` 0: one per-channel word for every pixel),
+           and write per lane ``p = (a - za) * ((b - zb) if mul else ka)``,
+           ``q = (b - zb) * kb`` combined as ``p + q``, ``max(p, q)`` or ``min(p, q)``
+           (``mode`` 0, 1, 2) into accumulator word ``acc_addr + i``; the POST after it
+           requantizes them (:func:`hwonnx.golden.qeltwise`).
+
+Op codes 8 to 15 are free for more engines (a DMA).
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "Field", "OP_BITS", "instruction_width", "encode",
-           "decode", "fields_of", "addressable"]
+__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "ELTW_MODES", "Field", "OP_BITS",
+           "instruction_width", "encode", "decode", "fields_of", "addressable"]
 
 #: Bits of the op code, the first field of every instruction.
 OP_BITS = 4
@@ -47,8 +55,9 @@ class Op:
     SETMM = 4
     SETPOST = 5
     LOOP = 6
+    ELTW = 7
     NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST",
-             6: "LOOP"}
+             6: "LOOP", 7: "ELTW"}
     #: Instructions the dispatcher hands to the walker, not to an engine.
     WALKER = (4, 5, 6)
 
@@ -142,6 +151,28 @@ LOOP_FIELDS: "tuple[Field, ...]" = (
 )
 
 
+#: The fields of an ELTW instruction (its own layout of the same word).
+ELTW_FIELDS: "tuple[Field, ...]" = (
+    Field("op", OP_BITS),
+    Field("wait", 1),        # start only when the post-processor is idle
+    Field("mode", 2),        # ELTW_MODES: how the lane's two products are combined
+    Field("mul", 1),         # the first product is (a - za) * (b - zb) instead of * ka
+    Field("count", 16),      # words (pixels)
+    Field("acc_addr", 16),   # first accumulator word written
+    Field("a_addr", 24),     # first word of operand A ...
+    Field("b_addr", 24),     # ... and of operand B
+    Field("a_stride", 16),   # word steps per pixel (B: 0 broadcasts one word)
+    Field("b_stride", 16),
+    Field("za", 8, signed=True),         # zero points
+    Field("zb", 8, signed=True),
+    Field("ka", 18, signed=True),        # integer weights of the two operands
+    Field("kb", 18, signed=True),
+)
+
+#: ELTW ``mode`` values (``hwonnx.golden.ops.ELTWISE_MODES`` in this order).
+ELTW_MODES = {"sum": 0, "max": 1, "min": 2}
+
+
 def instruction_width() -> int:
     return sum(f.width for f in FIELDS)
 
@@ -156,7 +187,7 @@ def addressable(buffer: str) -> int:
 
 def fields_of(op: int) -> "tuple[Field, ...]":
     """The layout of an instruction with op code ``op``."""
-    return LOOP_FIELDS if op == Op.LOOP else FIELDS
+    return LOOP_FIELDS if op == Op.LOOP else ELTW_FIELDS if op == Op.ELTW else FIELDS
 
 
 def encode(**values: int) -> int:
@@ -189,3 +220,4 @@ def decode(word: int) -> "dict[str, int]":
 
 
 assert sum(f.width for f in LOOP_FIELDS) <= instruction_width(), "LOOP must fit the word"
+assert sum(f.width for f in ELTW_FIELDS) <= instruction_width(), "ELTW must fit the word"

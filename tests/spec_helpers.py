@@ -19,9 +19,10 @@ FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Ceil, Celu, "
              "Clip, Concat, Conv, ConvTranspose, Dropout, Elu, Erf, Exp, Flatten, Floor, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
-             "LeakyRelu, Log, MatMul, MaxPool, Mish, Mul, Neg, Pad, Reciprocal, Relu, Reshape, "
-             "Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, Split, Sqrt, "
-             "Squeeze, Swish, Tanh, ThresholdedRelu, Transpose, Unsqueeze, Upsample"
+             "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, Pad, Reciprocal, "
+             "Relu, Reshape, Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, "
+             "Split, Sqrt, Squeeze, Sum, Swish, Tanh, ThresholdedRelu, Transpose, Unsqueeze, "
+             "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph and ArgMax, "
              "LogSoftmax, Softmax, TopK at the end")

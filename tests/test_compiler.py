@@ -13,6 +13,7 @@ from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, ResourceError
 from hwonnx.golden import evaluate
 from hwonnx.ir import Graph, Node, TensorType
+from hwonnx.isa import ELTW_FIELDS
 
 
 def ceil_div(a, b):
@@ -38,10 +39,12 @@ def test_fields_tile_the_instruction_word():
     assert seen == (1 << width) - 1
 
 
-@pytest.mark.parametrize("layout", [FIELDS, LOOP_FIELDS], ids=["micro", "loop"])
+@pytest.mark.parametrize("layout", [FIELDS, LOOP_FIELDS, ELTW_FIELDS],
+                         ids=["micro", "loop", "eltw"])
 def test_encode_decode_round_trip(layout):
     rng = np.random.default_rng(0)
-    ops = [Op.LOOP] if layout is LOOP_FIELDS else [o for o in Op.NAMES if o != Op.LOOP]
+    own = {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS}
+    ops = [o for o in Op.NAMES if own.get(o, FIELDS) is layout]
     for _ in range(300):
         values = {}
         for f in layout:
@@ -363,9 +366,27 @@ def test_prediction_is_bounded_by_the_array_throughput():
     assert program.macs <= total * config.rows * config.cols
 
 
+def test_eltw_accept_rules():
+    """ELTW after a MATMUL waits for the feeder to drain; with ``wait`` it also waits for the
+    post-processor; a POST waits for the engine; the next ELTW runs beside that POST; END
+    waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
+    config = ArchConfig(rows=4, cols=4)          # drain 4 + 4 + 2, post latency 5
+    eltw = dict(op=Op.ELTW, count=3)
+    post = dict(op=Op.POST, count=3, nw=1)
+    program = [matmul(0, 5), post, dict(eltw, wait=1), post, eltw, post, eltw, END]
+    timing = predict(program, config)
+    # MATMUL dispatched 1, starts 2, issues 3..7: drained 7 + 10 = 17
+    # POST at 17: idle at 17 + 1 + 5 + 3 = 26; ELTW (wait) at 26: idle 26 + 1 + 6 + 3 = 36
+    # POST at 36: idle 45; ELTW at 37 (beside the POST): idle 47; POST at 47: idle 56
+    # ELTW at 48 (no wait): idle 58; END at 58
+    assert timing.dispatch == [1, 17, 26, 36, 37, 47, 48, 58]
+    assert timing.done[2] == 35 and timing.total == 58
+    assert predict([dict(eltw, count=1), END], config).total == 1 + 1 + 2 + 3
+
+
 def test_unknown_opcode_is_a_bug():
-    with pytest.raises(ValueError, match=r"^Unknown opcode 7$"):
-        predict([dict(op=7), END], ArchConfig())
+    with pytest.raises(ValueError, match=r"^Unknown opcode 8$"):
+        predict([dict(op=8), END], ArchConfig())
 
 
 # saving ----------------------------------------------------------------------------------------

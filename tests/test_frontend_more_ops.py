@@ -107,14 +107,13 @@ def test_mul_by_spatial_constant_is_unsupported():
         load_model(model)
 
 
-def test_mul_of_two_runtime_values_is_unsupported():
+def test_mul_of_two_runtime_values_maps_to_the_element_wise_engine():
+    """(Refused before the element-wise engine; tests/test_eltwise.py has the rest.)"""
     model = make_model([helper.make_node("Mul", ["a", "b"], ["y"], name="gate")],
                        {"a": [1, 4], "b": [1, 4]}, {"y": [1, 4]})
-    with pytest.raises(UnsupportedOperatorError,
-                       match=r"^1 unsupported node\(s\): node 'gate' Mul .*\(Mul 'gate' needs a "
-                             r"constant operand \(a per-channel or scalar scale\), but both 'a' "
-                             r"and 'b' are computed at run time\); supported operators are .*$"):
-        load_model(model)
+    graph = load_model(model)
+    assert [(n.op, n.inputs, n.attrs["kind"]) for n in graph.nodes] == [
+        ("Eltwise", ("a", "b"), "mul")]
 
 
 # BatchNormalization ----------------------------------------------------------------------------

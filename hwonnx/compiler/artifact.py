@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError, UsageError
 from ..hdl.top import Accelerator
-from ..isa import FIELDS, LOOP_FIELDS, Op
+from ..isa import ELTW_FIELDS, FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
 from .program import Instr, LayerPlan, Port, Program, encode_program
 from .timing import Timing, predict
@@ -88,6 +88,8 @@ _SHOWN = {
                 "ix0", "zp"),
     Op.POST: ("count", "acc_addr", "par_addr", "out_addr", "out_stride", "nw", "lane_off",
               "nt", "zp", "lo", "hi"),
+    Op.ELTW: ("wait", "mode", "mul", "count", "acc_addr", "a_addr", "b_addr", "a_stride",
+              "b_stride", "za", "zb", "ka", "kb"),
     Op.END: (),
 }
 
@@ -115,7 +117,8 @@ _PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "plac
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
-_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS} | set(_INSTRUCTION_METADATA)
+_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS} | set(
+    _INSTRUCTION_METADATA)
 
 
 _LOOP_COUNTS = ("m_count", "n_count", "k1", "k2", "k3")

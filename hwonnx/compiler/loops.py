@@ -29,9 +29,12 @@ class Tile:
 
 @dataclass
 class LayerTiles:
-    """The tiles of one layer and their nest ``(M, N, K1, K2, K3)`` when they form one."""
+    """The tiles of one layer and their nest ``(M, N, K1, K2, K3)`` when they form one; or,
+    for a layer that does not run on the array (the element-wise engine), no tiles and its
+    micro-instructions as they are stored (``records``)."""
     tiles: "list[Tile]"
     nest: "tuple[int, int, int, int, int] | None" = None
+    records: "list[dict] | None" = None
 
 
 def normalized(instr: dict) -> dict:

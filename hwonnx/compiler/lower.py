@@ -14,7 +14,7 @@ from ..hdl.layouts import ParamLayout
 from ..ir import Graph, Node
 from ..ir.ops import LAYER, LAYOUT, integer_ops
 from ..isa import Op, addressable
-from . import depthwise
+from . import depthwise, eltwise
 from .alloc import ActAllocator
 from .depthwise import int8_word
 from .layout import Placement, natural_placement
@@ -25,7 +25,8 @@ from .program import Instr, LayerPlan, Port, Program
 __all__ = ["ARRAY_OPS", "lower"]
 
 
-#: Integer operators the array computes (each lowered as a convolution over its sources).
+#: Integer operators the accelerator computes: on the array, each lowered as a convolution over
+#: its sources; ``QEltwise`` on the element-wise engine (:mod:`.eltwise`).
 ARRAY_OPS = integer_ops(LAYER)
 #: Integer layout ops: the buffer is read in another order, no instructions.
 _LAYOUT = integer_ops(LAYOUT)
@@ -145,6 +146,8 @@ class _Builder:
         residual Add is a 1x1 convolution over both inputs, and pooling a depthwise
         convolution with weights of one; depthwise layers may stream instead (a K tile is
         then a kernel row: :mod:`.depthwise`)."""
+        if node.op == "QEltwise":
+            return eltwise.emit_eltwise(self, node, sources, target)
         return self.emit(node, _layer_spec(node, sources, self.graph, self.config.rows),
                          target)
 
@@ -175,17 +178,7 @@ class _Builder:
         if spec.rounding == "ort" and not self.config.ort_rounding:
             raise ResourceError(f"Layer '{node.name}' rounds as onnxruntime does, but the "
                                 f"{self.config.name} architecture has no ort_rounding unit")
-        lut = 0
-        if spec.table is not None:
-            if spec.table not in self.tables:
-                self.tables.append(spec.table)
-            lut = self.tables.index(spec.table) + 1
-            if lut > self.config.lut_tables:
-                raise ResourceError(
-                    f"Layer '{node.name}': its {node.attrs.get('activation', 'activation')} "
-                    f"needs activation table {lut}, but the {self.config.name} architecture "
-                    f"has {self.config.lut_tables} (lut_tables); raise --lut-tables or use "
-                    f"a board whose array has more")
+        lut = self.table_index(node, spec.table)
         plan = LayerPlan(name or node.name, node.op, node.outputs[0], int(spec.macs))
         self.tiles = []
         if depthwise.streams(spec, self.config):
@@ -196,6 +189,21 @@ class _Builder:
         plan.tiles = len(self.tiles)
         self.layer_count += 1
         return plan
+
+    def table_index(self, node: Node, table: "tuple[int, ...] | None") -> int:
+        """The POST ``lut`` field of a layer's activation ``table`` (0: none), stored once."""
+        if table is None:
+            return 0
+        if table not in self.tables:
+            self.tables.append(table)
+        lut = self.tables.index(table) + 1
+        if lut > self.config.lut_tables:
+            raise ResourceError(
+                f"Layer '{node.name}': its {node.attrs.get('activation', 'activation')} "
+                f"needs activation table {lut}, but the {self.config.name} architecture "
+                f"has {self.config.lut_tables} (lut_tables); raise --lut-tables or use "
+                f"a board whose array has more")
+        return lut
 
     def _emit(self, spec: "_LayerSpec", folded: np.ndarray, target: Placement,
               lut: int) -> "tuple[int, int, int, int, int] | None":
@@ -319,6 +327,9 @@ class _Builder:
         alternate from tile to tile across the whole program."""
         program, bank = [], 0
         for index, layer in enumerate(self.layer_tiles):
+            if layer.records is not None:          # not on the array: stored as it is
+                program.extend(Instr(r, index) for r in layer.records)
+                continue
             looped = compress(layer, bank, self.config) if loops else None
             records = list(looped) if looped else schedule(layer.tiles, bank)
             program.extend(Instr(r, index) for r in records)

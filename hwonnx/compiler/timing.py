@@ -1,11 +1,13 @@
 """The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
 and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/fetch.py``,
-``hdl/feeder.py``, ``hdl/loader.py`` and ``hdl/post.py`` exactly, so the prediction equals the
-simulated cycle count (tested in ``tests/test_rtl.py`` and ``tests/test_examples_rtl.py``)."""
+``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py`` and ``hdl/eltwise.py`` exactly, so the
+prediction equals the simulated cycle count (tested in ``tests/test_rtl.py``,
+``tests/test_examples_rtl.py`` and ``tests/test_eltwise_rtl.py``)."""
 
 from dataclasses import dataclass
 
 from ..config import ArchConfig
+from ..hdl.eltwise import eltwise_cycles
 from ..hdl.feeder import bank_release, drain_cycles
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
@@ -31,6 +33,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     feed_end = 0                  # last issue cycle of the latest MATMUL
     drained = 0                   # first cycle no MATMUL or partial sum is in flight
     post_idle = 0                 # first cycle the post-processor is idle
+    eltw_idle = 0                 # first cycle the element-wise engine is idle
     total = 0
     latency = post_latency(config)
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
@@ -55,12 +58,16 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             bank_free[instr["bank"]] = feed_end + release
             drained = feed_end + drain
             finish = drained - 1
+        elif op == Op.ELTW:
+            t = max(t, eltw_idle, drained, post_idle if instr.get("wait") else 0)
+            eltw_idle = t + eltwise_cycles(instr["count"])
+            finish = eltw_idle - 1
         elif op == Op.POST:
-            t = max(t, post_idle, drained)
+            t = max(t, post_idle, drained, eltw_idle)
             post_idle = t + 1 + latency + instr["count"] * instr["nw"]
             finish = post_idle - 1
         elif op == Op.END:
-            t = max(t, loader_free, drained, post_idle)
+            t = max(t, loader_free, drained, post_idle, eltw_idle)
             total = t
             finish = t
         else:

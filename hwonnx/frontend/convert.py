@@ -15,6 +15,7 @@ from ..ir.tables import TABLE_OPS
 from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
 from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name, summary
+from .eltwise import convert_eltwise, eltwise_shapes
 
 __all__ = ["CONVERTERS", "convert_graph"]
 
@@ -334,6 +335,10 @@ def _matmul(b: _Builder, node: onnx.NodeProto) -> Node:
 
 def _add(b: _Builder, node: onnx.NodeProto) -> Node:
     a, c = node.input
+    if a not in b.onnx_constants and c not in b.onnx_constants \
+            and b.shape(b.value(a)) != b.shape(b.value(c)) \
+            and eltwise_shapes(b.shape(b.value(a)), b.shape(b.value(c))) is None:
+        return convert_eltwise(b, node)      # per-channel broadcast: the element-wise engine
     if a in b.onnx_constants:                # constant second, the form fuse-bias looks for
         a, c = c, a
     c = b.constant(node, c) if c in b.onnx_constants else b.value(c)
@@ -500,6 +505,8 @@ def mul_maps(shape: "tuple[int, ...]", out_shape: "tuple[int, ...]",
 
 def _mul(b: _Builder, node: onnx.NodeProto) -> Node:
     a, c = node.input
+    if a not in b.onnx_constants and c not in b.onnx_constants:
+        return convert_eltwise(b, node)      # two computed tensors: the element-wise engine
     if a in b.onnx_constants:                 # the run-time operand first
         a, c = c, a
     x, out = b.value(a), b.value(node.output[0])
@@ -624,6 +631,8 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
+    "Sub": convert_eltwise, "Max": convert_eltwise, "Min": convert_eltwise,
+    "Sum": convert_eltwise, "Mean": convert_eltwise,
     **{op: _table_activation for op, table in TABLE_OPS.items() if table.onnx},
     **UPSAMPLE_CONVERTERS, **SLICING_CONVERTERS,
 }

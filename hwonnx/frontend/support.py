@@ -81,7 +81,8 @@ def check_support(model: onnx.ModelProto, fused: "frozenset[str]" = frozenset())
     for node in graph.node:
         if node.name in fused:
             continue
-        if is_default_domain(node.domain) and node.op_type in HOST_ONLY_OPS:
+        if is_default_domain(node.domain) and node.op_type in HOST_ONLY_OPS \
+                and not _between_computed(node, constant):
             here = (node.op_type in HOST_START_OPS and node.name in start) or \
                 (node.op_type in HOST_END_OPS and at_end(node, end)) or \
                 all(v in constant for v in node.input if v)            # folded
@@ -107,10 +108,21 @@ def check_support(model: onnx.ModelProto, fused: "frozenset[str]" = frozenset())
         raise error
 
 
+def _between_computed(node: onnx.NodeProto, constant: "set[str]") -> bool:
+    """Whether ``node`` is a ``Sub`` or ``Div`` of two computed tensors (not a host step)."""
+    return node.op_type in ("Sub", "Div") and len(node.input) == 2 \
+        and not any(v in constant for v in node.input)
+
+
 def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
     """Return None when ``node`` is supported, else an explanation ('' if none is needed)."""
     if not is_default_domain(node.domain):
         return ""
+    if _between_computed(node, constant):
+        return None if node.op_type == "Sub" else (
+            f"Div '{node.name}' divides '{node.input[0]}' by '{node.input[1]}', both computed "
+            f"at run time; a quotient of two int8 tensors has no exact integer formulation on "
+            f"the element-wise engine (it maps Add, Sub, Mul, Max, Min, Sum and Mean)")
     if node.op_type == "If":
         return (f"If '{node.name}' has condition '{node.input[0] if node.input else ''}', "
                 f"which is not a constant hwonnx can fold; an If is read only when its "
@@ -129,10 +141,6 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
         return ""
     if inputs_constant:
         return None                                  # folded away like any constant subgraph
-    if node.op_type == "Mul" and len(node.input) == 2 \
-            and not any(v in constant for v in node.input if v):
-        return (f"Mul '{node.name}' needs a constant operand (a per-channel or scalar scale), "
-                f"but both '{node.input[0]}' and '{node.input[1]}' are computed at run time")
     if node.op_type == "Pad":
         mode = next((onnx.helper.get_attribute_value(a) for a in node.attribute
                      if a.name == "mode"), b"constant")

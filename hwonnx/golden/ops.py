@@ -13,7 +13,7 @@ from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
            "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat",
-           "softmax", "accumulate_bound", "lookup"]
+           "qeltwise", "eltwise_acc", "softmax", "accumulate_bound", "lookup"]
 
 #: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
 #: after the accelerator's output. Host steps in general, before and after the accelerator,
@@ -183,6 +183,45 @@ def qadd(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, w
     int8 weights ``wa``, ``wb`` in the ratio of the two input scales, requantized per
     channel (channel axis 1)."""
     acc = wa * (a.astype(np.int64) - za) + wb * (b.astype(np.int64) - zb)
+    moved = np.moveaxis(acc, 1, -1)
+    y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
+                   hi)
+    return np.moveaxis(y, -1, 1)
+
+
+#: ``QEltwise`` modes: how the two products of a lane are combined.
+ELTWISE_MODES = ("sum", "max", "min")
+
+
+def eltwise_acc(a: np.ndarray, b: np.ndarray, *, mode: str, mul: bool, ka: int, kb: int,
+                za: int, zb: int) -> np.ndarray:
+    """The accumulators of :func:`qeltwise` (int64; int32 by the bound ``255 (|ka| + |kb|)``,
+    or ``255**2`` with ``mul``)."""
+    if mode not in ELTWISE_MODES:
+        raise ValueError(f"QEltwise mode {mode!r} is not one of {ELTWISE_MODES}")
+    da, db = a.astype(np.int64) - za, b.astype(np.int64) - zb
+    p = da * (db if mul else ka)
+    q = np.broadcast_to(db * kb, p.shape)
+    acc = p + q if mode == "sum" else np.maximum(p, q) if mode == "max" else np.minimum(p, q)
+    if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
+        raise OverflowError("int32 accumulator overflow: the quantizer's bound check failed")
+    return acc
+
+
+@golden_op("QEltwise")
+def qeltwise(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, *,
+             mode: str, mul: bool, ka: int, kb: int, za: int, zb: int, out_zp: int, lo: int,
+             hi: int, **_) -> np.ndarray:
+    """Binary element-wise operator of two int8 tensors with their own scales and zero points
+    (the element-wise engine, ``hdl/eltwise.py``), ``b`` broadcast against ``a`` (NumPy
+    rules; the compiler maps equal shapes and ``b`` of shape ``[1, C, 1, 1]``):
+
+    ``p = (a - za) * ((b - zb) if mul else ka)``, ``q = (b - zb) * kb``, and the accumulator
+    ``p + q`` (``mode`` ``sum``), ``max(p, q)`` or ``min(p, q)``, requantized per channel
+    (axis 1) with bias 0. Add/Sub: ``sum`` with ``ka``, ``kb`` in the ratio of the input
+    scales (``kb < 0`` subtracts); Mul: ``sum`` with ``mul`` and ``kb = 0``; Max/Min: the
+    larger/smaller of the two rescaled inputs."""
+    acc = eltwise_acc(a, b, mode=mode, mul=mul, ka=ka, kb=kb, za=za, zb=zb)
     moved = np.moveaxis(acc, 1, -1)
     y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
                    hi)

@@ -130,6 +130,20 @@ def _activation(node: Node, y: np.ndarray) -> np.ndarray:
     return y
 
 
+#: The binary element-wise operators of the float IR op ``Eltwise`` (attr ``kind``), float32.
+ELTWISE_KINDS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+    "min": np.minimum, "mean": np.add,
+}
+
+
+def _eltwise(graph: Graph, node: Node, a, b):
+    y = ELTWISE_KINDS[node.attrs["kind"]](np.asarray(a, np.float32), np.asarray(b, np.float32))
+    if node.attrs["kind"] == "mean":      # the last sum of a Mean of ``count`` inputs
+        y = y / np.float32(node.attrs.get("count", 2))
+    return _activation(node, np.asarray(y, np.float32))
+
+
 def _conv(graph: Graph, node: Node, x, w, b=None):
     m, cg, kh, kw = w.shape
     group = node.attrs.get("group", 1)
@@ -249,6 +263,7 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Dense": _dense,
     "ConvTranspose": _conv_transpose,
     "Add": lambda graph, node, a, b: _activation(node, a + b),
+    "Eltwise": _eltwise,
     "AvgPool": _avgpool,
     "MaxPool": _maxpool,
     "Concat": lambda graph, node, *xs: _activation(

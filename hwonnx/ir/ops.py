@@ -46,12 +46,14 @@ class OnnxOp:
     :data:`hwonnx.frontend.convert.CONVERTERS`); ``foldable``: accepted on constants only (constant folding removes it);
     ``host_start`` / ``host_end``: the host may run it in the graph's leading chain / at its
     end (:mod:`hwonnx.frontend.host`); ``constant_inputs``: input position -> role of the
-    inputs that must be constants when the node is mapped."""
+    inputs that must be constants when the node is mapped; ``pair``: also mapped, by the
+    element-wise engine, when both its inputs are computed (``Sub``)."""
     compute: bool = False
     foldable: bool = False
     host_start: bool = False
     host_end: bool = False
     constant_inputs: "dict[int, str]" = field(default_factory=dict)
+    pair: bool = False
 
     @property
     def host_only(self) -> bool:
@@ -88,6 +90,8 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                     why="max pooling: one tap per pass, the accumulators keep the maximum"),
     "Concat": IrOp(LAYER, "QConcat", why="channel concatenation: a block-diagonal 1x1 "
                    "convolution, each source requantized by its own multiplier"),
+    "Eltwise": IrOp(LAYER, "QEltwise", why="element-wise engine: each input rescaled by its "
+                    "own scale, requantized once by the post-processor"),
     "Slice": IrOp(LAYER, "QSlice", why="a window of the input (Slice, an output of Split): a "
                   "1x1 copy selecting its channels, the window starting inside the input"),
     "Flatten": IrOp(LAYOUT, "Flatten", why=_LAYOUT_ONLY),
@@ -124,6 +128,7 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "MaxPool": OnnxOp(compute=True),
     "GlobalMaxPool": OnnxOp(compute=True),
     "Concat": OnnxOp(compute=True),
+    **{op: OnnxOp(compute=True) for op in ("Max", "Min", "Sum", "Mean")},
     "Slice": OnnxOp(compute=True, constant_inputs={1: "starts", 2: "ends", 3: "axes",
                                                    4: "steps"}),
     "Split": OnnxOp(compute=True, constant_inputs={1: "split"}),
@@ -135,7 +140,7 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "Transpose": OnnxOp(**_LAYOUT_NODES),
     "Identity": OnnxOp(**_LAYOUT_NODES),
     "Dropout": OnnxOp(**_LAYOUT_NODES),
-    "Sub": OnnxOp(foldable=True, host_start=True),
+    "Sub": OnnxOp(foldable=True, host_start=True, pair=True),
     "Div": OnnxOp(foldable=True, host_start=True),
     "Cast": OnnxOp(foldable=True, host_start=True),
     "Softmax": OnnxOp(host_end=True),

@@ -13,6 +13,7 @@ from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .channels import check_accumulator, expressible, fit_channels, mult_shift
 from .check import check_layers
 from .copies import concat_multipliers, quantize_slice
+from .eltwise import quantize_eltwise
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
            "activation_table", "CALIBRATION_METHOD"]
@@ -194,6 +195,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         if node.op == "Add":
             exact = all(v in given for v in (*node.inputs[:2], out))
             nodes.append(_quantize_add(node, params, qname, constants, types, exact))
+        elif node.op == "Eltwise":
+            nodes.append(quantize_eltwise(node, params, qname, constants, types))
         elif node.op == "AvgPool":
             nodes.append(_quantize_avgpool(node, params, qname, constants, types))
         elif node.op == "MaxPool":

@@ -1,0 +1,122 @@
+"""The ELTW engine: binary element-wise operators of two activation tensors into the
+accumulators, which the POST after it requantizes (``hwonnx.golden.qeltwise``)."""
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+from ..isa import ELTW_MODES
+from .layouts import EltwLayout, InstrLayout
+
+__all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
+
+#: Activation-buffer reads per word: A, then B, through the buffer's one read port.
+READS_PER_WORD = 2
+#: Cycles from the read of a word's B operand to its accumulator write: the data (one cycle
+#: after the address), the zero points, the products, and the write of their combination.
+ELTW_LATENCY = 3
+
+
+def eltwise_cycles(count: int) -> int:
+    """Cycles from an ELTW's dispatch until the engine is idle again (its last accumulator
+    write is in the cycle before)."""
+    return 1 + READS_PER_WORD * count + ELTW_LATENCY
+
+
+class EltwiseEngine(wiring.Component):
+    """Executes ELTW instructions (:data:`hwonnx.isa.ELTW_FIELDS`): for word ``i < count``,
+    reads operand A at ``a_addr + i a_stride`` (cycle ``t + 1 + 2i`` after a dispatch in
+    ``t``) and operand B at ``b_addr + i b_stride`` (``t + 2 + 2i``), and writes accumulator
+    word ``acc_addr + i`` in cycle ``t + 5 + 2i``: lane ``c < rows`` gets
+    ``p = (a - za) * ((b - zb) if mul else ka)``, ``q = (b - zb) * kb`` combined as
+    ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows`` get 0.
+
+    Pipeline: A data (latched), B data (zero points subtracted), products, combination and
+    write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier each), two per lane.
+
+    Members
+    -------
+    dispatch, instr : start (only when ``idle``); ``instr`` is viewed as an ELTW.
+    idle : no read or write outstanding (from ``t + 4 + 2 count`` on).
+    act_addr, act_en, act_data : activation-buffer read port (shared with the feeder, which
+        is drained while the engine runs).
+    acc_we, acc_addr, acc_data : accumulator write port.
+    """
+
+    #: Bit of the instruction word holding ELTW's ``wait`` (the dispatcher reads it).
+    WAIT_BIT = EltwLayout()["wait"].offset
+
+    def __init__(self, config: ArchConfig):
+        self._config = config
+        super().__init__({
+            "dispatch": In(1),
+            "instr": In(InstrLayout()),
+            "idle": Out(1),
+            "act_addr": Out(config.act_addr_bits),
+            "act_en": Out(1),
+            "act_data": In(data.ArrayLayout(signed(8), config.rows)),
+            "acc_we": Out(1),
+            "acc_addr": Out(config.acc_addr_bits),
+            "acc_data": Out(data.ArrayLayout(signed(32), config.cols)),
+        })
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        lanes = min(cfg.rows, cfg.cols)
+        layout = EltwLayout()
+        view = layout(self.instr.as_value()[:layout.size])
+
+        cur = Signal(layout)
+        active = Signal()
+        second = Signal()                    # this cycle reads operand B
+        remaining = Signal(16)
+        a_ptr, b_ptr = Signal(26), Signal(26)
+        acc_ptr = Signal(cfg.acc_addr_bits)
+        with m.If(self.dispatch):
+            m.d.sync += [cur.eq(view), active.eq(view.count != 0), second.eq(0),
+                         remaining.eq(view.count), a_ptr.eq(view.a_addr),
+                         b_ptr.eq(view.b_addr), acc_ptr.eq(view.acc_addr)]
+        with m.Elif(active):
+            m.d.sync += second.eq(~second)
+            with m.If(second):
+                m.d.sync += [a_ptr.eq(a_ptr + cur.a_stride), b_ptr.eq(b_ptr + cur.b_stride),
+                             acc_ptr.eq(acc_ptr + 1), remaining.eq(remaining - 1)]
+                with m.If(remaining == 1):
+                    m.d.sync += active.eq(0)
+        m.d.comb += [self.act_addr.eq(Mux(second, b_ptr, a_ptr)[:cfg.act_addr_bits]),
+                     self.act_en.eq(active)]
+
+        # B read cycle: A's data is on the port; the cycle after, B's.
+        a_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
+        b_valid = Signal()
+        b_addr = Signal(cfg.acc_addr_bits)
+        m.d.sync += [b_valid.eq(active & second), b_addr.eq(acc_ptr)]
+        with m.If(active & second):
+            m.d.sync += a_word.eq(self.act_data)
+
+        # Stage 1: zero points. Stage 2: products. Then the combination is written.
+        s1_valid, s1_addr = Signal(), Signal(cfg.acc_addr_bits)
+        s2_valid, s2_addr = Signal(), Signal(cfg.acc_addr_bits)
+        m.d.sync += [s1_valid.eq(b_valid), s1_addr.eq(b_addr),
+                     s2_valid.eq(s1_valid), s2_addr.eq(s1_addr)]
+        for c in range(lanes):
+            da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
+            m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(self.act_data[c] - cur.zb)]
+            p, q = Signal(signed(27), name=f"p_{c}"), Signal(signed(27), name=f"q_{c}")
+            m.d.sync += [p.eq(da * Mux(cur.mul, db, cur.ka)), q.eq(db * cur.kb)]
+            with m.Switch(cur.mode):
+                with m.Case(ELTW_MODES["max"]):
+                    m.d.comb += self.acc_data[c].eq(Mux(p > q, p, q))
+                with m.Case(ELTW_MODES["min"]):
+                    m.d.comb += self.acc_data[c].eq(Mux(p < q, p, q))
+                with m.Default():
+                    m.d.comb += self.acc_data[c].eq(p + q)
+        m.d.comb += [self.acc_we.eq(s2_valid), self.acc_addr.eq(s2_addr),
+                     self.idle.eq(~active & ~b_valid & ~s1_valid & ~s2_valid)]
+        return m
