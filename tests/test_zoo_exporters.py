@@ -12,7 +12,7 @@ from hwonnx.zoo import random_inputs
 from hwonnx.zoo.exporters import EXPORTER_STYLE
 from ort_reference import reference_session
 
-NAMES = sorted(set(EXPORTER_STYLE) - {"mobilenet_v3_style"})
+NAMES = sorted(EXPORTER_STYLE)
 #: The float graph after the passes: tf2onnx's Transpose pairs cancel (the first, on the
 #: input, is a host step) and its Flatten Transpose folds into the Dense; BatchNorm1d folds
 #: into its Linear through Unsqueeze/Squeeze; the U-Net keeps its Resize and ConvTranspose.
@@ -20,6 +20,11 @@ FLOAT_OPS = {
     "keras_nhwc_cnn": ["Transpose", "Conv", "Conv", "Conv", "Reshape", "Dense", "Softmax"],
     "torch_mlp_bn1d": ["Dense", "Reshape", "Reshape", "Dense", "Reshape", "Reshape", "Dense"],
     "autoencoder_two_outputs": ["Dense", "Dense", "Dense", "Dense"],
+    # HardSwish tables, the SE gate's Mul on the element-wise engine (Eltwise)
+    "mobilenet_v3_style": ["Conv", "HardSwish", "Conv", "AvgPool", "Conv", "Conv",
+                           "HardSigmoid", "Eltwise", "Conv", "Add", "Conv", "HardSwish",
+                           "Conv", "HardSwish", "Conv", "AvgPool", "Flatten", "Dense",
+                           "HardSwish", "Dense"],
     # SiLU (Sigmoid, Mul) is one Swish table each; the C2f Split is two Slices
     "tiny_yolo_style": ["Conv", "Swish", "Conv", "Swish", "Conv", "Swish", "Slice", "Slice",
                         "Conv", "Swish", "Conv", "Swish", "Add", "Concat", "Conv", "Swish",
@@ -51,11 +56,11 @@ def _reference(model, x: np.ndarray) -> "dict[str, np.ndarray]":
 @pytest.mark.parametrize("name", NAMES)
 def test_zoo_model_on_rtl(name, tmp_path):
     """Bit-exact with golden in the predicted cycles; against the float model (random weights,
-    int8 chains of up to 14 layers, inputs outside the 32 calibration samples) the 99th
+    int8 chains of up to 20 layers, inputs outside the 256 calibration samples) the 99th
     percentile of the error is within 5% of the output's range, the mean within 2% and the
-    largest within 15% (measured: at most 2.7%, 1.04% and 10.9%, bench/results/zoo.md)."""
+    largest within 10% (measured: at most 2.7%, 0.98% and 5.1%, bench/results/zoo.md)."""
     model = EXPORTER_STYLE[name]()
-    result = build(model, tmp_path / "build", calib=random_inputs(model, 32, 0),
+    result = build(model, tmp_path / "build", calib=random_inputs(model, 256, 0),
                    log=lambda m: None)
     inputs = random_inputs(model, 8, 1)
     rtl = simulate(tmp_path / "build", inputs, mode="compare", log=lambda m: None)
@@ -68,4 +73,4 @@ def test_zoo_model_on_rtl(name, tmp_path):
     for name, want in _reference(model, inputs["input"]).items():
         error = np.abs(golden.outputs[name].reshape(want.shape) - want) / np.abs(want).max()
         assert np.percentile(error, 99) <= 0.05 and error.mean() <= 0.02, name
-        assert error.max() <= 0.15, name
+        assert error.max() <= 0.10, name
