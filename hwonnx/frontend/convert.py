@@ -7,197 +7,21 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..errors import HwonnxError, ModelError, ResourceError, UnsupportedOperatorError
-from ..golden.im2col import conv_output_size, windows_touch_input
-from ..ir.evaluate import MAX_VALUE_ELEMENTS, check_node_work
+from ..errors import HwonnxError, ModelError, UnsupportedOperatorError
+from ..golden.im2col import windows_touch_input
+from ..ir.evaluate import check_node_work
+from ..ir.graph import Graph, Node
 from ..ir.ops import IR_OPS
 from ..ir.tables import TABLE_OPS
-from ..ir.graph import Graph, Node, TensorType
 from ..passes.rewrite import channel_scale_node, channel_weight
-from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name, summary
+from .builder import (_ACTIVATION, _Builder, _attrs, _check_per_channel, _check_windows,
+                      _explicit_pads, _input_4d, _unsupported)
+from .common import summary
 from .eltwise import convert_eltwise, eltwise_shapes
+from .slicing import SLICING_CONVERTERS
+from .upsample import UPSAMPLE_CONVERTERS
 
 __all__ = ["CONVERTERS", "convert_graph"]
-
-
-class _Builder:
-    """Collects the IR constants and types while the nodes are converted."""
-
-    def __init__(self, model: onnx.ModelProto, nodes, constants: dict, types: dict):
-        self.opset = domain_opset(model, "")
-        self.onnx_constants = constants
-        self.onnx_types = types
-        self.constants: "dict[str, np.ndarray]" = {}
-        self.types: "dict[str, TensorType]" = {}
-        self.notes: "list[str]" = []
-        self.taken = set(types) | set(constants)
-        self.used = {v for node in nodes for v in node.input} | \
-            {value.name for value in model.graph.output}
-        self.producer = {v: node for node in nodes for v in node.output if v}
-        self.converted: "set[str]" = set()
-
-    def _note_dtype(self, dtype: str) -> None:
-        if dtype != "float32":
-            note = f"Converted {dtype} values to float32"
-            if note not in self.notes:
-                self.notes.append(note)
-
-    def array(self, node: "onnx.NodeProto | None", name: str) -> np.ndarray:
-        """Return the float32 value of the constant ``name`` read by ``node`` (None for a
-        graph output)."""
-        value = self.onnx_constants[name]
-        if value.dtype.kind != "f" and str(value.dtype) != "bfloat16":
-            user = f"Node '{node.name}' ({node.op_type})" if node else "The graph output"
-            raise ModelError(f"{user} needs a floating-point constant '{name}', not "
-                             f"{value.dtype}")
-        self._note_dtype(str(value.dtype))
-        if name in self.converted:
-            return value                      # converted already: one copy per constant
-        if value.dtype != np.float32 or not value.flags.writeable:
-            with np.errstate(over="ignore", invalid="ignore"):
-                value = value.astype(np.float32)
-        if not _finite(value):
-            user = f"Node '{node.name}' ({node.op_type})" if node else "The graph output"
-            raise ModelError(f"{user} reads constant '{name}', which holds non-finite values "
-                             f"(NaN or infinity) in float32; hwonnx quantizes only finite "
-                             f"values")
-        if self.onnx_constants[name].dtype == np.float32:
-            self.onnx_constants[name] = value  # a read-only original can be freed
-            self.converted.add(name)
-        return value
-
-    def constant(self, node: "onnx.NodeProto | None", name: str) -> str:
-        """Register the ONNX constant ``name`` as an IR constant and return its name."""
-        if name not in self.constants:
-            value = self.array(node, name)
-            self.constants[name] = value
-            self.types[name] = TensorType("float32", tuple(value.shape))
-        return name
-
-    def new_constant(self, base: str, value: np.ndarray) -> str:
-        """Add a constant made by the converter under a fresh name derived from ``base``."""
-        name, index = base, 1
-        while name in self.taken:
-            name, index = f"{base}_{index}", index + 1
-        self.taken.add(name)
-        self.constants[name] = np.ascontiguousarray(value, dtype=np.float32)
-        self.types[name] = TensorType("float32", tuple(value.shape))
-        return name
-
-    def value(self, name: str) -> str:
-        """Register the type of the run-time value ``name`` and return its name."""
-        if name not in self.types:
-            elem_type, shape = self.onnx_types.get(name, (0, None))
-            if elem_type not in FLOAT_TYPES:
-                raise ModelError(f"Value '{name}' must be floating point, not "
-                                 f"{elem_type_name(elem_type)}")
-            if shape is None:
-                raise ModelError(f"Shape inference could not give '{name}' a static shape")
-            node = self.producer.get(name)
-            what = f"Value '{name}'" + (f" (output of {node.op_type} '{node.name}')"
-                                        if node is not None else "")
-            if any(d <= 0 for d in shape):
-                raise ModelError(f"{what} has shape {list(shape)}; every dimension of a value "
-                                 f"computed at run time must be positive")
-            if math.prod(shape) > MAX_VALUE_ELEMENTS:
-                raise ResourceError(f"{what} has shape {list(shape)}, "
-                                    f"{count_text(math.prod(shape))} elements, more than "
-                                    f"hwonnx's limit of {MAX_VALUE_ELEMENTS} for a value "
-                                    f"computed at run time")
-            self._note_dtype(FLOAT_TYPES[elem_type])
-            self.types[name] = TensorType("float32", shape)
-        return name
-
-    def shape(self, name: str) -> "tuple[int, ...]":
-        return self.types[self.value(name)].shape
-
-
-def _finite(value: np.ndarray, block: int = 1 << 20) -> bool:
-    """Whether every element of ``value`` is finite (checked a block at a time: a weight may
-    take a large part of the memory hwonnx is allowed)."""
-    flat = value.reshape(-1)
-    return all(np.isfinite(flat[i:i + block]).all() for i in range(0, flat.size, block))
-
-
-def _attrs(node: onnx.NodeProto) -> dict:
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    attrs = {k: v.decode(errors="replace") if isinstance(v, bytes) else v
-             for k, v in attrs.items()}
-    for key, value in attrs.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ModelError(f"{node.op_type} '{node.name}' has attribute {key}={value}; it must "
-                             f"be finite")
-    return attrs
-
-
-def _explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
-                   kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
-                   dilations: "tuple[int, ...]") -> "tuple[int, int, int, int]":
-    """Return ``(top, left, bottom, right)`` from ``pads`` or ``auto_pad`` of a Conv or pool."""
-    auto_pad = attrs.get("auto_pad", "NOTSET")
-    if auto_pad != "NOTSET" and "pads" in attrs:
-        raise ModelError(f"{node.op_type} '{node.name}' has both auto_pad '{auto_pad}' and pads "
-                         f"{list(attrs['pads'])}; pads may be given only with auto_pad NOTSET "
-                         f"(ONNX: the two attributes cannot be used together)")
-    if auto_pad == "NOTSET":
-        return tuple(attrs.get("pads", (0, 0, 0, 0)))
-    if auto_pad == "VALID":
-        return (0, 0, 0, 0)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for n, k, s, d in zip(size, kernel, strides, dilations):
-            total = max(0, (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n)
-            first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            begin.append(first)
-            end.append(total - first)
-        return (*begin, *end)
-    raise ModelError(f"{node.op_type} '{node.name}' has auto_pad '{auto_pad}'; it must be "
-                     f"NOTSET, VALID, SAME_UPPER or SAME_LOWER")
-
-
-def _check_windows(b: _Builder, node: onnx.NodeProto, shape: "tuple[int, ...]",
-                   kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
-                   pads: "tuple[int, ...]", dilations: "tuple[int, ...]") -> None:
-    """Check that the windows of a Conv or pool fit its padded input and give the output
-    shape inference found for it."""
-    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
-    padded = [n + begin + end for n, begin, end in zip(shape[2:], pads[:2], pads[2:])]
-    if any(span > size for span, size in zip(spans, padded)):
-        dilated = "" if tuple(dilations) == (1, 1) else \
-            f" (kernel {list(kernel)}, dilations {list(dilations)})"
-        raise ModelError(f"{node.op_type} '{node.name}' has a {spans[0]}x{spans[1]} "
-                         f"{'dilated ' if dilated else ''}kernel{dilated}, larger than its "
-                         f"{padded[0]}x{padded[1]} padded input: its output would be empty")
-    sizes = [conv_output_size(n, k, s, begin, end, d) for n, k, s, begin, end, d
-             in zip(shape[2:], kernel, strides, pads[:2], pads[2:], dilations)]
-    inferred = b.onnx_types.get(node.output[0], (0, None))[1]
-    if inferred is not None and len(inferred) == 4 and list(inferred[2:]) != sizes:
-        raise ModelError(f"{node.op_type} '{node.name}' computes a {sizes[0]}x{sizes[1]} output "
-                         f"from its attributes, but shape inference gives '{node.output[0]}' "
-                         f"shape {list(inferred)}")
-
-
-def _check_per_channel(b: _Builder, node: onnx.NodeProto, index: int, role: str, count: int,
-                       unit: str) -> None:
-    """Check that input ``index`` of ``node`` (a constant) holds one value per ``unit``."""
-    name = node.input[index]
-    shape = list(np.shape(b.onnx_constants[name]))
-    if shape != [count]:
-        raise ModelError(f"{node.op_type} '{node.name}' has {role} '{name}' of shape {shape}; it "
-                         f"must have shape [{count}] (one value per {unit})")
-
-
-def _input_4d(b: _Builder, node: onnx.NodeProto, what: str) -> "tuple[str, tuple[int, ...]]":
-    x = b.value(node.input[0])
-    shape = b.shape(x)
-    if len(shape) != 4:
-        raise ModelError(f"{node.op_type} '{node.name}' must be a 2-D {what} (4-D input), not "
-                         f"{len(shape) - 2}-D")
-    return x, shape
-
-
-#: Attributes of a layer-like node (Conv, Dense, Add, AvgPool) before any fusion.
-_ACTIVATION = {"relu": False, "act_max": None}
 
 
 def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
@@ -479,12 +303,6 @@ def _dropout(b: _Builder, node: onnx.NodeProto) -> Node:
     return _identity(b, node)
 
 
-def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedOperatorError:
-    """Return the error refusing ``node`` (a form of a supported operator hwonnx cannot map)."""
-    return UnsupportedOperatorError.with_reasons([(node.name, node.op_type, "", b.opset)],
-                                                 [reason])
-
-
 #: The largest ``K`` of a ``[1, K]`` tensor scaled per element through a diagonal ``Dense``.
 DIAGONAL_MAX = 4096
 
@@ -621,8 +439,6 @@ def _concat(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Concat", xs, (out,), {"axis": axis, **_ACTIVATION})
 
 
-from .slicing import SLICING_CONVERTERS  # noqa: E402  (both use the helpers above)
-from .upsample import UPSAMPLE_CONVERTERS  # noqa: E402
 
 CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,

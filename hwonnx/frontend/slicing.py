@@ -8,7 +8,7 @@ import onnx
 
 from ..errors import ModelError
 from ..ir.graph import Node
-from .convert import _ACTIVATION, _Builder, _attrs, _unsupported
+from .builder import _ACTIVATION, _Builder, _attrs, _unsupported
 
 __all__ = ["SLICING_CONVERTERS"]
 

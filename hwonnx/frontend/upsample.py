@@ -8,7 +8,7 @@ import onnx
 
 from ..errors import ModelError
 from ..ir.graph import Node
-from .convert import _ACTIVATION, _Builder, _attrs, _input_4d, _unsupported
+from .builder import _ACTIVATION, _Builder, _attrs, _input_4d, _unsupported
 
 __all__ = ["UPSAMPLE_CONVERTERS", "nearest_sources", "conv_layout"]
 

@@ -1,0 +1,279 @@
+"""Every integer layer as a convolution over its sources (:class:`_LayerSpec`): the
+physical weights ``[N, KH, KW, lanes]`` with each source's channel lanes side by side, the
+requantization, the window and, for an op written by several layers (a transposed
+convolution's phases, a Concat along height or width), where each one's output pixels go.
+:mod:`.lower` emits the tiles of each spec."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ResourceError
+from ..golden.im2col import conv_output_size
+from ..golden.ops import window_counts
+from ..ir import Graph, Node
+from .layout import Placement
+from .phases import phases
+
+__all__ = ["_Source", "_LayerSpec", "_layer_spec", "_parts"]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """How a layer reads one input: its placement, words per pixel and zero point."""
+    base: int
+    ih: int
+    iw: int
+    cb: int
+    zp: int
+
+
+@dataclass
+class _LayerSpec:
+    """A layer as a convolution over its sources: ``phys`` is ``[N, KH, KW, lanes]`` with the
+    sources' channel lanes side by side (``offsets``)."""
+    sources: "list[_Source]"
+    offsets: "list[int]"
+    phys: np.ndarray
+    bias: np.ndarray
+    mult: np.ndarray
+    shift: np.ndarray
+    out_hw: "tuple[int, int]"
+    strides: "tuple[int, int]"
+    pads: "tuple[int, int, int, int]"
+    dilations: "tuple[int, int]"
+    out_zp: int
+    lo: int
+    hi: int
+    macs: int
+    rounding: str = "half_up"      # or "ort": onnxruntime's (POST ``rne``)
+    pool_max: bool = False         # one tap per K tile, the accumulators keep the maximum
+    table: "tuple[int, ...] | None" = None     # activation table after the requantization
+    counts: "np.ndarray | None" = None         # real pixels per window (count_include_pad=0)
+    depthwise: bool = False        # output channel n reads only input channel n
+    dense: bool = False            # every weight block may be non-zero (keep them all)
+    pad: "int | None" = None       # int8 padding value of a folded constant Pad
+    #: (sy, sx, oy, ox, width): output pixel (y, x) is pixel (sy y + oy, sx x + ox) of the
+    #: target, an image of that width (a phase of a transposed convolution, :mod:`.phases`)
+    scatter: "tuple[int, int, int, int, int] | None" = None
+
+    def padding(self, source: _Source) -> int:
+        """The value the feeder reads at padding positions of ``source`` (MATMUL ``zp``)."""
+        if self.pad is not None:
+            return self.pad
+        return -128 if self.pool_max else source.zp
+
+
+def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
+    if not placement.is_natural_image(rows):
+        raise ResourceError(f"Layer '{node.name}': its input is a reshaped tensor that is not "
+                            f"an image in [1, C, H, W] order")
+    return _Source(placement.base, placement.height, placement.width, placement.cb, zp)
+
+
+def _vector_lanes(placement: Placement, elements: int) -> np.ndarray:
+    """The physical lane (within the placement's words) of each logical element of a vector
+    (a Flatten of an image keeps the image's pixel-major order)."""
+    return np.argsort(np.where(placement.logical >= 0, placement.logical, 1 << 40))[:elements]
+
+
+def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int,
+                 out: dict) -> _LayerSpec:
+    """Channel concatenation as a block-diagonal 1x1 convolution over all sources: output
+    channel ``c``, channel ``c'`` of source ``j``, has weight 1 on that source lane and 0
+    elsewhere (the zero K tiles are skipped), and its own multiplier."""
+    consts = graph.constants
+    mult, shift = consts[node.inputs[-2]], consts[node.inputs[-1]]
+    image = len(placements[0].shape) == 4
+    sources, offsets, columns = [], [], []
+    width = 0
+    for placement, zp in zip(placements, node.attrs["zps"]):
+        if image:
+            source = _image_source(node, placement, int(zp), rows)
+            lanes = np.arange(placement.shape[1])
+        else:
+            source = _Source(placement.base, 1, 1, placement.words, int(zp))
+            lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))
+        sources.append(source)
+        offsets.append(width)
+        columns.append(width + lanes)
+        width += source.cb * rows
+    lanes = np.concatenate(columns)
+    channels = len(lanes)
+    phys = np.zeros((channels, 1, 1, width), dtype=np.int64)
+    phys[np.arange(channels), 0, 0, lanes] = 1
+    h, w = (placements[0].height, placements[0].width) if image else (1, 1)
+    return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                      (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w, **out)
+
+
+def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                ) -> _LayerSpec:
+    consts, attrs = graph.constants, node.attrs
+    table = attrs.get("table")
+    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
+               rounding=attrs.get("rounding", "half_up"),
+               table=None if table is None else tuple(int(v) for v in table),
+               pad=attrs.get("pad_q"))
+    if node.op == "QDense":
+        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
+        source = placements[0]
+        k_in, n_out = w.shape
+        phys = np.zeros((n_out, 1, 1, source.words * rows), dtype=np.int64)
+        valid = source.logical >= 0
+        phys[:, 0, 0, valid] = w[source.logical[valid]].T
+        return _LayerSpec([_Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
+                          phys, bias.astype(np.int64), mult, shift, (1, 1), (1, 1),
+                          (0, 0, 0, 0), (1, 1), macs=n_out * k_in, dense=True, **out)
+    if node.op == "QConcat":
+        return _concat_spec(node, placements, graph, rows, out)
+    if node.op == "QSlice":
+        return _slice_spec(node, placements[0], graph, rows, out)
+    if node.op == "QAdd":
+        a, b = placements[:2]
+        mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
+        image = len(a.shape) == 4
+        if image:
+            sources = [_image_source(node, a, int(attrs["za"]), rows),
+                       _image_source(node, b, int(attrs["zb"]), rows)]
+            channels = a.shape[1]
+        else:
+            sources = [_Source(p.base, 1, 1, p.words, int(attrs[z]))
+                       for p, z in ((a, "za"), (b, "zb"))]
+            channels = int(np.prod(a.shape[1:]))
+        # each source with its own lanes: two vectors can be placed differently (a Gemm
+        # output and a Flatten of an image), so b's lanes are not a's
+        offsets = [0, sources[0].cb * rows]
+        phys = np.zeros((channels, 1, 1, offsets[1] + sources[1].cb * rows), dtype=np.int64)
+        for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
+            lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
+            phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
+        h, w_ = (a.height, a.width) if image else (1, 1)
+        return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult,
+                          shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
+                          macs=2 * channels * h * w_, **out)
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    if node.op in ("QAvgPool", "QMaxPool"):
+        channels = placements[0].shape[1]
+        kh, kw = attrs["kernel"]
+        w = np.ones((channels, 1, kh, kw), dtype=np.int64)
+        bias, group = np.zeros(channels, dtype=np.int64), channels
+        dilations = tuple(attrs.get("dilations", (1, 1)))
+        mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
+        out["pool_max"] = node.op == "QMaxPool"
+        if mult.ndim == 2:          # count_include_pad=0: a multiplier per window count
+            out["counts"] = window_counts((source.ih, source.iw), (kh, kw), attrs["strides"],
+                                          attrs["pads"])
+    else:                     # QConv
+        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
+        group, dilations = int(attrs.get("group", 1)), tuple(attrs["dilations"])
+        bias = bias.astype(np.int64)
+    n_out, c_group, kh, kw = w.shape
+    strides, pads = tuple(attrs["strides"]), tuple(attrs["pads"])
+    oh = conv_output_size(source.ih, kh, strides[0], pads[0], pads[2], dilations[0])
+    ow = conv_output_size(source.iw, kw, strides[1], pads[1], pads[3], dilations[1])
+    phys = _conv_phys(w, group, source.cb * rows)
+    return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
+                      dilations, macs=oh * ow * n_out * c_group * kh * kw,
+                      depthwise=c_group == 1 and n_out == group,
+                      dense=node.op == "QConv" and group == 1, **out)
+
+
+def _conv_phys(w: np.ndarray, group: int, lanes: int) -> np.ndarray:
+    """``[M, KH, KW, lanes]`` physical weights of a (grouped) convolution ``w`` ``[M, C /
+    group, KH, KW]``: output channel ``m`` of group ``g`` reads lanes ``[g C/group, (g+1)
+    C/group)``."""
+    n_out, c_group, kh, kw = w.shape
+    phys = np.zeros((n_out, kh, kw, lanes), dtype=np.int64)
+    per_group = n_out // group
+    for g in range(group):
+        outs = slice(g * per_group, (g + 1) * per_group)
+        phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
+    return phys
+
+
+def _out(attrs) -> dict:
+    """The output fields of a layer spec: zero point, clamp, rounding, activation table."""
+    return dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
+                rounding=attrs.get("rounding", "half_up"),
+                table=None if attrs.get("table") is None else
+                tuple(int(v) for v in attrs["table"]))
+
+
+def _parts(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+           ) -> "list[tuple[str, _LayerSpec]] | None":
+    """The layers of an op written by several of them, each to its own output pixels: a
+    ``QConvTranspose`` (one per output phase) or a ``QConcat`` along height or width (one
+    per source); None for the others."""
+    if node.op == "QConvTranspose":
+        return _phase_specs(node, placements, graph, rows)
+    if node.op == "QConcat" and node.attrs.get("axis", 1) != 1:
+        return _concat_hw_specs(node, placements, graph, rows)
+    return None
+
+
+def _slice_spec(node: Node, placement: Placement, graph: Graph, rows: int, out: dict
+                ) -> _LayerSpec:
+    """A window as a 1x1 copy: output channel ``c`` has weight 1 on input lane ``c0 + c``;
+    the window's first row and column enter as negative begin pads (the feeder starts
+    reading inside the input)."""
+    attrs = node.attrs
+    mult, shift = (graph.constants[v] for v in node.inputs[1:3])
+    shape = graph.types[node.outputs[0]].shape
+    zp = int(attrs["in_zp"])
+    if len(shape) == 4:
+        source = _image_source(node, placement, zp, rows)
+        (c0, y0, x0), channels, hw = attrs["starts"], shape[1], tuple(shape[2:])
+        lanes, pads = c0 + np.arange(channels), (-y0, -x0, 0, 0)
+    else:
+        source = _Source(placement.base, 1, 1, placement.words, zp)
+        (k0,), channels, hw = attrs["starts"], shape[1], (1, 1)
+        lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))[k0:k0 + channels]
+        pads = (0, 0, 0, 0)
+    phys = np.zeros((channels, 1, 1, source.cb * rows), dtype=np.int64)
+    phys[np.arange(channels), 0, 0, lanes] = 1
+    return _LayerSpec([source], [0], phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                      hw, (1, 1), pads, (1, 1), macs=channels * hw[0] * hw[1], **out)
+
+
+def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                     ) -> "list[tuple[str, _LayerSpec]]":
+    """A ``QConcat`` along height or width: each source copied (1x1, weight 1 per channel,
+    requantized by its own row of multipliers) to its place in the output."""
+    axis, attrs = node.attrs["axis"], node.attrs
+    mult, shift = (graph.constants[v] for v in node.inputs[-2:])
+    out_w = graph.types[node.outputs[0]].shape[3]
+    specs, offset = [], 0
+    for index, (placement, zp) in enumerate(zip(placements, attrs["zps"])):
+        source = _image_source(node, placement, int(zp), rows)
+        channels, h, w = placement.shape[1:]
+        phys = np.zeros((channels, 1, 1, source.cb * rows), dtype=np.int64)
+        phys[np.arange(channels), 0, 0, np.arange(channels)] = 1
+        oy, ox = (offset, 0) if axis == 2 else (0, offset)
+        specs.append((f"source {index}", _LayerSpec(
+            [source], [0], phys, np.zeros(channels, dtype=np.int64), mult[index],
+            shift[index], (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w,
+            scatter=(1, 1, oy, ox, out_w), **_out(attrs))))
+        offset += h if axis == 2 else w
+    return specs
+
+
+def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                 ) -> "list[tuple[str, _LayerSpec]]":
+    """The layer of each output phase of a ``QConvTranspose`` (:func:`.phases.phases`)."""
+    attrs = node.attrs
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    w, bias, mult, shift = (graph.constants[v] for v in node.inputs[1:5])
+    group = int(attrs["group"])
+    out = _out(attrs)
+    specs = []
+    for phase in phases(w, attrs["strides"], attrs["pads"], (source.ih, source.iw),
+                        attrs["out_hw"]):
+        n_out, c_group = phase.weight.shape[:2]
+        oh, ow = phase.out_hw
+        specs.append((phase.name, _LayerSpec(
+            [source], [0], _conv_phys(phase.weight, group, source.cb * rows),
+            bias.astype(np.int64), mult, shift, phase.out_hw, (1, 1), phase.pads, (1, 1),
+            macs=oh * ow * n_out * c_group * phase.taps,
+            depthwise=c_group == 1 and n_out == group, scatter=phase.scatter, **out)))
+    return specs
