@@ -8,35 +8,21 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from hwonnx.api import build, first_difference, simulate
-from hwonnx.config import ArchConfig
 from hwonnx.report import placement
+
+from rtl_helpers import CONFIGS, he_weight
+from spec_helpers import make_model
 
 pytestmark = pytest.mark.rtl
 
-#: The 8x8 default and the 3x5 configuration of tests/test_rtl.py (cached Verilator builds).
-CONFIGS = {
-    "8x8": ArchConfig(),
-    "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,
-                      par_depth=64, prog_depth=2048),
-}
-
-
 def _model(nodes, inits, x_shape, y_shape) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "concat", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, x_shape)], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, y_shape)], [numpy_helper.from_array(v, k)
-                                                for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    return make_model(nodes, {"x": x_shape}, {"y": y_shape}, inits, opset=13)
 
 
-def _weight(rng, *shape, gain=1.0):
-    fan_in = int(np.prod(shape[1:]))
-    return (rng.normal(0, gain * (2 / fan_in) ** 0.5, shape)).astype(np.float32)
+_weight = he_weight
 
 
 def _inception(rng) -> onnx.ModelProto:

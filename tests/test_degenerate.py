@@ -22,6 +22,7 @@ from hwonnx.errors import QuantizationError, ResourceError
 from hwonnx.frontend import load_model
 from hwonnx.golden import evaluate, quantize
 from hwonnx.quant import quantize_model
+from spec_helpers import make_model
 from ort_reference import reference_outputs
 
 ort.set_default_logger_severity(3)
@@ -30,11 +31,8 @@ DEAD, TINY, ZERO = 33, 7, 20   # the dead neurons of the MLP: bias 0.3, 0, 0.2
 
 
 def _model(nodes, inits, in_shape, out_shape):
-    graph = helper.make_graph(
-        nodes, "m", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, in_shape)],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out_shape)],
-        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 13)])
+    return make_model(nodes, {"x": in_shape}, {"y": out_shape},
+                      {k: np.asarray(v, np.float32) for k, v in inits.items()}, opset=13)
 
 
 def dead_neuron_mlp():

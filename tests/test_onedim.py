@@ -19,6 +19,7 @@ from hwonnx.config import ArchConfig
 from hwonnx.errors import UnsupportedOperatorError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
+from spec_helpers import make_model
 from ort_reference import reference_outputs
 
 ort.set_default_logger_severity(3)
@@ -26,11 +27,8 @@ C, L = 3, 32
 
 
 def _model(nodes, inits, in_shape, out_shape):
-    graph = helper.make_graph(
-        nodes, "m", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, in_shape)],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out_shape)],
-        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 13)])
+    return make_model(nodes, {"x": in_shape}, {"y": out_shape},
+                      {k: np.asarray(v, np.float32) for k, v in inits.items()}, opset=13)
 
 
 def _inits(seed):

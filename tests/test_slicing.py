@@ -129,3 +129,46 @@ def test_slices_without_a_mapping_are_refused_in_one_error():
     message = str(info.value)
     assert "Slice 'strided' has step 2 along axis 2" in message
     assert "Concat 'stack' along axis 0 (batch)" in message
+
+
+def pad_model(mode, pads, h=5, w=6):
+    """Pad (mode, [top, left, bottom, right] as ONNX's [.., t, l, .., b, r]) -> Conv 3x3."""
+    weight = np.random.default_rng(3).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Pad", ["x", "p"], ["q"], mode=mode, name="pad"),
+             helper.make_node("Conv", ["q", "w"], ["y"], name="conv")]
+    out = (h + pads[2] + pads[6] - 2, w + pads[3] + pads[7] - 2)
+    return make_model(nodes, {"x": [1, 3, h, w]}, {"y": [1, 4, *out]},
+                      {"p": i64(pads), "w": weight}, opset=19)
+
+
+@pytest.mark.parametrize("mode, pads", [("reflect", [0, 0, 1, 2, 0, 0, 2, 1]),
+                                        ("edge", [0, 0, 2, 0, 0, 0, 1, 3]),
+                                        ("wrap", [0, 0, 1, 1, 0, 0, 1, 1])])
+def test_pad_modes_as_copies_equal_onnxruntime(mode, pads):
+    """reflect, edge and wrap: Slices of the rows (then columns) the padded image repeats,
+    joined by Concats along height and width."""
+    model = pad_model(mode, pads)
+    graph = load_model(model)
+    assert {n.op for n in graph.nodes} == {"Slice", "Concat", "Conv"}
+    x = RNG.normal(0, 1, (2, 3, 5, 6)).astype(np.float32)
+    session = reference_session(model)
+    want = np.concatenate([session.run(None, {"x": s[None]})[0] for s in x])
+    np.testing.assert_array_equal(evaluate_float(graph, {"x": x})["y"], want)
+
+
+def test_pads_a_copy_cannot_make_are_refused():
+    with pytest.raises(UnsupportedOperatorError, match="Pad 'pad' reflects 5 and 0 positions "
+                                                       "along axis 2, of size 5"):
+        load_model(pad_model("reflect", [0, 0, 5, 0, 0, 0, 0, 0]))
+
+
+@pytest.mark.rtl
+def test_reflect_pad_on_rtl(tmp_path):
+    model = pad_model("reflect", [0, 0, 1, 2, 0, 0, 2, 1])
+    calib = RNG.normal(0, 1, (16, 1, 3, 5, 6)).astype(np.float32)
+    result = build(model, tmp_path / "build", calib={"x": calib}, log=lambda m: None)
+    inputs = {"x": RNG.normal(0, 1, (3, 1, 3, 5, 6)).astype(np.float32)}
+    rtl = simulate(tmp_path / "build", inputs, mode="compare", log=lambda m: None)
+    golden = simulate(result, inputs, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [rtl.predicted_cycles] * 3

@@ -82,6 +82,16 @@ class _Builder:
         self.types[name] = TensorType("float32", tuple(value.shape))
         return name
 
+    def new_value(self, base: str, shape: "tuple[int, ...]") -> str:
+        """Add a float run-time value made by the converter (between the nodes it makes for
+        one ONNX node) under a fresh name derived from ``base``."""
+        name, index = base, 1
+        while name in self.taken:
+            name, index = f"{base}_{index}", index + 1
+        self.taken.add(name)
+        self.types[name] = TensorType("float32", tuple(shape))
+        return name
+
     def value(self, name: str) -> str:
         """Register the type of the run-time value ``name`` and return its name."""
         if name not in self.types:

@@ -18,7 +18,7 @@ from .builder import (_ACTIVATION, _Builder, _attrs, _check_per_channel, _check_
                       _explicit_pads, _input_4d, _unsupported)
 from .common import summary
 from .eltwise import convert_eltwise, eltwise_shapes
-from .slicing import SLICING_CONVERTERS
+from .slicing import SLICING_CONVERTERS, pad_by_copies
 from .upsample import UPSAMPLE_CONVERTERS
 
 __all__ = ["CONVERTERS", "convert_graph"]
@@ -384,6 +384,9 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
     full = [0] * (2 * rank)
     for i, axis in enumerate(axes):
         full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
+    mode = _attrs(node).get("mode", "constant")
+    if mode != "constant":
+        return pad_by_copies(b, node, x, out, full, mode)
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
         values = np.asarray(b.onnx_constants[node.input[2]]).reshape(-1)

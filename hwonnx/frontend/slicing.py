@@ -10,7 +10,7 @@ from ..errors import ModelError
 from ..ir.graph import Node
 from .builder import _ACTIVATION, _Builder, _attrs, _unsupported
 
-__all__ = ["SLICING_CONVERTERS"]
+__all__ = ["SLICING_CONVERTERS", "pad_by_copies"]
 
 
 def _image_or_vector(b: _Builder, node: onnx.NodeProto, x: str) -> "tuple[int, ...]":
@@ -74,6 +74,77 @@ def _split(b: _Builder, node: onnx.NodeProto) -> "list[Node]":
         first[axis] = start
         nodes.append(_slice_node(f"{node.name}/{index}", x, out, first, shape))
         start += b.shape(out)[axis]
+    return nodes
+
+
+def _sources(mode: str, length: int, before: int, after: int) -> "list[int] | None":
+    """The input index each padded position along an axis copies (None: the pads are too large
+    for ``reflect``, which mirrors without repeating the edge)."""
+    if mode == "reflect" and max(before, after) > length - 1:
+        return None
+    result = []
+    for i in range(-before, length + after):
+        if mode == "edge":
+            result.append(min(max(i, 0), length - 1))
+        elif mode == "wrap":
+            result.append(i % length)
+        else:                                           # reflect
+            result.append(-i if i < 0 else 2 * (length - 1) - i if i >= length else i)
+    return result
+
+
+def _runs(indices: "list[int]") -> "list[tuple[int, int]]":
+    """``(start, length)`` of the runs of consecutive increasing indices."""
+    runs = []
+    for i in indices:
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
+
+
+def pad_by_copies(b: _Builder, node: onnx.NodeProto, x: str, out: str, full: "list[int]",
+                  mode: str) -> "list[Node]":
+    """``Pad`` in mode ``reflect``, ``edge`` or ``wrap`` of the height and width of a ``[1, C,
+    H, W]`` image: along each padded axis, the runs of input rows (columns) the padded tensor
+    copies are ``Slice`` nodes joined by a ``Concat`` (a run repeated is one ``Slice`` read
+    twice), so the array copies them exactly."""
+    shape = b.shape(x)
+    rank = len(shape)
+    if rank != 4 or any(p < 0 for p in full) or any(full[a] or full[a + rank] for a in (0, 1)):
+        raise _unsupported(b, node, (
+            f"Pad '{node.name}' pads a {rank}-D input by {full} in mode '{mode}'; only "
+            f"non-negative pads of the two spatial axes of a 4-D input are copied"))
+    nodes, current, current_shape = [], x, list(shape)
+    padded = [axis for axis in (2, 3) if full[axis] or full[axis + rank]]
+    for axis in padded:
+        sources = _sources(mode, current_shape[axis], full[axis], full[axis + rank])
+        if sources is None:
+            raise _unsupported(b, node, (
+                f"Pad '{node.name}' reflects {full[axis]} and {full[axis + rank]} positions "
+                f"along axis {axis}, of size {current_shape[axis]}; reflect pads must be "
+                f"smaller than the size"))
+        pieces, made = [], {}
+        for start, length in _runs(sources):
+            if (start, length) == (0, current_shape[axis]):
+                pieces.append(current)
+                continue
+            if (start, length) not in made:
+                piece_shape = list(current_shape)
+                piece_shape[axis] = length
+                name = b.new_value(f"{out}:{'hw'[axis - 2]}{start}+{length}", piece_shape)
+                first = [0, 0, 0, 0]
+                first[axis] = start
+                nodes.append(_slice_node(f"{node.name}/{'hw'[axis - 2]}{start}+{length}",
+                                         current, name, first, current_shape))
+                made[start, length] = name
+            pieces.append(made[start, length])
+        current_shape[axis] = len(sources)
+        target = out if axis == padded[-1] else b.new_value(f"{out}:h", current_shape)
+        nodes.append(Node(f"{node.name}/{'hw'[axis - 2]}" if axis != padded[-1] else node.name,
+                          "Concat", tuple(pieces), (target,), {"axis": axis, **_ACTIVATION}))
+        current = target
     return nodes
 
 

@@ -145,10 +145,10 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
         mode = next((onnx.helper.get_attribute_value(a) for a in node.attribute
                      if a.name == "mode"), b"constant")
         mode = mode.decode(errors="replace") if isinstance(mode, bytes) else str(mode)
-        if mode != "constant":
-            return (f"Pad '{node.name}' has mode '{mode}'; only mode 'constant' (folded into "
-                    f"the padding of the Conv, AveragePool or MaxPool reading it) is "
-                    f"supported")
+        if mode not in ("constant", "reflect", "edge", "wrap"):
+            return (f"Pad '{node.name}' has mode '{mode}'; ONNX defines 'constant' (folded "
+                    f"into the padding of the Conv, AveragePool or MaxPool reading it), "
+                    f"'reflect', 'edge' and 'wrap' (copies of rows and columns)")
     for index, role in _CONSTANT_INPUTS.get(node.op_type, {}).items():
         if index < len(node.input) and node.input[index] and node.input[index] not in constant:
             return (f"{node.op_type} '{node.name}' needs a constant {role}, but "
