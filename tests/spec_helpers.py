@@ -19,8 +19,8 @@ FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Ceil, Celu, "
              "Clip, Concat, Conv, ConvTranspose, Dropout, Elu, Erf, Exp, Flatten, Floor, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
-             "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, Pad, Reciprocal, "
-             "Relu, Reshape, Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, "
+             "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, PRelu, Pad, "
+             "Reciprocal, Relu, Reshape, Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, "
              "Split, Sqrt, Squeeze, Sum, Swish, Tanh, ThresholdedRelu, Transpose, Unsqueeze, "
              "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)

@@ -17,7 +17,7 @@ from ..passes.rewrite import channel_scale_node, channel_weight
 from .builder import (_ACTIVATION, _Builder, _attrs, _check_per_channel, _check_windows,
                       _explicit_pads, _input_4d, _unsupported)
 from .common import summary
-from .eltwise import convert_eltwise, eltwise_shapes
+from .eltwise import convert_eltwise, convert_prelu, eltwise_shapes
 from .slicing import SLICING_CONVERTERS, pad_by_copies
 from .upsample import UPSAMPLE_CONVERTERS
 
@@ -451,7 +451,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
     "Sub": convert_eltwise, "Max": convert_eltwise, "Min": convert_eltwise,
-    "Sum": convert_eltwise, "Mean": convert_eltwise,
+    "Sum": convert_eltwise, "Mean": convert_eltwise, "PRelu": convert_prelu,
     **{op: _table_activation for op, table in TABLE_OPS.items() if table.onnx},
     **UPSAMPLE_CONVERTERS, **SLICING_CONVERTERS,
 }

@@ -4,12 +4,14 @@ engine computes (``hdl/eltwise.py``; ``docs/arithmetic.md``, "Element-wise opera
 
 import math
 
+import numpy as np
 import onnx
 
 from ..errors import UnsupportedOperatorError
 from ..ir.graph import Node, TensorType
+from ..passes.rewrite import channel_scale_node, channel_weight
 
-__all__ = ["ELTWISE_ONNX_OPS", "convert_eltwise", "eltwise_shapes"]
+__all__ = ["ELTWISE_ONNX_OPS", "convert_eltwise", "convert_prelu", "eltwise_shapes"]
 
 #: The ONNX operators :func:`convert_eltwise` maps, and the ``kind`` of each.
 ELTWISE_ONNX_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min",
@@ -93,3 +95,32 @@ def convert_eltwise(b, node: onnx.NodeProto) -> "Node | list[Node]":
                                f"[1, K] shapes, or an image and a [1, C, 1, 1] tensor")
     return Node(node.name, "Eltwise", (a, c), (out,),
                 {"kind": ELTWISE_ONNX_OPS[node.op_type], "relu": False, "act_max": None})
+
+
+def convert_prelu(b, node: onnx.NodeProto) -> "Node | list[Node]":
+    """``PRelu(x, slope)`` with a constant slope: one slope for every element is the table
+    ``LeakyRelu`` (its ``alpha``); a slope per channel (``[C]``, ``[C, 1, 1]`` or ``[1, C, 1,
+    1]`` on an image, ``[K]`` on a vector), every one in ``[0, 1]``, is ``max(x, slope * x)``:
+    a per-channel scale (a depthwise 1x1 ``Conv`` or a diagonal ``Dense``) and an ``Eltwise``
+    ``max`` on the element-wise engine, exact for such slopes. Others are refused by name."""
+    x, out = b.value(node.input[0]), b.value(node.output[0])
+    shape = b.shape(x)
+    slope = np.asarray(b.array(node, node.input[1]), np.float64)
+    if slope.size and np.all(slope == slope.reshape(-1)[0]):
+        return Node(node.name, "LeakyRelu", (x,), (out,), {"alpha": float(slope.reshape(-1)[0])})
+    channels = shape[1] if len(shape) in (2, 4) and shape[0] == 1 else None
+    per_channel = channels is not None and slope.size == channels and \
+        slope.shape in ((channels,), (channels, 1, 1), (1, channels, 1, 1), (1, channels)) and \
+        (len(shape) == 4 or slope.ndim <= 2)
+    if not per_channel or slope.min() < 0 or slope.max() > 1:
+        raise _refuse(b, node, f"PRelu '{node.name}' has a slope of shape {list(slope.shape)} "
+                               f"(from {slope.min():g} to {slope.max():g}) on '{x}' of shape "
+                               f"{list(shape)}; hwonnx maps one slope (a LeakyRelu table) or "
+                               f"one per channel in [0, 1] (max(x, slope x) on the element-wise "
+                               f"engine)")
+    weight = b.new_constant(f"{node.input[1]}_per_channel",
+                            channel_weight(shape, slope.reshape(-1)))
+    scaled = b.new_value(f"{out}:sloped", shape)
+    scale = channel_scale_node(f"{node.name}:slope", (x, weight), scaled, shape)
+    return [scale, Node(node.name, "Eltwise", (x, scaled), (out,),
+                        {"kind": "max", "relu": False, "act_max": None})]

@@ -129,6 +129,7 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "GlobalMaxPool": OnnxOp(compute=True),
     "Concat": OnnxOp(compute=True),
     **{op: OnnxOp(compute=True) for op in ("Max", "Min", "Sum", "Mean")},
+    "PRelu": OnnxOp(compute=True, constant_inputs={1: "slope"}),
     "Slice": OnnxOp(compute=True, constant_inputs={1: "starts", 2: "ends", 3: "axes",
                                                    4: "steps"}),
     "Split": OnnxOp(compute=True, constant_inputs={1: "split"}),
