@@ -23,7 +23,7 @@ from hwonnx.frontend import load_model
 from hwonnx.zoo import random_inputs
 from hwonnx.zoo.exporters import EXPORTER_STYLE
 
-CLASSIFIERS = ("keras_nhwc_cnn", "torch_mlp_bn1d", "mobilenet_v3_style")
+CLASSIFIERS = ("keras_nhwc_cnn", "torch_mlp_bn1d", "mobilenet_v3_style", "audio_cnn_1d")
 
 
 def quiet(message):

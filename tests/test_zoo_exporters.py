@@ -20,6 +20,9 @@ FLOAT_OPS = {
     "keras_nhwc_cnn": ["Transpose", "Conv", "Conv", "Conv", "Reshape", "Dense", "Softmax"],
     "torch_mlp_bn1d": ["Dense", "Reshape", "Reshape", "Dense", "Reshape", "Reshape", "Dense"],
     "autoencoder_two_outputs": ["Dense", "Dense", "Dense", "Dense"],
+    # [N, C, L] as [N, C, 1, L] (the first Reshape on the host), BatchNorm1d folded
+    "audio_cnn_1d": ["Reshape", "Conv", "MaxPool", "Conv", "AvgPool", "Reshape", "Flatten",
+                     "Dense"],
     # HardSwish tables, the SE gate's Mul on the element-wise engine (Eltwise)
     "mobilenet_v3_style": ["Conv", "HardSwish", "Conv", "AvgPool", "Conv", "Conv",
                            "HardSigmoid", "Eltwise", "Conv", "Add", "Conv", "HardSwish",

@@ -20,6 +20,10 @@ the onnx helper API; no framework at run time): what users bring, not what hwonn
   PyTorch exports it), a C2f block (``Split`` in two, a bottleneck, ``Concat``), a nearest
   ``Resize`` x2 and a skip ``Concat`` in the neck, two detection heads (two graph outputs).
 
+* :func:`audio_cnn_1d`: a PyTorch ``Conv1d`` keyword spotter on 8 MFCC features x 64 frames
+  (``[N, C, L]`` tensors): Conv1d, BatchNorm1d, ReLU, MaxPool1d, a strided Conv1d, a global
+  average pool and a Linear classifier.
+
 :data:`EXPORTER_STYLE` maps names to builders ``fn(seed=0) -> onnx.ModelProto``.
 """
 
@@ -29,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["EXPORTER_STYLE", "autoencoder_two_outputs", "keras_nhwc_cnn", "mobilenet_v3_style",
+__all__ = ["EXPORTER_STYLE", "audio_cnn_1d", "autoencoder_two_outputs", "keras_nhwc_cnn", "mobilenet_v3_style",
            "tiny_unet", "tiny_yolo_style", "torch_mlp_bn1d"]
 
 
@@ -130,6 +134,22 @@ def autoencoder_two_outputs(seed: int = 0) -> onnx.ModelProto:
                    autoencoder_two_outputs.__doc__)
 
 
+def audio_cnn_1d(seed: int = 0) -> onnx.ModelProto:
+    """A 1-D CNN on [1, 8, 64] audio features, 5 classes (module docstring)."""
+    g = _Graph(seed)
+    x = g.node("Conv", ["input", g.he((16, 8, 3), 24), g.small((16,))], pads=[1, 1])
+    x = g.node("BatchNormalization", [
+        x, g.const(g.rng.uniform(0.6, 1.4, 16)), g.const(g.rng.normal(0, 0.2, 16)),
+        g.const(g.rng.normal(0, 0.3, 16)), g.const(g.rng.uniform(0.5, 2.0, 16))], epsilon=1e-5)
+    x = g.node("MaxPool", [g.node("Relu", [x])], kernel_shape=[2], strides=[2])       # 32
+    x = g.node("Relu", [g.node("Conv", [x, g.he((16, 16, 3), 48), g.small((16,))],
+                               pads=[1, 1], strides=[2])])                           # 16
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    g.node("Gemm", [x, g.he((5, 16), 16), g.small((5,))], transB=1)
+    return g.model("audio_cnn_1d", [("input", [1, 8, 64])], [("output", [1, 5])], 13,
+                   audio_cnn_1d.__doc__)
+
+
 def tiny_unet(seed: int = 0) -> onnx.ModelProto:
     """A two-level U-Net on 1x16x16 inputs with a 2-channel 16x16 output (module docstring)."""
     g = _Graph(seed)
@@ -212,4 +232,5 @@ def tiny_yolo_style(seed: int = 0) -> onnx.ModelProto:
 
 EXPORTER_STYLE = {"keras_nhwc_cnn": keras_nhwc_cnn, "torch_mlp_bn1d": torch_mlp_bn1d,
                   "tiny_unet": tiny_unet, "autoencoder_two_outputs": autoencoder_two_outputs,
-                  "mobilenet_v3_style": mobilenet_v3_style, "tiny_yolo_style": tiny_yolo_style}
+                  "mobilenet_v3_style": mobilenet_v3_style, "tiny_yolo_style": tiny_yolo_style,
+                  "audio_cnn_1d": audio_cnn_1d}
