@@ -1,16 +1,16 @@
 """Data-moving Transposes of computed tensors (issue 13, "Layout"): pairs that cancel (also
 across element-wise nodes: a Keras/tf2onnx NHWC model's Transposes around a Relu) are removed,
 a Transpose feeding the Flatten/Reshape of a Dense is folded into the order of its weight rows,
-and any other is refused by name. A channels-last model compiles to the same program as its
-NCHW twin, and runs bit-exact on the RTL."""
+and any other is a data movement on the array (copies written with strides). A
+channels-last model compiles to the same program as its NCHW twin, and runs bit-exact on the
+RTL."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
 from hwonnx.api import build, simulate
-from hwonnx.errors import UnsupportedOperatorError
+from hwonnx.golden import evaluate as golden_evaluate
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 from ort_reference import reference_session
@@ -81,23 +81,53 @@ def test_channels_last_model_on_rtl(tmp_path):
     assert rtl.cycles == [rtl.predicted_cycles] * 5
 
 
-def test_a_transpose_that_moves_data_between_layers_is_refused_by_name():
-    """Swapping H and W between two Convs needs a data movement; the error names it and the
-    other one like it, in one message."""
-    w2 = RNG.normal(0, 0.3, (4, 4, 3, 3)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("Transpose", ["c1"], ["t1"], perm=[0, 1, 3, 2], name="swap1"),
-             helper.make_node("Conv", ["t1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-             helper.make_node("Transpose", ["c2"], ["t2"], perm=[0, 1, 3, 2], name="swap2"),
-             helper.make_node("Conv", ["t2", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv3")]
-    model = make_model(nodes, {"x": [1, 3, 4, 5]}, {"y": [1, 4, 4, 5]}, {"w1": W1, "w2": w2},
-                       opset=17)
-    onnx.checker.check_model(model)
-    with pytest.raises(UnsupportedOperatorError) as info:
-        load_model(model)
-    assert [n[0] for n in info.value.nodes] == ["swap1", "swap2"]
-    assert "Transpose 'swap1' (perm [0, 1, 3, 2]) moves data in the middle of the graph" \
-        in str(info.value)
+PERMS = [(0, 1, 3, 2), (0, 2, 1, 3), (0, 3, 2, 1), (0, 2, 3, 1), (0, 3, 1, 2)]
+
+
+def permute_model(perm, c=3, h=4, w=5):
+    """Conv -> Transpose(perm) -> Conv: the Transpose moves data (no partner, no Dense)."""
+    shape = [1, c, h, w]
+    out = [shape[p] for p in perm]
+    w1 = RNG.normal(0, 0.3, (c, 2, 3, 3)).astype(np.float32)
+    w2 = RNG.normal(0, 0.3, (2, out[1], 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Transpose", ["a"], ["t"], perm=list(perm), name="move"),
+             helper.make_node("Conv", ["t", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2")]
+    return make_model(nodes, {"x": [1, 2, h, w]}, {"y": [1, 2, *out[2:]]},
+                      {"w1": w1, "w2": w2}, opset=17)
+
+
+@pytest.mark.parametrize("perm", PERMS)
+def test_a_transpose_that_moves_data_is_an_exact_copy(perm):
+    """Each permutation of C, H and W: the float Permute equals onnxruntime, and the integer
+    QPermute's output is its input's integers, transposed, exactly."""
+    model = permute_model(perm)
+    graph = load_model(model)
+    assert [n.op for n in graph.nodes] == ["Conv", "Permute", "Conv"]
+    x = RNG.normal(0, 1, (3, 2, 4, 5)).astype(np.float32)
+    session = reference_session(model)
+    want = np.concatenate([session.run(None, {"x": s[None]})[0] for s in x])
+    np.testing.assert_allclose(evaluate_float(graph, {"x": x})["y"], want, rtol=1e-5,
+                               atol=1e-5)
+    result = build(model, None, calib={"x": x[:, None]}, verilog=False, log=lambda m: None)
+    (move,) = [n for n in result.graph.nodes if n.op == "QPermute"]
+    env = golden_evaluate(result.graph, {"x": x}, keep_all=True)
+    np.testing.assert_array_equal(env[move.outputs[0]], np.transpose(env[move.inputs[0]], perm))
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("perm", PERMS)
+def test_a_transpose_that_moves_data_on_rtl(perm, tmp_path):
+    """Copies of rows (H <-> W) or channels (a kernel spanning the axis that becomes the
+    channels), each written with strides: RTL equals golden, in the predicted cycles."""
+    model = permute_model(perm)
+    x = RNG.normal(0, 1, (3, 1, 2, 4, 5)).astype(np.float32)
+    calib = np.concatenate([x, RNG.normal(0, 1, (16, 1, 2, 4, 5)).astype(np.float32)])
+    result = build(model, tmp_path / "build", calib={"x": calib}, log=lambda m: None)
+    rtl = simulate(tmp_path / "build", {"x": x}, mode="compare", log=lambda m: None)
+    golden = simulate(result, {"x": x}, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [rtl.predicted_cycles] * 3
 
 
 def test_a_pair_that_does_not_cancel_becomes_one_transpose():

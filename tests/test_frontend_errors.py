@@ -396,20 +396,18 @@ def test_every_refused_form_of_a_supported_operator_is_listed_in_one_error():
     assert "Slice 'every_2nd_w' has step 2 along axis 3" in message
 
 
-def test_transposes_that_move_data_are_listed_together():
-    """Two Transposes in the middle of the graph that reorder axes (no Flatten to fold into,
-    no partner to cancel) are refused in one error naming both, not at the first."""
-    conv = lambda x, y, name: helper.make_node("Conv", [x, "w"], [y], name=name)  # noqa: E731
-    model = make_model([conv("x", "a", "c1"),
-                        helper.make_node("Transpose", ["a"], ["b"], name="t1", perm=[0, 1, 3, 2]),
-                        conv("b", "c", "c2"),
-                        helper.make_node("Transpose", ["c"], ["d"], name="t2", perm=[0, 1, 3, 2]),
-                        conv("d", "y", "c3")],
-                       {"x": [1, 2, 3, 4]}, {"y": [1, 2, 3, 4]}, {"w": rand(2, 2, 1, 1)})
-    reason = ("Transpose '{}' (perm [0, 1, 3, 2]) moves data in the middle of the graph; hwonnx "
-              "removes a Transpose only where another one cancels it or where it feeds the "
-              "Flatten/Reshape of a Gemm/MatMul (folded into the weights)")
+def test_transposes_the_array_cannot_copy_are_listed_together():
+    """Two Transposes of rank-3 values in the middle of the graph (the array moves the axes of
+    [1, C, H, W] images) are refused in one error naming both, not at the first."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu0"),
+             helper.make_node("Transpose", ["r"], ["a"], name="t1", perm=[0, 2, 1]),
+             helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("Transpose", ["b"], ["c"], name="t2", perm=[0, 2, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu2")]
+    model = make_model(nodes, {"x": [1, 3, 4]}, {"y": [1, 3, 4]})
+    reason = ("Transpose '{}' has perm [0, 2, 1] on a value of shape [1, {}, {}]; the array "
+              "moves the channel, height and width axes of a [1, C, H, W] image")
     with raises(UnsupportedOperatorError, "2 unsupported node(s): node 't1' Transpose (domain "
                 "'ai.onnx', opset 17); node 't2' Transpose (domain 'ai.onnx', opset 17) ("
-                + reason.format("t1") + "; " + reason.format("t2") + ")"):
+                + reason.format("t1", 3, 4) + "; " + reason.format("t2", 4, 3) + ")"):
         load_model(model)

@@ -212,13 +212,11 @@ def test_pad_conv_relu_still_fuses():
         ("Conv", (1, 1, 1, 1), True)]
 
 
-def test_pad_reflect_is_unsupported():
+def test_pad_reflect_is_copies():
+    """(Against onnxruntime and on the RTL: tests/test_slicing.py.)"""
     conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv")
-    with pytest.raises(UnsupportedOperatorError,
-                       match=r"^1 unsupported node\(s\): node 'pad' Pad \(domain 'ai\.onnx', "
-                             r"opset 17\) \(Pad 'pad' has mode 'reflect'; only mode 'constant' "
-                             r"\(folded .*\); supported operators are .*$"):
-        load_model(pad_model(conv, mode="reflect"))
+    graph = load_model(pad_model(conv, mode="reflect"))
+    assert {n.op for n in graph.nodes} == {"Slice", "Concat", "Conv"}
 
 
 @pytest.mark.parametrize("kw", [{"value": float("nan")}, {"value": float("inf")},
@@ -330,20 +328,17 @@ def test_transpose_of_unit_axes_becomes_reshape():
         ("Reshape", (3, 1, 1, 4)), ("Relu", None)]
 
 
-def test_transpose_of_non_unit_axes_is_unsupported():
-    # Between two Relus: at the start or the end of the graph it would be a host step
-    # (tests/test_host_fallback.py).
+def test_transpose_of_non_unit_axes_is_a_permute():
+    # Between two Relus (at the start or the end of the graph it would be a host step,
+    # tests/test_host_fallback.py): a Permute the array copies (tests/test_fold_transpose.py).
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Transpose", ["r"], ["t"], name="nhwc", perm=[0, 2, 3, 1]),
              helper.make_node("Relu", ["t"], ["y"], name="relu2")]
     model = make_model(nodes, {"x": [1, 3, 4, 4]}, {"y": [1, 4, 4, 3]})
-    with pytest.raises(UnsupportedOperatorError,
-                       match=r"^1 unsupported node\(s\): node 'nhwc' Transpose \(domain "
-                             r"'ai\.onnx', opset 17\) \(Transpose 'nhwc' \(perm \[0, 2, 3, 1\]\) moves "
-                             r"data in the middle of the graph; hwonnx removes a Transpose only "
-                             r"where another one cancels it or where it feeds the Flatten/Reshape "
-                             r"of a Gemm/MatMul \(folded into the weights\)\)$"):
-        load_model(model)
+    graph = load_model(model)
+    assert [(n.op, n.attrs.get("perm")) for n in graph.nodes] == [
+        ("Relu", None), ("Permute", (0, 2, 3, 1))]
+    assert graph.nodes[1].attrs["relu"]                  # the second Relu, fused
 
 
 # Pipeline ------------------------------------------------------------------------------------

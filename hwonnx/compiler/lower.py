@@ -296,19 +296,22 @@ class _Builder:
         (m0, mt), (n0, nt), rows = m_tile, n_tile, self.config.rows
         runs = _runs(spec.counts, m0, mt)
         stride = target.cb
-        if spec.scatter is not None:         # a phase: one POST per output row
-            sy, sx, oy, ox, width = spec.scatter
-            ow = spec.out_hw[1]
-            runs = [(m, min(start + length, (m // ow + 1) * ow) - m, k)
-                    for start, length, k in runs for m in range(start, start + length)
-                    if m == start or m % ow == 0]
-            stride = sx * target.cb
+        ow = spec.out_hw[1]
+        if spec.scatter is not None:         # output pixel (y, x) is target pixel
+            row_step, col_step, offset = spec.scatter        # offset + y row_step + x col_step
+            if ow == 1:                      # a column: one POST with the row step
+                stride = row_step * target.cb
+            else:                            # one POST per output row
+                runs = [(m, min(start + length, (m // ow + 1) * ow) - m, k)
+                        for start, length, k in runs for m in range(start, start + length)
+                        if m == start or m % ow == 0]
+                stride = col_step * target.cb
 
         def pixel(m: int) -> int:
             if spec.scatter is None:
                 return m
-            y, x = divmod(m, spec.out_hw[1])
-            return (sy * y + oy) * width + sx * x + ox
+            y, x = divmod(m, ow)
+            return offset + y * row_step + x * col_step
 
         return [dict(op=Op.POST, acc_addr=acc_base + start - m0, count=length,
                      par_addr=par_addr[n_index, k],

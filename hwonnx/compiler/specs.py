@@ -53,9 +53,10 @@ class _LayerSpec:
     depthwise: bool = False        # output channel n reads only input channel n
     dense: bool = False            # every weight block may be non-zero (keep them all)
     pad: "int | None" = None       # int8 padding value of a folded constant Pad
-    #: (sy, sx, oy, ox, width): output pixel (y, x) is pixel (sy y + oy, sx x + ox) of the
-    #: target, an image of that width (a phase of a transposed convolution, :mod:`.phases`)
-    scatter: "tuple[int, int, int, int, int] | None" = None
+    #: (row_step, col_step, offset): output pixel (y, x) is target pixel offset + y row_step +
+    #: x col_step (a phase of a transposed convolution, :mod:`.phases`; a source of a Concat
+    #: along height or width; a part of a Permute)
+    scatter: "tuple[int, int, int] | None" = None
 
     def padding(self, source: _Source) -> int:
         """The value the feeder reads at padding positions of ``source`` (MATMUL ``zp``)."""
@@ -192,6 +193,13 @@ def _conv_phys(w: np.ndarray, group: int, lanes: int) -> np.ndarray:
     return phys
 
 
+def _affine(scatter: "tuple[int, int, int, int, int]") -> "tuple[int, int, int]":
+    """``(row_step, col_step, offset)`` in target pixels of output pixel ``(y, x)`` going to
+    target pixel ``(sy y + oy, sx x + ox)`` of an image of width ``width``."""
+    sy, sx, oy, ox, width = scatter
+    return sy * width, sx, oy * width + ox
+
+
 def _out(attrs) -> dict:
     """The output fields of a layer spec: zero point, clamp, rounding, activation table."""
     return dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
@@ -209,7 +217,58 @@ def _parts(node: Node, placements: "list[Placement]", graph: Graph, rows: int
         return _phase_specs(node, placements, graph, rows)
     if node.op == "QConcat" and node.attrs.get("axis", 1) != 1:
         return _concat_hw_specs(node, placements, graph, rows)
+    if node.op == "QPermute":
+        return _permute_specs(node, placements, graph, rows)
     return None
+
+
+def _permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                   ) -> "list[tuple[str, _LayerSpec]]":
+    """A ``QPermute`` of ``[1, C, H, W]`` as copies written with strides (``scatter``):
+    swapping H and W, one 1x1 copy of each input row ``h`` (the window starting at row ``h``)
+    written as output column ``h``; moving input axis ``a`` (H or W) to the channels, one copy
+    per input channel ``c``: a kernel spanning axis ``a`` whose tap ``i`` feeds output channel
+    ``i`` from lane ``c`` (weight 1), its output row or column written to the output pixels of
+    ``c``."""
+    attrs = node.attrs
+    perm = tuple(attrs["perm"])
+    mult, shift = (graph.constants[v] for v in node.inputs[1:3])
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    _, c, h, w = placements[0].shape
+    out_w = graph.types[node.outputs[0]].shape[3]
+    lanes = source.cb * rows
+    specs = []
+
+    def copy(name, phys, out_hw, pads, scatter):
+        n_out = phys.shape[0]
+        specs.append((name, _LayerSpec(
+            [source], [0], phys, np.zeros(n_out, dtype=np.int64), mult, shift, out_hw, (1, 1),
+            pads, (1, 1), macs=n_out * out_hw[0] * out_hw[1], scatter=scatter,
+            **_out(attrs))))
+
+    if perm[1] == 1:                                   # (0, 1, 3, 2): rows become columns
+        phys = np.zeros((c, 1, 1, lanes), dtype=np.int64)
+        phys[np.arange(c), 0, 0, np.arange(c)] = 1
+        for y in range(h):
+            copy(f"row {y}", phys, (1, w), (-y, 0, 0, 0), (0, out_w, y))
+        return specs
+    axis = perm[1]                                     # 2 (H) or 3 (W) becomes the channels
+    extent = h if axis == 2 else w
+    kernel = (extent, 1) if axis == 2 else (1, extent)
+    other = 3 if axis == 2 else 2                      # the spatial axis that stays spatial
+    for ch in range(c):
+        phys = np.zeros((extent, *kernel, lanes), dtype=np.int64)
+        taps = np.arange(extent)
+        if axis == 2:
+            phys[taps, taps, 0, ch] = 1
+        else:
+            phys[taps, 0, taps, ch] = 1
+        out_hw = (1, w) if axis == 2 else (h, 1)
+        # the copy's pixels run along ``other``; the channel c is the output row or column
+        step, offset = (out_w, ch) if perm[2] == other else (1, ch * out_w)
+        scatter = (0, step, offset) if axis == 2 else (step, 0, offset)
+        copy(f"channel {ch}", phys, out_hw, (0, 0, 0, 0), scatter)
+    return specs
 
 
 def _slice_spec(node: Node, placement: Placement, graph: Graph, rows: int, out: dict
@@ -253,7 +312,7 @@ def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, ro
         specs.append((f"source {index}", _LayerSpec(
             [source], [0], phys, np.zeros(channels, dtype=np.int64), mult[index],
             shift[index], (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w,
-            scatter=(1, 1, oy, ox, out_w), **_out(attrs))))
+            scatter=(out_w, 1, oy * out_w + ox), **_out(attrs))))
         offset += h if axis == 2 else w
     return specs
 
@@ -275,5 +334,5 @@ def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: 
             [source], [0], _conv_phys(phase.weight, group, source.cb * rows),
             bias.astype(np.int64), mult, shift, phase.out_hw, (1, 1), phase.pads, (1, 1),
             macs=oh * ow * n_out * c_group * phase.taps,
-            depthwise=c_group == 1 and n_out == group, scatter=phase.scatter, **out)))
+            depthwise=c_group == 1 and n_out == group, scatter=_affine(phase.scatter), **out)))
     return specs

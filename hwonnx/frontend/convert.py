@@ -359,15 +359,21 @@ def transpose_is_reshape(shape: "tuple[int, ...]", perm: "list[int]") -> bool:
 
 
 def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
-    """A ``Reshape`` when only size-1 axes move; else a ``Transpose`` that the
-    ``fold-transpose`` pass must remove (cancelled by another, or folded into the weights of a
-    ``Dense`` after a ``Flatten``); one left is refused after the pass pipeline."""
+    """A ``Reshape`` when only size-1 axes move; else a ``Permute`` of a ``[1, C, H, W]``
+    image (the batch axis in place), which the ``fold-transpose`` pass removes where another
+    cancels it or a ``Dense`` after a ``Flatten`` can take it into its weights, and the array
+    copies otherwise."""
     x = b.value(node.input[0])
     shape = b.shape(x)
     perm = tuple(int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
     if transpose_is_reshape(shape, list(perm)):
         return _as_reshape(b, node)
-    return Node(node.name, "Transpose", (x,), (b.value(node.output[0]),), {"perm": perm})
+    if len(shape) != 4 or shape[0] != 1 or perm[0] != 0:
+        raise _unsupported(b, node, (
+            f"Transpose '{node.name}' has perm {list(perm)} on a value of shape {list(shape)}; "
+            f"the array moves the channel, height and width axes of a [1, C, H, W] image"))
+    return Node(node.name, "Permute", (x,), (b.value(node.output[0]),),
+                {"perm": perm, **_ACTIVATION})
 
 
 def _pad(b: _Builder, node: onnx.NodeProto) -> Node:

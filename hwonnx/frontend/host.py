@@ -221,13 +221,7 @@ def check_host_steps(graph: Graph, opset: int) -> None:
     steps = graph.meta.get("host_steps") or {}
     nodes, reasons = [], []
     for node in graph.nodes:
-        if node.name not in steps and node.op == "Transpose":
-            reasons.append(f"Transpose '{node.name}' (perm {list(node.attrs['perm'])}) moves "
-                           f"data in the middle of the graph; hwonnx removes a Transpose "
-                           f"only where another one cancels it or where it feeds the "
-                           f"Flatten/Reshape of a Gemm/MatMul (folded into the weights)")
-            nodes.append((node.name, node.op, "", opset))
-        elif node.name not in steps and node.op in HOST_IR_OPS:
+        if node.name not in steps and node.op in HOST_IR_OPS:
             reasons.append(runs_on_neither(node.name, node.op))
             nodes.append((node.name, node.op, "", opset))
     if nodes:

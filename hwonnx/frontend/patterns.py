@@ -125,6 +125,8 @@ def _relu6_of_x_plus_3(g: _Graph, value: str, x: str, inner: list) -> bool:
 
 def _match_mul(g: _Graph, mul) -> "Fused | None":
     """``x * gate(x)``: SiLU, x * hardsigmoid, Mish, x * (relu6(x + 3) / 6)."""
+    if len(mul.input) != 2:                 # malformed: the signature check names it
+        return None
     for x, gate in (mul.input, mul.input[::-1]):
         inner = [mul]
         names = lambda: frozenset(n.name for n in inner)           # noqa: E731

@@ -267,6 +267,17 @@ def qslice(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, ou
     return np.moveaxis(y, -1, 1)
 
 
+@golden_op("QPermute")
+def qpermute(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
+             lo: int, hi: int, perm, **_) -> np.ndarray:
+    """``x`` transposed by ``perm`` (batch axis first and in place), ``x - in_zp`` requantized
+    per output channel (the identity ``2**30 * 2**-30`` copies it)."""
+    part = np.transpose(x, perm).astype(np.int64) - in_zp
+    y = requantize(np.moveaxis(part, 1, -1), np.zeros(part.shape[1], dtype=np.int32), mult,
+                   shift, out_zp, lo, hi)
+    return np.moveaxis(y, -1, 1)
+
+
 @golden_op("Softmax")
 def softmax(x: np.ndarray, *, axis: int = -1, **_) -> np.ndarray:
     """Host operator (float32): softmax along ``axis``."""

@@ -269,6 +269,7 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Concat": lambda graph, node, *xs: _activation(
         node, np.concatenate(xs, axis=node.attrs["axis"])),
     "Slice": _slice,
+    "Permute": lambda graph, node, x: _activation(node, np.transpose(x, node.attrs["perm"])),
     "Relu": lambda graph, node, x: np.maximum(x, 0),
     "Clip": _clip,
     "BatchNorm": _batchnorm,

@@ -92,6 +92,8 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                    "convolution, each source requantized by its own multiplier"),
     "Eltwise": IrOp(LAYER, "QEltwise", why="element-wise engine: each input rescaled by its "
                     "own scale, requantized once by the post-processor"),
+    "Permute": IrOp(LAYER, "QPermute", why="a Transpose that moves data: copies of the input's "
+                    "rows or channels, each written with strides to its place"),
     "Slice": IrOp(LAYER, "QSlice", why="a window of the input (Slice, an output of Split): a "
                   "1x1 copy selecting its channels, the window starting inside the input"),
     "Flatten": IrOp(LAYOUT, "Flatten", why=_LAYOUT_ONLY),

@@ -24,11 +24,12 @@ ELEMENTWISE_UNARY = frozenset({"Relu", "Clip", "Identity"}) | frozenset(
 
 @dataclass(frozen=True)
 class FoldTranspose:
-    """For each ``Transpose`` ``t`` (perm ``p``) that is no host step, followed through nodes
+    """For each ``Permute`` ``t`` (perm ``p``; a host step's ``Transpose`` is left), followed
+    through nodes
     of :data:`ELEMENTWISE_UNARY` (each the only reader of the value before it, none a graph
     output):
 
-    * to another ``Transpose`` ``t2`` (perm ``q``): both are replaced by one ``Transpose`` of
+    * to another ``Permute`` ``t2`` (perm ``q``): both are replaced by one ``Permute`` of
       perm ``p[q]`` after the element-wise nodes, or by none when that is the identity (the
       element-wise nodes then read ``t``'s input and their values take its axis order);
     * to layout nodes (``Flatten``/``Reshape``) that make a ``[1, K]`` vector read only by a
@@ -38,15 +39,14 @@ class FoldTranspose:
       ``j`` of the transposed one. The float results are unchanged (the same products, summed
       in another order).
 
-    Any other ``Transpose`` moves data and is refused after the pipeline (``check_host_steps``).
+    Any other ``Permute`` is a data movement on the array (``QPermute``).
     """
     name: str = "fold-transpose"
 
     def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
-        steps = graph.meta.get("host_steps") or {}
         for _ in range(len(graph.nodes) + 1):
             for node in graph.nodes:
-                if node.op == "Transpose" and node.name not in steps:
+                if node.op == "Permute":
                     new = _fold(graph, node)
                     if new is not None:
                         graph = new
@@ -74,7 +74,7 @@ def _fold(graph: Graph, t: Node) -> "Graph | None":
     unary, after = _follow(graph, t.outputs[0], ELEMENTWISE_UNARY)
     if after is None:
         return None
-    if after.op == "Transpose" and not (graph.meta.get("host_steps") or {}).get(after.name):
+    if after.op == "Permute":
         return _cancel(graph, t, unary, after, perm)
     layout, dense = _follow(graph, (unary[-1] if unary else t).outputs[0], LAYOUT_OPS)
     if after.op in LAYOUT_OPS and layout and dense is not None and dense.op == "Dense" \

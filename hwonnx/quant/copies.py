@@ -1,12 +1,13 @@
-"""Quantization of the layers that copy values: ``Slice`` (a window of its input) and
-``Concat`` along the height or width axis (each source copied to its place). Each keeps its
-input's parameters where it can, so the integers are copied exactly."""
+"""Quantization of the layers that copy values: ``Slice`` (a window of its input),
+``Permute`` (a Transpose that moves data) and ``Concat`` along the height or width axis (each
+source copied to its place). Each keeps its input's parameters where it can, so the integers
+are copied exactly."""
 
 import numpy as np
 
 from ..ir import Node, TensorType
 
-__all__ = ["quantize_slice", "concat_multipliers"]
+__all__ = ["quantize_copy", "concat_multipliers"]
 
 
 def _identity_or(real: np.ndarray, layer: str, requant_params) -> "tuple[np.ndarray, ...]":
@@ -17,10 +18,11 @@ def _identity_or(real: np.ndarray, layer: str, requant_params) -> "tuple[np.ndar
     return mult.reshape(real.shape).astype(np.int32), shift.reshape(real.shape).astype(np.int32)
 
 
-def quantize_slice(node: Node, params, qname, constants, types, clamp, requant_params) -> Node:
-    """``Slice``: the window's ``x - in_zp`` requantized by ``s_in / s_out`` per channel (the
-    identity, and the window's integers exactly, when the output keeps the input's
-    parameters, as the quantizer chooses unless a pre-quantized model says otherwise)."""
+def quantize_copy(node: Node, params, qname, constants, types, clamp, requant_params) -> Node:
+    """``Slice`` (``QSlice``: ``starts``, ``out_shape``) or ``Permute`` (``QPermute``:
+    ``perm``): the copied ``x - in_zp`` requantized by ``s_in / s_out`` per output channel
+    (the identity, and the integers exactly, when the output keeps the input's parameters,
+    as the quantizer chooses unless a pre-quantized model says otherwise)."""
     x, out = node.inputs[0], node.outputs[0]
     (s_in, zp_in), (s_out, zp_out) = params[x], params[out]
     channels = types[qname[out]].shape[1]
@@ -31,11 +33,11 @@ def quantize_slice(node: Node, params, qname, constants, types, clamp, requant_p
         constants[names[-1]] = array
         types[names[-1]] = TensorType(str(array.dtype), array.shape)
     lo, hi = clamp(node, params[out])
-    return Node(node.name, "QSlice", (qname[x], *names), (qname[out],),
-                {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
-                 "starts": tuple(node.attrs["starts"]),
-                 "out_shape": tuple(types[qname[out]].shape[1:]), "in_scale": s_in,
-                 "out_scale": s_out,
+    where = {"perm": tuple(node.attrs["perm"])} if node.op == "Permute" else {
+        "starts": tuple(node.attrs["starts"]), "out_shape": tuple(types[qname[out]].shape[1:])}
+    return Node(node.name, "Q" + node.op, (qname[x], *names), (qname[out],),
+                {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, **where,
+                 "in_scale": s_in, "out_scale": s_out,
                  "relu": bool(node.attrs.get("relu"))})
 
 

@@ -12,7 +12,7 @@ from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .channels import check_accumulator, expressible, fit_channels, mult_shift
 from .check import check_layers
-from .copies import concat_multipliers, quantize_slice
+from .copies import concat_multipliers, quantize_copy
 from .eltwise import quantize_eltwise
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
@@ -184,7 +184,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 values[out].min(), values[out].max(), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
-        if node.op in ("MaxPool", "Slice") or node.attrs.get("copy"):   # the input's own
+        if node.op in ("MaxPool", "Slice", "Permute") or node.attrs.get("copy"):  # input's
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
             params[out] = _borrowed_params(node, graph, params, values, warnings)
@@ -203,9 +203,9 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             nodes.append(_quantize_maxpool(node, params, qname, constants, types))
         elif node.op == "Concat":
             nodes.append(_quantize_concat(node, params, qname, constants, types))
-        elif node.op == "Slice":
-            nodes.append(quantize_slice(node, params, qname, constants, types, _clamp,
-                                        requant_params))
+        elif node.op in ("Slice", "Permute"):
+            nodes.append(quantize_copy(node, params, qname, constants, types, _clamp,
+                                       requant_params))
         else:
             nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
                                          constants, types, layer_ann, warnings))
