@@ -193,7 +193,7 @@ def test_div_of_two_computed_tensors_is_refused_by_name():
         load_model(_two_branch("Div", b_shape=(1, 4, 4, 5)))
 
 
-def test_a_computed_scalar_is_refused_by_name():
+def test_a_computed_scalar_is_spread_per_channel():
     nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a"),
              helper.make_node("ReduceMean", ["a"], ["s"], name="mean", keepdims=1),
              helper.make_node("Mul", ["a", "s"], ["e"], name="elt")]
@@ -207,12 +207,11 @@ def test_a_computed_scalar_is_refused_by_name():
              helper.make_node("Mul", ["a", "s"], ["e"], name="elt")]
     model = make_model(nodes, {"x": [1, 3, 4, 5]}, {"e": [1, 4, 4, 5]},
                        {"wa": rand(4, 3, 1, 1, seed=1), "ws": rand(1, 3, 4, 5, seed=2)})
-    with _refusal("Mul", "elt", (
-            "Mul 'elt' combines 'a' of shape [1, 4, 4, 5] and 's' of shape [1, 1, 1, 1]: a "
-            "scalar broadcast over an image (only a per-channel [1, C, 1, 1] tensor is); the "
-            "element-wise engine takes equal [1, C, H, W] or [1, K] shapes, or an image and "
-            "a [1, C, 1, 1] tensor")):
-        load_model(model)
+    graph = load_model(model)          # (the RTL: tests/test_scalar_broadcast.py)
+    assert [n.op for n in graph.nodes] == ["Conv", "Conv", "Conv", "Eltwise"]
+    spread = graph.nodes[2]
+    assert spread.name == "elt:spread" and spread.attrs["copy"]
+    assert graph.types[spread.outputs[0]].shape == (1, 4, 1, 1)
 
 
 def test_max_with_a_constant_and_a_max_of_three_are_refused_by_name():

@@ -17,7 +17,7 @@ from ..passes.rewrite import channel_scale_node, channel_weight
 from .builder import (_ACTIVATION, _Builder, _attrs, _check_per_channel, _check_windows,
                       _explicit_pads, _input_4d, _unsupported)
 from .common import summary
-from .eltwise import convert_eltwise, convert_prelu, eltwise_shapes
+from .eltwise import convert_eltwise, convert_prelu
 from .slicing import SLICING_CONVERTERS, pad_by_copies
 from .upsample import UPSAMPLE_CONVERTERS
 
@@ -160,9 +160,8 @@ def _matmul(b: _Builder, node: onnx.NodeProto) -> Node:
 def _add(b: _Builder, node: onnx.NodeProto) -> Node:
     a, c = node.input
     if a not in b.onnx_constants and c not in b.onnx_constants \
-            and b.shape(b.value(a)) != b.shape(b.value(c)) \
-            and eltwise_shapes(b.shape(b.value(a)), b.shape(b.value(c))) is None:
-        return convert_eltwise(b, node)      # per-channel broadcast: the element-wise engine
+            and b.shape(b.value(a)) != b.shape(b.value(c)):
+        return convert_eltwise(b, node)      # a broadcast: the element-wise engine, or refused
     if a in b.onnx_constants:                # constant second, the form fuse-bias looks for
         a, c = c, a
     c = b.constant(node, c) if c in b.onnx_constants else b.value(c)

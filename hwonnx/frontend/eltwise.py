@@ -69,6 +69,25 @@ def _chain(b, node: onnx.NodeProto, inputs: "list[str]", out: str) -> "list[Node
     return nodes
 
 
+def _spread_scalar(b, node: onnx.NodeProto, a: str, c: str
+                   ) -> "tuple[Node, str, str] | None":
+    """A computed ``[1, 1, 1, 1]`` scalar beside a ``[1, C, H, W]`` image, spread to ``[1, C, 1,
+    1]`` by a 1x1 ``Conv`` with weights of one that copies it exactly (``copy``: it keeps its
+    input's quantization), so the engine's per-channel broadcast takes it: ``(that Conv, the
+    operands in their order)``; None for other shapes."""
+    scalar = next((v for v in (a, c) if tuple(b.shape(v)) == (1, 1, 1, 1)), None)
+    image = c if scalar == a else a
+    if scalar is None or len(b.shape(image)) != 4:
+        return None
+    channels = b.shape(image)[1]
+    spread = b.new_value(f"{scalar}:per_channel", (1, channels, 1, 1))
+    weight = b.new_constant(f"{node.name}_spread", np.ones((channels, 1, 1, 1), np.float32))
+    conv = Node(f"{node.name}:spread", "Conv", (scalar, weight), (spread,),
+                {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1,
+                 "relu": False, "act_max": None, "copy": True})
+    return conv, *((spread, image) if scalar == a else (image, spread))
+
+
 def convert_eltwise(b, node: onnx.NodeProto) -> "Node | list[Node]":
     """An ``Eltwise`` node {``kind``, ``relu``, ``act_max``} of the two run-time inputs of
     ``node`` (a one-input ``Sum``/``Mean``/``Max``/``Min`` is an ``Identity``)."""
@@ -88,6 +107,13 @@ def convert_eltwise(b, node: onnx.NodeProto) -> "Node | list[Node]":
                                f"engine maps {node.op_type} of two computed tensors only")
     a, c = (b.value(v) for v in inputs)
     why = eltwise_shapes(b.shape(a), b.shape(c))
+    spread = _spread_scalar(b, node, a, c) if why is not None and why.startswith("a scalar") \
+        else None
+    if spread is not None:
+        conv, a, c = spread
+        return [conv, Node(node.name, "Eltwise", (a, c), (out,),
+                           {"kind": ELTWISE_ONNX_OPS[node.op_type], "relu": False,
+                            "act_max": None})]
     if why is not None:
         raise _refuse(b, node, f"{node.op_type} '{node.name}' combines '{a}' of shape "
                                f"{list(b.shape(a))} and '{c}' of shape {list(b.shape(c))}: "
