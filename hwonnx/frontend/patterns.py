@@ -6,7 +6,8 @@
 * ``x * Clip(x + 3, 0, 6) / 6`` (Keras/TF's hard-swish; ``Div`` by 6 or ``Mul`` by 1/6):
   ``HardSwish``;
 * ``x * (1 + Erf(x / sqrt(2))) * 0.5`` (PyTorch's GELU before opset 20; ``Div`` by sqrt(2) or
-  ``Mul`` by 1/sqrt(2), the 0.5 on either side): ``Gelu``;
+  ``Mul`` by 1/sqrt(2)): ``Gelu``; ``x * (1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3))) * 0.5``
+  (its tanh approximation; x^3 as ``Pow`` or ``x * (x * x)``): ``Gelu`` with ``tanh``;
 * ``x * Tanh(Softplus(x))``: ``Mish``.
 
 Each becomes one 256-entry table, exact for the function (one rounding) instead of a chain of
@@ -156,6 +157,40 @@ def _match_mul(g: _Graph, mul) -> "Fused | None":
     return None
 
 
+def _tanh_gelu_inner(g: _Graph, value: str, x: str, inner: list) -> "list | None":
+    """``inner`` with the nodes of ``tanh(sqrt(2 / pi) (x + 0.044715 x^3))`` writing
+    ``value`` (x^3 as ``Pow(x, 3)`` or ``x * (x * x)``, as PyTorch writes it), else None."""
+    tanh = g.node(value, "Tanh", inner)
+    scaled = tanh is not None and g.producer.get(tanh.input[0])
+    if not scaled or scaled.op_type not in ("Mul", "Div") or \
+            not g.node(tanh.input[0], scaled.op_type, inner):
+        return None
+    pair = _times(g, scaled)
+    if pair is None or not _close(pair[1], math.sqrt(2 / math.pi)):
+        return None
+    add = g.node(pair[0], "Add", inner)
+    if add is None or len(add.input) != 2 or x not in add.input:
+        return None
+    cubic = next(v for v in add.input if v != x) if add.input[0] != add.input[1] else None
+    term = cubic and g.producer.get(cubic)
+    if not term or term.op_type != "Mul" or not g.node(cubic, "Mul", inner):
+        return None
+    pair = _times(g, term)
+    if pair is None or not _close(pair[1], 0.044715):
+        return None
+    cube = g.producer.get(pair[0])
+    if cube is None or not g.node(pair[0], cube.op_type, inner):
+        return None
+    if cube.op_type == "Pow" and cube.input[0] == x and _close(g.scalar(cube.input[1]), 3.0):
+        return inner
+    if cube.op_type == "Mul" and x in cube.input:
+        square = next((v for v in cube.input if v != x), None)
+        node = square and g.node(square, "Mul", inner)
+        if node and list(node.input) == [x, x]:
+            return inner
+    return None
+
+
 def _match_scaled(g: _Graph, last) -> "Fused | None":
     """The patterns ending in a constant factor: hard-swish ``(x * relu6(x + 3)) / 6`` and
     GELU ``(x * (1 + erf(x / sqrt 2))) * 0.5``."""
@@ -176,6 +211,10 @@ def _match_scaled(g: _Graph, last) -> "Fused | None":
         pair = add is not None and g.operands(add)
         if not _close(factor, 0.5) or not pair or not _close(pair[1], 1.0):
             continue
+        if _tanh_gelu_inner(g, pair[0], x, list(tried)) is not None:
+            tried = _tanh_gelu_inner(g, pair[0], x, tried)
+            return Fused("Gelu", {"approximate": "tanh"}, x, last.name,
+                         frozenset(n.name for n in tried))
         erf = g.node(pair[0], "Erf", tried)
         arg = erf is not None and g.producer.get(erf.input[0])
         if not arg or arg.op_type not in ("Div", "Mul") or \
