@@ -1,14 +1,16 @@
 """hwonnx's own graph IR. ONNX protobufs never leave ``hwonnx.frontend``; past it, a model is a
 :class:`Graph` of :class:`Node` objects in topological order.
 
-Two op vocabularies share this structure (documented in ``docs/ir.md``):
+Two op vocabularies share this structure (documented in ``docs/ir.md``; every op is declared
+in the operator registry, :mod:`hwonnx.ir.ops`):
 
-* the **float graph** made by the frontend: ``Conv``, ``Dense``, ``Relu``, ``Add``,
-  ``AvgPool``, ``MaxPool``, ``Concat``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``,
-  ``Softmax`` and the table activations (``LeakyRelu``, ``Sigmoid``, ...);
-* the **integer graph** made by the quantizer: ``Quantize``, ``QConv``, ``QDense``, ``QAdd``,
-  ``QAvgPool``, ``QMaxPool``, ``QConcat``, ``Flatten``, ``Reshape``, ``Dequantize`` and host
-  ``Softmax``; every one of them is defined bit for bit by a function of :mod:`hwonnx.golden`.
+* the **float graph** made by the frontend: ``Conv``, ``Dense``, ``ConvTranspose``, ``Add``,
+  ``Eltwise``, ``AvgPool``, ``MaxPool``, ``Concat``, ``Slice``, ``Permute``, ``Relu``,
+  ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``, ``Softmax`` and the table activations
+  (``LeakyRelu``, ``Sigmoid``, ...);
+* the **integer graph** made by the quantizer: ``Quantize``, the ``Q...`` layers of those,
+  ``Flatten``, ``Reshape``, ``Dequantize`` and host ``Softmax``; every one of them is defined
+  bit for bit by a function of :mod:`hwonnx.golden`.
 
 Both may hold float32 host steps before the accelerator's input and after its output (``Sub``,
 ``Div``, ``Transpose``, ``ArgMax``, ``TopK``, ...: :mod:`hwonnx.golden.host`).
