@@ -35,8 +35,10 @@ def golden_op(op: str):
 @golden_op("Quantize")
 def quantize(x: np.ndarray, *, scale: float, zero_point: int) -> np.ndarray:
     """``clamp(round_half_even(x / scale) + zero_point, -128, 127)`` in float32 (the host's
-    input conversion; the same rule as ONNX ``QuantizeLinear``)."""
-    q = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale)) + zero_point
+    input conversion; the same rule as ONNX ``QuantizeLinear``). A quotient beyond float32 (a
+    tiny scale) is an infinity, which the clamp saturates, as ``QuantizeLinear`` does."""
+    with np.errstate(over="ignore"):
+        q = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale)) + zero_point
     return np.clip(q, -128, 127).astype(np.int8)
 
 
