@@ -17,3 +17,28 @@ def he_weight(rng, *shape, gain=1.0) -> np.ndarray:
     """float32 weights of ``shape`` (output first), He-normal scaled by ``gain``."""
     fan_in = int(np.prod(shape[1:]))
     return (rng.normal(0, gain * (2 / fan_in) ** 0.5, shape)).astype(np.float32)
+
+
+def rtl_matches_golden(result, inputs: dict, samples: int):
+    """Run ``inputs`` on the RTL in compare mode: every output equal to golden, every sample in
+    the predicted cycles, every layer's output equal to golden (truncated programs). Returns
+    the RTL's result."""
+    from hwonnx.api import first_difference, simulate
+
+    quiet = lambda message: None                                      # noqa: E731
+    rtl = simulate(result, inputs, mode="compare", log=quiet)
+    golden = simulate(result, inputs, mode="golden")
+    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
+    assert rtl.cycles == [rtl.predicted_cycles] * samples
+    assert first_difference(result, inputs, 0, log=quiet) == (
+        "sample 0: every layer output matches; the difference is in the host I/O")
+    return rtl
+
+
+def float_reference(model, xs: np.ndarray) -> np.ndarray:
+    """onnxruntime on the float model, one sample of ``xs`` at a time (input ``x``)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, {"x": x})[0] for x in xs])

@@ -6,14 +6,13 @@ close to onnxruntime on the float model."""
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import helper
 
-from hwonnx.api import build, first_difference, simulate
+from hwonnx.api import build
 from hwonnx.report import placement
 
-from rtl_helpers import CONFIGS, he_weight
+from rtl_helpers import CONFIGS, float_reference, he_weight, rtl_matches_golden
 from spec_helpers import make_model
 
 pytestmark = pytest.mark.rtl
@@ -89,17 +88,9 @@ def test_concat_model_rtl_equals_golden(name, config_name):
 
     samples = 6
     inputs = {"x": rng.uniform(-1, 1, (samples, *shape)).astype(np.float32)}
-    rtl = simulate(result, inputs, mode="compare", log=lambda message: None)
-    golden = simulate(result, inputs, mode="golden")
-    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
-    assert rtl.cycles == [rtl.predicted_cycles] * samples
-    # every layer's output, the Concat's included, equals golden (truncated programs)
-    assert first_difference(result, inputs, 0, log=lambda message: None) == (
-        "sample 0: every layer output matches; the difference is in the host I/O")
-
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-    reference = np.concatenate([session.run(None, {"x": x})[0] for x in inputs["x"]])
+    # every output and every layer's, the Concat's included, equals golden
+    rtl = rtl_matches_golden(result, inputs, samples)
+    reference = float_reference(model, inputs["x"])
     error = np.abs(rtl.outputs["y"].reshape(reference.shape) - reference).max()
     print(f"\n{name} on {config_name}: {len(result.program.layers)} layers, "
           f"{rtl.predicted_cycles} cycles; concat scales {[f'{s:.4g}' for s in scales]} -> "

@@ -8,14 +8,13 @@ float model."""
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import helper
 
-from hwonnx.api import build, first_difference, simulate
+from hwonnx.api import build
 from hwonnx.report import placement
 
-from rtl_helpers import CONFIGS, he_weight
+from rtl_helpers import CONFIGS, float_reference, he_weight, rtl_matches_golden
 from spec_helpers import make_model
 
 pytestmark = pytest.mark.rtl
@@ -124,17 +123,9 @@ def test_eltwise_model_rtl_equals_golden(name, config_name):
 
     samples = 5            # calibration samples: no layer saturates (the error is the engine's
     inputs = {"x": calib[:samples]}                  # and the layers', not the range's)
-    rtl = simulate(result, inputs, mode="compare", log=lambda message: None)
-    golden = simulate(result, inputs, mode="golden")
-    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
-    assert rtl.cycles == [rtl.predicted_cycles] * samples
-    # every layer's output, the element-wise layers' included, equals golden
-    assert first_difference(result, inputs, 0, log=lambda message: None) == (
-        "sample 0: every layer output matches; the difference is in the host I/O")
-
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-    reference = np.concatenate([session.run(None, {"x": x})[0] for x in inputs["x"]])
+    # every output and every layer's, the element-wise layers' included, equals golden
+    rtl = rtl_matches_golden(result, inputs, samples)
+    reference = float_reference(model, inputs["x"])
     error = np.abs(rtl.outputs["y"].reshape(reference.shape) - reference).max()
     print(f"\n{name} on {config_name}: {len(result.program.layers)} layers, "
           f"{rtl.predicted_cycles} cycles; {node} scales {q.attrs['a_scale']:.4g}, "
