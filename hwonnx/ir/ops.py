@@ -88,8 +88,9 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                     why="average pooling: a depthwise convolution with weights of one"),
     "MaxPool": IrOp(LAYER, "QMaxPool", windowed=True,
                     why="max pooling: one tap per pass, the accumulators keep the maximum"),
-    "Concat": IrOp(LAYER, "QConcat", why="channel concatenation: a block-diagonal 1x1 "
-                   "convolution, each source requantized by its own multiplier"),
+    "Concat": IrOp(LAYER, "QConcat", why="concatenation, each source requantized by its own "
+                   "multiplier: along channels a block-diagonal 1x1 convolution, along height "
+                   "or width one copy per source"),
     "Eltwise": IrOp(LAYER, "QEltwise", why="element-wise engine: each input rescaled by its "
                     "own scale, requantized once by the post-processor"),
     "Permute": IrOp(LAYER, "QPermute", why="a Transpose that moves data: copies of the input's "
