@@ -89,7 +89,7 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
         samples = normalize_samples(float_graph, calib, "Calibration data")
     else:
         samples = load_samples(calib, float_graph, "Calibration file")
-    int_graph = _choose_rounding(quantize_model(float_graph, samples), config, log)
+    int_graph = for_architecture(quantize_model(float_graph, samples), config, log)
     program = lower_sized(int_graph, config, size, fixed)
     log(f"Compiled {len(program.layers)} layer(s), {len(program.instructions)} instructions, "
         f"{program.macs:,} MACs in {time.monotonic() - started:.1f} s")
@@ -154,10 +154,15 @@ def _fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool
     raise first
 
 
-def _choose_rounding(graph: Graph, config: ArchConfig, log) -> Graph:
-    """Layers that keep a pre-quantized model's own parameters round as onnxruntime does when
-    the architecture can (``ArchConfig.ort_rounding``); otherwise half up, which differs from
+def for_architecture(graph: Graph, config: ArchConfig, log=print) -> Graph:
+    """The integer ``graph`` as ``config`` computes it: residual sums on the array where the
+    element-wise engine cannot take them (:func:`~hwonnx.quant.adds_on_array`), and layers
+    that keep a pre-quantized model's own parameters rounding as onnxruntime does where the
+    architecture can (``ArchConfig.ort_rounding``), otherwise half up, which differs from
     onnxruntime by 1 LSB on exact ties."""
+    from .quant import adds_on_array
+
+    graph = adds_on_array(graph, config.eltwise_engine)
     layers = [n for n in graph.nodes if n.attrs.get("rounding") == "ort"]
     if not layers or config.ort_rounding:
         return graph
@@ -360,11 +365,13 @@ def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
     quant_log = logging.getLogger("hwonnx.quant")
     level = quant_log.level
     quant_log.setLevel(logging.ERROR)
+    config = config or ArchConfig()
     try:
-        int_graph = quantize_model(float_graph, samples)
+        int_graph = for_architecture(quantize_model(float_graph, samples), config,
+                                     log=lambda message: None)
     finally:
         quant_log.setLevel(level)
-    return int_graph, lower_sized(int_graph, config or ArchConfig(), size, loops=loops)
+    return int_graph, lower_sized(int_graph, config, size, loops=loops)
 
 
 def load_build(out_dir) -> BuildResult:

@@ -50,7 +50,9 @@ class ArchConfig:
         the smallest iCE40 boards, every tile is stored.
     eltwise : the element-wise engine (``hdl/eltwise.py``) for Add/Sub/Mul/Max/Min of two
         computed tensors: two 9x18 multipliers per lane (``min(rows, cols)`` lanes; the
-        compiler uses it only when ``cols >= rows``). Without it such layers are refused.
+        compiler uses it only when ``cols >= rows``: ``eltwise_engine``). Without it a residual
+        ``Add`` of two equal shapes is a ``QAdd`` on the array and the other such layers are
+        refused.
     """
     rows: int = 8
     cols: int = 8
@@ -94,6 +96,13 @@ class ArchConfig:
         if self.acc_depth < 2 or self.acc_depth % 2:
             raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
                              f"{self.acc_depth}")
+
+    @property
+    def eltwise_engine(self) -> bool:
+        """Whether the compiler can use the element-wise engine: it has one (``eltwise``) and
+        as many columns as rows (the engine writes an activation word's ``rows`` lanes into
+        one accumulator word)."""
+        return self.eltwise and self.cols >= self.rows
 
     # Derived widths -------------------------------------------------------------------------
     @property

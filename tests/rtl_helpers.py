@@ -42,3 +42,14 @@ def float_reference(model, xs: np.ndarray) -> np.ndarray:
     session = onnxruntime.InferenceSession(model.SerializeToString(),
                                            providers=["CPUExecutionProvider"])
     return np.concatenate([session.run(None, {"x": x})[0] for x in xs])
+
+
+def looped_ops(program) -> list:
+    """The stored instructions' ops of ``program`` when every array layer is one looped nest
+    (SETMM, SETPOST, LOOP) and every element-wise engine layer one ELTW and one POST per tile
+    (the engine has no looped form), then END."""
+    from hwonnx.compiler import Op
+
+    return [op for layer in program.layers for op in (
+        [Op.ELTW, Op.POST] * layer.tiles if layer.op == "QEltwise"
+        else [Op.SETMM, Op.SETPOST, Op.LOOP])] + [Op.END]

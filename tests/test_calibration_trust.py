@@ -14,9 +14,12 @@ from hwonnx.compiler.lower import lower
 from hwonnx.config import ArchConfig
 from hwonnx.errors import QuantizationError
 from hwonnx.frontend import load_model
+from hwonnx.golden import evaluate
+from hwonnx.golden.ops import quantize
 from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.quant import quantize_graph
 from hwonnx.quant.check import check_layers
+from hwonnx.quant.eltwise import ELTWISE_UNIT
 from hwonnx.report import build_report
 from ort_reference import reference_outputs
 
@@ -50,24 +53,30 @@ def _calib_and_inputs():
             rng.standard_normal((4, 1, 4, 4, 4)).astype(np.float32))
 
 
-def test_dead_relu_branch_keeps_the_live_input(caplog):
+@pytest.mark.parametrize("engine", [True, False])
+def test_dead_relu_branch_keeps_the_live_input(caplog, engine):
     """The dead branch is constant 0 on the calibration data. With the fallback scale 1.0 it
     made the Add weight the live input 0: every output 0 where onnxruntime gives up to 0.59.
     It now takes the Add output's scale (a warning names it) and the output follows the
-    float model within the int8 error."""
+    float model within the int8 error, on the element-wise engine (the two inputs weighted
+    equally) and on the array of an architecture without it (int8 weights 127 and 127)."""
     model = _two_branches(-100.0)
     calib, x = _calib_and_inputs()
     with caplog.at_level(logging.WARNING, logger="hwonnx"):
         result = api.build(model, None, calib={"x": calib}, verilog=False,
-                           log=lambda *_: None)
+                           config=ArchConfig(eltwise=engine), log=lambda *_: None)
     (warning,) = [w for w in result.graph.meta["warnings"] if "'dead'" in w]
     scale = result.graph.nodes[-1].attrs["scale"]                  # the output Dequantize
     assert warning == (f"'dead' (output of 'conv2') is constant 0 on every calibration sample "
                        f"(a dead branch?); it takes the scale {scale:.4g} of 'y', the output "
                        f"of Add 'add'")
     assert warning in caplog.text
-    add = next(n for n in result.graph.nodes if n.op == "QAdd")
-    assert add.attrs["wa"] == add.attrs["wb"] == 127
+    if engine:
+        add = next(n for n in result.graph.nodes if n.op == "QEltwise")
+        assert add.attrs["ka"] == add.attrs["kb"] == ELTWISE_UNIT
+    else:
+        add = next(n for n in result.graph.nodes if n.op == "QAdd")
+        assert add.attrs["wa"] == add.attrs["wb"] == 127
     golden = api.simulate(result, {"x": x}, mode="golden").outputs["y"]
     want = reference_outputs(model, {"x": x[:, 0]})[0]
     error = np.abs(golden.reshape(want.shape) - want).max()
@@ -79,16 +88,42 @@ def test_dead_relu_branch_keeps_the_live_input(caplog):
                if row["layer"] == "add")
 
 
-def test_add_that_would_drop_an_input_is_refused():
-    """A live input 1000x smaller than the other: its int8 weight would round to 0."""
+def test_add_of_very_different_scales_keeps_both_inputs_on_the_engine():
+    """A live input 1000x smaller than the other: the element-wise engine weights it by
+    integers in the ratio of the scales to 2**-17, so it is kept, and each output is within
+    one output step of the float sum computed from the two int8 inputs (their own rounding
+    apart, the engine's sum rounds once)."""
+    model = _two_branches(0.0, w2_scale=1e-4)
+    calib, x = _calib_and_inputs()
+    result = api.build(model, None, calib={"x": calib}, verilog=False, log=lambda *_: None)
+    add = next(n for n in result.graph.nodes if n.op == "QEltwise")
+    small, large = sorted((add.attrs["a_scale"], add.attrs["b_scale"]))
+    assert large / small > 254                       # QAdd's int8 weight would round to 0
+    assert min(abs(add.attrs["ka"]), abs(add.attrs["kb"])) > 0
+    quant = next(n for n in result.graph.nodes if n.op == "Quantize")
+    env = evaluate(result.graph, {quant.outputs[0]: quantize(x[:, 0], **quant.attrs)},
+                   keep_all=True)
+    a, b = (env[v].astype(np.float64) for v in add.inputs[:2])
+    exact = (add.attrs["a_scale"] * (a - add.attrs["za"]) + add.attrs["b_scale"]
+             * (b - add.attrs["zb"])) / add.attrs["out_scale"] + add.attrs["out_zp"]
+    got = env[add.outputs[0]].astype(np.float64)
+    inside = (exact >= add.attrs["lo"]) & (exact <= add.attrs["hi"])
+    assert np.abs(got - exact)[inside].max() <= 0.5 + 1e-3
+    assert np.count_nonzero(b != add.attrs["zb"]) > 0      # the small input is not all zero
+
+
+def test_add_that_would_drop_an_input_is_refused_without_the_engine():
+    """Without the element-wise engine, the array weights the inputs by int8 integers: a live
+    input 1000x smaller than the other would get weight 0, which is refused."""
     model = _two_branches(0.0, w2_scale=1e-4)
     calib, _ = _calib_and_inputs()
-    graph = load_model(model)
     with pytest.raises(QuantizationError, match=r"^Add 'add': input 'dead' has scale \S+, "
-                       r"\d+x smaller than input 'live' \(\S+\); the array weights the two "
-                       r"inputs by int8 integers in that ratio, so 'dead' would get weight 0 "
-                       r"and vanish$"):
-        quantize_graph(graph, {"x": calib[:, 0]})
+                       r"\d+x smaller than input 'live' \(\S+\); without the element-wise "
+                       r"engine the array weights the two inputs by int8 integers in that "
+                       r"ratio, so 'dead' would get weight 0 and vanish \(use an architecture "
+                       r"with ArchConfig.eltwise\)$"):
+        api.build(model, None, calib={"x": calib}, verilog=False,
+                  config=ArchConfig(eltwise=False), log=lambda *_: None)
 
 
 @pytest.mark.parametrize("value", [0.0, 0.5])

@@ -83,7 +83,10 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
     "ConvTranspose": IrOp(LAYER, "QConvTranspose", why="transposed convolution (or nearest "
                           "upsampling): one convolution per output phase, its POSTs writing "
                           "every stride-th pixel"),
-    "Add": IrOp(LAYER, "QAdd", why="residual sum: a 1x1 convolution over both inputs"),
+    # A residual Add is a QEltwise sum on the element-wise engine; QAdd where the architecture or
+    # the operands' layout leaves the engine out (hwonnx/quant/residual.py).
+    "Add": IrOp(LAYER, "QAdd", why="residual sum without the element-wise engine: a 1x1 "
+                "convolution over both inputs, weighted by int8 integers"),
     "AvgPool": IrOp(LAYER, "QAvgPool", windowed=True,
                     why="average pooling: a depthwise convolution with weights of one"),
     "MaxPool": IrOp(LAYER, "QMaxPool", windowed=True,

@@ -4,9 +4,10 @@ the parameters of a pre-quantized model; onnxruntime's rounding for comparison."
 from .data import load_samples, normalize_samples
 from .host import quantize_model
 from .ort_rounding import evaluate_onnxruntime, requantize_float32
-from .ptq import (CALIBRATION_METHOD, activation_params, activation_table, add_weights,
-                  quantize_graph, requant_params)
+from .ptq import (CALIBRATION_METHOD, activation_params, activation_table, quantize_graph,
+                  requant_params)
+from .residual import add_weights, adds_on_array
 
 __all__ = ["CALIBRATION_METHOD", "activation_params", "activation_table", "add_weights",
-           "evaluate_onnxruntime", "load_samples", "normalize_samples", "quantize_graph",
-           "quantize_model", "requant_params", "requantize_float32"]
+           "adds_on_array", "evaluate_onnxruntime", "load_samples", "normalize_samples",
+           "quantize_graph", "quantize_model", "requant_params", "requantize_float32"]

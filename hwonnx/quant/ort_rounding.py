@@ -5,8 +5,9 @@ ties rounded half up). onnxruntime's CPU kernels (QLinearConv, QLinearMatMul, QG
 QDQ groups it fuses into them) instead convert ``acc + bias`` to float32, multiply by the
 float32 scale ``(s_in * s_w) / s_out`` and round the float32 product half to even;
 QLinearAdd adds ``float32(s_a / s_out) * (a - z_a) + float32(s_b / s_out) * (b - z_b)`` in
-float32. :func:`evaluate_onnxruntime` evaluates an integer graph that way. It is a golden-only
-model (no hardware computes it): it explains, value by value, every difference between
+float32 (hwonnx's residual sum, ``QEltwise`` of kind ``add`` or ``QAdd``).
+:func:`evaluate_onnxruntime` evaluates an integer graph that way. It is a golden-only model
+(no hardware computes it): it explains, value by value, every difference between
 :func:`hwonnx.golden.evaluate` and onnxruntime on a pre-quantized model. See
 ``docs/arithmetic.md``, "Pre-quantized models".
 """
@@ -80,15 +81,23 @@ def _qavgpool(x, mult, shift, *, in_zp, out_zp, lo, hi, kernel, strides=(1, 1),
                   pad_q=attrs.get("pad_q"))
 
 
+def _qeltwise(a, b, mult, shift, **attrs):
+    """A sum of two equal shapes as QLinearAdd (:func:`_qadd`); the other kinds as golden."""
+    if attrs["kind"] == "add" and a.shape == b.shape:
+        return _qadd(a, b, mult, shift, **attrs)
+    return GOLDEN_OPS["QEltwise"](a, b, mult, shift, **attrs)
+
+
 _OPS = {**GOLDEN_OPS, "QConv": _qconv, "QDense": _qdense, "QAdd": _qadd,
-        "QAvgPool": _qavgpool}
+        "QEltwise": _qeltwise, "QAvgPool": _qavgpool}
 
 
 def evaluate_onnxruntime(graph: Graph, feeds: "dict[str, np.ndarray]"
                          ) -> "dict[str, np.ndarray]":
     """Evaluate the integer ``graph`` on ``feeds`` like :func:`hwonnx.golden.evaluate` with
     ``keep_all=True``, but requantizing as onnxruntime's CPU kernels do (see the module).
-    ``QAdd`` needs the ``a_scale``/``b_scale`` attributes the quantizer records."""
+    ``QAdd`` and ``QEltwise`` need the ``a_scale``/``b_scale`` attributes the quantizer
+    records."""
     env = {**graph.constants, **feeds}
     for node in graph.nodes:
         if all(v in feeds for v in node.outputs):

@@ -14,9 +14,10 @@ from .channels import check_accumulator, expressible, fit_channels, mult_shift
 from .check import check_layers
 from .copies import concat_multipliers, quantize_copy
 from .eltwise import quantize_eltwise
+from .residual import quantize_residual_add
 
-__all__ = ["quantize_graph", "activation_params", "requant_params", "add_weights",
-           "activation_table", "CALIBRATION_METHOD"]
+__all__ = ["quantize_graph", "activation_params", "requant_params", "activation_table",
+           "CALIBRATION_METHOD"]
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 else _output_params(node, values[out]))
         if node.op == "Add":
             exact = all(v in given for v in (*node.inputs[:2], out))
-            nodes.append(_quantize_add(node, params, qname, constants, types, exact))
+            nodes.append(quantize_residual_add(node, params, qname, constants, types, exact))
         elif node.op == "Eltwise":
             nodes.append(quantize_eltwise(node, params, qname, constants, types))
         elif node.op == "AvgPool":
@@ -434,58 +435,6 @@ def _add_constants(prefix: str, arrays: dict, constants: dict, types: dict) -> "
         types[name] = TensorType(str(array.dtype), array.shape)
         names.append(name)
     return tuple(names)
-
-
-def _quantize_add(node: Node, params, qname, constants, types, exact: bool = False) -> Node:
-    """Residual Add: both inputs are rescaled by int8 weights in the ratio of their scales
-    (the larger gets 127; with ``exact``, the model's own parameters, the pair of weights
-    that best fits the two scales, see :func:`add_weights`), summed exactly and requantized
-    once."""
-    a, b = node.inputs[:2]
-    (sa, za), (sb, zb) = params[a], params[b]
-    s_out, zp_out = params[node.outputs[0]]
-    (small, v_small), (large, v_large) = sorted(((sa, a), (sb, b)))
-    if 127 * small < 0.5 * large:
-        raise QuantizationError(
-            f"Add '{node.name}': input '{v_small}' has scale {small:.4g}, {large / small:.0f}x "
-            f"smaller than input '{v_large}' ({large:.4g}); the array weights the two inputs "
-            f"by int8 integers in that ratio, so '{v_small}' would get weight 0 and vanish")
-    if exact:
-        wa, wb, real = add_weights(sa / s_out, sb / s_out, za, zb)
-    else:
-        largest = max(sa, sb)
-        wa, wb = int(round(127 * sa / largest)), int(round(127 * sb / largest))
-        real = largest / 127 / s_out
-    channels = types[qname[a]].shape[1]
-    mult, shift = requant_params(np.full(channels, real), node.name)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
-    lo, hi = _clamp(node, params[node.outputs[0]])
-    return Node(node.name, "QAdd", (qname[a], qname[b]) + names, (qname[node.outputs[0]],),
-                {"wa": wa, "wb": wb, "za": za, "zb": zb, "out_zp": zp_out, "lo": lo,
-                 "hi": hi, "a_scale": sa, "b_scale": sb, "out_scale": s_out,
-                 "relu": bool(node.attrs.get("relu"))})
-
-
-def add_weights(ra: float, rb: float, za: int, zb: int) -> "tuple[int, int, float]":
-    """Integer weights ``wa``, ``wb`` in ``[1, 127]`` and a real multiplier ``m`` such that
-    ``m * (wa * A + wb * B)`` best approximates ``ra * A + rb * B`` for every int8 ``a``,
-    ``b`` (``A = a - za``, ``B = b - zb``): the largest possible error,
-    ``|A|max * |wa m - ra| + |B|max * |wb m - rb|``, is smallest (ties: larger weights)."""
-    span_a, span_b = max(abs(-128 - za), abs(127 - za)), max(abs(-128 - zb), abs(127 - zb))
-    best = None
-    for wa in range(1, 128):
-        for wb in {math.floor(wa * rb / ra), math.ceil(wa * rb / ra)}:
-            if not 1 <= wb <= 127:
-                continue
-            for m in (ra / wa, rb / wb):
-                error = span_a * abs(wa * m - ra) + span_b * abs(wb * m - rb)
-                key = (error, -(wa + wb))
-                if best is None or key < best[0]:
-                    best = (key, wa, wb, m)
-    if best is None:                      # a ratio beyond 127: the smaller weight rounds to 1
-        wa, wb = (127, 1) if ra > rb else (1, 127)
-        return wa, wb, max(ra, rb) / 127
-    return best[1], best[2], best[3]
 
 
 def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
