@@ -74,7 +74,7 @@ def test_build_writes_a_manifest_of_every_file(tmp_path, digits):
     out = tmp_path / "out"
     result = build(out, digits, verilog=True)
     doc = json.loads((out / MANIFEST).read_text())
-    assert doc["format"] == artifact.MANIFEST_FORMAT == 2
+    assert doc["format"] == artifact.MANIFEST_FORMAT == 3
     assert doc["hwonnx"] == artifact._hwonnx_version()
     assert doc["build_id"] == f"0x{build_id(result.program):08X}"
     assert doc["board"] == "sim"
@@ -382,17 +382,19 @@ def test_sim_refuses_an_unreadable_manifest(tmp_path, digits, files, capsys):
     assert_user_error(sim_golden(capsys, out, files),
                       re.escape(f"'{out / MANIFEST}' is not a valid build manifest (") + ".+"
                       + re.escape(f"); rebuild '{out}'"))
-    (out / MANIFEST).write_text(json.dumps({"format": 2, "build_id": "0x00000000",
+    (out / MANIFEST).write_text(json.dumps({"format": 3, "build_id": "0x00000000",
                                             "board": "sim",
                                             "files": {"../x": {"size": 1, "sha256": "0" * 64}}}))
     assert_user_error(sim_golden(capsys, out, files),
                       re.escape(f"'{out / MANIFEST}' is not a valid build manifest (bad entry "
                                 f"'../x'); rebuild '{out}'"))
-    # a folder of an hwonnx before several inputs and outputs (program.json of one each)
-    (out / MANIFEST).write_text(json.dumps({"format": 1, "hwonnx": "0.1.0"}))
-    assert_user_error(sim_golden(capsys, out, files),
-                      re.escape(f"'{out}' is a build folder of format 1 (hwonnx 0.1.0), but "
-                                f"this hwonnx reads format 2; rebuild it"))
+    # folders of an hwonnx before several inputs and outputs (program.json of one each), and
+    # before packed inputs (placements without a fill)
+    for old in (1, 2):
+        (out / MANIFEST).write_text(json.dumps({"format": old, "hwonnx": "0.1.0"}))
+        assert_user_error(sim_golden(capsys, out, files),
+                          re.escape(f"'{out}' is a build folder of format {old} (hwonnx "
+                                    f"0.1.0), but this hwonnx reads format 3; rebuild it"))
 
 
 def test_a_rebuild_for_a_board_writes_its_own_board_folder(tmp_path, digits):

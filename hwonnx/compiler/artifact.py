@@ -52,7 +52,8 @@ def save_program(program: Program, folder: Path) -> None:
         "words": program.words,
         "layers": [asdict(layer) for layer in program.layers],
         "placements": {k: {"base": p.base, "height": p.height, "width": p.width, "cb": p.cb,
-                           "shape": list(p.shape)} for k, p in program.placements.items()},
+                           "shape": list(p.shape), "fill": p.fill, "packed": p.packed}
+                       for k, p in program.placements.items()},
         "instructions": [{k: int(v) for k, v in i.fields.items()}
                          | {"layer": i.layer, "name": Op.NAMES[i.op], "predicted_dispatch": d,
                             "predicted_done": e}
@@ -114,7 +115,7 @@ def listing(program: Program, timing: Timing) -> str:
 
 _PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "placements",
                  "instructions", "predicted_cycles"}
-_PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape"}
+_PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape", "fill", "packed"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
 _INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS} | set(
@@ -160,11 +161,12 @@ def _check_program_doc(doc) -> None:
              "object")
     for name, placement in doc["placements"].items():
         _require(isinstance(placement, dict) and set(placement) == _PLACEMENT_KEYS
-                 and all(_is_int(placement[k]) for k in _PLACEMENT_KEYS - {"shape"})
+                 and all(_is_int(placement[k]) for k in _PLACEMENT_KEYS - {"shape", "packed"})
+                 and isinstance(placement["packed"], bool)
                  and isinstance(placement["shape"], list)
                  and all(_is_int(d) and d > 0 for d in placement["shape"]),
                  f"program.json: placement '{name}' must have the integer keys "
-                 f"{', '.join(sorted(_PLACEMENT_KEYS))}")
+                 f"{', '.join(sorted(_PLACEMENT_KEYS - {'packed'}))} and the bool 'packed'")
     for key in ("inputs", "outputs"):
         _require(isinstance(doc[key], list) and doc[key] and all(
             isinstance(p, dict) and set(p) == {"name", "value"} and all(
@@ -231,7 +233,8 @@ def load_program(folder: Path) -> Program:
         raise ModelError(f"'{folder}' is not a complete hwonnx build folder ({error}); "
                          f"run 'hwonnx build' first") from error
     placements = {k: Placement(p["base"], p["height"], p["width"], p["cb"], tuple(p["shape"]),
-                               logical[i]) for i, (k, p) in enumerate(doc["placements"].items())}
+                               logical[i], p["fill"], p["packed"])
+                  for i, (k, p) in enumerate(doc["placements"].items())}
     instructions = [Instr({k: v for k, v in i.items() if k not in _INSTRUCTION_METADATA},
                           i["layer"]) for i in doc["instructions"]]
     layers = [LayerPlan(**layer) for layer in doc["layers"]]
@@ -255,7 +258,7 @@ def load_program(folder: Path) -> Program:
 MANIFEST = "manifest.json"
 #: Version of the build-folder format (``docs/build-folder.md``); a folder of another format
 #: is refused. 2: ``program.json`` lists the ``inputs`` and ``outputs``.
-MANIFEST_FORMAT = 2
+MANIFEST_FORMAT = 3
 #: The names hwonnx writes at the top of a build folder. Any file of these names (and any
 #: ``.hex`` file, and anything under ``board/``) that the manifest does not list is a leftover
 #: of another build, which a consistent folder does not hold.

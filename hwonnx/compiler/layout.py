@@ -3,7 +3,9 @@
 A tensor is stored pixel-major: pixel ``(y, x)`` occupies ``cb = ceil(C / rows)`` consecutive
 words, channel ``c`` in word ``c // rows``, lane ``c % rows``. ``logical`` maps every physical
 lane (word-major) to the flat C-order index of the value in the tensor's logical shape, or -1
-for a padding lane; Flatten and Reshape only change the logical shape, never the memory.
+for a padding lane (which the host writes as ``fill``, 0 but for a packed input); Flatten and
+Reshape only change the logical shape, never the memory. A graph input read by one convolution
+may be *packed* for it instead (:mod:`.taps`): its logical indices repeat.
 """
 
 from dataclasses import dataclass, field
@@ -21,6 +23,8 @@ class Placement:
     cb: int                              # words per pixel
     shape: "tuple[int, ...]"             # logical shape, batch 1 first
     logical: np.ndarray = field(repr=False, compare=False)   # [words * rows] -> index or -1
+    fill: int = 0                        # what the host writes into the lanes of index -1
+    packed: bool = False                 # a graph input packed for its convolution (taps.py)
 
     @property
     def words(self) -> int:
@@ -28,7 +32,7 @@ class Placement:
 
     def with_shape(self, shape: "tuple[int, ...]") -> "Placement":
         return Placement(self.base, self.height, self.width, self.cb, tuple(shape),
-                         self.logical)
+                         self.logical, self.fill, self.packed)
 
     def is_natural_image(self, rows: int) -> bool:
         """Whether the logical ``[1, C, H, W]`` shape matches the pixel-major layout."""
@@ -63,7 +67,7 @@ def natural_placement(base: int, shape: "tuple[int, ...]", rows: int) -> Placeme
 def pack_words(values: np.ndarray, placement: Placement, rows: int) -> "list[int]":
     """Pack one sample's int8 tensor (logical shape) into activation words."""
     flat = np.asarray(values, dtype=np.int8).reshape(-1)
-    lanes = np.zeros(placement.logical.shape, dtype=np.uint8)
+    lanes = np.full(placement.logical.shape, placement.fill, dtype=np.int8).view(np.uint8)
     valid = placement.logical >= 0
     lanes[valid] = flat[placement.logical[valid]].view(np.uint8)
     return _lanes_to_words(lanes.reshape(-1, rows))

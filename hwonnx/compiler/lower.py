@@ -18,6 +18,7 @@ from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
+from .taps import packable_inputs, packed_placement, packed_words
 
 __all__ = ["ARRAY_OPS", "lower"]
 
@@ -25,6 +26,9 @@ __all__ = ["ARRAY_OPS", "lower"]
 #: Integer operators the accelerator computes: on the array, each lowered as a convolution over
 #: its sources; ``QEltwise`` on the element-wise engine (:mod:`.eltwise`).
 ARRAY_OPS = integer_ops(LAYER)
+#: How much more of the activation buffer (a fraction of the high-water mark without it) a
+#: packed input (:mod:`.taps`) may take.
+PACKED_GROWTH = 1 / 8
 #: Integer layout ops: the buffer is read in another order, no instructions.
 _LAYOUT = integer_ops(LAYOUT)
 
@@ -36,7 +40,35 @@ def _activations(node: Node, graph: Graph) -> "list[str]":
 
 def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     """Compile the integer ``graph`` for ``config``; with ``loops`` off, every layer is
-    stored one micro-instruction at a time (to test the walker against the explicit form)."""
+    stored one micro-instruction at a time (to test the walker against the explicit form).
+
+    A graph input of few channels read by one convolution is written packed for it
+    (:mod:`.taps`) when that takes little more of the activation buffer: the program is
+    lowered both ways and the packed one kept if its high-water mark is at most
+    :data:`PACKED_GROWTH` higher (its first layer takes fewer cycles in every case)."""
+    inputs = [n.outputs[0] for n in graph.nodes if n.op == "Quantize"]
+    packable = packable_inputs(graph, inputs, config.rows)
+    try:
+        plain = _lower(graph, config, loops, {})
+    except ResourceError as error:
+        if not packable:
+            raise
+        try:
+            return _lower(graph, config, loops, packable)
+        except ResourceError:
+            raise error from None
+    if not packable:
+        return plain
+    try:
+        packed = _lower(graph, config, loops, packable)
+    except ResourceError:
+        return plain
+    return packed if packed.words["act"] <= plain.words["act"] * (1 + PACKED_GROWTH) else plain
+
+
+def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]"
+           ) -> Program:
+    """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -68,6 +100,11 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
         if len(shape) not in (2, 4) or shape[0] != 1:
             raise ResourceError(f"Input '{node.inputs[0]}' has shape {shape}; the array "
                                 f"takes [1, C, H, W] images or [1, K] vectors")
+        if value in packed:
+            words = packed_words(packed[value], graph, rows)
+            base = alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'")
+            placements[value] = packed_placement(base, packed[value], graph, rows)
+            continue
         words = natural_placement(0, shape, rows).words
         placements[value] = natural_placement(
             alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'"), shape, rows)

@@ -14,6 +14,7 @@ from ..golden.ops import window_counts
 from ..ir import Graph, Node
 from .layout import Placement
 from .phases import phases
+from .taps import packed_spec_fields
 
 __all__ = ["_Source", "_LayerSpec", "_layer_spec", "_parts"]
 
@@ -153,6 +154,8 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult,
                           shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
                           macs=2 * channels * h * w_, **out)
+    if placements[0].packed:          # a graph input packed for this convolution (.taps)
+        return _packed_spec(node, placements[0], graph, rows, out)
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
     if node.op in ("QAvgPool", "QMaxPool"):
         channels = placements[0].shape[1]
@@ -178,6 +181,19 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
                       dilations, macs=oh * ow * n_out * c_group * kh * kw,
                       depthwise=c_group == 1 and n_out == group,
                       dense=node.op == "QConv" and group == 1, **out)
+
+
+def _packed_spec(node: Node, placement: Placement, graph: Graph, rows: int,
+                 out: dict) -> _LayerSpec:
+    """The ungrouped ``QConv`` ``node`` over its input packed for it: a 1x1 convolution with
+    stride 1 over the packed lanes (:mod:`.taps`), the same MACs."""
+    w, bias, mult, shift = (graph.constants[v] for v in node.inputs[1:5])
+    source = _Source(placement.base, placement.height, placement.width, placement.cb,
+                     int(node.attrs["in_zp"]))
+    fields = packed_spec_fields(w, placement, rows)
+    oh, ow = fields["out_hw"]
+    return _LayerSpec([source], [0], bias=bias.astype(np.int64), mult=mult, shift=shift,
+                      macs=oh * ow * w.size, dense=True, **fields, **out)
 
 
 def _conv_phys(w: np.ndarray, group: int, lanes: int) -> np.ndarray:
