@@ -1,0 +1,487 @@
+"""Import of QONNX models (Brevitas and QKeras exports, FINN's and hls4ml's input format).
+
+:func:`rewrite_qonnx` rewrites, in place and before :mod:`.prequant`, the QONNX custom
+operators into the QDQ form that :mod:`.prequant` already imports, so there is one
+quantization path:
+
+- ``Quant``/``IntQuant`` of a run-time tensor (an activation quantizer) becomes
+  ``QuantizeLinear`` (int8, or uint8 for an unsigned 8-bit range) -> ``Clip`` to the
+  quantizer's integer range (signed/unsigned, ``narrow``, 2 to 8 bits) -> ``DequantizeLinear``:
+  the QCDQ form, which :mod:`.prequant` records as the tensor's scale, zero point and clamp
+  range. Only ``rounding_mode`` ``ROUND``/``HALF_EVEN`` is QuantizeLinear's rounding.
+- ``Quant``/``IntQuant``/``BipolarQuant`` of a constant (weights, biases) is evaluated here,
+  exactly as qonnx's reference implementation does (float32, the node's own rounding mode),
+  and becomes ``DequantizeLinear`` of the integers (int8 up to 8 bits, int32 above): the
+  float constant is bit for bit the value qonnx computes, and the integers are recorded.
+- A ``BatchNormalization`` between a layer with quantized weights and its activation
+  quantizer is folded into the layer's weight scales (per channel) and float bias, so that
+  the weights keep their integers and the normalization becomes part of the requantization.
+- The channels-last ``Conv``, ``MaxPool`` and ``BatchNormalization`` of
+  ``qonnx.custom_op.channels_last`` become their standard twins between ``Transpose`` nodes
+  (NHWC -> NCHW -> NHWC; the weights are transposed), which the pass pipeline cancels in pairs.
+
+Semantics are those of the qonnx package's reference executor (``qonnx.custom_op.general``:
+``int_quant``, ``binary_quant``, ``trunc_v1``/``trunc_v2``); ``docs/arithmetic.md`` ("QONNX
+models") describes the mapping and where it is exact.
+"""
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ModelError
+from .common import ReadLog, is_default_domain
+
+__all__ = ["QONNX_DOMAINS", "CHANNELS_LAST_DOMAIN", "KNOWN_DOMAINS", "import_missing_domains",
+           "is_qonnx", "rewrite_qonnx"]
+
+#: Domains of the QONNX quantizers (``onnx.brevitas``: Brevitas' exports; ``finn...``: FINN's).
+QONNX_DOMAINS = frozenset({"qonnx.custom_op.general", "onnx.brevitas",
+                           "finn.custom_op.general"})
+CHANNELS_LAST_DOMAIN = "qonnx.custom_op.channels_last"
+KNOWN_DOMAINS = QONNX_DOMAINS | {CHANNELS_LAST_DOMAIN}
+_QUANT_OPS = ("Quant", "IntQuant", "BipolarQuant", "Trunc")
+_CHANNELS_LAST_OPS = ("Conv", "MaxPool", "BatchNormalization")
+_NCHW, _NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+#: qonnx's ``resolve_rounding_mode``: rounding_mode -> function of float32 arrays.
+_ROUNDING = {
+    "ROUND": np.round, "HALF_EVEN": np.round, "CEIL": np.ceil, "FLOOR": np.floor,
+    "UP": lambda x: np.sign(x) * np.ceil(np.abs(x)), "DOWN": np.fix,
+    "HALF_UP": lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5),
+    "HALF_DOWN": lambda x: np.sign(x) * np.ceil(np.abs(x) - 0.5),
+}
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"{node.op_type} '{node.name}'"
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def import_missing_domains(model: onnx.ModelProto, rlog: ReadLog) -> None:
+    """Import, with a warning naming the missing ``opset_import`` entry, each known QONNX
+    domain a node of the main graph uses without the model importing it (qonnx's own tools
+    write such models); an unknown domain is left to the IR check, which refuses it."""
+    imported = {o.domain for o in model.opset_import}
+    for node in model.graph.node:
+        if node.domain in KNOWN_DOMAINS and node.domain not in imported:
+            imported.add(node.domain)
+            model.opset_import.add(domain=node.domain, version=1)
+            rlog.warn(f"Node '{node.name}' uses {node.op_type} of domain '{node.domain}', which "
+                      f"the model's opset_import does not import: the file is not valid ONNX "
+                      f"IR as it stands (add the opset_import entry '{node.domain}' version 1); "
+                      f"hwonnx reads it as {node.domain} version 1")
+
+
+def is_qonnx(model: onnx.ModelProto) -> bool:
+    """Whether the main graph holds a node of a QONNX domain."""
+    return any(node.domain in KNOWN_DOMAINS for node in model.graph.node)
+
+
+def _bounds(signed: bool, narrow: bool, bits: int) -> "tuple[int, int]":
+    """qonnx's ``min_int``/``max_int``."""
+    if signed:
+        return -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
+    return 0, 2 ** bits - 1 - int(narrow)
+
+
+class _QonnxRewriter:
+    def __init__(self, model: onnx.ModelProto, rlog: ReadLog):
+        self.model, self.graph, self.rlog = model, model.graph, rlog
+        self.consts = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        self.taken = set(self.consts) | {v.name for v in (*self.graph.input,
+                                                          *self.graph.output)} | \
+            {v for n in self.graph.node for v in n.output}
+        self.added: "dict[str, np.ndarray]" = {}
+        self.quantizers: "list[dict]" = []
+        self.opsets = {o.domain: o.version for o in model.opset_import}
+
+    def fresh(self, base: str) -> str:
+        name, index = base, 1
+        while name in self.taken:
+            name, index = f"{base}_{index}", index + 1
+        self.taken.add(name)
+        return name
+
+    def const(self, value: np.ndarray, base: str) -> str:
+        name = self.fresh(base)
+        self.consts[name] = self.added[name] = value
+        return name
+
+    def constant_input(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
+        name = node.input[index] if index < len(node.input) else ""
+        if name not in self.consts:
+            raise ModelError(f"{_label(node)} needs a constant {what} (input {index}), but "
+                             f"'{name}' is {'absent' if not name else 'computed at run time'}; "
+                             f"hwonnx imports static quantizers only")
+        return self.consts[name]
+
+    # -- channels last --------------------------------------------------------------------
+    def channels_last(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
+        if node.op_type not in _CHANNELS_LAST_OPS or len(node.output) != 1:
+            raise ModelError(f"{_label(node)} of domain '{node.domain}' is not supported; "
+                             f"hwonnx reads the channels-last Conv, MaxPool and "
+                             f"BatchNormalization")
+        x_nchw = self.fresh(f"{node.input[0]}_nchw")
+        y_nchw = self.fresh(f"{node.output[0]}_nchw")
+        inputs = [x_nchw, *node.input[1:]]
+        nodes = [helper.make_node("Transpose", [node.input[0]], [x_nchw], perm=_NCHW,
+                                  name=self.fresh(f"{node.name}_to_nchw"))]
+        if node.op_type == "Conv":
+            inputs[1] = self.nchw_weight(node)
+        twin = helper.make_node(node.op_type, inputs, [y_nchw], name=node.name)
+        twin.attribute.extend(node.attribute)
+        nodes += [twin, helper.make_node("Transpose", [y_nchw], [node.output[0]], perm=_NHWC,
+                                         name=self.fresh(f"{node.name}_to_nhwc"))]
+        return nodes
+
+    def nchw_weight(self, node: onnx.NodeProto) -> str:
+        """The name of the channels-last Conv's weight ``[M, KH, KW, C]`` in ONNX's layout
+        ``[M, C, KH, KW]``: a transposed copy of a constant, or of the constant a weight
+        quantizer reads (whose per-channel scale is along axis 0 either way)."""
+        weight = node.input[1] if len(node.input) > 1 else ""
+        if weight in self.consts and self.consts[weight].ndim == 4:
+            return self.const(self.consts[weight].transpose(_NCHW), f"{weight}_nchw")
+        producer = next((n for n in self.graph.node if weight in n.output), None)
+        if producer is not None and producer.domain in QONNX_DOMAINS and \
+                producer.op_type in ("Quant", "IntQuant", "BipolarQuant") and \
+                producer.input[0] in self.consts and self.consts[producer.input[0]].ndim == 4:
+            inputs = list(producer.input)
+            inputs[0] = self.const(self.consts[producer.input[0]].transpose(_NCHW),
+                                   f"{producer.input[0]}_nchw")
+            scale = self.consts.get(producer.input[1])
+            if scale is not None and scale.ndim == 4:
+                inputs[1] = self.const(scale.transpose(_NCHW), f"{producer.input[1]}_nchw")
+            out = self.fresh(f"{weight}_nchw")
+            copy = helper.make_node(producer.op_type, inputs, [out], domain=producer.domain,
+                                    name=self.fresh(f"{producer.name}_nchw"))
+            copy.attribute.extend(producer.attribute)
+            self.extra.append(copy)
+            return out
+        raise ModelError(f"{_label(node)} (channels last) needs a constant 4-D weight or a "
+                         f"quantizer of one, but '{weight}' is neither")
+
+    # -- quantizers -----------------------------------------------------------------------
+    def params(self, node: onnx.NodeProto) -> dict:
+        """Scale, zero point, bit width and attributes of a Quant/IntQuant node, checked."""
+        attrs = _attrs(node)
+        for name in ("signed", "narrow"):
+            if name not in attrs:
+                raise ModelError(f"{_label(node)} has no attribute '{name}'; qonnx's reference "
+                                 f"executor requires it (its documentation gives a default, "
+                                 f"its code none): set it explicitly")
+        rounding = attrs.get("rounding_mode", b"ROUND")
+        rounding = (rounding.decode() if isinstance(rounding, bytes) else str(rounding)).upper()
+        if rounding not in _ROUNDING:
+            raise ModelError(f"{_label(node)} has rounding_mode '{rounding}'; qonnx defines "
+                             f"{', '.join(sorted(_ROUNDING))}")
+        scale = self.constant_input(node, 1, "scale").astype(np.float32)
+        zeropt = self.constant_input(node, 2, "zero point").astype(np.float32)
+        bits = self.constant_input(node, 3, "bit width")
+        if bits.size != 1 or float(bits.reshape(-1)[0]) != int(bits.reshape(-1)[0]) or \
+                not 1 <= int(bits.reshape(-1)[0]) <= 32:
+            raise ModelError(f"{_label(node)} has bit width {bits.reshape(-1)[:4].tolist()}; "
+                             f"hwonnx reads one integer bit width from 1 to 32")
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise ModelError(f"{_label(node)} has scale {scale.reshape(-1)[:4].tolist()}; "
+                             f"scales must be positive finite floats")
+        if np.any(zeropt != np.round(zeropt)):
+            raise ModelError(f"{_label(node)} has a zero point that is not an integer "
+                             f"({zeropt.reshape(-1)[:4].tolist()}); hwonnx's grids have "
+                             f"integer zero points")
+        return {"signed": bool(attrs["signed"]), "narrow": bool(attrs["narrow"]),
+                "rounding": rounding, "scale": scale, "zeropt": zeropt,
+                "bits": int(bits.reshape(-1)[0])}
+
+    def describe(self, node, role: str, bits: int, signed: bool, narrow: bool, scale,
+                 rounding: str, tensor: str) -> None:
+        flat = np.asarray(scale, np.float64).reshape(-1)
+        log2 = np.log2(flat)
+        kind = ("power-of-two" if np.all(log2 == np.round(log2)) else "arbitrary") + \
+            (" per channel" if flat.size > 1 else " per tensor")
+        self.quantizers.append({"node": node.name, "op": node.op_type, "role": role,
+                                "tensor": tensor, "bits": bits, "signed": signed,
+                                "narrow": narrow, "scale": kind, "rounding": rounding})
+
+    def weight_constant(self, node: onnx.NodeProto) -> "tuple[np.ndarray, np.ndarray, int]":
+        """The integers ``q - zeropt``, the scale (1-D) and its axis of a quantizer of a
+        constant, computed as qonnx's reference does (float32 throughout)."""
+        w = self.consts[node.input[0]].astype(np.float32)
+        if node.op_type == "BipolarQuant":
+            scale = self.constant_input(node, 1, "scale").astype(np.float32)
+            q = np.where(w >= 0.0, 1, -1)
+            self.describe(node, "constant", 1, True, False, scale, "sign", node.input[0])
+            return q, scale, self.axis_of(node, scale, w)
+        p = self.params(node)
+        scale, zeropt, bits = p["scale"], p["zeropt"], p["bits"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = w / scale + zeropt
+        if bits == 1 and p["signed"]:          # qonnx: a 1-bit signed Quant is bipolar
+            y = np.where(y >= 0.0, np.float32(1), np.float32(-1))
+        else:
+            lo, hi = _bounds(p["signed"], p["narrow"], bits)
+            y = _ROUNDING[p["rounding"]](np.clip(y, lo, hi))
+        q = (y - zeropt).astype(np.int64)
+        self.describe(node, "constant", bits, p["signed"], p["narrow"], scale, p["rounding"],
+                      node.input[0])
+        return q, scale, self.axis_of(node, scale, w)
+
+    def axis_of(self, node: onnx.NodeProto, scale: np.ndarray, w: np.ndarray) -> "int | None":
+        if scale.size == 1:
+            return None
+        axes = [i for i, d in enumerate(scale.shape[::-1]) if d != 1]
+        if len(axes) != 1 or scale.ndim > w.ndim:
+            raise ModelError(f"{_label(node)} has a scale of shape {list(scale.shape)}; hwonnx "
+                             f"reads per-tensor and per-channel (one axis) scales")
+        axis = w.ndim - 1 - axes[0]
+        if w.shape[axis] != scale.size:
+            raise ModelError(f"{_label(node)} has {scale.size} scales, which do not fit axis "
+                             f"{axis} of '{node.input[0]}' of shape {list(w.shape)}")
+        return axis
+
+    def dequantize(self, node, q: np.ndarray, scale: np.ndarray, axis, out: str):
+        """``DequantizeLinear`` of the integers ``q`` (int8, or int32 beyond 8 bits)."""
+        small = q.min(initial=0) >= -128 and q.max(initial=0) <= 127
+        dtype = np.int8 if small else np.int32
+        if not small and (q.min() < -2 ** 31 or q.max() >= 2 ** 31):
+            raise ModelError(f"{_label(node)} quantizes '{node.input[0]}' to integers beyond "
+                             f"int32")
+        q_name = self.const(q.astype(dtype), f"{node.input[0]}_int")
+        s_name = self.const(scale.reshape(-1) if axis is not None else
+                            scale.reshape(()), f"{node.input[0]}_scale")
+        z_name = self.const(np.zeros(scale.size if axis is not None else (), dtype),
+                            f"{node.input[0]}_zero_point")
+        kwargs = {"axis": axis} if axis is not None else {}
+        return helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [out],
+                                name=node.name, **kwargs)
+
+    def activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
+        """An activation quantizer as QuantizeLinear -> Clip -> DequantizeLinear."""
+        x, y = node.input[0], node.output[0]
+        if node.op_type == "BipolarQuant":
+            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' to ±1; hwonnx "
+                             f"reads bipolar weights, not bipolar activations")
+        p = self.params(node)
+        bits, signed, narrow = p["bits"], p["signed"], p["narrow"]
+        if p["scale"].size != 1 or p["zeropt"].size != 1:
+            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' per channel; "
+                             f"hwonnx quantizes activations per tensor")
+        if p["rounding"] not in ("ROUND", "HALF_EVEN"):
+            raise ModelError(f"{_label(node)} rounds the run-time tensor '{x}' with "
+                             f"rounding_mode {p['rounding']}; hwonnx requantizes activations "
+                             f"with ROUND (half to even)")
+        if bits == 1 and signed:
+            raise ModelError(f"{_label(node)} is a 1-bit signed (bipolar) quantizer of the "
+                             f"run-time tensor '{x}'; hwonnx reads bipolar weights only")
+        lo, hi = _bounds(signed, narrow, bits)
+        zeropt = int(p["zeropt"].reshape(-1)[0])
+        dtype = np.int8 if lo >= -128 and hi <= 127 else np.uint8
+        full = RANGES_OF[np.dtype(dtype)]
+        if not (full[0] <= lo and hi <= full[1] and full[0] <= zeropt <= full[1]):
+            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' to {bits} "
+                             f"{'signed' if signed else 'unsigned'} bits with zero point "
+                             f"{zeropt}; hwonnx's activations are 2 to 8 bits whose range and "
+                             f"zero point fit int8 or uint8")
+        self.describe(node, "activation", bits, signed, narrow, p["scale"], p["rounding"], x)
+        s = self.const(p["scale"].reshape(()), f"{y}_scale")
+        z = self.const(np.array(zeropt, dtype), f"{y}_zero_point")
+        q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
+        nodes = [helper.make_node("QuantizeLinear", [x, s, z], [q], name=node.name)]
+        if (lo, hi) != full:            # qonnx clamps x / s + zeropt, the stored integer
+            nodes.append(helper.make_node(
+                "Clip", [q, self.const(np.array(lo, dtype), f"{y}_min"),
+                         self.const(np.array(hi, dtype), f"{y}_max")],
+                [c], name=self.fresh(f"{node.name}_clip")))
+        else:
+            c = q
+        nodes.append(helper.make_node("DequantizeLinear", [c, s, z], [y],
+                                      name=self.fresh(f"{node.name}_dequantize")))
+        return nodes
+
+    def run(self) -> None:
+        graph = self.graph
+        self.extra: "list[onnx.NodeProto]" = []
+        nodes: "list[onnx.NodeProto]" = []
+        for node in graph.node:                                  # channels last first
+            if node.domain == CHANNELS_LAST_DOMAIN:
+                nodes += self.channels_last(node)
+            else:
+                nodes.append(node)
+        nodes = self.extra + nodes
+        weights: "dict[str, list]" = {}          # quantized constant -> [q, scale, axis, node]
+        for node in nodes:
+            if node.domain not in QONNX_DOMAINS:
+                continue
+            if node.op_type == "FloatQuant":
+                raise ModelError(f"{_label(node)} is a floating-point (minifloat, fp8) "
+                                 f"quantizer; hwonnx's arithmetic is integer: FloatQuant is "
+                                 f"not supported")
+            if node.op_type not in _QUANT_OPS:
+                raise ModelError(f"{_label(node)} of domain '{node.domain}' is not supported; "
+                                 f"hwonnx reads Quant, IntQuant, BipolarQuant and Trunc")
+            need = {"BipolarQuant": 2, "Trunc": 5}.get(node.op_type, 4)
+            if len(node.input) < need or not node.input[0] or not node.output[:1] \
+                    or not node.output[0]:
+                raise ModelError(f"{_label(node)} has {len(node.input)} input(s); "
+                                 f"{node.op_type} needs {need}, the first one named, and an "
+                                 f"output")
+            if node.op_type != "Trunc" and node.input[0] in self.consts:
+                weights[node.output[0]] = [*self.weight_constant(node), node]
+        nodes = self.fold_batchnorm(nodes, weights)
+        nodes = self.drop_relus(nodes, weights)
+        self.widen(nodes, weights)
+        done: "list[onnx.NodeProto]" = []
+        for node in nodes:
+            if node.domain not in QONNX_DOMAINS:
+                done.append(node)
+            elif node.op_type == "Trunc":
+                done += self.trunc(node)
+            elif node.output[0] in weights:
+                q, scale, axis, _ = weights[node.output[0]]
+                done.append(self.dequantize(node, q, scale, axis, node.output[0]))
+            else:
+                done += self.activation(node)
+        del graph.node[:]
+        graph.node.extend(done)
+        graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in self.added.items())
+
+    def fold_batchnorm(self, nodes: "list[onnx.NodeProto]", weights: dict
+                       ) -> "list[onnx.NodeProto]":
+        """Fold each ``BatchNormalization`` that alone reads a ``Conv``/``Gemm`` with quantized
+        weights into the layer: per output channel ``a = gamma / sqrt(var + eps)``, the weight
+        scale becomes ``|a| * s_w`` and the integers ``sign(a) * q`` (so they stay the model's),
+        the bias ``a * (b - mean) + beta``. The normalization is then part of the layer's
+        requantization to the quantizer after it."""
+        readers: "dict[str, int]" = {}
+        for node in nodes:
+            for value in node.input:
+                readers[value] = readers.get(value, 0) + 1
+        outputs = {v.name for v in self.graph.output}
+        producer = {n.output[0]: n for n in nodes if n.output}
+        dropped, renamed = set(), {}
+        for bn in nodes:
+            if bn.op_type != "BatchNormalization" or not is_default_domain(bn.domain) or \
+                    len(bn.input) != 5 or len(bn.output) != 1 or \
+                    any(v not in self.consts for v in bn.input[1:]):
+                continue
+            layer = producer.get(bn.input[0])
+            if layer is None or not is_default_domain(layer.domain) or \
+                    layer.op_type not in ("Conv", "Gemm") or len(layer.input) < 2 or \
+                    layer.input[1] not in weights or readers.get(layer.input[1]) != 1 or \
+                    readers.get(bn.input[0]) != 1 or bn.input[0] in outputs:
+                continue
+            attrs = _attrs(layer)
+            if layer.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0)
+                                            != 1.0 or attrs.get("beta", 1.0) != 1.0):
+                continue
+            q, scale, axis, quant = weights[layer.input[1]]
+            out_axis = 0 if layer.op_type == "Conv" or attrs.get("transB", 0) else 1
+            if axis not in (None, out_axis):
+                continue
+            gamma, beta, mean, var = (self.consts[v].astype(np.float64).reshape(-1)
+                                      for v in bn.input[1:])
+            eps = float(_attrs(bn).get("epsilon", 1e-5))
+            channels = q.shape[out_axis]
+            if gamma.size != channels:
+                continue
+            a = gamma / np.sqrt(var + eps)
+            bias = (self.consts[layer.input[2]].astype(np.float64).reshape(-1)
+                    if len(layer.input) > 2 and layer.input[2] else np.zeros(channels))
+            s_w = np.broadcast_to(scale.astype(np.float64).reshape(-1), (channels,))
+            shape = [1] * q.ndim
+            shape[out_axis] = -1
+            # a channel whose scale underflows float32 (a dead channel: Brevitas gives its
+            # BatchNorm a denormal gamma) is its bias alone: integers 0
+            folded = (s_w * np.abs(a)).astype(np.float32)
+            dead = folded < np.finfo(np.float32).tiny
+            new_scale = np.where(dead, s_w, folded).astype(np.float32)
+            sign = np.where(dead, 0, np.where(a < 0, -1, 1))
+            weights[layer.input[1]] = [q * sign.reshape(shape), new_scale, out_axis, quant]
+            new_bias = self.const((a * (bias - mean) + beta).astype(np.float32),
+                                  f"{layer.name}_bias_folded")
+            inputs = [layer.input[0], layer.input[1], new_bias]
+            del layer.input[:]
+            layer.input.extend(inputs)
+            renamed[layer.output[0]] = bn.output[0]
+            layer.output[0] = bn.output[0]
+            dropped.add(id(bn))
+            self.rlog.note(f"BatchNormalization '{bn.name}' folded into the weight scales and "
+                           f"bias of {layer.op_type} '{layer.name}', whose integer weights "
+                           f"stay the model's")
+        return [n for n in nodes if id(n) not in dropped]
+
+    def widen(self, nodes: "list[onnx.NodeProto]", weights: dict) -> None:
+        """Give the low-bit weights of a layer with a float bias the int8 lanes' headroom:
+        ``q * 2^k`` with scale ``s / 2^k`` (the same real weights, bit for bit), so that the
+        accumulator's grid, to which the float bias is rounded, is ``2^k`` times finer."""
+        for node in nodes:
+            if not is_default_domain(node.domain) or node.op_type not in ("Conv", "Gemm") or \
+                    len(node.input) < 3 or node.input[1] not in weights or \
+                    node.input[2] not in self.consts or node.input[2] in weights:
+                continue
+            q, scale, axis, quant = weights[node.input[1]]
+            largest = int(np.abs(q).max(initial=0))
+            if not 0 < largest <= 63:
+                continue
+            factor = 2 ** int(np.floor(np.log2(127 / largest)))
+            widened = (scale / np.float32(factor)).astype(np.float32)
+            if np.any(widened < np.finfo(np.float32).tiny):
+                continue
+            weights[node.input[1]] = [q * factor, widened, axis, quant]
+            self.rlog.note(f"The weights of {node.op_type} '{node.name}' ({largest} at most) "
+                           f"are held as int8 multiples of {factor} (scale / {factor}): its float "
+                           f"bias rounds to a {factor} times finer accumulator grid")
+
+    def drop_relus(self, nodes: "list[onnx.NodeProto]", weights: dict
+                   ) -> "list[onnx.NodeProto]":
+        """Remove a ``Relu`` read only by an activation quantizer whose range starts at its
+        zero point (real 0): the quantizer's clamp is the ReLU, exactly. Then a ReLU on a
+        graph input (Brevitas' ``QuantReLU`` input quantizer) is the input's quantization."""
+        readers: "dict[str, int]" = {}
+        for node in nodes:
+            for value in node.input:
+                readers[value] = readers.get(value, 0) + 1
+        producer = {n.output[0]: n for n in nodes if n.output}
+        outputs = {v.name for v in self.graph.output}
+        dropped = set()
+        for node in nodes:
+            if node.domain not in QONNX_DOMAINS or node.op_type not in ("Quant", "IntQuant") \
+                    or node.output[0] in weights:
+                continue
+            relu = producer.get(node.input[0])
+            if relu is None or relu.op_type != "Relu" or not is_default_domain(relu.domain) \
+                    or readers.get(node.input[0]) != 1 or node.input[0] in outputs:
+                continue
+            p = self.params(node)
+            if p["zeropt"].size != 1 or (p["bits"] == 1 and p["signed"]):
+                continue
+            if _bounds(p["signed"], p["narrow"], p["bits"])[0] == int(p["zeropt"].reshape(-1)[0]):
+                node.input[0] = relu.input[0]
+                dropped.add(id(relu))
+        return [n for n in nodes if id(n) not in dropped]
+
+    def trunc(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
+        raise ModelError(f"{_label(node)} is not supported yet")
+
+
+RANGES_OF = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+
+
+def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "list[dict]":
+    """Rewrite the QONNX nodes of ``model`` (in place) into QDQ form (see the module) and
+    return a description of each quantizer (``node``, ``op``, ``role`` (``"activation"`` or
+    ``"constant"``), ``tensor``, ``bits``, ``signed``, ``narrow``, ``scale`` (power-of-two or
+    arbitrary, per tensor or per channel), ``rounding``).
+
+    Raises
+    ------
+    ModelError
+        Naming the node: a quantizer parameter computed at run time or out of range, an
+        activation quantizer hwonnx cannot map (per channel, more than 8 bits, bipolar, a
+        rounding other than half to even), ``FloatQuant``, another QONNX operator.
+    """
+    rewriter = _QonnxRewriter(model, rlog)
+    rewriter.run()
+    return rewriter.quantizers
