@@ -336,7 +336,7 @@ class _Rewriter(QOperatorRewrites):
         """Give parameters to the float tensors onnxruntime left between quantized ones where
         they are exact: a ``Relu``, ``MaxPool``, nearest ``Resize``/``Upsample``,
         ``Transpose``, ``DepthToSpace`` output is on its input's grid, and a ``Flatten``,
-        ``Reshape`` or ``Identity`` output on its input's (either way round)."""
+        ``Reshape``, ``Identity`` or ``Transpose`` output on its input's (either way round)."""
         acts = self.ann.activations
         same = [n for n in self.nodes if is_default_domain(n.domain) and n.op_type in
                 ("Relu", "Flatten", "Reshape", "Identity", *_GRID_KEEPING) and n.input[:1]
@@ -348,9 +348,11 @@ class _Rewriter(QOperatorRewrites):
                 if node.input[0] in self.ann.ranges and node.op_type != "Relu":
                     self.ann.ranges[node.output[0]] = self.ann.ranges[node.input[0]]
         for node in reversed(same):
-            if node.op_type in ("Flatten", "Reshape", "Identity") and \
+            if node.op_type in ("Flatten", "Reshape", "Identity", "Transpose") and \
                     node.output[0] in acts and node.input[0] not in acts:
                 acts[node.input[0]] = acts[node.output[0]]
+                if node.output[0] in self.ann.ranges:
+                    self.ann.ranges[node.input[0]] = self.ann.ranges[node.output[0]]
 
     def _gemm_weight(self, node: onnx.NodeProto) -> onnx.NodeProto:
         """Give a ``Gemm`` with ``transB=1`` on a dequantized weight a transposed copy of it,

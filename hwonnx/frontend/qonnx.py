@@ -195,14 +195,31 @@ class _QonnxRewriter:
                 "rounding": rounding, "scale": scale, "zeropt": zeropt,
                 "bits": int(bits.reshape(-1)[0])}
 
-    def describe(self, node, role: str, bits: int, signed: bool, narrow: bool, scale,
-                 rounding: str, tensor: str) -> None:
+    def describe(self, node, bits: int, signed: bool, narrow: bool, scale,
+                 rounding: str) -> None:
+        """Record what the quantizer ``node`` is (for ``hwonnx inspect``): the layer it
+        belongs to and its role there (``weights``/``bias``: the layer reads it; ``output``:
+        the layer writes its input, through ``Relu``/``BatchNormalization``/``Transpose``;
+        ``input``: it quantizes a graph input)."""
         flat = np.asarray(scale, np.float64).reshape(-1)
         log2 = np.log2(flat)
         kind = ("power-of-two" if np.all(log2 == np.round(log2)) else "arbitrary") + \
-            (" per channel" if flat.size > 1 else " per tensor")
-        self.quantizers.append({"node": node.name, "op": node.op_type, "role": role,
-                                "tensor": tensor, "bits": bits, "signed": signed,
+            (" per channel" if np.unique(flat).size > 1 else " per tensor")
+        x = node.input[0]
+        if x in self.consts:
+            reader = next(((n, list(n.input).index(node.output[0])) for n in self.order
+                           if node.output[0] in n.input), (None, 0))
+            layer = reader[0].name if reader[0] is not None else node.name
+            role = {1: "weights", 2: "bias"}.get(reader[1], "constant")
+        else:
+            producer = self.producers.get(x)
+            while producer is not None and producer.op_type in (
+                    "Relu", "BatchNormalization", "Transpose", "Identity") and producer.input:
+                producer = self.producers.get(producer.input[0])
+            layer = producer.name if producer is not None else x
+            role = "output" if producer is not None else "input"
+        self.quantizers.append({"node": node.name, "op": node.op_type, "layer": layer,
+                                "role": role, "bits": bits, "signed": signed,
                                 "narrow": narrow, "scale": kind, "rounding": rounding})
 
     def weight_constant(self, node: onnx.NodeProto) -> "tuple[np.ndarray, np.ndarray, int]":
@@ -212,7 +229,7 @@ class _QonnxRewriter:
         if node.op_type == "BipolarQuant":
             scale = self.constant_input(node, 1, "scale").astype(np.float32)
             q = np.where(w >= 0.0, 1, -1)
-            self.describe(node, "constant", 1, True, False, scale, "sign", node.input[0])
+            self.describe(node, 1, True, False, scale, "sign")
             return q, scale, self.axis_of(node, scale, w)
         p = self.params(node)
         scale, zeropt, bits = p["scale"], p["zeropt"], p["bits"]
@@ -224,8 +241,7 @@ class _QonnxRewriter:
             lo, hi = _bounds(p["signed"], p["narrow"], bits)
             y = _ROUNDING[p["rounding"]](np.clip(y, lo, hi))
         q = (y - zeropt).astype(np.int64)
-        self.describe(node, "constant", bits, p["signed"], p["narrow"], scale, p["rounding"],
-                      node.input[0])
+        self.describe(node, bits, p["signed"], p["narrow"], scale, p["rounding"])
         return q, scale, self.axis_of(node, scale, w)
 
     def axis_of(self, node: onnx.NodeProto, scale: np.ndarray, w: np.ndarray) -> "int | None":
@@ -284,7 +300,7 @@ class _QonnxRewriter:
                              f"{'signed' if signed else 'unsigned'} bits with zero point "
                              f"{zeropt}; hwonnx's activations are 2 to 8 bits whose range and "
                              f"zero point fit int8 or uint8")
-        self.describe(node, "activation", bits, signed, narrow, p["scale"], p["rounding"], x)
+        self.describe(node, bits, signed, narrow, p["scale"], p["rounding"])
         s = self.const(p["scale"].reshape(()), f"{y}_scale")
         z = self.const(np.array(zeropt, dtype), f"{y}_zero_point")
         q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
@@ -309,7 +325,9 @@ class _QonnxRewriter:
                 nodes += self.channels_last(node)
             else:
                 nodes.append(node)
-        nodes = self.extra + nodes
+        nodes = _cancel_transposes(self.extra + nodes, {v.name for v in graph.output})
+        self.order = nodes
+        self.producers = {out: n for n in nodes for out in n.output}
         weights: "dict[str, list]" = {}          # quantized constant -> [q, scale, axis, node]
         for node in nodes:
             if node.domain not in QONNX_DOMAINS:
@@ -387,8 +405,17 @@ class _QonnxRewriter:
             if gamma.size != channels:
                 continue
             a = gamma / np.sqrt(var + eps)
-            bias = (self.consts[layer.input[2]].astype(np.float64).reshape(-1)
-                    if len(layer.input) > 2 and layer.input[2] else np.zeros(channels))
+            bias = layer.input[2] if len(layer.input) > 2 else ""
+            if bias in weights:                 # a quantized bias: the value qonnx computes
+                b_q, b_scale, b_axis, _ = weights[bias]
+                bias = (b_q.astype(np.float32) * b_scale.reshape(
+                    (-1,) if b_axis is not None else ())).astype(np.float64)
+            elif bias in self.consts:
+                bias = self.consts[bias].astype(np.float64).reshape(-1)
+            elif not bias:
+                bias = np.zeros(channels)
+            else:
+                continue
             s_w = np.broadcast_to(scale.astype(np.float64).reshape(-1), (channels,))
             shape = [1] * q.ndim
             shape[out_axis] = -1
@@ -466,14 +493,46 @@ class _QonnxRewriter:
         raise ModelError(f"{_label(node)} is not supported yet")
 
 
+def _cancel_transposes(nodes: "list[onnx.NodeProto]", outputs: "set[str]"
+                       ) -> "list[onnx.NodeProto]":
+    """Drop the NHWC -> NCHW Transpose pairs between consecutive channels-last operators (the
+    middle tensor read by nothing else), so that a BatchNormalization stays next to its
+    layer."""
+    readers: "dict[str, list]" = {}
+    for node in nodes:
+        for value in node.input:
+            readers.setdefault(value, []).append(node)
+    producer = {out: n for n in nodes for out in n.output}
+    alias, dropped = {}, set()
+    for second in nodes:
+        first = producer.get(second.input[0]) if second.op_type == "Transpose" and \
+            second.input else None
+        if first is None or first.op_type != "Transpose" or id(first) in dropped or \
+                len(readers.get(first.output[0], [])) != 1 or second.output[0] in outputs or \
+                first.output[0] in outputs:
+            continue
+        perm1, perm2 = _attrs(first).get("perm"), _attrs(second).get("perm")
+        if perm1 is None or perm2 is None or [perm1[i] for i in perm2] != list(
+                range(len(perm1))):
+            continue
+        alias[second.output[0]] = alias.get(first.input[0], first.input[0])
+        dropped.update((id(first), id(second)))
+    kept = [n for n in nodes if id(n) not in dropped]
+    for node in kept:
+        for index, value in enumerate(node.input):
+            if value in alias:
+                node.input[index] = alias[value]
+    return kept
+
+
 RANGES_OF = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 
 def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "list[dict]":
     """Rewrite the QONNX nodes of ``model`` (in place) into QDQ form (see the module) and
-    return a description of each quantizer (``node``, ``op``, ``role`` (``"activation"`` or
-    ``"constant"``), ``tensor``, ``bits``, ``signed``, ``narrow``, ``scale`` (power-of-two or
-    arbitrary, per tensor or per channel), ``rounding``).
+    return a description of each quantizer (``node``, ``op``, ``layer`` and ``role`` there
+    (``"weights"``, ``"bias"``, ``"output"``, ``"input"``), ``bits``, ``signed``, ``narrow``,
+    ``scale`` (power-of-two or arbitrary, per tensor or per channel), ``rounding``).
 
     Raises
     ------
