@@ -461,3 +461,67 @@ def test_espcn_nn_resize_shipped_model():
     print(f"ESPCN end to end: {np.count_nonzero(diff)} of {diff.size} outputs differ from "
           f"qonnx's executor, at most {np.abs(diff).max()} steps")
     assert np.abs(diff).max() <= 3
+
+
+def _shipped(rel: str, size: "int | None"):
+    model = onnx.load(DATA / rel) if size is None else cropped(DATA / rel, size)
+    if size is not None:                          # the output's size: inferred from the crop
+        for dim in model.graph.output[0].type.tensor_type.shape.dim[2:]:
+            dim.dim_param = "s"
+    return model
+
+
+@pytest.mark.rtl
+def test_eltwise_chanlast_testcase_shipped_model():
+    """A float Conv with folded scale and bias, ReLU, a per-channel Mul and an unsigned
+    4-bit Quant (scale 1) whose domain the model does not import; the input is annotated
+    UINT8. Calibrated on integer images (the input quantization is then exact, scale 1):
+    within one output step of qonnx's executor; RTL equal to golden."""
+    model = _shipped("eltwise_chanlast_testcase.onnx", 16)
+    rng = np.random.default_rng(17)
+    xs = rng.integers(0, 256, (16, 3, 16, 16)).astype(np.float32)
+    result = api.build(model, None, calib={"global_in": xs}, config=ORT_CONFIG,
+                       verilog=False, log=lambda *_: None)
+    assert any("'qonnx.custom_op.general', which the model's opset_import does not import"
+               in w for w in result.graph.meta["warnings"])
+    layer = next(n for n in result.graph.nodes if n.name == "Mul_30")
+    assert (layer.attrs["lo"], layer.attrs["hi"]) == (0, 15)
+    rtl = rtl_matches_golden(result, {"global_in": xs[:4]}, 4)
+    want = reference(model, xs[:4])
+    diff = steps(rtl.outputs["Mul_31_out0"], want, 1.0)
+    print(f"eltwise_chanlast: {np.count_nonzero(diff)} of {diff.size} outputs differ from "
+          f"qonnx's executor (the float Conv is calibrated), at most {np.abs(diff).max()}")
+    assert np.abs(diff).max() <= 1 and want.max() == 15
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("rel, size", [("mnist-conv/model.onnx", None),
+                                       ("residual_block_clean.onnx", 40)])
+def test_float_shipped_models(rel, size):
+    """The wheel's float models (mnist-conv: Conv/Add bias/Relu/MaxPool/MatMul with its
+    parameters as graph inputs, IR 3; residual_block_clean: strided Conv, residual Add,
+    MaxPool, on a 40x40 crop), quantized by hwonnx with calibration: the RTL equal to golden;
+    golden against qonnx's executor within the calibrated quantization's error (reported)."""
+    model = _shipped(rel, size)
+    rng = np.random.default_rng(18)
+    name = model.graph.input[0].name
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    if rel.startswith("mnist"):
+        image = numpy_helper.to_array(onnx.load_tensor(
+            str(DATA / "mnist-conv" / "test_data_set_0" / "input_0.pb")))
+        xs = np.clip(image + rng.normal(0, 30, (16, *shape[1:])), 0, 255).astype(np.float32)
+        xs[0] = image[0]
+    else:
+        xs = rng.uniform(0, 1, (16, *shape[1:])).astype(np.float32)
+    result = api.build(model, None, calib={name: xs}, config=ArchConfig(), verilog=False,
+                       log=lambda *_: None)
+    rtl = rtl_matches_golden(result, {name: xs[:4]}, 4)
+    want = reference(model, xs[:4])
+    got = list(rtl.outputs.values())[0].reshape(want.shape)
+    error = float(np.abs(got - want).max() / np.ptp(want))
+    print(f"{rel}: largest difference from qonnx's executor {error:.1%} of the output range")
+    assert error < 0.06
+    if rel.startswith("mnist"):
+        expected = numpy_helper.to_array(onnx.load_tensor(
+            str(DATA / "mnist-conv" / "test_data_set_0" / "output_0.pb")))
+        assert got[0].argmax() == expected.argmax()

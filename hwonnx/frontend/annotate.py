@@ -61,7 +61,9 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     ``meta["quantization"]`` built from ``ann``, keyed by the graph's value and constant
     names, and with ``relu=True`` on every layer whose annotated output range starts at
     real 0 (int8 zero point -128, or a clamp range starting at the zero point): the clipping
-    of a ReLU that onnxruntime's quantizer removed because the quantized range already clips.
+    of a ReLU that onnxruntime's quantizer removed because the quantized range already clips;
+    a clamp range below int8's top also sets ``act_max`` (its real maximum), so that the float
+    graph clips where the quantizer does.
 
     ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``),
     ``weights`` (``Conv``/``Dense`` weight constant -> ``{"q", "scale", "zero_point"}``,
@@ -90,7 +92,12 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
                                  f"model gives no int32 bias in units of input scale x weight "
                                  f"scale")
         out = activations.get(node.outputs[0]) if node.outputs else None
-        lowest = ranges.get(node.outputs[0], (-128,))[0] if node.outputs else -128
+        lowest, highest = ranges.get(node.outputs[0], (-128, 127)) if node.outputs \
+            else (-128, 127)
+        if node.op in _LAYERS and out is not None and highest < 127:
+            top = float((highest - out[1]) * np.float64(out[0]))    # the range's real maximum
+            old = node.attrs.get("act_max")
+            node = node.with_attrs(act_max=top if old is None else min(float(old), top))
         if node.op in _LAYERS and out is not None \
                 and max(lowest, -128) == out[1] and not node.attrs.get("relu") \
                 and (node.attrs.get("act_max") is None or node.attrs["act_max"] >= 0):
