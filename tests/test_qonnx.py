@@ -525,3 +525,66 @@ def test_float_shipped_models(rel, size):
         expected = numpy_helper.to_array(onnx.load_tensor(
             str(DATA / "mnist-conv" / "test_data_set_0" / "output_0.pb")))
         assert got[0].argmax() == expected.argmax()
+
+
+def trunc_net(seed: int, rounding: str, v2: bool, pool: bool = True) -> onnx.ModelProto:
+    """x -> Quant -> Conv (4-bit weights) -> Relu -> Quant (4-bit unsigned, 1/4) ->
+    [AveragePool 2x2 -> Mul 4 (Brevitas' TruncAvgPool2d: the window's sum)] -> Trunc (6 to 4
+    bits, or 4 to 2 without the pool) -> Flatten -> Gemm -> Quant."""
+    b = Builder(np.random.default_rng(seed))
+    b.quant("x", "xq", 1 / 32, 8)
+    w, s_w = b.weight("w", (4, 3, 3, 3), 4)
+    c = b.node("Conv", ["xq", w, b.bias("b", 4, np.float32(1 / 32) * s_w, True)], "c",
+               pads=[1, 1, 1, 1])
+    b.quant(b.node("Relu", [c], "r"), "a", 0.25, 4, signed=False)
+    source, in_bits, size = "a", 4, 8
+    if pool:
+        p = b.node("AveragePool", ["a"], "p", kernel_shape=[2, 2], strides=[2, 2])
+        source, in_bits, size = b.node("Mul", [p, b.const("four", 4.0)], "m"), 6, 4
+    out_bits = in_bits - 2
+    inputs = [source, b.const("t_s", 0.25), b.const("t_z", 0.0), b.const("t_ib", in_bits)]
+    if v2:
+        inputs += [b.const("t_os", 1.0), b.const("t_ob", out_bits)]
+        b.nodes.append(helper.make_node("Trunc", inputs, ["t"], domain=QONNX, name="trunc",
+                                        rounding_mode=rounding, signed=0, narrow=0))
+    else:
+        inputs.append(b.const("t_ob", out_bits))
+        b.nodes.append(helper.make_node("Trunc", inputs, ["t"], domain=QONNX, name="trunc",
+                                        rounding_mode=rounding))
+    w2, s_w2 = b.weight("w2", (10, 4 * size * size), 8)
+    t_scale = np.float32(1.0 if v2 else 0.25)
+    g = b.node("Gemm", [b.node("Flatten", ["t"], "f"), w2, b.bias("b2", 10, t_scale * s_w2,
+                                                                     True)], "g", transB=1)
+    b.quant(g, "y", 1 / 8, 8)
+    model = b.model([1, 3, 8, 8], "y", [1, 10])
+    model.opset_import[1].version = 2 if v2 else 1
+    return model
+
+
+@pytest.mark.parametrize("rounding", ["FLOOR", "CEIL", "ROUND"])
+@pytest.mark.parametrize("v2", [False, True], ids=["trunc_v1", "trunc_v2"])
+@pytest.mark.parametrize("pool", [True, False], ids=["avgpool", "shift"])
+def test_trunc_equals_qonnx_bit_for_bit(rounding, v2, pool):
+    """Trunc as a depthwise sum requantized by exactly 2^-k with its rounding mode."""
+    rng = np.random.default_rng(19)
+    model = trunc_net(20, rounding, v2, pool)
+    xs = rng.normal(0, 1, (SAMPLES, 3, 8, 8)).astype(np.float32)
+    want = reference(model, xs)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], want)
+    layer = next(n for n in result.graph.nodes if n.name == "trunc")
+    assert layer.attrs.get("rounding") == ("ort" if rounding == "ROUND" else None)
+    if v2:
+        assert (layer.attrs["lo"], layer.attrs["hi"]) == (0, 2 ** (2 if pool else 0) * 4 - 1)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("rounding, v2", [("FLOOR", False), ("CEIL", True)])
+def test_trunc_rtl_equals_golden(rounding, v2):
+    rng = np.random.default_rng(21)
+    model = trunc_net(22, rounding, v2)
+    xs = rng.normal(0, 1, (4, 3, 8, 8)).astype(np.float32)
+    result = api.build(model, None, calib=None, config=ORT_CONFIG, verilog=False,
+                       log=lambda *_: None)
+    rtl = rtl_matches_golden(result, {"x": xs}, 4)
+    np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))

@@ -48,12 +48,14 @@ class Annotations:
     range ``(lo, hi)`` of a tensor quantized to fewer than 8 bits or a narrow range (QCDQ's
     ``Clip``, QONNX's ``Quant``), ``integers`` maps the names of dequantized float constants
     to their :class:`IntegerConstant`; ``quantizers`` describes a QONNX model's quantizers
-    (see :func:`.qonnx.rewrite_qonnx`)."""
+    and ``half_up`` names the values it requantizes half up (see
+    :func:`.qonnx.rewrite_qonnx`)."""
     source: str
     activations: "dict[str, tuple[float, int]]" = field(default_factory=dict)
     integers: "dict[str, IntegerConstant]" = field(default_factory=dict)
     ranges: "dict[str, tuple[int, int]]" = field(default_factory=dict)
     quantizers: "list[dict]" = field(default_factory=list)
+    half_up: "set[str]" = field(default_factory=set)
 
 
 def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
@@ -105,7 +107,8 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
         nodes.append(node)
     meta = dict(graph.meta)
     meta["quantization"] = {"activations": activations, "weights": weights, "bias": bias,
-                            "ranges": ranges, "source": ann.source}
+                            "ranges": ranges, "source": ann.source,
+                            "half_up": frozenset(v for v in ann.half_up if v in values)}
     if ann.quantizers:
         meta["quantizers"] = tuple(ann.quantizers)
     meta["notes"] = tuple(meta.get("notes", ())) + (

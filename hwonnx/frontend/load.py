@@ -103,11 +103,12 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     check_signatures(model, dead_nodes(model))     # every node, used or not: those dropped now
     prune_dead_nodes(model)
     annotations = None
-    quantizers = rewrite_qonnx(model, rlog) if is_qonnx(model) else None   # QONNX -> QCDQ
+    qonnx = rewrite_qonnx(model, rlog) if is_qonnx(model) else None   # QONNX -> QCDQ
     if is_prequantized(model):                  # onnxruntime QDQ / QOperator model
         annotations = dequantize_model(model)
-        if quantizers is not None:
-            annotations.source, annotations.quantizers = "qonnx", quantizers
+        if qonnx is not None:
+            annotations.source = "qonnx"
+            annotations.quantizers, annotations.half_up = qonnx
         prune_dead_nodes(model)
     patterns = find_unary_patterns(model.graph)
     inner = frozenset(name for fused in patterns.values() for name in fused.inner)

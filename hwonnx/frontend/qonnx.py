@@ -96,6 +96,7 @@ class _QonnxRewriter:
             {v for n in self.graph.node for v in n.output}
         self.added: "dict[str, np.ndarray]" = {}
         self.quantizers: "list[dict]" = []
+        self.half_up: "set[str]" = set()       # values requantized half up (Trunc FLOOR/CEIL)
         self.opsets = {o.domain: o.version for o in model.opset_import}
 
     def fresh(self, base: str) -> str:
@@ -349,18 +350,25 @@ class _QonnxRewriter:
                 weights[node.output[0]] = [*self.weight_constant(node), node]
         nodes = self.fold_batchnorm(nodes, weights)
         nodes = self.drop_relus(nodes, weights)
+        self.readers: "dict[str, int]" = {}
+        for node in nodes:
+            for value in node.input:
+                self.readers[value] = self.readers.get(value, 0) + 1
+        self.producers = {out: n for n in nodes for out in n.output}
+        self.removed: "set[int]" = set()
         self.widen(nodes, weights)
         done: "list[onnx.NodeProto]" = []
         for node in nodes:
             if node.domain not in QONNX_DOMAINS:
                 done.append(node)
             elif node.op_type == "Trunc":
-                done += self.trunc(node)
+                done += self.trunc(node, nodes)
             elif node.output[0] in weights:
                 q, scale, axis, _ = weights[node.output[0]]
                 done.append(self.dequantize(node, q, scale, axis, node.output[0]))
             else:
                 done += self.activation(node)
+        done = [n for n in done if id(n) not in self.removed]
         del graph.node[:]
         graph.node.extend(done)
         graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in self.added.items())
@@ -489,8 +497,159 @@ class _QonnxRewriter:
                 dropped.add(id(relu))
         return [n for n in nodes if id(n) not in dropped]
 
-    def trunc(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
-        raise ModelError(f"{_label(node)} is not supported yet")
+    def trunc(self, node: onnx.NodeProto, nodes: "list[onnx.NodeProto]"
+              ) -> "list[onnx.NodeProto]":
+        """``Trunc`` (5 inputs: qonnx's ``trunc_v1``; 6: ``trunc_v2``) of a tensor on the grid
+        of its ``scale`` (zero point 0): ``R(n / 2^k)`` of its integers ``n``, ``R`` the
+        rounding mode, then (v2) clamped to the output bits. It becomes a depthwise
+        convolution with weights 1 (a 1x1 copy, or the window of an ``AveragePool`` whose
+        ``Mul`` by the window size turns it back into the sum, as Brevitas' ``TruncAvgPool2d``
+        exports it) requantized by exactly ``2^-k``: ROUND/HALF_EVEN by the rounding unit (half
+        to even), FLOOR and CEIL by half up with the bias ``-2^(k-1)`` or ``2^(k-1) - 1``."""
+        attrs = _attrs(node)
+        v2 = len(node.input) >= 6
+        version = self.opsets.get(node.domain, 1)
+        if v2 != (version >= 2):
+            raise ModelError(f"{_label(node)} has {len(node.input)} inputs but the model imports "
+                             f"{node.domain} version {version}, for which qonnx's executor runs "
+                             f"the {'6' if version >= 2 else '5'}-input Trunc")
+        if "rounding_mode" not in attrs:
+            raise ModelError(f"{_label(node)} has no attribute 'rounding_mode'; qonnx's "
+                             f"reference executor requires it: set it explicitly")
+        rounding = attrs["rounding_mode"]
+        rounding = (rounding.decode() if isinstance(rounding, bytes) else rounding).upper()
+        if rounding not in ("ROUND", "HALF_EVEN", "FLOOR", "CEIL"):
+            raise ModelError(f"{_label(node)} has rounding_mode '{rounding}'; hwonnx maps Trunc "
+                             f"with ROUND, HALF_EVEN, FLOOR or CEIL")
+        scale = self.constant_input(node, 1, "scale").astype(np.float32)
+        zeropt = self.constant_input(node, 2, "zero point")
+        in_bits = int(self.constant_input(node, 3, "input bit width").reshape(-1)[0])
+        if scale.size != 1 or np.any(zeropt != 0):
+            raise ModelError(f"{_label(node)} has a per-channel scale or a zero point other "
+                             f"than 0; hwonnx maps Trunc of a per-tensor grid with zero point 0")
+        if v2:
+            out_scale = self.constant_input(node, 4, "output scale").astype(np.float32)
+            out_bits = int(self.constant_input(node, 5, "output bit width").reshape(-1)[0])
+            ratio = float(out_scale.reshape(-1)[0]) / float(scale.reshape(-1)[0])
+            k = int(np.round(np.log2(ratio)))
+            if out_scale.size != 1 or ratio != 2.0 ** k or k < 0:
+                raise ModelError(f"{_label(node)} has output scale {out_scale.reshape(-1)[:2]} "
+                                 f"and scale {scale.reshape(-1)[0]}; hwonnx maps Trunc whose "
+                                 f"output scale is the scale times a power of two (at least 1)")
+            signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
+            lo, hi = _bounds(signed, narrow, out_bits)
+            w_scale, s_out = np.float32(1.0), out_scale.reshape(())
+        else:
+            out_bits = int(self.constant_input(node, 4, "output bit width").reshape(-1)[0])
+            k = in_bits - out_bits
+            lo, hi = (-128, 127)
+            w_scale, s_out = np.float32(2.0 ** -k), scale.reshape(())
+        if k < 0 or k > 24:
+            raise ModelError(f"{_label(node)} shifts by {k} bits; hwonnx maps 0 to 24")
+        if lo < -128 or hi > 127:
+            raise ModelError(f"{_label(node)} truncates to {out_bits} bits; hwonnx's activations "
+                             f"are at most 8 (signed) or 7 (unsigned) bits here")
+        x, window = node.input[0], None
+        mul = self.producers.get(x)
+        pool = self.producers.get(mul.input[0]) if mul is not None and mul.op_type == "Mul" \
+            and is_default_domain(mul.domain) else None
+        if pool is not None and pool.op_type == "AveragePool" and is_default_domain(pool.domain):
+            p_attrs = _attrs(pool)
+            kernel = list(p_attrs.get("kernel_shape", []))
+            factor = self.consts.get(mul.input[1])
+            if len(kernel) == 2 and factor is not None and factor.size == 1 and \
+                    float(factor.reshape(-1)[0]) == kernel[0] * kernel[1] and \
+                    not any(p_attrs.get("pads", [])) and \
+                    p_attrs.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET") and \
+                    not p_attrs.get("ceil_mode", 0) and self.readers.get(x) == 1 and \
+                    self.readers.get(mul.output[0]) == 1 and \
+                    self.readers.get(pool.output[0]) == 1:
+                window = (kernel, list(p_attrs.get("strides", [1, 1])))
+                x = pool.input[0]
+                self.removed.update((id(pool), id(mul)))
+        source = self.producers.get(x)
+        if source is None or source.domain not in QONNX_DOMAINS or \
+                source.op_type not in ("Quant", "IntQuant") or \
+                source.input[1] not in self.consts or \
+                self.consts[source.input[1]].size != 1 or \
+                np.float32(self.consts[source.input[1]].reshape(-1)[0]) != scale.reshape(-1)[0] \
+                or np.any(self.consts.get(source.input[2], 1) != 0):
+            raise ModelError(f"{_label(node)} truncates '{x}', which no activation quantizer of "
+                             f"scale {scale.reshape(-1)[0]} and zero point 0 writes; hwonnx maps "
+                             f"Trunc of a quantized tensor (directly, or through an AveragePool "
+                             f"and a Mul by its window size)")
+        channels = self.channels_of(x, node)
+        kernel, strides = window or ([1, 1], [1, 1])
+        y = node.output[0]
+        conv_out = self.fresh(f"{y}_sum")
+        weight = self.fresh(f"{y}_weight")
+        nodes = [self.dequantize_named(np.ones((channels, 1, *kernel), np.int8),
+                                       np.float32(w_scale), weight)]
+        bias_int = {"FLOOR": -(2 ** (k - 1)) if k else 0,
+                    "CEIL": 2 ** (k - 1) - 1 if k else 0}.get(rounding, 0)
+        bias = self.fresh(f"{y}_bias")
+        acc_scale = np.float32(scale.reshape(-1)[0] * w_scale)
+        nodes.append(self.dequantize_named(np.full(channels, bias_int, np.int32), acc_scale,
+                                           bias))
+        nodes.append(helper.make_node("Conv", [x, weight, bias], [conv_out], name=node.name,
+                                      group=channels, kernel_shape=kernel, strides=strides))
+        self.quantizers.append({"node": node.name, "op": "Trunc", "layer": node.name,
+                                "role": "output", "bits": out_bits, "signed": lo < 0,
+                                "narrow": False, "scale": "power-of-two shift", "rounding":
+                                rounding})
+        s = self.const(np.asarray(s_out, np.float32), f"{y}_scale")
+        z = self.const(np.array(0, np.int8), f"{y}_zero_point")
+        q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
+        nodes.append(helper.make_node("QuantizeLinear", [conv_out, s, z], [q],
+                                      name=self.fresh(f"{node.name}_quantize")))
+        if (lo, hi) != (-128, 127):
+            nodes.append(helper.make_node(
+                "Clip", [q, self.const(np.array(lo, np.int8), f"{y}_min"),
+                         self.const(np.array(hi, np.int8), f"{y}_max")], [c],
+                name=self.fresh(f"{node.name}_clip")))
+        else:
+            c = q
+        nodes.append(helper.make_node("DequantizeLinear", [c, s, z], [y],
+                                      name=self.fresh(f"{node.name}_dequantize")))
+        if rounding in ("FLOOR", "CEIL"):         # the bias does it, with half-up rounding
+            self.half_up.update((conv_out, q, c, y))
+        return nodes
+
+    def dequantize_named(self, q: np.ndarray, scale: np.float32, out: str):
+        z = np.zeros((), q.dtype)
+        return helper.make_node("DequantizeLinear", [
+            self.const(q, f"{out}_int"), self.const(np.asarray(scale, np.float32),
+                                                     f"{out}_scale"),
+            self.const(z, f"{out}_zero_point")], [out], name=self.fresh(f"{out}_dequantize"))
+
+    def channels_of(self, value: str, node: onnx.NodeProto) -> int:
+        """The channels of ``value``, from the layer or graph input that sets them."""
+        inputs = {v.name: v for v in self.graph.input}
+        seen = 0
+        while seen < len(self.order):
+            seen += 1
+            if value in inputs:
+                dims = inputs[value].type.tensor_type.shape.dim
+                if len(dims) == 4 and dims[1].HasField("dim_value"):
+                    return int(dims[1].dim_value)
+                break
+            producer = self.producers.get(value)
+            if producer is None:
+                break
+            if is_default_domain(producer.domain) and producer.op_type in ("Conv", "Gemm") \
+                    and len(producer.input) > 1:
+                weight = producer.input[1]
+                source = self.producers.get(weight)
+                array = self.consts.get(weight)
+                if array is None and source is not None:
+                    array = self.consts.get(source.input[0])
+                if array is not None and array.ndim == 4:
+                    return int(array.shape[0])
+                break
+            value = producer.input[0]
+        raise ModelError(f"{_label(node)}: hwonnx cannot tell the channels of '{value}' "
+                         f"before shape inference (no Conv or graph input of known channels "
+                         f"before it)")
 
 
 def _cancel_transposes(nodes: "list[onnx.NodeProto]", outputs: "set[str]"
@@ -528,11 +687,13 @@ def _cancel_transposes(nodes: "list[onnx.NodeProto]", outputs: "set[str]"
 RANGES_OF = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 
-def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "list[dict]":
+def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "tuple[list[dict], set[str]]":
     """Rewrite the QONNX nodes of ``model`` (in place) into QDQ form (see the module) and
     return a description of each quantizer (``node``, ``op``, ``layer`` and ``role`` there
     (``"weights"``, ``"bias"``, ``"output"``, ``"input"``), ``bits``, ``signed``, ``narrow``,
-    ``scale`` (power-of-two or arbitrary, per tensor or per channel), ``rounding``).
+    ``scale`` (power-of-two or arbitrary, per tensor or per channel), ``rounding``), and the
+    values whose requantization must round half up (a ``Trunc`` with FLOOR or CEIL, whose
+    bias makes half up the floor or ceiling).
 
     Raises
     ------
@@ -543,4 +704,4 @@ def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "list[dict]":
     """
     rewriter = _QonnxRewriter(model, rlog)
     rewriter.run()
-    return rewriter.quantizers
+    return rewriter.quantizers, rewriter.half_up

@@ -212,7 +212,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                                          constants, types, layer_ann, warnings))
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
-    nodes = apply_ranges(nodes, ann.get("ranges", {}), qname)     # n-bit and narrow ranges
+    nodes = apply_ranges(nodes, ann.get("ranges", {}), qname,     # n-bit and narrow ranges
+                         ann.get("half_up", frozenset()))
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
     meta.update(_describe(ann, graph, missing, calib), warnings=tuple(warnings))
     result = Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)

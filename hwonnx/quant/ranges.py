@@ -13,16 +13,20 @@ __all__ = ["apply_ranges"]
 
 
 def apply_ranges(nodes: "list[Node]", ranges: "dict[str, tuple[int, int]]",
-                 qname: "dict[str, str]") -> "list[Node]":
+                 qname: "dict[str, str]", half_up=frozenset()) -> "list[Node]":
     """Return ``nodes`` (integer graph nodes) with ``lo``/``hi`` narrowed to the recorded
     range of the float value each writes (``qname``: float value -> int8 value), and a
-    lookup table's entries clamped to it."""
-    if not ranges:
+    lookup table's entries clamped to it; a node writing a value of ``half_up`` loses its
+    ``rounding`` (a QONNX ``Trunc`` whose bias turns half up into a floor or ceiling)."""
+    if not ranges and not half_up:
         return nodes
     wanted = {qname[v]: r for v, r in ranges.items() if v in qname}
+    plain = {qname[v] for v in half_up if v in qname}
     result = []
     for node in nodes:
         rng = wanted.get(node.outputs[0]) if node.outputs else None
+        if node.outputs and node.outputs[0] in plain:
+            node = replace(node, attrs={k: v for k, v in node.attrs.items() if k != "rounding"})
         if rng is None:
             result.append(node)
             continue
