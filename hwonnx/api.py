@@ -364,7 +364,9 @@ def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
         int_graph = quantize_model(float_graph, samples)
     finally:
         quant_log.setLevel(level)
-    return int_graph, lower_sized(int_graph, config or ArchConfig(), size, loops=loops)
+    config = config or ArchConfig()
+    int_graph = _choose_rounding(int_graph, config, lambda *_: None)    # as compile_model
+    return int_graph, lower_sized(int_graph, config, size, loops=loops)
 
 
 def load_build(out_dir) -> BuildResult:

@@ -360,6 +360,14 @@ def test_inspect_shows_quantizers():
     assert "  c1: bias 32-bit signed, arbitrary per channel scale (q_b1)" in text
 
 
+def test_inspect_places_a_prequantized_model_on_an_array_without_the_rounding_unit():
+    """``hwonnx inspect`` plans the model as ``build`` does: layers that would round as
+    onnxruntime does round half up on the default array (before, the placement failed)."""
+    from hwonnx.inspect import format_placement
+    text = format_placement(load_model(conv_net(15, 4, 3)), ArchConfig())
+    assert "| c1 | QConv | hardware |" in text and "| g | QDense | hardware |" in text
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("case", ["w4a4", "w1a1", "w6a3_signed_narrow"])
 def test_rtl_equals_golden(case):

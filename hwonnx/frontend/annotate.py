@@ -79,7 +79,7 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     ranges = {v: r for v, r in ann.ranges.items() if v in values}
     weights, bias, notes, nodes = {}, {}, [], []
     for node in graph.nodes:
-        if node.op in ("Conv", "Dense", "ConvTranspose"):
+        if node.op in ("Conv", "Dense", "ConvTranspose") and not node.attrs.get("copy"):
             record = _weight_annotation(graph, node, ann)
             if record is None:
                 notes.append(f"The weights of '{node.name}' carry no usable integers; "
