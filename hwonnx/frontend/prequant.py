@@ -348,7 +348,8 @@ class _Rewriter(QOperatorRewrites):
                 if node.input[0] in self.ann.ranges and node.op_type != "Relu":
                     self.ann.ranges[node.output[0]] = self.ann.ranges[node.input[0]]
         for node in reversed(same):
-            if node.op_type in ("Flatten", "Reshape", "Identity", "Transpose") and \
+            if node.op_type in ("Flatten", "Reshape", "Identity", "Transpose", "DepthToSpace") \
+                    and \
                     node.output[0] in acts and node.input[0] not in acts:
                 acts[node.input[0]] = acts[node.output[0]]
                 if node.output[0] in self.ann.ranges:
