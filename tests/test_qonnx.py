@@ -288,8 +288,10 @@ def test_refused_by_name():
     model.graph.node[0].op_type = "BipolarQuant"
     del model.graph.node[0].input[2:]
     del model.graph.node[0].attribute[:]
-    with raises(ModelError, "BipolarQuant 'q_xq' quantizes the run-time tensor 'x' to ±1; "
-                            "hwonnx reads bipolar weights, not bipolar activations"):
+    with raises(ModelError, "BipolarQuant 'q_xq' quantizes the run-time tensor 'x' to ±1, but "
+                            "no Conv or Gemm with quantized weights and a quantized input "
+                            "writes it alone; hwonnx maps a bipolar activation as the sign of "
+                            "such a layer"):
         load_model(model)
 
 
@@ -675,4 +677,59 @@ def test_depth_to_space_rtl_equals_golden():
                        log=lambda *_: None)
     rtl = api.simulate(result, {"x": xs}, mode="compare", log=lambda *_: None)
     assert rtl.cycles == [rtl.predicted_cycles] * 4
+    np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
+
+
+def bipolar_net(seed: int, one_bit_quant: bool = False) -> onnx.ModelProto:
+    """FINN's W1A1 style: x -> Quant (8-bit) -> Conv (bipolar weights) -> BatchNormalization
+    -> BipolarQuant -> Conv (bipolar weights, float bias) -> BipolarQuant (or Brevitas' 1-bit
+    signed Quant) -> Flatten -> Gemm (4-bit weights) -> Quant."""
+    b = Builder(np.random.default_rng(seed))
+    b.quant("x", "xq", 1 / 16, 8)
+    w1, _ = b.weight("w1", (8, 3, 3, 3), 1)
+    c1 = b.node("Conv", ["xq", w1], "c1", pads=[1, 1, 1, 1])
+    n1 = b.node("BatchNormalization", [c1, b.const("bn_g", b.rng.uniform(0.5, 1.5, 8) * np.where(
+        np.arange(8) == 3, -1, 1)), b.const("bn_b", b.rng.normal(0, 0.3, 8)),
+        b.const("bn_m", b.rng.normal(0, 0.3, 8)), b.const("bn_v", b.rng.uniform(0.5, 2, 8))],
+        "n1")
+    b.nodes.append(helper.make_node("BipolarQuant", [n1, b.const("a1_s", 1.0)], ["a1"],
+                                    domain=QONNX, name="q_a1"))
+    w2, _ = b.weight("w2", (8, 8, 3, 3), 1)
+    c2 = b.node("Conv", ["a1", w2, b.const("b2", b.rng.normal(0, 2, 8))], "c2",
+                pads=[1, 1, 1, 1], strides=[2, 2])
+    if one_bit_quant:
+        b.quant(c2, "a2", 0.5, 1)
+    else:
+        b.nodes.append(helper.make_node("BipolarQuant", [c2, b.const("a2_s", 0.5)], ["a2"],
+                                        domain=QONNX, name="q_a2"))
+    w3, s_w3 = b.weight("w3", (10, 8 * 4 * 4), 4)
+    g = b.node("Gemm", [b.node("Flatten", ["a2"], "f"), w3,
+                        b.bias("b3", 10, np.float32(0.5) * s_w3, True)], "g", transB=1)
+    b.quant(g, "y", 1 / 4, 8)
+    return b.model([1, 3, 8, 8], "y", [1, 10])
+
+
+@pytest.mark.parametrize("one_bit_quant", [False, True], ids=["BipolarQuant", "Quant1bit"])
+def test_bipolar_activations_equal_qonnx_bit_for_bit(one_bit_quant):
+    """A bipolar activation is the sign of its layer, computed exactly as an odd integer
+    threshold (the float bias and a folded BatchNormalization included)."""
+    rng = np.random.default_rng(27)
+    model = bipolar_net(28, one_bit_quant)
+    xs = rng.normal(0, 1, (32, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    layers = {n.name: n for n in result.graph.nodes}
+    for name in ("c1", "c2"):
+        assert (layers[name].attrs["lo"], layers[name].attrs["hi"]) == (-1, 1)
+        assert set(np.unique(result.graph.constants[layers[name].inputs[1]])) == {-2, 2}
+
+
+@pytest.mark.rtl
+def test_bipolar_rtl_equals_golden():
+    rng = np.random.default_rng(29)
+    model = bipolar_net(30)
+    xs = rng.normal(0, 1, (4, 3, 8, 8)).astype(np.float32)
+    result = api.build(model, None, calib=None, config=ORT_CONFIG, verilog=False,
+                       log=lambda *_: None)
+    rtl = rtl_matches_golden(result, {"x": xs}, 4)
     np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))

@@ -277,9 +277,23 @@ class _QonnxRewriter:
     def activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
         """An activation quantizer as QuantizeLinear -> Clip -> DequantizeLinear."""
         x, y = node.input[0], node.output[0]
+        if node.output[0] in self.bipolar:
+            scale = self.constant_input(node, 1, "scale").astype(np.float32)
+            self.describe(node, 1, True, False, scale, "sign")
+            s = self.const(scale.reshape(()), f"{y}_scale")
+            z = self.const(np.array(0, np.int8), f"{y}_zero_point")
+            q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
+            return [helper.make_node("QuantizeLinear", [x, s, z], [q], name=node.name),
+                    helper.make_node("Clip", [q, self.const(np.array(-1, np.int8), f"{y}_min"),
+                                              self.const(np.array(1, np.int8), f"{y}_max")],
+                                     [c], name=self.fresh(f"{node.name}_clip")),
+                    helper.make_node("DequantizeLinear", [c, s, z], [y],
+                                     name=self.fresh(f"{node.name}_dequantize"))]
         if node.op_type == "BipolarQuant":
-            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' to ±1; hwonnx "
-                             f"reads bipolar weights, not bipolar activations")
+            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' to ±1, but "
+                             f"no Conv or Gemm with quantized weights and a quantized input "
+                             f"writes it alone; hwonnx maps a bipolar activation as the sign of "
+                             f"such a layer")
         p = self.params(node)
         bits, signed, narrow = p["bits"], p["signed"], p["narrow"]
         if p["scale"].size != 1 or p["zeropt"].size != 1:
@@ -291,7 +305,9 @@ class _QonnxRewriter:
                              f"with ROUND (half to even)")
         if bits == 1 and signed:
             raise ModelError(f"{_label(node)} is a 1-bit signed (bipolar) quantizer of the "
-                             f"run-time tensor '{x}'; hwonnx reads bipolar weights only")
+                             f"run-time tensor '{x}', but no Conv or Gemm with quantized weights "
+                             f"and a quantized input writes it alone; hwonnx maps a bipolar "
+                             f"activation as the sign of such a layer")
         lo, hi = _bounds(signed, narrow, bits)
         zeropt = int(p["zeropt"].reshape(-1)[0])
         dtype = np.int8 if lo >= -128 and hi <= 127 else np.uint8
@@ -356,6 +372,9 @@ class _QonnxRewriter:
                 self.readers[value] = self.readers.get(value, 0) + 1
         self.producers = {out: n for n in nodes for out in n.output}
         self.removed: "set[int]" = set()
+        self.prefix: "list[onnx.NodeProto]" = []
+        self.bipolar: "set[str]" = set()
+        self.threshold_layers(nodes, weights)
         self.widen(nodes, weights)
         done: "list[onnx.NodeProto]" = []
         for node in nodes:
@@ -368,7 +387,7 @@ class _QonnxRewriter:
                 done.append(self.dequantize(node, q, scale, axis, node.output[0]))
             else:
                 done += self.activation(node)
-        done = [n for n in done if id(n) not in self.removed]
+        done = self.prefix + [n for n in done if id(n) not in self.removed]
         del graph.node[:]
         graph.node.extend(done)
         graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in self.added.items())
@@ -446,6 +465,83 @@ class _QonnxRewriter:
                            f"bias of {layer.op_type} '{layer.name}', whose integer weights "
                            f"stay the model's")
         return [n for n in nodes if id(n) not in dropped]
+
+    def threshold_layers(self, nodes: "list[onnx.NodeProto]", weights: dict) -> None:
+        """A bipolar activation (``BipolarQuant``, or a 1-bit signed ``Quant``: qonnx gives
+        ``+s`` where ``x >= 0``, else ``-s``) of a ``Conv``/``Gemm`` with quantized weights
+        ``q`` (scale ``s_w``), float bias ``b`` and an input quantized with scale ``s_in``:
+        ``x >= 0`` exactly where ``acc >= t = ceil(-b / (s_in * s_w))`` per channel. The layer
+        becomes ``v = 2 * acc + 1 - 2t`` (weights ``2q``, int32 bias ``1 - 2t``; odd, so never
+        0, of the sign of ``x`` or ``x + 0``) with weight scale ``s / s_in`` so that the
+        requantization multiplier is 1: clamped to ``[-1, 1]`` it is ``sign(x)``, ``±1``
+        with scale ``s``. The layer's float output is then ``v * s``, not the model's: only
+        its sign is read."""
+        readers: "dict[str, int]" = {}
+        for node in nodes:
+            for value in node.input:
+                readers[value] = readers.get(value, 0) + 1
+        producer = {out: n for n in nodes for out in n.output}
+        for node in nodes:
+            if node.domain not in QONNX_DOMAINS or node.input[0] in self.consts or \
+                    node.output[0] in weights:
+                continue
+            if node.op_type in ("Quant", "IntQuant"):
+                p = self.params(node)
+                if not (p["bits"] == 1 and p["signed"]) or p["scale"].size != 1 or \
+                        np.any(p["zeropt"] != 0):
+                    continue
+                scale = p["scale"]
+            elif node.op_type == "BipolarQuant":
+                scale = self.constant_input(node, 1, "scale").astype(np.float32)
+                if scale.size != 1:
+                    continue
+            else:
+                continue
+            layer = producer.get(node.input[0])
+            if layer is None or not is_default_domain(layer.domain) or \
+                    layer.op_type not in ("Conv", "Gemm") or len(layer.input) < 2 or \
+                    layer.input[1] not in weights or readers.get(node.input[0]) != 1:
+                continue
+            attrs = _attrs(layer)
+            if layer.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0)
+                                            != 1.0 or attrs.get("beta", 1.0) != 1.0):
+                continue
+            source = producer.get(layer.input[0])
+            s_in = self.consts.get(source.input[1]) if source is not None and \
+                source.domain in QONNX_DOMAINS and source.op_type in (
+                    "Quant", "IntQuant", "BipolarQuant") else None
+            if s_in is None or s_in.size != 1:
+                continue
+            q, s_w, axis, quant = weights[layer.input[1]]
+            out_axis = 0 if layer.op_type == "Conv" or attrs.get("transB", 0) else 1
+            if axis not in (None, out_axis) or np.abs(q).max(initial=0) > 63:
+                continue
+            channels = q.shape[out_axis]
+            bias = layer.input[2] if len(layer.input) > 2 else ""
+            if bias in weights:
+                b_q, b_scale, b_axis, _ = weights[bias]
+                b = b_q.astype(np.float64) * b_scale.astype(np.float64).reshape(-1)
+            elif bias in self.consts:
+                b = self.consts[bias].astype(np.float64).reshape(-1)
+            elif not bias:
+                b = np.zeros(channels)
+            else:
+                continue
+            unit = float(s_in.reshape(-1)[0]) * np.broadcast_to(
+                s_w.astype(np.float64).reshape(-1), (channels,))
+            t = np.ceil(-np.broadcast_to(b, (channels,)) / unit)
+            new_scale = np.float32(float(scale.reshape(-1)[0]) / float(s_in.reshape(-1)[0]))
+            weights[layer.input[1]] = [2 * q, np.asarray(new_scale), None, quant]
+            name = self.fresh(f"{layer.name}_threshold")
+            self.prefix.append(self.dequantize_named(
+                (1 - 2 * t).astype(np.int32), np.float32(s_in.reshape(-1)[0]) * new_scale, name))
+            inputs = [layer.input[0], layer.input[1], name]
+            del layer.input[:]
+            layer.input.extend(inputs)
+            self.bipolar.add(node.output[0])
+            self.rlog.note(f"The bipolar activation {_label(node)} is the sign of "
+                           f"{layer.op_type} '{layer.name}': its weights doubled and an odd "
+                           f"integer threshold as bias, requantized by exactly 1 to [-1, 1]")
 
     def widen(self, nodes: "list[onnx.NodeProto]", weights: dict) -> None:
         """Give the low-bit weights of a layer with a float bias the int8 lanes' headroom:
