@@ -31,18 +31,13 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError
 from .common import ReadLog, is_default_domain
+from .qonnx_layers import (CHANNELS_LAST_DOMAIN, KNOWN_DOMAINS, QONNX_DOMAINS, RANGES_OF,
+                           QonnxLayerRewrites, attrs_of, bounds, cancel_transposes, label)
 
 __all__ = ["QONNX_DOMAINS", "CHANNELS_LAST_DOMAIN", "KNOWN_DOMAINS", "import_missing_domains",
            "is_qonnx", "rewrite_qonnx"]
 
-#: Domains of the QONNX quantizers (``onnx.brevitas``: Brevitas' exports; ``finn...``: FINN's).
-QONNX_DOMAINS = frozenset({"qonnx.custom_op.general", "onnx.brevitas",
-                           "finn.custom_op.general"})
-CHANNELS_LAST_DOMAIN = "qonnx.custom_op.channels_last"
-KNOWN_DOMAINS = QONNX_DOMAINS | {CHANNELS_LAST_DOMAIN}
 _QUANT_OPS = ("Quant", "IntQuant", "BipolarQuant", "Trunc")
-_CHANNELS_LAST_OPS = ("Conv", "MaxPool", "BatchNormalization")
-_NCHW, _NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 #: qonnx's ``resolve_rounding_mode``: rounding_mode -> function of float32 arrays.
 _ROUNDING = {
     "ROUND": np.round, "HALF_EVEN": np.round, "CEIL": np.ceil, "FLOOR": np.floor,
@@ -50,14 +45,6 @@ _ROUNDING = {
     "HALF_UP": lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5),
     "HALF_DOWN": lambda x: np.sign(x) * np.ceil(np.abs(x) - 0.5),
 }
-
-
-def _label(node: onnx.NodeProto) -> str:
-    return f"{node.op_type} '{node.name}'"
-
-
-def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def import_missing_domains(model: onnx.ModelProto, rlog: ReadLog) -> None:
@@ -80,14 +67,7 @@ def is_qonnx(model: onnx.ModelProto) -> bool:
     return any(node.domain in KNOWN_DOMAINS for node in model.graph.node)
 
 
-def _bounds(signed: bool, narrow: bool, bits: int) -> "tuple[int, int]":
-    """qonnx's ``min_int``/``max_int``."""
-    if signed:
-        return -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
-    return 0, 2 ** bits - 1 - int(narrow)
-
-
-class _QonnxRewriter:
+class _QonnxRewriter(QonnxLayerRewrites):
     def __init__(self, model: onnx.ModelProto, rlog: ReadLog):
         self.model, self.graph, self.rlog = model, model.graph, rlog
         self.consts = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
@@ -114,82 +94,37 @@ class _QonnxRewriter:
     def constant_input(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
         name = node.input[index] if index < len(node.input) else ""
         if name not in self.consts:
-            raise ModelError(f"{_label(node)} needs a constant {what} (input {index}), but "
+            raise ModelError(f"{label(node)} needs a constant {what} (input {index}), but "
                              f"'{name}' is {'absent' if not name else 'computed at run time'}; "
                              f"hwonnx imports static quantizers only")
         return self.consts[name]
 
     # -- channels last --------------------------------------------------------------------
-    def channels_last(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
-        if node.op_type not in _CHANNELS_LAST_OPS or len(node.output) != 1:
-            raise ModelError(f"{_label(node)} of domain '{node.domain}' is not supported; "
-                             f"hwonnx reads the channels-last Conv, MaxPool and "
-                             f"BatchNormalization")
-        x_nchw = self.fresh(f"{node.input[0]}_nchw")
-        y_nchw = self.fresh(f"{node.output[0]}_nchw")
-        inputs = [x_nchw, *node.input[1:]]
-        nodes = [helper.make_node("Transpose", [node.input[0]], [x_nchw], perm=_NCHW,
-                                  name=self.fresh(f"{node.name}_to_nchw"))]
-        if node.op_type == "Conv":
-            inputs[1] = self.nchw_weight(node)
-        twin = helper.make_node(node.op_type, inputs, [y_nchw], name=node.name)
-        twin.attribute.extend(node.attribute)
-        nodes += [twin, helper.make_node("Transpose", [y_nchw], [node.output[0]], perm=_NHWC,
-                                         name=self.fresh(f"{node.name}_to_nhwc"))]
-        return nodes
-
-    def nchw_weight(self, node: onnx.NodeProto) -> str:
-        """The name of the channels-last Conv's weight ``[M, KH, KW, C]`` in ONNX's layout
-        ``[M, C, KH, KW]``: a transposed copy of a constant, or of the constant a weight
-        quantizer reads (whose per-channel scale is along axis 0 either way)."""
-        weight = node.input[1] if len(node.input) > 1 else ""
-        if weight in self.consts and self.consts[weight].ndim == 4:
-            return self.const(self.consts[weight].transpose(_NCHW), f"{weight}_nchw")
-        producer = next((n for n in self.graph.node if weight in n.output), None)
-        if producer is not None and producer.domain in QONNX_DOMAINS and \
-                producer.op_type in ("Quant", "IntQuant", "BipolarQuant") and \
-                producer.input[0] in self.consts and self.consts[producer.input[0]].ndim == 4:
-            inputs = list(producer.input)
-            inputs[0] = self.const(self.consts[producer.input[0]].transpose(_NCHW),
-                                   f"{producer.input[0]}_nchw")
-            scale = self.consts.get(producer.input[1])
-            if scale is not None and scale.ndim == 4:
-                inputs[1] = self.const(scale.transpose(_NCHW), f"{producer.input[1]}_nchw")
-            out = self.fresh(f"{weight}_nchw")
-            copy = helper.make_node(producer.op_type, inputs, [out], domain=producer.domain,
-                                    name=self.fresh(f"{producer.name}_nchw"))
-            copy.attribute.extend(producer.attribute)
-            self.extra.append(copy)
-            return out
-        raise ModelError(f"{_label(node)} (channels last) needs a constant 4-D weight or a "
-                         f"quantizer of one, but '{weight}' is neither")
-
-    # -- quantizers -----------------------------------------------------------------------
     def params(self, node: onnx.NodeProto) -> dict:
         """Scale, zero point, bit width and attributes of a Quant/IntQuant node, checked."""
-        attrs = _attrs(node)
+        attrs = attrs_of(node)
         for name in ("signed", "narrow"):
             if name not in attrs:
-                raise ModelError(f"{_label(node)} has no attribute '{name}'; qonnx's reference "
+                raise ModelError(f"{label(node)} has no attribute '{name}'; qonnx's reference "
                                  f"executor requires it (its documentation gives a default, "
                                  f"its code none): set it explicitly")
         rounding = attrs.get("rounding_mode", b"ROUND")
         rounding = (rounding.decode() if isinstance(rounding, bytes) else str(rounding)).upper()
         if rounding not in _ROUNDING:
-            raise ModelError(f"{_label(node)} has rounding_mode '{rounding}'; qonnx defines "
+            raise ModelError(f"{label(node)} has rounding_mode '{rounding}'; qonnx defines "
                              f"{', '.join(sorted(_ROUNDING))}")
         scale = self.constant_input(node, 1, "scale").astype(np.float32)
         zeropt = self.constant_input(node, 2, "zero point").astype(np.float32)
         bits = self.constant_input(node, 3, "bit width")
         if bits.size != 1 or float(bits.reshape(-1)[0]) != int(bits.reshape(-1)[0]) or \
                 not 1 <= int(bits.reshape(-1)[0]) <= 32:
-            raise ModelError(f"{_label(node)} has bit width {bits.reshape(-1)[:4].tolist()}; "
+            raise ModelError(f"{label(node)} has bit width {bits.reshape(-1)[:4].tolist()}; "
                              f"hwonnx reads one integer bit width from 1 to 32")
         if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-            raise ModelError(f"{_label(node)} has scale {scale.reshape(-1)[:4].tolist()}; "
+            raise ModelError(f"{label(node)} has scale {scale.reshape(-1)[:4].tolist()}; "
                              f"scales must be positive finite floats")
         if np.any(zeropt != np.round(zeropt)):
-            raise ModelError(f"{_label(node)} has a zero point that is not an integer "
+            raise ModelError(f"{label(node)} has a zero point that is not an integer "
                              f"({zeropt.reshape(-1)[:4].tolist()}); hwonnx's grids have "
                              f"integer zero points")
         return {"signed": bool(attrs["signed"]), "narrow": bool(attrs["narrow"]),
@@ -239,7 +174,7 @@ class _QonnxRewriter:
         if bits == 1 and p["signed"]:          # qonnx: a 1-bit signed Quant is bipolar
             y = np.where(y >= 0.0, np.float32(1), np.float32(-1))
         else:
-            lo, hi = _bounds(p["signed"], p["narrow"], bits)
+            lo, hi = bounds(p["signed"], p["narrow"], bits)
             y = _ROUNDING[p["rounding"]](np.clip(y, lo, hi))
         q = (y - zeropt).astype(np.int64)
         self.describe(node, bits, p["signed"], p["narrow"], scale, p["rounding"])
@@ -250,11 +185,11 @@ class _QonnxRewriter:
             return None
         axes = [i for i, d in enumerate(scale.shape[::-1]) if d != 1]
         if len(axes) != 1 or scale.ndim > w.ndim:
-            raise ModelError(f"{_label(node)} has a scale of shape {list(scale.shape)}; hwonnx "
+            raise ModelError(f"{label(node)} has a scale of shape {list(scale.shape)}; hwonnx "
                              f"reads per-tensor and per-channel (one axis) scales")
         axis = w.ndim - 1 - axes[0]
         if w.shape[axis] != scale.size:
-            raise ModelError(f"{_label(node)} has {scale.size} scales, which do not fit axis "
+            raise ModelError(f"{label(node)} has {scale.size} scales, which do not fit axis "
                              f"{axis} of '{node.input[0]}' of shape {list(w.shape)}")
         return axis
 
@@ -263,7 +198,7 @@ class _QonnxRewriter:
         small = q.min(initial=0) >= -128 and q.max(initial=0) <= 127
         dtype = np.int8 if small else np.int32
         if not small and (q.min() < -2 ** 31 or q.max() >= 2 ** 31):
-            raise ModelError(f"{_label(node)} quantizes '{node.input[0]}' to integers beyond "
+            raise ModelError(f"{label(node)} quantizes '{node.input[0]}' to integers beyond "
                              f"int32")
         q_name = self.const(q.astype(dtype), f"{node.input[0]}_int")
         s_name = self.const(scale.reshape(-1) if axis is not None else
@@ -290,30 +225,30 @@ class _QonnxRewriter:
                     helper.make_node("DequantizeLinear", [c, s, z], [y],
                                      name=self.fresh(f"{node.name}_dequantize"))]
         if node.op_type == "BipolarQuant":
-            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' to ±1, but "
+            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' to ±1, but "
                              f"no Conv or Gemm with quantized weights and a quantized input "
                              f"writes it alone; hwonnx maps a bipolar activation as the sign of "
                              f"such a layer")
         p = self.params(node)
         bits, signed, narrow = p["bits"], p["signed"], p["narrow"]
         if p["scale"].size != 1 or p["zeropt"].size != 1:
-            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' per channel; "
+            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' per channel; "
                              f"hwonnx quantizes activations per tensor")
         if p["rounding"] not in ("ROUND", "HALF_EVEN"):
-            raise ModelError(f"{_label(node)} rounds the run-time tensor '{x}' with "
+            raise ModelError(f"{label(node)} rounds the run-time tensor '{x}' with "
                              f"rounding_mode {p['rounding']}; hwonnx requantizes activations "
                              f"with ROUND (half to even)")
         if bits == 1 and signed:
-            raise ModelError(f"{_label(node)} is a 1-bit signed (bipolar) quantizer of the "
+            raise ModelError(f"{label(node)} is a 1-bit signed (bipolar) quantizer of the "
                              f"run-time tensor '{x}', but no Conv or Gemm with quantized weights "
                              f"and a quantized input writes it alone; hwonnx maps a bipolar "
                              f"activation as the sign of such a layer")
-        lo, hi = _bounds(signed, narrow, bits)
+        lo, hi = bounds(signed, narrow, bits)
         zeropt = int(p["zeropt"].reshape(-1)[0])
         dtype = np.int8 if lo >= -128 and hi <= 127 else np.uint8
         full = RANGES_OF[np.dtype(dtype)]
         if not (full[0] <= lo and hi <= full[1] and full[0] <= zeropt <= full[1]):
-            raise ModelError(f"{_label(node)} quantizes the run-time tensor '{x}' to {bits} "
+            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' to {bits} "
                              f"{'signed' if signed else 'unsigned'} bits with zero point "
                              f"{zeropt}; hwonnx's activations are 2 to 8 bits whose range and "
                              f"zero point fit int8 or uint8")
@@ -342,7 +277,7 @@ class _QonnxRewriter:
                 nodes += self.channels_last(node)
             else:
                 nodes.append(node)
-        nodes = _cancel_transposes(self.extra + nodes, {v.name for v in graph.output})
+        nodes = cancel_transposes(self.extra + nodes, {v.name for v in graph.output})
         self.order = nodes
         self.producers = {out: n for n in nodes for out in n.output}
         weights: "dict[str, list]" = {}          # quantized constant -> [q, scale, axis, node]
@@ -350,16 +285,16 @@ class _QonnxRewriter:
             if node.domain not in QONNX_DOMAINS:
                 continue
             if node.op_type == "FloatQuant":
-                raise ModelError(f"{_label(node)} is a floating-point (minifloat, fp8) "
+                raise ModelError(f"{label(node)} is a floating-point (minifloat, fp8) "
                                  f"quantizer; hwonnx's arithmetic is integer: FloatQuant is "
                                  f"not supported")
             if node.op_type not in _QUANT_OPS:
-                raise ModelError(f"{_label(node)} of domain '{node.domain}' is not supported; "
+                raise ModelError(f"{label(node)} of domain '{node.domain}' is not supported; "
                                  f"hwonnx reads Quant, IntQuant, BipolarQuant and Trunc")
             need = {"BipolarQuant": 2, "Trunc": 5}.get(node.op_type, 4)
             if len(node.input) < need or not node.input[0] or not node.output[:1] \
                     or not node.output[0]:
-                raise ModelError(f"{_label(node)} has {len(node.input)} input(s); "
+                raise ModelError(f"{label(node)} has {len(node.input)} input(s); "
                                  f"{node.op_type} needs {need}, the first one named, and an "
                                  f"output")
             if node.op_type != "Trunc" and node.input[0] in self.consts:
@@ -392,207 +327,6 @@ class _QonnxRewriter:
         graph.node.extend(done)
         graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in self.added.items())
 
-    def fold_batchnorm(self, nodes: "list[onnx.NodeProto]", weights: dict
-                       ) -> "list[onnx.NodeProto]":
-        """Fold each ``BatchNormalization`` that alone reads a ``Conv``/``Gemm`` with quantized
-        weights into the layer: per output channel ``a = gamma / sqrt(var + eps)``, the weight
-        scale becomes ``|a| * s_w`` and the integers ``sign(a) * q`` (so they stay the model's),
-        the bias ``a * (b - mean) + beta``. The normalization is then part of the layer's
-        requantization to the quantizer after it."""
-        readers: "dict[str, int]" = {}
-        for node in nodes:
-            for value in node.input:
-                readers[value] = readers.get(value, 0) + 1
-        outputs = {v.name for v in self.graph.output}
-        producer = {n.output[0]: n for n in nodes if n.output}
-        dropped, renamed = set(), {}
-        for bn in nodes:
-            if bn.op_type != "BatchNormalization" or not is_default_domain(bn.domain) or \
-                    len(bn.input) != 5 or len(bn.output) != 1 or \
-                    any(v not in self.consts for v in bn.input[1:]):
-                continue
-            layer = producer.get(bn.input[0])
-            if layer is None or not is_default_domain(layer.domain) or \
-                    layer.op_type not in ("Conv", "Gemm") or len(layer.input) < 2 or \
-                    layer.input[1] not in weights or readers.get(layer.input[1]) != 1 or \
-                    readers.get(bn.input[0]) != 1 or bn.input[0] in outputs:
-                continue
-            attrs = _attrs(layer)
-            if layer.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0)
-                                            != 1.0 or attrs.get("beta", 1.0) != 1.0):
-                continue
-            q, scale, axis, quant = weights[layer.input[1]]
-            out_axis = 0 if layer.op_type == "Conv" or attrs.get("transB", 0) else 1
-            if axis not in (None, out_axis):
-                continue
-            gamma, beta, mean, var = (self.consts[v].astype(np.float64).reshape(-1)
-                                      for v in bn.input[1:])
-            eps = float(_attrs(bn).get("epsilon", 1e-5))
-            channels = q.shape[out_axis]
-            if gamma.size != channels:
-                continue
-            a = gamma / np.sqrt(var + eps)
-            bias = layer.input[2] if len(layer.input) > 2 else ""
-            if bias in weights:                 # a quantized bias: the value qonnx computes
-                b_q, b_scale, b_axis, _ = weights[bias]
-                bias = (b_q.astype(np.float32) * b_scale.reshape(
-                    (-1,) if b_axis is not None else ())).astype(np.float64)
-            elif bias in self.consts:
-                bias = self.consts[bias].astype(np.float64).reshape(-1)
-            elif not bias:
-                bias = np.zeros(channels)
-            else:
-                continue
-            s_w = np.broadcast_to(scale.astype(np.float64).reshape(-1), (channels,))
-            shape = [1] * q.ndim
-            shape[out_axis] = -1
-            # a channel whose scale underflows float32 (a dead channel: Brevitas gives its
-            # BatchNorm a denormal gamma) is its bias alone: integers 0
-            folded = (s_w * np.abs(a)).astype(np.float32)
-            dead = folded < np.finfo(np.float32).tiny
-            new_scale = np.where(dead, s_w, folded).astype(np.float32)
-            sign = np.where(dead, 0, np.where(a < 0, -1, 1))
-            weights[layer.input[1]] = [q * sign.reshape(shape), new_scale, out_axis, quant]
-            new_bias = self.const((a * (bias - mean) + beta).astype(np.float32),
-                                  f"{layer.name}_bias_folded")
-            inputs = [layer.input[0], layer.input[1], new_bias]
-            del layer.input[:]
-            layer.input.extend(inputs)
-            renamed[layer.output[0]] = bn.output[0]
-            layer.output[0] = bn.output[0]
-            dropped.add(id(bn))
-            self.rlog.note(f"BatchNormalization '{bn.name}' folded into the weight scales and "
-                           f"bias of {layer.op_type} '{layer.name}', whose integer weights "
-                           f"stay the model's")
-        return [n for n in nodes if id(n) not in dropped]
-
-    def threshold_layers(self, nodes: "list[onnx.NodeProto]", weights: dict) -> None:
-        """A bipolar activation (``BipolarQuant``, or a 1-bit signed ``Quant``: qonnx gives
-        ``+s`` where ``x >= 0``, else ``-s``) of a ``Conv``/``Gemm`` with quantized weights
-        ``q`` (scale ``s_w``), float bias ``b`` and an input quantized with scale ``s_in``:
-        ``x >= 0`` exactly where ``acc >= t = ceil(-b / (s_in * s_w))`` per channel. The layer
-        becomes ``v = 2 * acc + 1 - 2t`` (weights ``2q``, int32 bias ``1 - 2t``; odd, so never
-        0, of the sign of ``x`` or ``x + 0``) with weight scale ``s / s_in`` so that the
-        requantization multiplier is 1: clamped to ``[-1, 1]`` it is ``sign(x)``, ``±1``
-        with scale ``s``. The layer's float output is then ``v * s``, not the model's: only
-        its sign is read."""
-        readers: "dict[str, int]" = {}
-        for node in nodes:
-            for value in node.input:
-                readers[value] = readers.get(value, 0) + 1
-        producer = {out: n for n in nodes for out in n.output}
-        for node in nodes:
-            if node.domain not in QONNX_DOMAINS or node.input[0] in self.consts or \
-                    node.output[0] in weights:
-                continue
-            if node.op_type in ("Quant", "IntQuant"):
-                p = self.params(node)
-                if not (p["bits"] == 1 and p["signed"]) or p["scale"].size != 1 or \
-                        np.any(p["zeropt"] != 0):
-                    continue
-                scale = p["scale"]
-            elif node.op_type == "BipolarQuant":
-                scale = self.constant_input(node, 1, "scale").astype(np.float32)
-                if scale.size != 1:
-                    continue
-            else:
-                continue
-            layer = producer.get(node.input[0])
-            if layer is None or not is_default_domain(layer.domain) or \
-                    layer.op_type not in ("Conv", "Gemm") or len(layer.input) < 2 or \
-                    layer.input[1] not in weights or readers.get(node.input[0]) != 1:
-                continue
-            attrs = _attrs(layer)
-            if layer.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0)
-                                            != 1.0 or attrs.get("beta", 1.0) != 1.0):
-                continue
-            source = producer.get(layer.input[0])
-            s_in = self.consts.get(source.input[1]) if source is not None and \
-                source.domain in QONNX_DOMAINS and source.op_type in (
-                    "Quant", "IntQuant", "BipolarQuant") else None
-            if s_in is None or s_in.size != 1:
-                continue
-            q, s_w, axis, quant = weights[layer.input[1]]
-            out_axis = 0 if layer.op_type == "Conv" or attrs.get("transB", 0) else 1
-            if axis not in (None, out_axis) or np.abs(q).max(initial=0) > 63:
-                continue
-            channels = q.shape[out_axis]
-            bias = layer.input[2] if len(layer.input) > 2 else ""
-            if bias in weights:
-                b_q, b_scale, b_axis, _ = weights[bias]
-                b = b_q.astype(np.float64) * b_scale.astype(np.float64).reshape(-1)
-            elif bias in self.consts:
-                b = self.consts[bias].astype(np.float64).reshape(-1)
-            elif not bias:
-                b = np.zeros(channels)
-            else:
-                continue
-            unit = float(s_in.reshape(-1)[0]) * np.broadcast_to(
-                s_w.astype(np.float64).reshape(-1), (channels,))
-            t = np.ceil(-np.broadcast_to(b, (channels,)) / unit)
-            new_scale = np.float32(float(scale.reshape(-1)[0]) / float(s_in.reshape(-1)[0]))
-            weights[layer.input[1]] = [2 * q, np.asarray(new_scale), None, quant]
-            name = self.fresh(f"{layer.name}_threshold")
-            self.prefix.append(self.dequantize_named(
-                (1 - 2 * t).astype(np.int32), np.float32(s_in.reshape(-1)[0]) * new_scale, name))
-            inputs = [layer.input[0], layer.input[1], name]
-            del layer.input[:]
-            layer.input.extend(inputs)
-            self.bipolar.add(node.output[0])
-            self.rlog.note(f"The bipolar activation {_label(node)} is the sign of "
-                           f"{layer.op_type} '{layer.name}': its weights doubled and an odd "
-                           f"integer threshold as bias, requantized by exactly 1 to [-1, 1]")
-
-    def widen(self, nodes: "list[onnx.NodeProto]", weights: dict) -> None:
-        """Give the low-bit weights of a layer with a float bias the int8 lanes' headroom:
-        ``q * 2^k`` with scale ``s / 2^k`` (the same real weights, bit for bit), so that the
-        accumulator's grid, to which the float bias is rounded, is ``2^k`` times finer."""
-        for node in nodes:
-            if not is_default_domain(node.domain) or node.op_type not in ("Conv", "Gemm") or \
-                    len(node.input) < 3 or node.input[1] not in weights or \
-                    node.input[2] not in self.consts or node.input[2] in weights:
-                continue
-            q, scale, axis, quant = weights[node.input[1]]
-            largest = int(np.abs(q).max(initial=0))
-            if not 0 < largest <= 63:
-                continue
-            factor = 2 ** int(np.floor(np.log2(127 / largest)))
-            widened = (scale / np.float32(factor)).astype(np.float32)
-            if np.any(widened < np.finfo(np.float32).tiny):
-                continue
-            weights[node.input[1]] = [q * factor, widened, axis, quant]
-            self.rlog.note(f"The weights of {node.op_type} '{node.name}' ({largest} at most) "
-                           f"are held as int8 multiples of {factor} (scale / {factor}): its float "
-                           f"bias rounds to a {factor} times finer accumulator grid")
-
-    def drop_relus(self, nodes: "list[onnx.NodeProto]", weights: dict
-                   ) -> "list[onnx.NodeProto]":
-        """Remove a ``Relu`` read only by an activation quantizer whose range starts at its
-        zero point (real 0): the quantizer's clamp is the ReLU, exactly. Then a ReLU on a
-        graph input (Brevitas' ``QuantReLU`` input quantizer) is the input's quantization."""
-        readers: "dict[str, int]" = {}
-        for node in nodes:
-            for value in node.input:
-                readers[value] = readers.get(value, 0) + 1
-        producer = {n.output[0]: n for n in nodes if n.output}
-        outputs = {v.name for v in self.graph.output}
-        dropped = set()
-        for node in nodes:
-            if node.domain not in QONNX_DOMAINS or node.op_type not in ("Quant", "IntQuant") \
-                    or node.output[0] in weights:
-                continue
-            relu = producer.get(node.input[0])
-            if relu is None or relu.op_type != "Relu" or not is_default_domain(relu.domain) \
-                    or readers.get(node.input[0]) != 1 or node.input[0] in outputs:
-                continue
-            p = self.params(node)
-            if p["zeropt"].size != 1 or (p["bits"] == 1 and p["signed"]):
-                continue
-            if _bounds(p["signed"], p["narrow"], p["bits"])[0] == int(p["zeropt"].reshape(-1)[0]):
-                node.input[0] = relu.input[0]
-                dropped.add(id(relu))
-        return [n for n in nodes if id(n) not in dropped]
-
     def trunc(self, node: onnx.NodeProto, nodes: "list[onnx.NodeProto]"
               ) -> "list[onnx.NodeProto]":
         """``Trunc`` (5 inputs: qonnx's ``trunc_v1``; 6: ``trunc_v2``) of a tensor on the grid
@@ -602,26 +336,26 @@ class _QonnxRewriter:
         ``Mul`` by the window size turns it back into the sum, as Brevitas' ``TruncAvgPool2d``
         exports it) requantized by exactly ``2^-k``: ROUND/HALF_EVEN by the rounding unit (half
         to even), FLOOR and CEIL by half up with the bias ``-2^(k-1)`` or ``2^(k-1) - 1``."""
-        attrs = _attrs(node)
+        attrs = attrs_of(node)
         v2 = len(node.input) >= 6
         version = self.opsets.get(node.domain, 1)
         if v2 != (version >= 2):
-            raise ModelError(f"{_label(node)} has {len(node.input)} inputs but the model imports "
+            raise ModelError(f"{label(node)} has {len(node.input)} inputs but the model imports "
                              f"{node.domain} version {version}, for which qonnx's executor runs "
                              f"the {'6' if version >= 2 else '5'}-input Trunc")
         if "rounding_mode" not in attrs:
-            raise ModelError(f"{_label(node)} has no attribute 'rounding_mode'; qonnx's "
+            raise ModelError(f"{label(node)} has no attribute 'rounding_mode'; qonnx's "
                              f"reference executor requires it: set it explicitly")
         rounding = attrs["rounding_mode"]
         rounding = (rounding.decode() if isinstance(rounding, bytes) else rounding).upper()
         if rounding not in ("ROUND", "HALF_EVEN", "FLOOR", "CEIL"):
-            raise ModelError(f"{_label(node)} has rounding_mode '{rounding}'; hwonnx maps Trunc "
+            raise ModelError(f"{label(node)} has rounding_mode '{rounding}'; hwonnx maps Trunc "
                              f"with ROUND, HALF_EVEN, FLOOR or CEIL")
         scale = self.constant_input(node, 1, "scale").astype(np.float32)
         zeropt = self.constant_input(node, 2, "zero point")
         in_bits = int(self.constant_input(node, 3, "input bit width").reshape(-1)[0])
         if scale.size != 1 or np.any(zeropt != 0):
-            raise ModelError(f"{_label(node)} has a per-channel scale or a zero point other "
+            raise ModelError(f"{label(node)} has a per-channel scale or a zero point other "
                              f"than 0; hwonnx maps Trunc of a per-tensor grid with zero point 0")
         if v2:
             out_scale = self.constant_input(node, 4, "output scale").astype(np.float32)
@@ -629,11 +363,11 @@ class _QonnxRewriter:
             ratio = float(out_scale.reshape(-1)[0]) / float(scale.reshape(-1)[0])
             k = int(np.round(np.log2(ratio)))
             if out_scale.size != 1 or ratio != 2.0 ** k or k < 0:
-                raise ModelError(f"{_label(node)} has output scale {out_scale.reshape(-1)[:2]} "
+                raise ModelError(f"{label(node)} has output scale {out_scale.reshape(-1)[:2]} "
                                  f"and scale {scale.reshape(-1)[0]}; hwonnx maps Trunc whose "
                                  f"output scale is the scale times a power of two (at least 1)")
             signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
-            lo, hi = _bounds(signed, narrow, out_bits)
+            lo, hi = bounds(signed, narrow, out_bits)
             w_scale, s_out = np.float32(1.0), out_scale.reshape(())
         else:
             out_bits = int(self.constant_input(node, 4, "output bit width").reshape(-1)[0])
@@ -641,16 +375,16 @@ class _QonnxRewriter:
             lo, hi = (-128, 127)
             w_scale, s_out = np.float32(2.0 ** -k), scale.reshape(())
         if k < 0 or k > 24:
-            raise ModelError(f"{_label(node)} shifts by {k} bits; hwonnx maps 0 to 24")
+            raise ModelError(f"{label(node)} shifts by {k} bits; hwonnx maps 0 to 24")
         if lo < -128 or hi > 127:
-            raise ModelError(f"{_label(node)} truncates to {out_bits} bits; hwonnx's activations "
+            raise ModelError(f"{label(node)} truncates to {out_bits} bits; hwonnx's activations "
                              f"are at most 8 (signed) or 7 (unsigned) bits here")
         x, window = node.input[0], None
         mul = self.producers.get(x)
         pool = self.producers.get(mul.input[0]) if mul is not None and mul.op_type == "Mul" \
             and is_default_domain(mul.domain) else None
         if pool is not None and pool.op_type == "AveragePool" and is_default_domain(pool.domain):
-            p_attrs = _attrs(pool)
+            p_attrs = attrs_of(pool)
             kernel = list(p_attrs.get("kernel_shape", []))
             factor = self.consts.get(mul.input[1])
             if len(kernel) == 2 and factor is not None and factor.size == 1 and \
@@ -670,7 +404,7 @@ class _QonnxRewriter:
                 self.consts[source.input[1]].size != 1 or \
                 np.float32(self.consts[source.input[1]].reshape(-1)[0]) != scale.reshape(-1)[0] \
                 or np.any(self.consts.get(source.input[2], 1) != 0):
-            raise ModelError(f"{_label(node)} truncates '{x}', which no activation quantizer of "
+            raise ModelError(f"{label(node)} truncates '{x}', which no activation quantizer of "
                              f"scale {scale.reshape(-1)[0]} and zero point 0 writes; hwonnx maps "
                              f"Trunc of a quantized tensor (directly, or through an AveragePool "
                              f"and a Mul by its window size)")
@@ -743,44 +477,9 @@ class _QonnxRewriter:
                     return int(array.shape[0])
                 break
             value = producer.input[0]
-        raise ModelError(f"{_label(node)}: hwonnx cannot tell the channels of '{value}' "
+        raise ModelError(f"{label(node)}: hwonnx cannot tell the channels of '{value}' "
                          f"before shape inference (no Conv or graph input of known channels "
                          f"before it)")
-
-
-def _cancel_transposes(nodes: "list[onnx.NodeProto]", outputs: "set[str]"
-                       ) -> "list[onnx.NodeProto]":
-    """Drop the NHWC -> NCHW Transpose pairs between consecutive channels-last operators (the
-    middle tensor read by nothing else), so that a BatchNormalization stays next to its
-    layer."""
-    readers: "dict[str, list]" = {}
-    for node in nodes:
-        for value in node.input:
-            readers.setdefault(value, []).append(node)
-    producer = {out: n for n in nodes for out in n.output}
-    alias, dropped = {}, set()
-    for second in nodes:
-        first = producer.get(second.input[0]) if second.op_type == "Transpose" and \
-            second.input else None
-        if first is None or first.op_type != "Transpose" or id(first) in dropped or \
-                len(readers.get(first.output[0], [])) != 1 or second.output[0] in outputs or \
-                first.output[0] in outputs:
-            continue
-        perm1, perm2 = _attrs(first).get("perm"), _attrs(second).get("perm")
-        if perm1 is None or perm2 is None or [perm1[i] for i in perm2] != list(
-                range(len(perm1))):
-            continue
-        alias[second.output[0]] = alias.get(first.input[0], first.input[0])
-        dropped.update((id(first), id(second)))
-    kept = [n for n in nodes if id(n) not in dropped]
-    for node in kept:
-        for index, value in enumerate(node.input):
-            if value in alias:
-                node.input[index] = alias[value]
-    return kept
-
-
-RANGES_OF = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 
 def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "tuple[list[dict], set[str]]":
