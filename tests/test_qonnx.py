@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 from hwonnx import api
 from hwonnx.config import ArchConfig
-from hwonnx.errors import ModelError
+from hwonnx.errors import ModelError, QuantizationError
 from hwonnx.frontend import load_model
 from qonnx_helpers import (CHANNELS_LAST, ORT_CONFIG, QONNX, SAMPLES, Builder, conv_net, golden,
                            raises, reference, steps)
@@ -396,3 +396,35 @@ def test_bipolar_rtl_equals_golden():
                        log=lambda *_: None)
     rtl = rtl_matches_golden(result, {"x": xs}, 4)
     np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
+
+
+def test_integer_typed_input_needs_no_calibration():
+    """An input that qonnx's tensor annotation declares INT4 (FINN's way of saying the input
+    is already integer) is quantized with scale 1 to [-8, 7]: no calibration data, bit-exact."""
+    b = Builder(np.random.default_rng(31))
+    w, s_w = b.weight("w", (6, 3, 3, 3), 4)
+    c = b.node("Conv", ["x", w, b.bias("b", 6, s_w, True)], "c", pads=[1, 1, 1, 1])
+    b.quant(b.node("Relu", [c], "r"), "a", 1.0, 4, signed=False)
+    w2, s_w2 = b.weight("w2", (10, 6 * 8 * 8), 8)
+    g = b.node("Gemm", [b.node("Flatten", ["a"], "f"), w2, b.bias("b2", 10, s_w2, True)],
+               "g", transB=1)
+    b.quant(g, "y", 1 / 4, 8)
+    model = b.model([1, 3, 8, 8], "y", [1, 10])
+    model.graph.quantization_annotation.add(tensor_name="x").quant_parameter_tensor_names.add(
+        key="finn_datatype", value="INT4")
+    xs = np.random.default_rng(32).integers(-8, 8, (SAMPLES, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)          # calib=None
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    first = next(n for n in result.graph.nodes if n.op == "Quantize")
+    assert (first.attrs["scale"], first.attrs["zero_point"]) == (1.0, 0)
+
+
+def test_narrow_input_quantizer_is_refused():
+    """The host quantizes a graph input to all of int8: a 4-bit input quantizer cannot clamp."""
+    model = conv_net(33, 8, 8)
+    bits = next(i for i in model.graph.initializer if i.name == "xq_b")
+    bits.CopyFrom(numpy_helper.from_array(np.asarray(4, np.float32), "xq_b"))
+    with raises(QuantizationError, "Input 'x' is quantized to [-8, 7] of int8 (fewer bits or a "
+                                   "narrow range), but the host quantizes inputs to all of "
+                                   "int8; quantize the input to 8 bits"):
+        golden(model, np.zeros((1, 3, 8, 8), np.float32))

@@ -123,7 +123,7 @@ def _shipped(rel: str, size: "int | None"):
 def test_eltwise_chanlast_testcase_shipped_model():
     """A float Conv with folded scale and bias, ReLU, a per-channel Mul and an unsigned
     4-bit Quant (scale 1) whose domain the model does not import; the input is annotated
-    UINT8. Calibrated on integer images (the input quantization is then exact, scale 1):
+    UINT8, so it is quantized with scale 1, exactly. The float Conv is calibrated:
     within one output step of qonnx's executor; RTL equal to golden."""
     model = _shipped("eltwise_chanlast_testcase.onnx", 16)
     rng = np.random.default_rng(17)
@@ -132,6 +132,8 @@ def test_eltwise_chanlast_testcase_shipped_model():
                        verilog=False, log=lambda *_: None)
     assert any("'qonnx.custom_op.general', which the model's opset_import does not import"
                in w for w in result.graph.meta["warnings"])
+    first = next(n for n in result.graph.nodes if n.op == "Quantize")   # UINT8: exact
+    assert (first.attrs["scale"], first.attrs["zero_point"]) == (1.0, -128)
     layer = next(n for n in result.graph.nodes if n.name == "Mul_30")
     assert (layer.attrs["lo"], layer.attrs["hi"]) == (0, 15)
     rtl = rtl_matches_golden(result, {"global_in": xs[:4]}, 4)

@@ -25,6 +25,8 @@ Semantics are those of the qonnx package's reference executor (``qonnx.custom_op
 models") describes the mapping and where it is exact.
 """
 
+import re
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -100,6 +102,46 @@ class _QonnxRewriter(QonnxLayerRewrites):
         return self.consts[name]
 
     # -- channels last --------------------------------------------------------------------
+    def typed_inputs(self, nodes: "list[onnx.NodeProto]") -> "list[onnx.NodeProto]":
+        """A graph input that qonnx's tensor annotation declares an integer type of at most 8
+        bits (``finn_datatype`` ``UINT8``, ``INT4``, ``BIPOLAR``, ...), and that no quantizer
+        reads, is quantized with scale 1 (QDQ nodes in front of its readers, which read the
+        dequantized copy): exact for the values the type allows, and no calibration data
+        needed."""
+        kinds = {a.tensor_name: p.value for a in self.graph.quantization_annotation
+                 for p in a.quant_parameter_tensor_names if p.key == "finn_datatype"}
+        inputs = [v.name for v in self.graph.input if v.name not in self.consts]
+        added: "list[onnx.NodeProto]" = []
+        for x in inputs:
+            kind = kinds.get(x, "")
+            match = re.fullmatch(r"(U?)INT(\d+)", kind)
+            if kind in ("BIPOLAR", "BINARY"):
+                lo, hi = (-1, 1) if kind == "BIPOLAR" else (0, 1)
+            elif match and 1 <= int(match.group(2)) <= 8:
+                lo, hi = bounds(not match.group(1), False, int(match.group(2)))
+            else:
+                continue
+            readers = [n for n in nodes if x in n.input]
+            if not readers or any(n.domain in QONNX_DOMAINS for n in readers):
+                continue
+            dtype = np.int8 if hi <= 127 else np.uint8
+            typed = self.fresh(f"{x}_{kind.lower()}")
+            s = self.const(np.array(1.0, np.float32), f"{x}_scale")
+            z = self.const(np.array(0, dtype), f"{x}_zero_point")
+            q = self.fresh(f"{x}_quantized")
+            added.append(helper.make_node("QuantizeLinear", [x, s, z], [q],
+                                          name=self.fresh(f"{x}_quantize")))
+            # (no Clip: the annotation promises the values, it does not clamp them)
+            added.append(helper.make_node("DequantizeLinear", [q, s, z], [typed],
+                                          name=self.fresh(f"{x}_dequantize")))
+            for node in readers:
+                for index, value in enumerate(node.input):
+                    if value == x:
+                        node.input[index] = typed
+            self.rlog.note(f"Input '{x}' holds {kind} values (qonnx's tensor annotation): "
+                           f"quantized with scale 1, exactly for values in [{lo}, {hi}]")
+        return added
+
     def params(self, node: onnx.NodeProto) -> dict:
         """Scale, zero point, bit width and attributes of a Quant/IntQuant node, checked."""
         attrs = attrs_of(node)
@@ -278,6 +320,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
             else:
                 nodes.append(node)
         nodes = cancel_transposes(self.extra + nodes, {v.name for v in graph.output})
+        nodes = self.typed_inputs(nodes) + nodes
         self.order = nodes
         self.producers = {out: n for n in nodes for out in n.output}
         weights: "dict[str, list]" = {}          # quantized constant -> [q, scale, axis, node]

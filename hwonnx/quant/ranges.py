@@ -36,6 +36,11 @@ def apply_ranges(nodes: "list[Node]", ranges: "dict[str, tuple[int, int]]",
         elif "lo" in attrs:
             lo, hi = max(int(attrs["lo"]), rng[0]), min(int(attrs["hi"]), rng[1])
             attrs["lo"], attrs["hi"] = (lo, hi) if lo <= hi else (rng[0], rng[0])
+        elif node.op == "Quantize":
+            raise QuantizationError(f"Input '{node.inputs[0]}' is quantized to [{rng[0]}, "
+                                    f"{rng[1]}] of int8 (fewer bits or a narrow range), but the "
+                                    f"host quantizes inputs to all of int8; quantize the input "
+                                    f"to 8 bits")
         elif node.op not in ("Flatten", "Reshape"):    # a layout op keeps its input's values
             raise QuantizationError(f"Node '{node.name}' ({node.op}) writes a tensor quantized "
                                     f"to the range [{rng[0]}, {rng[1]}] of int8, but it has no "
