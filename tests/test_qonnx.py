@@ -428,3 +428,24 @@ def test_narrow_input_quantizer_is_refused():
                                    "narrow range), but the host quantizes inputs to all of "
                                    "int8; quantize the input to 8 bits"):
         golden(model, np.zeros((1, 3, 8, 8), np.float32))
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_qcdq_form_equals_qonnx_bit_for_bit(per_channel):
+    """qonnx's QuantToQCDQ rewrites each 2- to 8-bit Quant as QuantizeLinear -> Clip ->
+    DequantizeLinear (weights too, from float): the Clip is the tensor's n-bit range."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.qonnx_to_qcdq import QuantToQCDQ
+
+    original = conv_net(34, 4, 3, per_channel=per_channel)
+    qcdq = QuantToQCDQ().apply(ModelWrapper(original))
+    qcdq = (qcdq[0] if isinstance(qcdq, tuple) else qcdq).model
+    assert sum(n.op_type == "Clip" for n in qcdq.graph.node) >= 4
+    assert sum(n.op_type == "Quant" for n in qcdq.graph.node) == 3     # the 32-bit biases
+    xs = np.random.default_rng(35).normal(0, 1, (SAMPLES, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(qcdq, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(original, xs))
+    layers = {n.name: n for n in result.graph.nodes if n.op == "QConv"}
+    for layer in layers.values():   # 3-bit unsigned, as uint8 [0, 7]: int8 [-128, -121]
+        assert (layer.attrs["lo"], layer.attrs["hi"]) == (layer.attrs["out_zp"],
+                                                          layer.attrs["out_zp"] + 7)

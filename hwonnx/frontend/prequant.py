@@ -310,8 +310,7 @@ class _Rewriter(QOperatorRewrites):
                 getattr(self, self.HANDLERS[node.op_type])(node)
             elif node.op_type == "Clip" and is_default_domain(node.domain) and node.input[:1] \
                     and (node.input[0] in self.quantized or node.input[0] in self.consts and
-                         self.consts[node.input[0]].dtype in RANGES and
-                         node.input[0] in self.added):
+                         self.consts[node.input[0]].dtype in RANGES):
                 self.clip(node)
             elif node.op_type == "Add" and is_default_domain(node.domain):
                 self.add(node, list(node.input))
