@@ -449,3 +449,16 @@ def test_qcdq_form_equals_qonnx_bit_for_bit(per_channel):
     for layer in layers.values():   # 3-bit unsigned, as uint8 [0, 7]: int8 [-128, -121]
         assert (layer.attrs["lo"], layer.attrs["hi"]) == (layer.attrs["out_zp"],
                                                           layer.attrs["out_zp"] + 7)
+
+
+def test_quantizer_parameters_from_constant_nodes():
+    """Scales, zero points and bit widths written as Constant nodes, not initializers."""
+    model = conv_net(36, 4, 4)
+    params = [i for i in model.graph.initializer if i.name.endswith(("_s", "_z", "_b"))]
+    for init in params:
+        model.graph.node.insert(0, helper.make_node("Constant", [], [init.name], value=init,
+                                                    name=f"const_{init.name}"))
+        model.graph.initializer.remove(init)
+    xs = np.random.default_rng(37).normal(0, 1, (4, 3, 8, 8)).astype(np.float32)
+    _, result = golden(model, xs)
+    np.testing.assert_array_equal(result.outputs["y"], reference(conv_net(36, 4, 4), xs))

@@ -73,6 +73,10 @@ class _QonnxRewriter(QonnxLayerRewrites):
     def __init__(self, model: onnx.ModelProto, rlog: ReadLog):
         self.model, self.graph, self.rlog = model, model.graph, rlog
         self.consts = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        for node in self.graph.node:             # Constant nodes (exporters write both)
+            if node.op_type == "Constant" and is_default_domain(node.domain) and node.output \
+                    and [a.name for a in node.attribute] == ["value"]:
+                self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
         self.taken = set(self.consts) | {v.name for v in (*self.graph.input,
                                                           *self.graph.output)} | \
             {v for n in self.graph.node for v in n.output}
