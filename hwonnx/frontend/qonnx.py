@@ -6,23 +6,22 @@ quantization path:
 
 - ``Quant``/``IntQuant`` of a run-time tensor (an activation quantizer) becomes
   ``QuantizeLinear`` (int8, or uint8 for an unsigned 8-bit range) -> ``Clip`` to the
-  quantizer's integer range (signed/unsigned, ``narrow``, 2 to 8 bits) -> ``DequantizeLinear``:
+  quantizer's integer range (signed/unsigned, ``narrow``, 1 to 8 bits) -> ``DequantizeLinear``:
   the QCDQ form, which :mod:`.prequant` records as the tensor's scale, zero point and clamp
   range. Only ``rounding_mode`` ``ROUND``/``HALF_EVEN`` is QuantizeLinear's rounding.
 - ``Quant``/``IntQuant``/``BipolarQuant`` of a constant (weights, biases) is evaluated here,
   exactly as qonnx's reference implementation does (float32, the node's own rounding mode),
   and becomes ``DequantizeLinear`` of the integers (int8 up to 8 bits, int32 above): the
   float constant is bit for bit the value qonnx computes, and the integers are recorded.
-- A ``BatchNormalization`` between a layer with quantized weights and its activation
-  quantizer is folded into the layer's weight scales (per channel) and float bias, so that
-  the weights keep their integers and the normalization becomes part of the requantization.
-- The channels-last ``Conv``, ``MaxPool`` and ``BatchNormalization`` of
-  ``qonnx.custom_op.channels_last`` become their standard twins between ``Transpose`` nodes
-  (NHWC -> NCHW -> NHWC; the weights are transposed), which the pass pipeline cancels in pairs.
+- ``Trunc`` becomes a depthwise sum requantized by exactly ``2^-k`` (:meth:`trunc`); a
+  graph input annotated as a small integer type is quantized with scale 1.
+- The layer-level rewrites are in :mod:`.qonnx_layers`: channels-last operators as their NCHW
+  twins, a ``BatchNormalization`` between a layer and its quantizer folded into the layer,
+  bipolar activations as the layer's sign, low-bit weights widened for a float bias.
 
 Semantics are those of the qonnx package's reference executor (``qonnx.custom_op.general``:
-``int_quant``, ``binary_quant``, ``trunc_v1``/``trunc_v2``); ``docs/arithmetic.md`` ("QONNX
-models") describes the mapping and where it is exact.
+``int_quant``, ``binary_quant``, ``trunc_v1``/``trunc_v2``); ``docs/qonnx.md`` describes the
+mapping and where it is exact.
 """
 
 import re
@@ -105,7 +104,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
                              f"hwonnx imports static quantizers only")
         return self.consts[name]
 
-    # -- channels last --------------------------------------------------------------------
+    # -- inputs and quantizers ------------------------------------------------------------
     def typed_inputs(self, nodes: "list[onnx.NodeProto]") -> "list[onnx.NodeProto]":
         """A graph input that qonnx's tensor annotation declares an integer type of at most 8
         bits (``finn_datatype`` ``UINT8``, ``INT4``, ``BIPOLAR``, ...), and that no quantizer
@@ -363,7 +362,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
             if node.domain not in QONNX_DOMAINS:
                 done.append(node)
             elif node.op_type == "Trunc":
-                done += self.trunc(node, nodes)
+                done += self.trunc(node)
             elif node.output[0] in weights:
                 q, scale, axis, _ = weights[node.output[0]]
                 done.append(self.dequantize(node, q, scale, axis, node.output[0]))
@@ -374,8 +373,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
         graph.node.extend(done)
         graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in self.added.items())
 
-    def trunc(self, node: onnx.NodeProto, nodes: "list[onnx.NodeProto]"
-              ) -> "list[onnx.NodeProto]":
+    def trunc(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
         """``Trunc`` (5 inputs: qonnx's ``trunc_v1``; 6: ``trunc_v2``) of a tensor on the grid
         of its ``scale`` (zero point 0): ``R(n / 2^k)`` of its integers ``n``, ``R`` the
         rounding mode, then (v2) clamped to the output bits. It becomes a depthwise
