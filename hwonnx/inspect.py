@@ -121,6 +121,12 @@ def format_inspection(graph: Graph, source: str) -> str:
                  (f" ({', '.join(f'{op} {n}' for op, n in ops.items())})" if ops else "") +
                  f", {len(graph.constants)} constant(s), "
                  f"{sum(np.asarray(c).size for c in graph.constants.values()):,} parameters")
+    if meta.get("quantizers"):
+        lines.append("Quantizers (bits, signedness, scale):")
+        lines += [f"  {q['layer']}: {q['role']} {q['bits']}-bit "
+                  f"{'signed' if q['signed'] else 'unsigned'}{' narrow' if q['narrow'] else ''}, "
+                  f"{q['scale']} scale ({q['node']})"
+                  for q in meta["quantizers"]]
     for title, key in (("Notes", "notes"), ("Warnings", "warnings")):
         if meta.get(key):
             lines.append(f"{title}:")

@@ -17,7 +17,8 @@ __all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "
 
 FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Ceil, Celu, "
-             "Clip, Concat, Conv, ConvTranspose, Dropout, Elu, Erf, Exp, Flatten, Floor, Gelu, "
+             "Clip, Concat, Conv, ConvTranspose, DepthToSpace, Dropout, Elu, Erf, Exp, Flatten, "
+             "Floor, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
              "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, PRelu, Pad, "
              "Reciprocal, Relu, Reshape, Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, "

@@ -44,31 +44,42 @@ class IntegerConstant:
 @dataclass
 class Annotations:
     """What the model says about its quantization: ``activations`` maps value names to
-    ``(scale, zero_point)`` (int8 zero point), ``integers`` maps the names of dequantized
-    float constants to their :class:`IntegerConstant`."""
+    ``(scale, zero_point)`` (int8 zero point), ``ranges`` maps value names to the int8 clamp
+    range ``(lo, hi)`` of a tensor quantized to fewer than 8 bits or a narrow range (QCDQ's
+    ``Clip``, QONNX's ``Quant``), ``integers`` maps the names of dequantized float constants
+    to their :class:`IntegerConstant`; ``quantizers`` describes a QONNX model's quantizers
+    and ``half_up`` names the values it requantizes half up (see
+    :func:`.qonnx.rewrite_qonnx`)."""
     source: str
     activations: "dict[str, tuple[float, int]]" = field(default_factory=dict)
     integers: "dict[str, IntegerConstant]" = field(default_factory=dict)
+    ranges: "dict[str, tuple[int, int]]" = field(default_factory=dict)
+    quantizers: "list[dict]" = field(default_factory=list)
+    half_up: "set[str]" = field(default_factory=set)
 
 
 def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     """Return ``graph`` (the float graph after the pass pipeline) with
     ``meta["quantization"]`` built from ``ann``, keyed by the graph's value and constant
     names, and with ``relu=True`` on every layer whose annotated output range starts at
-    real 0 (int8 zero point -128): the clipping of a ReLU that onnxruntime's quantizer
-    removed because the quantized range already clips.
+    real 0 (int8 zero point -128, or a clamp range starting at the zero point): the clipping
+    of a ReLU that onnxruntime's quantizer removed because the quantized range already clips;
+    a clamp range below int8's top also sets ``act_max`` (its real maximum), so that the float
+    graph clips where the quantizer does.
 
     ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``),
     ``weights`` (``Conv``/``Dense`` weight constant -> ``{"q", "scale", "zero_point"}``,
     ``q`` int8 in the constant's layout, ``scale`` and ``zero_point`` per output channel),
     ``bias`` (bias constant -> int32 per output channel, in units of input scale x weight
-    scale), ``source`` (``"qdq"`` or ``"qoperator"``).
+    scale), ``ranges`` (value -> int8 clamp range), ``source`` (``"qdq"``, ``"qoperator"`` or
+    ``"qonnx"``). A QONNX model's quantizers go to ``meta["quantizers"]``.
     """
     values = set(graph.inputs) | {v for node in graph.nodes for v in node.outputs}
     activations = {v: p for v, p in ann.activations.items() if v in values}
+    ranges = {v: r for v, r in ann.ranges.items() if v in values}
     weights, bias, notes, nodes = {}, {}, [], []
     for node in graph.nodes:
-        if node.op in ("Conv", "Dense", "ConvTranspose"):
+        if node.op in ("Conv", "Dense", "ConvTranspose") and not node.attrs.get("copy"):
             record = _weight_annotation(graph, node, ann)
             if record is None:
                 notes.append(f"The weights of '{node.name}' carry no usable integers; "
@@ -83,16 +94,26 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
                                  f"model gives no int32 bias in units of input scale x weight "
                                  f"scale")
         out = activations.get(node.outputs[0]) if node.outputs else None
+        lowest, highest = ranges.get(node.outputs[0], (-128, 127)) if node.outputs \
+            else (-128, 127)
+        if node.op in _LAYERS and out is not None and highest < 127:
+            top = float((highest - out[1]) * np.float64(out[0]))    # the range's real maximum
+            old = node.attrs.get("act_max")
+            node = node.with_attrs(act_max=top if old is None else min(float(old), top))
         if node.op in _LAYERS and out is not None \
-                and out[1] == -128 and not node.attrs.get("relu") \
+                and max(lowest, -128) == out[1] and not node.attrs.get("relu") \
                 and (node.attrs.get("act_max") is None or node.attrs["act_max"] >= 0):
             node = node.with_attrs(relu=True)
         nodes.append(node)
     meta = dict(graph.meta)
     meta["quantization"] = {"activations": activations, "weights": weights, "bias": bias,
-                            "source": ann.source}
+                            "ranges": ranges, "source": ann.source,
+                            "half_up": frozenset(v for v in ann.half_up if v in values)}
+    if ann.quantizers:
+        meta["quantizers"] = tuple(ann.quantizers)
     meta["notes"] = tuple(meta.get("notes", ())) + (
-        f"Quantization parameters imported from an onnxruntime {ann.source.upper()} model: "
+        f"Quantization parameters imported from "
+        f"{'a QONNX' if ann.source == 'qonnx' else 'an onnxruntime ' + ann.source.upper()} model: "
         f"{len(activations)} tensor(s), {len(weights)} weight(s), {len(bias)} bias(es)",
         *notes)
     return Graph(nodes, graph.inputs, graph.outputs, graph.types, graph.constants, meta)

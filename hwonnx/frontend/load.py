@@ -22,6 +22,7 @@ from .onedim import view_1d
 from .opsets import check_signatures, convert_opset
 from .patterns import find_unary_patterns, pattern_converters
 from .prequant import annotate_graph, dequantize_model, is_prequantized
+from .qonnx import import_missing_domains, is_qonnx, rewrite_qonnx
 from .read import read_model
 from .shapes import apply_overrides, bind_input_shapes, infer_shapes, value_types
 from .sparse import densify_sparse
@@ -90,6 +91,7 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     model = read_model(path_or_model)
     densify_sparse(model, rlog)
     validate_model(model, rlog)
+    import_missing_domains(model, rlog)         # QONNX tools often omit their domains
     resolve_operators(model)
     meta = model_meta(model)
     del model.training_info[:]                      # ignored (noted by validate_model)
@@ -101,8 +103,12 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     check_signatures(model, dead_nodes(model))     # every node, used or not: those dropped now
     prune_dead_nodes(model)
     annotations = None
+    qonnx = rewrite_qonnx(model, rlog) if is_qonnx(model) else None   # QONNX -> QCDQ
     if is_prequantized(model):                  # onnxruntime QDQ / QOperator model
         annotations = dequantize_model(model)
+        if qonnx is not None:
+            annotations.source = "qonnx"
+            annotations.quantizers, annotations.half_up = qonnx
         prune_dead_nodes(model)
     patterns = find_unary_patterns(model.graph)
     inner = frozenset(name for fused in patterns.values() for name in fused.inner)

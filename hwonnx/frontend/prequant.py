@@ -44,6 +44,8 @@ _MIN_INPUTS = {"QuantizeLinear": 2, "DequantizeLinear": 2, "QLinearConv": 8, "QL
                "QLinearAveragePool": 4, "MatMulInteger": 2, "ConvInteger": 2,
                "QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
 _TENSOR = onnx.AttributeProto.TENSOR
+#: Operators whose output holds values of their input: on its quantization grid.
+_GRID_KEEPING = ("MaxPool", "Resize", "Upsample", "Transpose", "DepthToSpace")
 
 
 def _is_quantized_op(node: onnx.NodeProto) -> bool:
@@ -78,6 +80,8 @@ class _Rewriter(QOperatorRewrites):
         self.added: "dict[str, np.ndarray]" = {}
         self.nodes: "list[onnx.NodeProto]" = []
         self.consumed: "set[str]" = set()             # names of nodes absorbed by a pattern
+        self.quantized: "dict[str, np.dtype]" = {}    # run-time QuantizeLinear output -> type
+        self.q_source: "dict[str, str]" = {}          # ... -> the float tensor it quantizes
 
     # -- parameters -----------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -211,6 +215,8 @@ class _Rewriter(QOperatorRewrites):
             params = self.activation_params(node, 1, 2, x)
             self.record(node, x, params)
             self.record(node, node.output[0], params)
+            self.quantized[node.output[0]] = self.scale_zp(node, 1, 2)[1].dtype
+            self.q_source[node.output[0]] = x
             self.emit(node, "Identity", [x])
             return
         scale, zero_point = self.scale_zp(node, 1, 2)         # a constant quantized in-graph
@@ -240,7 +246,44 @@ class _Rewriter(QOperatorRewrites):
         params = self.activation_params(node, 1, 2, q)
         self.record(node, q, params)
         self.record(node, node.output[0], params)
+        if q in self.ann.ranges:
+            self.ann.ranges[node.output[0]] = self.ann.ranges[q]
         self.emit(node, "Identity", [q])
+
+    def clip(self, node: onnx.NodeProto) -> None:
+        """The ``Clip`` of the QCDQ form (QuantizeLinear -> Clip -> DequantizeLinear) that
+        narrows an integer tensor to fewer bits: evaluated on a constant, recorded as the
+        clamp range of a run-time tensor (as int8: uint8 bounds shifted by -128)."""
+        x = node.input[0]
+        bounds = []
+        for index, default in ((1, RANGES[np.dtype(self.quantized.get(x, np.int8))][0]),
+                               (2, RANGES[np.dtype(self.quantized.get(x, np.int8))][1])):
+            if index < len(node.input) and node.input[index]:
+                bound = self.constant(node, index, "bound")
+                if bound.size != 1 or bound.dtype.kind not in "iu":
+                    raise ModelError(f"{label(node)} clips the integer tensor '{x}' with a "
+                                     f"bound that is not one integer")
+                bounds.append(int(bound.reshape(-1)[0]))
+            else:
+                bounds.append(default)
+        if x in self.consts:
+            self.consts[node.output[0]] = self.added[node.output[0]] = np.clip(
+                self.consts[x], *bounds).astype(self.consts[x].dtype)
+            return
+        shift = 128 if self.quantized[x] == np.uint8 else 0
+        lo, hi = max(bounds[0] - shift, -128), min(bounds[1] - shift, 127)
+        if lo > hi:
+            raise ModelError(f"{label(node)} clips '{x}' to the empty range [{bounds[0]}, "
+                             f"{bounds[1]}]")
+        old = self.ann.ranges.get(x, (-128, 127))
+        rng = (max(lo, old[0]), min(hi, old[1]))
+        for value in (self.q_source.get(x), x, node.output[0]):
+            if value is not None:
+                self.ann.ranges[value] = rng
+        self.record(node, node.output[0], self.ann.activations[x])
+        self.quantized[node.output[0]] = self.quantized[x]
+        self.q_source[node.output[0]] = self.q_source.get(x)
+        self.emit(node, "Identity", [x])
 
     HANDLERS = {
         "QuantizeLinear": "quantize_linear", "DequantizeLinear": "dequantize_linear",
@@ -265,6 +308,10 @@ class _Rewriter(QOperatorRewrites):
             if _is_quantized_op(node):
                 _check_arity(node)
                 getattr(self, self.HANDLERS[node.op_type])(node)
+            elif node.op_type == "Clip" and is_default_domain(node.domain) and node.input[:1] \
+                    and (node.input[0] in self.quantized or node.input[0] in self.consts and
+                         self.consts[node.input[0]].dtype in RANGES):
+                self.clip(node)
             elif node.op_type == "Add" and is_default_domain(node.domain):
                 self.add(node, list(node.input))
             else:
@@ -286,18 +333,26 @@ class _Rewriter(QOperatorRewrites):
 
     def _propagate(self) -> None:
         """Give parameters to the float tensors onnxruntime left between quantized ones where
-        they are exact: a ``Relu`` output is on its input's grid, and a ``Flatten``,
-        ``Reshape`` or ``Identity`` output on its input's (either way round)."""
+        they are exact: a ``Relu``, ``MaxPool``, nearest ``Resize``/``Upsample``,
+        ``Transpose``, ``DepthToSpace`` output is on its input's grid, and a ``Flatten``,
+        ``Reshape``, ``Identity`` or ``Transpose`` output on its input's (either way round)."""
         acts = self.ann.activations
         same = [n for n in self.nodes if is_default_domain(n.domain) and n.op_type in
-                ("Relu", "Flatten", "Reshape", "Identity") and n.input[:1] and n.output[:1]
-                and n.input[0] not in self.consts]
+                ("Relu", "Flatten", "Reshape", "Identity", *_GRID_KEEPING) and n.input[:1]
+                and n.output[:1] and n.input[0] not in self.consts and
+                attrs_of(n).get("mode", b"nearest") in (b"nearest", "nearest", b"DCR", b"CRD")]
         for node in same:
             if node.input[0] in acts and node.output[0] not in acts:
                 acts[node.output[0]] = acts[node.input[0]]
+                if node.input[0] in self.ann.ranges and node.op_type != "Relu":
+                    self.ann.ranges[node.output[0]] = self.ann.ranges[node.input[0]]
         for node in reversed(same):
-            if node.op_type != "Relu" and node.output[0] in acts and node.input[0] not in acts:
+            if node.op_type in ("Flatten", "Reshape", "Identity", "Transpose", "DepthToSpace") \
+                    and \
+                    node.output[0] in acts and node.input[0] not in acts:
                 acts[node.input[0]] = acts[node.output[0]]
+                if node.output[0] in self.ann.ranges:
+                    self.ann.ranges[node.input[0]] = self.ann.ranges[node.output[0]]
 
     def _gemm_weight(self, node: onnx.NodeProto) -> onnx.NodeProto:
         """Give a ``Gemm`` with ``transB=1`` on a dequantized weight a transposed copy of it,

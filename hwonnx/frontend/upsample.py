@@ -1,7 +1,9 @@
-"""Converters of ``ConvTranspose``, ``Resize`` and ``Upsample``: all become the float op
-``ConvTranspose`` (:mod:`hwonnx.golden.transposed`), a nearest upsampling by integer factors
-``(sh, sw)`` as a depthwise one with kernel = stride = ``(sh, sw)`` and weights of one
-(``copy``: the quantizer keeps the input's scale, so the integer op copies exactly)."""
+"""Converters of ``ConvTranspose``, ``Resize``, ``Upsample`` and ``DepthToSpace``: all become
+the float op ``ConvTranspose`` (:mod:`hwonnx.golden.transposed`), a nearest upsampling by
+integer factors ``(sh, sw)`` as a depthwise one with kernel = stride = ``(sh, sw)`` and weights
+of one, a depth-to-space (pixel shuffle) by ``b`` as one with kernel = stride = ``(b, b)`` whose
+weight 1 at tap ``(i, j)`` picks the input channel of that output phase (``copy``: the
+quantizer keeps the input's scale, so the integer op copies exactly)."""
 
 import numpy as np
 import onnx
@@ -167,5 +169,39 @@ def _upsample(b: _Builder, node: onnx.NodeProto) -> Node:
     return _nearest_upsampling(b, node, "asymmetric", "floor")
 
 
+def _depth_to_space(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``out[c, h*s + i, w*s + j] = in[k, h, w]`` with ``k = c*s*s + i*s + j`` (mode CRD) or
+    ``(i*s + j)*C + c`` (DCR, the default): a transposed convolution of stride and kernel
+    ``s`` with weight 1 at ``[k, c, i, j]`` (CRD: ``group = C``, each group ``s*s`` input
+    channels to one output channel; DCR: ``group = 1``)."""
+    x, shape = _input_4d(b, node, "depth-to-space")
+    attrs = _attrs(node)
+    s = int(attrs.get("blocksize", 0))
+    mode = attrs.get("mode", "DCR")
+    if s < 1 or shape[1] % (s * s) or mode not in ("DCR", "CRD"):
+        raise ModelError(f"DepthToSpace '{node.name}' has blocksize {s} and mode '{mode}' for "
+                         f"an input of {shape[1]} channels; the blocksize must be positive, "
+                         f"its square divide the channels and the mode be DCR or CRD")
+    out = b.value(node.output[0])
+    channels = shape[1] // (s * s)
+    if mode == "CRD":
+        group, weight = channels, np.zeros((shape[1], 1, s, s), np.float32)
+        for c in range(channels):
+            for i in range(s):
+                for j in range(s):
+                    weight[c * s * s + i * s + j, 0, i, j] = 1.0
+    else:
+        group, weight = 1, np.zeros((shape[1], channels, s, s), np.float32)
+        for c in range(channels):
+            for i in range(s):
+                for j in range(s):
+                    weight[(i * s + j) * channels + c, c, i, j] = 1.0
+    conv_w = b.new_constant(f"{node.name}_phases", conv_layout(weight, group))
+    return Node(node.name, "ConvTranspose", (x, conv_w), (out,),
+                {"strides": (s, s), "pads": (0, 0, 0, 0), "group": group,
+                 "out_hw": (shape[2] * s, shape[3] * s), "copy": True, **_ACTIVATION})
+
+
 UPSAMPLE_CONVERTERS = {"ConvTranspose": _conv_transpose, "Resize": _resize,
+                       "DepthToSpace": _depth_to_space,
                        "Upsample": _upsample}

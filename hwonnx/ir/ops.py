@@ -121,6 +121,7 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "ConvTranspose": OnnxOp(compute=True, constant_inputs={1: "weight", 2: "bias"}),
     "Resize": OnnxOp(compute=True, constant_inputs={1: "roi", 2: "scales", 3: "sizes"}),
     "Upsample": OnnxOp(compute=True, constant_inputs={1: "scales"}),
+    "DepthToSpace": OnnxOp(compute=True),
     "Gemm": OnnxOp(compute=True, constant_inputs={1: "B", 2: "C"}),
     "MatMul": OnnxOp(compute=True, constant_inputs={1: "second operand"}),
     "Add": OnnxOp(compute=True, host_start=True),

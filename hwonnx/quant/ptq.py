@@ -14,6 +14,7 @@ from .channels import check_accumulator, expressible, fit_channels, mult_shift
 from .check import check_layers
 from .copies import concat_multipliers, quantize_copy
 from .eltwise import quantize_eltwise
+from .ranges import apply_ranges
 from .residual import quantize_residual_add
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "activation_table",
@@ -212,6 +213,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                                          constants, types, layer_ann, warnings))
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
+    nodes = apply_ranges(nodes, ann.get("ranges", {}), qname,     # n-bit and narrow ranges
+                         ann.get("half_up", frozenset()))
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
     meta.update(_describe(ann, graph, missing, calib), warnings=tuple(warnings))
     result = Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
