@@ -200,6 +200,9 @@ def write_report(report: dict, folder: Path) -> None:
                   f"{p['scale']:.6g} | {p['zero_point']} | {p['base']}..."
                   f"{p['base'] + p['words'] - 1} |"
                   for kind in ("inputs", "outputs") for p in report["io"][kind]]
+    if report.get("segments"):
+        from .segmented import segments_markdown
+        lines += segments_markdown(report, arch["clock_hz"])
     if report.get("placement"):
         lines += ["", "| node | op | runs on | why |", "|---|---|---|---|"]
         lines += [f"| {r['node']} | {r['op']} | {r['where']} | {r['why']} |"

@@ -392,7 +392,7 @@ def test_sim_refuses_an_unreadable_manifest(tmp_path, digits, files, capsys):
     (out / MANIFEST).write_text(json.dumps({"format": 1, "hwonnx": "0.1.0"}))
     assert_user_error(sim_golden(capsys, out, files),
                       re.escape(f"'{out}' is a build folder of format 1 (hwonnx 0.1.0), but "
-                                f"this hwonnx reads format 2; rebuild it"))
+                                f"this hwonnx reads formats 2 and 3; rebuild it"))
 
 
 def test_a_rebuild_for_a_board_writes_its_own_board_folder(tmp_path, digits):
