@@ -41,13 +41,13 @@ def placement(graph) -> "list[dict]":
     return rows
 
 
-def placement_table(graph, program: "Program | None" = None) -> str:
-    """Markdown table of :func:`placement`, with MACs and predicted cycles per array layer."""
-    cycles = dict(zip((layer.name for layer in program.layers), layer_cycles(program))) \
-        if program else {}
-    macs = {layer.name: layer.macs for layer in program.layers} if program else {}
-    streamed = {program.layers[i.layer].name for i in program.expanded()
-                if i.get("dw")} if program else set()
+def placement_table(graph, program: "Program | list[Program] | None" = None) -> str:
+    """Markdown table of :func:`placement`, with MACs and predicted cycles per array layer
+    (of every segment's program, given a list)."""
+    programs = program if isinstance(program, list) else [program] if program else []
+    cycles = {layer.name: c for p in programs for layer, c in zip(p.layers, layer_cycles(p))}
+    macs = {layer.name: layer.macs for p in programs for layer in p.layers}
+    streamed = {p.layers[i.layer].name for p in programs for i in p.expanded() if i.get("dw")}
     lines = ["| node | op | runs on | MACs | predicted cycles | why |",
              "|---|---|---|---:|---:|---|"]
     for row in placement(graph):
