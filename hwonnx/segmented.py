@@ -124,8 +124,8 @@ def segments_report(graph: Graph, programs: "list[Program]", baud: int) -> dict:
                 for i, p in enumerate(programs)]
     trips = []
     for trip in round_trips(programs):
-        wire = transfer_bytes(trip.rows, trip.written_bytes // trip.rows,
-                              trip.read_bytes // trip.rows)
+        wire = sum(transfer_bytes(trip.rows, 0, w) for _, _, w in trip.read) \
+            + sum(transfer_bytes(trip.rows, w, 0) for _, _, w in trip.written)
         trips.append({"after_segment": trip.after + 1, "host_steps": before[trip.after + 1],
                       "read": [{"value": v, "elements": n, "words": w} for v, n, w in trip.read],
                       "written": [{"value": v, "elements": n, "words": w}

@@ -254,3 +254,137 @@ def test_mismatch_names_the_segment_and_layer(tmp_path):
                                             r"segment 2 of 2, layer 'conv2' \(QConv\) output "
                                             r"differs first at index"):
         simulate(changed, x, mode="compare", log=quiet)
+
+
+def test_report_lists_segments_and_round_trip_bytes(tmp_path):
+    """report.json and report.md: each segment with the host steps before it, its ports and
+    predicted cycles; each round trip with the bytes read back and written (activation
+    words of 8 int8 lanes) and the UART's frames at 115,200 baud. softmax_middle on 8x8:
+    f1 and s are [1, 8, 8, 8], 64 words of 8 bytes each way; one WRITE frame (5 bytes of
+    frame, a 2-byte address, 512 bytes; a 5-byte reply) and one READ (5 + 4 bytes; a reply
+    of 5 + 512 bytes): 1,050 bytes of 10 bits. div_computed: two values of [1, 4, 6, 6]
+    (36 words each) read in two READs, one of 36 words written: 2 * 302 + 300 bytes."""
+    _, result, _ = _setup("softmax_middle", tmp_path)
+    report = json.loads((tmp_path / "softmax_middle" / "report.json").read_text())
+    programs = result.segments
+    assert [(s["index"], s["host_steps_before"], s["layers"], s["inputs"], s["outputs"])
+            for s in report["segments"]] == [(1, [], ["conv1"], ["x:q"], ["f1:q"]),
+                                             (2, ["softmax"], ["conv2"], ["s:q"], ["y:q"])]
+    assert [s["predicted_cycles"] for s in report["segments"]] == [
+        predict(p.expanded(), p.config).total for p in programs]
+    assert report["total"]["predicted_cycles"] == sum(
+        predict(p.expanded(), p.config).total for p in programs)
+    [trip] = report["round_trips"]
+    assert (trip["after_segment"], trip["host_steps"], trip["read_bytes"],
+            trip["written_bytes"], trip["link_bytes"], trip["baud"]) == (
+        1, ["softmax"], 512, 512, 1050, 115200)
+    assert trip["link_seconds"] == pytest.approx(1050 * 10 / 115200)
+    assert trip["read"] == [{"value": "f1:q", "elements": 512, "words": 64}]
+    text = (tmp_path / "softmax_middle" / "report.md").read_text()
+    assert "| 2 | softmax | conv2 | s:q | y:q |" in text
+    assert "| 1 | softmax | f1:q | 512 | 512 | 1,050 | 91.1 ms at 115,200 baud |" in text
+    _, _, _ = _setup("div_computed", tmp_path)
+    report = json.loads((tmp_path / "div_computed" / "report.json").read_text())
+    [trip] = report["round_trips"]
+    assert (trip["host_steps"], trip["read_bytes"], trip["written_bytes"],
+            trip["link_bytes"]) == (["add_one", "div"], 576, 288, 2 * 302 + 300)
+
+
+def test_inspect_lists_the_segments(tmp_path, capsys):
+    """``hwonnx inspect`` places the model in segments, each host step between them on the
+    host with its reason, and lists the round trip."""
+    path = tmp_path / "three.onnx"
+    onnx.save(three_segments(np.random.default_rng(0)), path)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "predicted cycles per inference in 3 segments" in out
+    assert ("| logsoftmax | LogSoftmax | host |  |  | LogSoftmax has no hardware mapping; "
+            "between accelerator segments: the host reads its input back and writes its "
+            "result, quantized, into the next segment |") in out
+    assert "| 3 | logsoftmax | conv3, pool, fc | l:q | logits:q |" in out
+    assert "| 2 | logsoftmax | g:q |" in out
+
+
+def test_segmented_build_folder(tmp_path):
+    """A segmented build is a folder of format 3 (a reader of format 2 refuses it, naming the
+    format) with segments.json and one program folder per segment; load_build reads it back,
+    and its golden run equals the in-memory build's. An unsegmented build keeps format 2
+    and its program at the top."""
+    _, result, x = _setup("three_segments", tmp_path)
+    out = tmp_path / "three_segments"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == 3
+    assert {rel.split("/")[0] for rel in manifest["files"]} >= {
+        "segments.json", "segment1", "segment2", "segment3", "graph.json"}
+    assert not (out / "program.json").exists()
+    doc = json.loads((out / "segments.json").read_text())["segments"]
+    assert [(s["folder"], s["host_steps_before"]) for s in doc] == [
+        ("segment1", []), ("segment2", ["softmax"]), ("segment3", ["logsoftmax"])]
+    loaded = load_build(out)
+    assert len(loaded.segments) == 3
+    again, first = simulate(out, x, mode="golden"), simulate(result, x, mode="golden")
+    for name in ("f1", "probs"):
+        np.testing.assert_array_equal(again.outputs[name], first.outputs[name])
+    plain = build(_model([_conv("conv", "x", "w", "y")], {"w": np.ones((2, 3, 1, 1))},
+                         {"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]}), tmp_path / "plain",
+                  calib={"x": x["x"][:, :, :4, :4]}, log=quiet, verilog=False)
+    assert not plain.segments
+    assert json.loads((tmp_path / "plain" / "manifest.json").read_text())["format"] == 2
+    assert (tmp_path / "plain" / "program.json").exists()
+    assert not (tmp_path / "plain" / "segments.json").exists()
+
+
+def test_board_build_of_a_segmented_model_is_refused(tmp_path):
+    """A board's program memory holds one program: a segmented model is refused for a board,
+    by its segment count, and nothing is written."""
+    rng = np.random.default_rng(0)
+    with pytest.raises(UsageError, match=r"runs as 2 accelerator segments with host steps "
+                                         r"between them; segmented builds run in simulation "
+                                         r"only \(--board sim\)"):
+        build(softmax_middle(rng), tmp_path / "board", board="ulx3s-85f", log=quiet,
+              calib={"x": rng.uniform(-1, 1, (8, 3, 8, 8)).astype(np.float32)})
+    assert not (tmp_path / "board").exists()
+
+
+def test_what_neither_side_runs_is_still_refused():
+    """An ArgMax whose int64 indices feed the accelerator (through a Cast) and an operator
+    hwonnx does not know are refused by name; the Cast, a host step between segments, is
+    not."""
+    from hwonnx.frontend import load_model
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("ArgMax", ["h"], ["i"], name="argmax", axis=1),
+             helper.make_node("Cast", ["i"], ["f"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Gemm", ["f", "w2"], ["y"], name="fc2")]
+    model = _model(nodes, {"w1": he_weight(rng, 8, 4), "w2": he_weight(rng, 1, 3)},
+                   {"x": [1, 8]}, {"y": [1, 3]})
+    with pytest.raises(UnsupportedOperatorError) as error:
+        load_model(model)
+    text = str(error.value)
+    assert text.startswith("1 unsupported node(s): node 'argmax' ArgMax")
+    assert ("ArgMax 'argmax' runs on neither: no hardware mapping, and the host runs it only "
+            "at the end of the graph, not between accelerator segments") in text
+    nodes = [_conv("conv", "x", "w", "c"), helper.make_node("Hardmax", ["c"], ["h"], name="hm",
+                                                            axis=1),
+             _conv("conv2", "h", "w2", "y")]
+    model = _model(nodes, {"w": he_weight(rng, 4, 3, 1, 1), "w2": he_weight(rng, 2, 4, 1, 1)},
+                   {"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]})
+    with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node 'hm' "
+                                                       r"Hardmax"):
+        load_model(model)
+
+
+@pytest.mark.rtl
+def test_cli_sim_compare_prints_each_segment(tmp_path, capsys):
+    """``hwonnx sim --compare`` on a segmented build folder runs the segments and prints the
+    cycles of each against its prediction."""
+    _, result, x = _setup("softmax_middle", tmp_path, count=2)
+    np.savez(tmp_path / "x.npz", x=x["x"])
+    assert main(["sim", str(tmp_path / "softmax_middle"), "--input", str(tmp_path / "x.npz"),
+                 "--compare"]) == 0
+    out = capsys.readouterr().out
+    for index, program in enumerate(result.segments):
+        cycles = predict(program.expanded(), program.config).total
+        assert f"  segment {index + 1}: {cycles:,} cycles per sample (predicted {cycles:,})" \
+            in out
