@@ -123,7 +123,7 @@ def test_build_missing_model(tmp_path, capsys):
 def test_build_unsupported_operators(tmp_path, capsys):
     nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc"),
              helper.make_node("Sin", ["h"], ["s"], name="act"),
-             helper.make_node("LogSoftmax", ["s"], ["p"], name="probs"),
+             helper.make_node("ArgMax", ["s"], ["p"], name="probs", axis=1),
              helper.make_node("Gemm", ["p", "w2"], ["y"], name="fc2")]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -137,9 +137,9 @@ def test_build_unsupported_operators(tmp_path, capsys):
         *run(capsys, "build", tmp_path / "m.onnx", "-o", tmp_path / "out", "--calib",
              tmp_path / "calib.npy"),
         re.escape(f"2 unsupported node(s): node 'act' Sin (domain 'ai.onnx', opset 17); "
-                  f"node 'probs' LogSoftmax (domain 'ai.onnx', opset 17) (LogSoftmax 'probs' "
-                  f"runs on neither: no hardware mapping and not at the start or end of the "
-                  f"graph); {SUPPORTED}"))
+                  f"node 'probs' ArgMax (domain 'ai.onnx', opset 17) (ArgMax 'probs' runs on "
+                  f"neither: no hardware mapping, and the host runs it only at the end of the "
+                  f"graph, not between accelerator segments); {SUPPORTED}"))
 
 
 def test_build_calib_of_the_wrong_shape(tmp_path, capsys, digits):

@@ -80,7 +80,9 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
     ``Dequantize`` of the values the host or the graph's outputs read; ``meta["segments"]``
     lists each segment: its integer ``nodes``, its ``inputs`` ``[float value, int8 value,
     scale, zero point]`` and ``outputs`` ``[int8 value, float value, scale, zero point]``,
-    every int8 value the host writes or reads.
+    every int8 value the host writes or reads. When all the host steps run before or after
+    a single segment, the graph is an ordinary one (no ``segments``): its host steps run
+    around the program as a prefix and a suffix do.
     """
     host = middle_steps(core)
     if not host:
@@ -146,7 +148,8 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
     meta = dict(metas[0])
     meta["warnings"] = tuple(dict.fromkeys(w for m in metas for w in m.get("warnings", ())))
     meta["layer_check"] = tuple(row for m in metas for row in m.get("layer_check", ()))
-    meta["segments"] = tuple(segments)
+    if len(segments) > 1:       # host steps only before or after one segment: no split
+        meta["segments"] = tuple(segments)
     result = Graph(kept[::-1], core.inputs, core.outputs, types, constants, meta)
     result.verify()
     return result
