@@ -102,11 +102,10 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
     int_graph = _choose_rounding(quantize_model(float_graph, samples), config, log)
     program = lower_sized(int_graph, config, size, fixed)
     programs = program if isinstance(program, list) else [program]
+    parts = f" in {len(programs)} segments" if len(programs) > 1 else ""
     log(f"Compiled {sum(len(p.layers) for p in programs)} layer(s), "
         f"{sum(len(p.instructions) for p in programs)} instructions, "
-        f"{sum(p.macs for p in programs):,} MACs"
-        + (f" in {len(programs)} segments" if len(programs) > 1 else "")
-        + f" in {time.monotonic() - started:.1f} s")
+        f"{sum(p.macs for p in programs):,} MACs{parts} in {time.monotonic() - started:.1f} s")
     return int_graph, program
 
 
@@ -248,14 +247,8 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
                                        override_initializers=override_initializers, log=log,
                                        size=size, fixed=fixed)
         if isinstance(program, list):
-            from .segmented import segmented_report
-            if not target.is_simulation:
-                raise UsageError(
-                    f"Model '{model}' runs as {len(program)} accelerator segments with host "
-                    f"steps between them; segmented builds run in simulation only (--board "
-                    f"sim): a board's program memory holds one program")
-            return graph, program[0], segmented_report(program, str(model), board, graph), \
-                tuple(program)
+            from .segmented import segmented_build
+            return segmented_build(graph, program, str(model), target)
         if not target.is_simulation:
             program = _fit_board(graph, program, target, fixed,
                                  choose_array=array_free, log=log)
@@ -632,12 +625,9 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
         which = f" in output '{port.name}'" if len(ports) > 1 else ""
         raise MismatchError(f"RTL differs from the golden model{which}: "
                             + first_difference(result, samples, sample, log=log))
-    for index, (cycles, want) in enumerate(zip(rtl.segment_cycles, rtl.segment_predicted)):
-        bad = [(sample, c) for sample, c in enumerate(cycles) if c != want]
-        if bad:
-            raise MismatchError(f"RTL cycles differ from the prediction: segment {index + 1}, "
-                                f"sample {bad[0][0]} took {bad[0][1]:,} cycles, predicted "
-                                f"{want:,}")
+    if rtl.segment_cycles:
+        from .segmented import check_segment_cycles
+        check_segment_cycles(rtl)
     for sample, cycles in enumerate(rtl.cycles):
         if cycles != rtl.predicted_cycles:
             raise MismatchError(f"RTL cycles differ from the prediction: sample {sample} took "

@@ -84,8 +84,11 @@ def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None
     if len(programs) > 1:
         from .boards.top import DEFAULT_BAUD
         from .segmented import segments_markdown, segments_report
-        text += "\n" + "\n".join(segments_markdown(segments_report(int_graph, programs, DEFAULT_BAUD),
-                                            config.clock_hz))
+        report = segments_report(int_graph, programs, DEFAULT_BAUD)
+        text += "\n" + "\n".join(segments_markdown(report, config.clock_hz))
+        if size not in (None, "sim"):
+            text += (f"\n\nA build for board '{size}' is refused: segmented builds run in "
+                     f"simulation only (--board sim)")
     return text
 
 

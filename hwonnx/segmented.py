@@ -7,6 +7,7 @@ localization naming the segment, and the report's segments and host round trips.
 programs; a build of one program never comes here."""
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,9 +17,13 @@ from .compiler.timing import predict
 from .golden import evaluate
 from .ir import Graph
 
-__all__ = ["run_segments", "golden_segments", "rtl_segments", "first_segment_difference",
-           "golden_result", "rtl_result", "segmented_report", "segments_report",
-           "segments_markdown", "segments_build_id", "write_segmented_build"]
+if TYPE_CHECKING:
+    from .api import SimResult
+
+__all__ = ["segmented_build", "check_segment_cycles", "run_segments", "golden_segments",
+           "rtl_segments", "first_segment_difference", "golden_result", "rtl_result",
+           "segmented_report", "segments_report", "segments_markdown", "segments_build_id",
+           "write_segmented_build"]
 
 
 def _host_graph(graph: Graph) -> Graph:
@@ -254,3 +259,30 @@ def write_segmented_build(folder, graph: Graph, programs: "list[Program]", repor
         (folder / "accel.v").write_text(accelerator_verilog(programs[0].config, log))
     write_manifest(folder, build_id=segments_build_id(programs), board="sim",
                    format=SEGMENTED_FORMAT)
+
+
+def segmented_build(graph: Graph, programs: "list[Program]", model: str, target):
+    """What :func:`hwonnx.api.build` keeps of a segmented model compiled for ``target``: the
+    graph, the first program, the report and all programs; a board is refused (its program
+    memory holds one program)."""
+    from .errors import UsageError
+
+    if not target.is_simulation:
+        raise UsageError(f"Model '{model}' runs as {len(programs)} accelerator segments with "
+                         f"host steps between them; segmented builds run in simulation only "
+                         f"(--board sim): a board's program memory holds one program")
+    return (graph, programs[0], segmented_report(programs, model, target.name, graph),
+            tuple(programs))
+
+
+def check_segment_cycles(rtl) -> None:
+    """Raise :class:`~hwonnx.errors.MismatchError` naming the first segment and sample of the
+    RTL result ``rtl`` whose simulated cycles differ from that segment's prediction."""
+    from .errors import MismatchError
+
+    for index, (cycles, want) in enumerate(zip(rtl.segment_cycles, rtl.segment_predicted)):
+        bad = [(sample, c) for sample, c in enumerate(cycles) if c != want]
+        if bad:
+            raise MismatchError(f"RTL cycles differ from the prediction: segment {index + 1}, "
+                                f"sample {bad[0][0]} took {bad[0][1]:,} cycles, predicted "
+                                f"{want:,}")

@@ -10,7 +10,6 @@ import pytest
 from onnx import helper
 
 from hwonnx.api import build, simulate
-from hwonnx.errors import UnsupportedOperatorError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.ir.tables import TABLE_OPS

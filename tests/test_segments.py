@@ -23,7 +23,7 @@ from hwonnx.cli import main
 from hwonnx.compiler.timing import predict
 from hwonnx.errors import MismatchError, UnsupportedOperatorError, UsageError
 
-from ort_reference import reference_outputs, reference_session
+from ort_reference import reference_outputs
 from rtl_helpers import CONFIGS, he_weight
 
 
@@ -130,8 +130,8 @@ def _scale_of(graph, value: str) -> float:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_golden_within_bounds_of_onnxruntime_reference(name, tmp_path):
     """Every output of the golden model on the calibration data (64 samples: other samples
-    may saturate beyond the calibrated ranges, the ranges' error, not the segments') against the float
-    model on onnxruntime's reference path: an int8 output within 3 LSB of its scale (mean
+    may saturate beyond the calibrated ranges, the ranges' error, not the segments') against
+    the float model on onnxruntime's reference path: an int8 output within 3 LSB of its scale (mean
     under 0.6 LSB; measured: at most 2.0, mean at most 0.46), the final Softmax's
     probabilities within 0.01 (measured 0.0016). The int8 outputs are float over int8
     programs and float host steps: a host round trip adds the error of one requantization."""

@@ -36,8 +36,8 @@ from ..ir.ops import HOST, ir_ops, onnx_ops
 from .common import FLOAT_TYPES, elem_type_name, is_default_domain
 from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
 
-__all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS", "HOST_CONVERTERS",
-           "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
+__all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
+           "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
            "runs_on_neither", "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
