@@ -388,3 +388,32 @@ def test_cli_sim_compare_prints_each_segment(tmp_path, capsys):
         cycles = predict(program.expanded(), program.config).total
         assert f"  segment {index + 1}: {cycles:,} cycles per sample (predicted {cycles:,})" \
             in out
+
+
+def test_a_value_crossing_a_boundary_is_written_again_unchanged(tmp_path):
+    """skip_across: segment 2 reads f1:q, the int8 value segment 1 wrote, with its scale and
+    zero point (no second Quantize of f1: the round trip is exact); three_segments: f1 is a
+    graph output and read by the host's Softmax, so it is dequantized once."""
+    _, result, _ = _setup("skip_across", tmp_path)
+    first, second = result.segments
+    assert [p.value for p in first.outputs] == ["f1:q"]
+    assert sorted(p.value for p in second.inputs) == ["f1:q", "s:q"]
+    graph = result.graph
+    assert [n.op for n in graph.nodes if "f1:q" in n.outputs] == ["QConv"]
+    assert not [n for n in graph.nodes if n.op == "Quantize" and n.inputs[0] == "f1"]
+    [crossing] = [p for p in graph.meta["segments"][1]["inputs"] if p[1] == "f1:q"]
+    [made] = [p for p in graph.meta["segments"][0]["outputs"] if p[0] == "f1:q"]
+    assert crossing[2:] == made[2:]
+    _, result, _ = _setup("three_segments", tmp_path)
+    assert [n.name for n in result.graph.nodes if n.op == "Dequantize"] == [
+        "dequantize_f1", "dequantize_g", "dequantize_logits"]
+
+
+def test_hwonnx_run_refuses_a_segmented_folder(tmp_path):
+    """``hwonnx run`` (a board) refuses a segmented simulation build before opening a port."""
+    from hwonnx.api import run_board
+
+    _, _, x = _setup("softmax_middle", tmp_path)
+    with pytest.raises(UsageError, match=r"is a segmented simulation build; run it with "
+                                         r"'hwonnx sim'"):
+        run_board(tmp_path / "softmax_middle", "/dev/null-port", x, log=quiet)
