@@ -313,6 +313,8 @@ def _run(args, output: _Output) -> int:
         else:
             print(f"{count} sample(s) on the golden model (predicted "
                   f"{result.predicted_cycles:,} cycles per sample)")
+            for index, predicted in enumerate(result.segment_predicted):
+                print(f"  segment {index + 1}: predicted {predicted:,} cycles per sample")
         if mode == "compare":
             print("RTL equals the golden model bit for bit")
         if args.output:

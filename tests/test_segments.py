@@ -417,3 +417,15 @@ def test_hwonnx_run_refuses_a_segmented_folder(tmp_path):
     with pytest.raises(UsageError, match=r"is a segmented simulation build; run it with "
                                          r"'hwonnx sim'"):
         run_board(tmp_path / "softmax_middle", "/dev/null-port", x, log=quiet)
+
+
+def test_cli_sim_golden_prints_each_segments_prediction(tmp_path, capsys):
+    _, result, x = _setup("three_segments", tmp_path, count=2)
+    np.savez(tmp_path / "x.npz", x=x["x"])
+    assert main(["sim", str(tmp_path / "three_segments"), "--input", str(tmp_path / "x.npz"),
+                 "--golden"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    predicted = [predict(p.expanded(), p.config).total for p in result.segments]
+    assert lines[:4] == [f"2 sample(s) on the golden model (predicted {sum(predicted):,} "
+                         f"cycles per sample)"] + [
+        f"  segment {i + 1}: predicted {p:,} cycles per sample" for i, p in enumerate(predicted)]
