@@ -429,3 +429,50 @@ def test_cli_sim_golden_prints_each_segments_prediction(tmp_path, capsys):
     assert lines[:4] == [f"2 sample(s) on the golden model (predicted {sum(predicted):,} "
                          f"cycles per sample)"] + [
         f"  segment {i + 1}: predicted {p:,} cycles per sample" for i, p in enumerate(predicted)]
+
+
+def two_inputs_around(rng):
+    """Host steps at the start, in the middle and at the end, two inputs: ``x`` [1, 3, 6, 6]
+    normalized on the host (x - 0.5), Conv, Softmax over channels, 1x1 Conv; ``z``
+    [1, 2, 6, 6] through its own 1x1 Conv in segment 1 (its result crosses the boundary),
+    added to segment 2's Conv; an ArgMax over channels at the end (int64)."""
+    inits = {"mean": np.float32(0.5), "w1": he_weight(rng, 4, 3, 3, 3),
+             "wz": he_weight(rng, 4, 2, 1, 1), "w2": he_weight(rng, 4, 4, 1, 1, gain=4.0)}
+    nodes = [helper.make_node("Sub", ["x", "mean"], ["xn"], name="norm"),
+             _conv("conv1", "xn", "w1", "c1", pads=[1] * 4),
+             helper.make_node("Softmax", ["c1"], ["s"], name="softmax", axis=1),
+             _conv("convz", "z", "wz", "cz"),
+             _conv("conv2", "s", "w2", "c2"),
+             helper.make_node("Add", ["c2", "cz"], ["y"], name="add"),
+             helper.make_node("ArgMax", ["y"], ["cls"], name="argmax", axis=1)]
+    return _model(nodes, inits, {"x": [1, 3, 6, 6], "z": [1, 2, 6, 6]}, {"y": [1, 4, 6, 6]},
+                  [helper.make_tensor_value_info("cls", TensorProto.INT64, [1, 1, 6, 6])])
+
+
+@pytest.mark.rtl
+def test_start_middle_and_end_host_steps_with_two_inputs(tmp_path):
+    """The prefix (x - 0.5), the Softmax between segments and the final ArgMax around two
+    segments of two inputs: the golden model within 3 LSB of onnxruntime's reference path on
+    ``y`` (calibration data), its ArgMax the first index of the largest golden ``y`` (NumPy),
+    the RTL equal to golden in each segment's predicted cycles; ``cz`` (made from ``z`` in
+    segment 1) is written again into segment 2."""
+    rng = np.random.default_rng(5)
+    model = two_inputs_around(rng)
+    calib = {"x": rng.uniform(0, 1, (32, 3, 6, 6)).astype(np.float32),
+             "z": rng.uniform(-1, 1, (32, 2, 6, 6)).astype(np.float32)}
+    result = build(model, tmp_path / "out", calib=calib, log=quiet, verilog=False)
+    assert [[p.value for p in s.inputs] for s in result.segments] == [["xn:q", "z:q"],
+                                                                      ["s:q", "cz:q"]]
+    assert result.graph.meta["host_steps"]["norm"]["at"] == "start"
+    assert result.graph.meta["host_steps"]["argmax"]["at"] == "end"
+    golden = simulate(result, calib, mode="golden")
+    want_y, _ = reference_outputs(model, calib)
+    lsb = np.abs(golden.outputs["y"] - want_y) / _scale_of(result.graph, "y")
+    assert lsb.max() <= 3 and lsb.mean() < 0.6, (lsb.max(), lsb.mean())
+    np.testing.assert_array_equal(golden.outputs["cls"],
+                                  np.argmax(golden.outputs["y"], axis=1)[:, None])
+    few = {k: v[:4] for k, v in calib.items()}
+    rtl = simulate(result, few, mode="compare", log=quiet)
+    predicted = [predict(p.expanded(), p.config).total for p in result.segments]
+    assert rtl.segment_cycles == [[p] * 4 for p in predicted]
+    np.testing.assert_array_equal(rtl.outputs["cls"], golden.outputs["cls"][:4])
