@@ -476,3 +476,36 @@ def test_start_middle_and_end_host_steps_with_two_inputs(tmp_path):
     predicted = [predict(p.expanded(), p.config).total for p in result.segments]
     assert rtl.segment_cycles == [[p] * 4 for p in predicted]
     np.testing.assert_array_equal(rtl.outputs["cls"], golden.outputs["cls"][:4])
+
+
+def test_a_qdq_model_with_a_softmax_in_the_middle_equals_onnxruntime(tmp_path):
+    """softmax_middle quantized by onnxruntime (quantize_static, QDQ, int8): compiled with
+    its own parameters and no calibration data into two segments (the Softmax's output
+    QuantizeLinear gives the host result's parameters), on an architecture that rounds as
+    onnxruntime does, the golden model equals onnxruntime's reference path on the QDQ model
+    exactly."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    from hwonnx.config import ArchConfig
+
+    rng = np.random.default_rng(0)
+    onnx.save(softmax_middle(rng), tmp_path / "float.onnx")
+    calib = rng.uniform(-1, 1, (32, 3, 8, 8)).astype(np.float32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter([{"x": c[None]} for c in calib])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    result = build(tmp_path / "qdq.onnx", tmp_path / "out", calib=None, log=quiet,
+                   verilog=False, config=ArchConfig(ort_rounding=True))
+    assert len(result.segments) == 2
+    golden = simulate(result, calib, mode="golden")
+    [want] = reference_outputs(tmp_path / "qdq.onnx", {"x": calib})
+    np.testing.assert_array_equal(golden.outputs["y"], want)
