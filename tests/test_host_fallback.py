@@ -419,6 +419,9 @@ def test_a_host_step_needs_the_input_to_itself():
     assert graph.meta["host_steps"]["scale"]["at"] == "middle"
     result = compile_(model, (1, 4))
     assert not result.segments
+    assert where(result)["scale"] == ("host", "Div has no hardware mapping; before the "
+                                      "accelerator's input (one accelerator segment: no round "
+                                      "trip)")
     assert sorted(p.name for p in result.program.inputs) == ["n", "x"]
 
 
@@ -433,7 +436,10 @@ def test_constant_add_in_the_middle_runs_on_the_host():
                  {"w": weights()["w"], "b": np.ones((1, 4, 1, 1), np.float32)})
     result = compile_(model, (1, 3, 4, 4))
     assert not result.segments
-    assert where(result)["offset"][0] == "host"
+    assert where(result)["offset"] == ("host", (
+        "Add of a constant that no bias of a Conv or Gemm right before it absorbs has no "
+        "hardware mapping; after the accelerator's output (one accelerator segment: no round "
+        "trip)"))
     x = {"x": np.random.default_rng(3).uniform(0, 1, (4, 3, 4, 4)).astype(np.float32)}
     golden = api.simulate(result, x, mode="golden")
     [dq] = [n for n in result.graph.nodes if n.op == "Dequantize"]

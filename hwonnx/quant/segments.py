@@ -136,7 +136,8 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
             nodes.append(node)
         types.update(part.types)
         constants.update(part.constants)
-        segments.append({"nodes": names, "inputs": ports_in, "outputs": ports_out})
+        segments.append({"nodes": names, "inputs": ports_in, "outputs": ports_out,
+                         "level": here})
     # Drop a Dequantize nothing reads (a value read back only to be written again).
     read = set(core.outputs)
     kept = []
@@ -148,8 +149,17 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
     meta = dict(metas[0])
     meta["warnings"] = tuple(dict.fromkeys(w for m in metas for w in m.get("warnings", ())))
     meta["layer_check"] = tuple(row for m in metas for row in m.get("layer_check", ()))
-    if len(segments) > 1:       # host steps only before or after one segment: no split
-        meta["segments"] = tuple(segments)
+    if len(segments) > 1:
+        meta["segments"] = tuple({k: v for k, v in s.items() if k != "level"}
+                                 for s in segments)
+    else:                       # host steps only before or after one segment: no split
+        steps = dict(meta.get("host_steps") or {})
+        for name in host:
+            where = ("before the accelerator's input" if level[name] <= segments[0]["level"]
+                     else "after the accelerator's output")
+            steps[name] = {"at": "middle", "why": f"{steps[name]['why'].split('; ')[0]}; "
+                                                 f"{where} (one accelerator segment: no round trip)"}
+        meta["host_steps"] = steps
     result = Graph(kept[::-1], core.inputs, core.outputs, types, constants, meta)
     result.verify()
     return result
