@@ -509,3 +509,25 @@ def test_a_qdq_model_with_a_softmax_in_the_middle_equals_onnxruntime(tmp_path):
     golden = simulate(result, calib, mode="golden")
     [want] = reference_outputs(tmp_path / "qdq.onnx", {"x": calib})
     np.testing.assert_array_equal(golden.outputs["y"], want)
+
+
+def test_a_host_result_constant_on_the_calibration_data_is_quantized(tmp_path):
+    """A Softmax over one channel is 1 everywhere: the host result still gets the parameters
+    of its range [0, 1] (a graph input constant on the calibration data is refused, a host
+    result is not the user's to vary), and the golden output equals onnxruntime's reference
+    path within 3 LSB (the second Conv sees an exact 1: 255 steps of 1/255)."""
+    rng = np.random.default_rng(3)
+    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
+             helper.make_node("Softmax", ["c1"], ["s"], name="softmax", axis=1),
+             helper.make_node("Mul", ["s", "c1"], ["m"], name="gate"),
+             _conv("conv2", "m", "w2", "y")]
+    model = _model(nodes, {"w1": he_weight(rng, 1, 3, 3, 3), "w2": he_weight(rng, 2, 1, 1, 1)},
+                   {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
+    calib = rng.uniform(-1, 1, (32, 3, 5, 5)).astype(np.float32)
+    result = build(model, tmp_path / "out", calib={"x": calib}, log=quiet, verilog=False)
+    [node] = [n for n in result.graph.nodes if n.op == "Quantize" and n.inputs[0] == "s"]
+    assert (node.attrs["scale"], node.attrs["zero_point"]) == (pytest.approx(1 / 255), -128)
+    golden = simulate(result, {"x": calib}, mode="golden")
+    [want] = reference_outputs(model, {"x": calib})
+    lsb = np.abs(golden.outputs["y"] - want) / _scale_of(result.graph, "y")
+    assert lsb.max() <= 3, lsb.max()

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import QuantizationError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
-from .ptq import quantize_graph
+from .ptq import activation_params, quantize_graph
 
 __all__ = ["middle_steps", "levels", "quantize_segments"]
 
@@ -106,6 +106,10 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
                    if v in read_after or v in core.outputs]
         meta = dict(core.meta)
         given = {v: quantized[v][1:] for v in inputs if v in quantized}
+        for v in inputs:        # a host result constant on the calibration data (a Softmax
+            if v not in quantized and v not in core.inputs and values \
+                    and np.ptp(values[v]) == 0:         # over one channel) has its range
+                given[v] = activation_params(values[v].min(), values[v].max(), f"'{v}'")
         if given:
             ann = dict(meta.get("quantization") or {})
             ann["activations"] = {**ann.get("activations", {}), **given}
