@@ -43,7 +43,7 @@ class BuildResult:
 class SimResult:
     outputs: "dict[str, np.ndarray]"      # graph output name -> [S, ...] in the model's type
     #: int8 value the accelerator outputs -> [S, ...], before dequantization, in the order of
-    #: ``Program.outputs``
+    #: ``Program.outputs`` (of a segmented build: every segment's, in order)
     int_values: "dict[str, np.ndarray]"
     cycles: "list[int]"                   # per sample (empty for the golden model)
     predicted_cycles: int
@@ -590,7 +590,8 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
     (both; raises :class:`MismatchError` naming the first differing layer and index, or the
     first sample whose simulated cycles differ from the prediction). ``max_cycles``: the
     cycles a sample may take on the RTL before the run is stopped (default: twice the
-    prediction plus 10,000).
+    prediction plus 10,000). A segmented build runs its segments in order with the host steps
+    between them (:mod:`hwonnx.segmented`); compare mode names the segment too.
 
     Raises
     ------
