@@ -20,8 +20,10 @@ _LAYOUT = integer_ops(LAYOUT)
 def placement(graph) -> "list[dict]":
     """Where each node of the integer graph runs (hardware or host) and why; a host step at
     the start or end of the graph gives the frontend's reason (``graph.meta["host_steps"]``,
-    see :mod:`hwonnx.frontend.host`)."""
+    see :mod:`hwonnx.frontend.host`); a node of a segmented graph says its segment."""
     steps = graph.meta.get("host_steps") or {}
+    segment = {name: index + 1 for index, part in enumerate(graph.meta.get("segments") or ())
+               for name in part["nodes"]}
     rows = []
     for node in graph.nodes:
         float_layout = node.op in _LAYOUT and \
@@ -37,6 +39,8 @@ def placement(graph) -> "list[dict]":
         elif activation:            # a one-source QConcat: an exact copy into the table
             why = (f"{activation}: a 256-entry lookup table in the post-processor, applied "
                    f"to an exact copy of its input")
+        if node.name in segment:
+            where = f"{where}, segment {segment[node.name]}"
         rows.append({"node": node.name, "op": node.op, "where": where, "why": why})
     return rows
 

@@ -302,6 +302,7 @@ def test_inspect_lists_the_segments(tmp_path, capsys):
             "between accelerator segments: the host reads its input back and writes its "
             "result, quantized, into the next segment |") in out
     assert "| 3 | logsoftmax | conv3, pool, fc | l:q | logits:q |" in out
+    assert "| conv2 | QConv | hardware, segment 2 |" in out
     assert "| 2 | logsoftmax | g:q |" in out
 
 
