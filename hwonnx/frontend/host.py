@@ -226,12 +226,18 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
         host_values.update(v for v in node.output if v)
     for node in nodes:
         reads = [v for v in node.input if v and v not in constants]
-        if node.name in steps or not is_default_domain(node.domain) \
-                or node.op_type not in HOST_MIDDLE_OPS or not reads \
+        if node.name in steps or not is_default_domain(node.domain) or not reads:
+            continue
+        detail = ""
+        if node.op_type == "Mul" and len(reads) == 1:    # a constant the array cannot scale by
+            detail = _missing_mapping(node, [], constants, types, {})
+            if detail is None or not _per_sample(node, types):
+                continue
+        elif node.op_type not in HOST_MIDDLE_OPS \
                 or (node.op_type == "Sub" and len(reads) == 2):     # the element-wise engine's
             continue
         steps[node.name] = {"at": "middle",
-                            "why": f"{node.op_type} has no hardware mapping; {_MIDDLE}"}
+                            "why": f"{node.op_type} has no hardware mapping{detail}; {_MIDDLE}"}
     return steps
 
 
