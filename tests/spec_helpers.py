@@ -25,8 +25,8 @@ SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization,
              "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph, ArgMax, "
-             "LogSoftmax, Softmax, TopK at the end and Cast, Div, LogSoftmax, Softmax, Sub "
-             "between accelerator segments")
+             "LogSoftmax, Softmax, TopK at the end and ArgMax, Cast, Div, LogSoftmax, Softmax, "
+             "Sub, TopK between accelerator segments")
 
 
 def rand(*shape, seed=0):

@@ -40,20 +40,21 @@ def raises(cls, message):
 
 def test_all_unsupported_nodes_are_listed_in_one_error():
     model = make_model([
-        helper.make_node("ArgMax", ["x"], ["s"], name="pick", axis=1),
+        helper.make_node("Gather", ["x", "index"], ["s"], name="pick", axis=1),
         helper.make_node("LSTM", ["s", "w", "r"], ["l"]),
         helper.make_node("Relu", ["l"], ["r1"]),
         helper.make_node("Frobnicate", ["r1"], ["y"], domain="com.example"),
-    ], {"x": [1, 4]}, {"y": [1, 4]}, {"w": rand(1, 4, 4), "r": rand(1, 4, 1)},
+    ], {"x": [1, 4]}, {"y": [1, 4]}, {"w": rand(1, 4, 4), "r": rand(1, 4, 1),
+                                      "index": np.array([0, 1, 2, 3], np.int64)},
         opsets=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 3)])
     with raises(UnsupportedOperatorError,
-                "3 unsupported node(s): node 'pick' ArgMax (domain 'ai.onnx', opset 17); "
+                "3 unsupported node(s): node 'pick' Gather (domain 'ai.onnx', opset 17); "
                 "node 'LSTM_1' LSTM (domain 'ai.onnx', opset 17); node 'Frobnicate_3' "
-                "Frobnicate (domain 'com.example', opset 3) (ArgMax 'pick' runs on neither: no "
-                "hardware mapping, and the host runs it only at the end of the graph, not "
-                f"between accelerator segments); {SUPPORTED}") as info:
+                "Frobnicate (domain 'com.example', opset 3) (Gather 'pick' is folded away, so "
+                "its inputs must be constants, but 'x' is computed at run time); "
+                f"{SUPPORTED}") as info:
         load_model(model)
-    assert info.value.nodes == [("pick", "ArgMax", "", 17), ("LSTM_1", "LSTM", "", 17),
+    assert info.value.nodes == [("pick", "Gather", "", 17), ("LSTM_1", "LSTM", "", 17),
                                 ("Frobnicate_3", "Frobnicate", "com.example", 3)]
 
 
@@ -78,15 +79,13 @@ def test_operator_of_a_domain_not_imported_is_refused():
 
 
 def test_support_check_runs_before_shape_inference():
-    # ArgMax's output has the wrong rank and type for Gemm: the user must still hear about the
-    # ArgMax (whose indices feed the accelerator: neither side runs it).
-    model = make_model([helper.make_node("ArgMax", ["x"], ["s"], axis=-1),
+    # Hardmax's input has the wrong rank for Gemm: the user must still hear about Hardmax.
+    # (A Softmax there was refused before it ran on the host between segments.)
+    model = make_model([helper.make_node("Hardmax", ["x"], ["s"]),
                         helper.make_node("Gemm", ["s", "w"], ["y"])],
                        {"x": [1, 2, 3]}, {"y": [1, 4]}, {"w": rand(3, 4)})
     with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node "
-                       r"'ArgMax_0' ArgMax \(domain 'ai\.onnx', opset 17\) \(ArgMax "
-                       r"'ArgMax_0' runs on neither: no hardware mapping, and the host runs it "
-                       r"only at the end of the graph, not between accelerator segments\); "
+                       r"'Hardmax_0' Hardmax \(domain 'ai\.onnx', opset 17\); "
                        r"supported .*$"):
         load_model(model)
 

@@ -348,24 +348,34 @@ def test_board_build_of_a_segmented_model_is_refused(tmp_path):
 
 
 def test_what_neither_side_runs_is_still_refused():
-    """An ArgMax whose int64 indices feed the accelerator (through a Cast) and an operator
-    hwonnx does not know are refused by name; the Cast, a host step between segments, is
-    not."""
+    """Nodes that read the int64 indices of an ArgMax between segments and are neither a Cast
+    nor a layout node (the accelerator reads float values only; the host has no Relu) are
+    refused by name, all in one error; an operator hwonnx does not know is refused by name.
+    The ArgMax itself, the Flatten of its indices and a Cast to float are host steps."""
     from hwonnx.frontend import load_model
 
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1"),
-             helper.make_node("ArgMax", ["h"], ["i"], name="argmax", axis=1),
-             helper.make_node("Cast", ["i"], ["f"], name="cast", to=TensorProto.FLOAT),
-             helper.make_node("Gemm", ["f", "w2"], ["y"], name="fc2")]
-    model = _model(nodes, {"w1": he_weight(rng, 8, 4), "w2": he_weight(rng, 1, 3)},
-                   {"x": [1, 8]}, {"y": [1, 3]})
+    nodes = [_conv("conv", "x", "w", "c"),
+             helper.make_node("ArgMax", ["c"], ["i"], name="argmax", axis=1),
+             helper.make_node("Flatten", ["i"], ["fi"], name="flat"),
+             helper.make_node("Relu", ["fi"], ["r"], name="relu"),
+             helper.make_node("ArgMax", ["c"], ["j"], name="argmax2", axis=2),
+             helper.make_node("Relu", ["j"], ["rj"], name="relu2"),
+             helper.make_node("Cast", ["r"], ["y"], name="tofloat", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["rj"], ["z"], name="tofloat2", to=TensorProto.FLOAT)]
+    model = _model(nodes, {"w": he_weight(rng, 4, 3, 1, 1)}, {"x": [1, 3, 4, 4]},
+                   {"y": [1, 16], "z": [1, 4, 1, 4]})
+    model.opset_import[0].version = 14              # Relu of int64
     with pytest.raises(UnsupportedOperatorError) as error:
         load_model(model)
-    text = str(error.value)
-    assert text.startswith("1 unsupported node(s): node 'argmax' ArgMax")
-    assert ("ArgMax 'argmax' runs on neither: no hardware mapping, and the host runs it only "
-            "at the end of the graph, not between accelerator segments") in text
+    assert str(error.value) == (
+        "2 unsupported node(s): node 'relu' Relu (domain 'ai.onnx', opset 14); node 'relu2' "
+        "Relu (domain 'ai.onnx', opset 14) (Relu 'relu' runs on neither: it reads the int64 "
+        "indices 'fi' of ArgMax 'argmax', but the accelerator reads only float values (a Cast "
+        "to float before it would do) and the host runs only Cast and layout nodes on "
+        "indices; Relu 'relu2' runs on neither: it reads the int64 indices 'j' of ArgMax "
+        "'argmax2', but the accelerator reads only float values (a Cast to float before it "
+        "would do) and the host runs only Cast and layout nodes on indices)")
     nodes = [_conv("conv", "x", "w", "c"), helper.make_node("Hardmax", ["c"], ["h"], name="hm",
                                                             axis=1),
              _conv("conv2", "h", "w2", "y")]
@@ -374,6 +384,73 @@ def test_what_neither_side_runs_is_still_refused():
     with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node 'hm' "
                                                        r"Hardmax"):
         load_model(model)
+
+
+def argmax_feeds_on(rng):
+    """The index of the largest of 6 channels at each pixel (ArgMax, int64), cast to float,
+    through a 1x1 Conv."""
+    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
+             helper.make_node("ArgMax", ["c1"], ["i"], name="argmax", axis=1),
+             helper.make_node("Cast", ["i"], ["f"], name="tofloat", to=TensorProto.FLOAT),
+             _conv("conv2", "f", "w2", "y")]
+    return _model(nodes, {"w1": he_weight(rng, 6, 3, 3, 3), "w2": he_weight(rng, 2, 1, 1, 1)},
+                  {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
+
+
+def topk_feeds_on(rng):
+    """The 3 largest of 6 Gemm outputs (TopK values) through a second Gemm; the indices are
+    a graph output."""
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("TopK", ["h", "k"], ["v", "idx"], name="topk", axis=1),
+             helper.make_node("Gemm", ["v", "w2"], ["y"], name="fc2")]
+    inits = {"w1": he_weight(rng, 6, 8).T.copy(), "w2": he_weight(rng, 2, 3).T.copy()}
+    model = _model(nodes, inits, {"x": [1, 8]}, {"y": [1, 2]},
+                   [helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 3])])
+    model.graph.initializer.append(numpy_helper.from_array(np.array([3], np.int64), "k"))
+    return model
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("maker", [argmax_feeds_on, topk_feeds_on])
+def test_argmax_and_topk_feeding_on(maker, tmp_path):
+    """An ArgMax (then a Cast to float) and a TopK whose values feed further layers: host
+    steps between two segments, each equal to onnxruntime's reference path on the golden
+    model's own inputs of the step (exactly: indices, values, the Cast), and the RTL equal to
+    golden in each segment's predicted cycles."""
+    from hwonnx.golden import evaluate
+
+    rng = np.random.default_rng(6)
+    model = maker(rng)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    calib = {"x": rng.uniform(-1, 1, (32, *shape[1:])).astype(np.float32)}
+    result = build(model, tmp_path / "out", calib=calib, log=quiet, verilog=False)
+    assert len(result.segments) == 2
+    graph = result.graph
+    env = evaluate(graph, {"x": calib["x"].reshape((-1,) + graph.types["x"].shape[1:])},
+                   keep_all=True)
+    steps = [n for n in graph.nodes if graph.meta["host_steps"].get(n.name, {}).get("at")
+             == "middle"]
+    assert [n.op for n in steps] in (["ArgMax", "Cast"], ["TopK"])
+    for node in steps:
+        onnx_node = onnx.ModelProto()
+        onnx_node.CopyFrom(model)
+        del onnx_node.graph.node[:]
+        source = next(n for n in model.graph.node if n.name == node.name)
+        onnx_node.graph.node.append(source)
+        del onnx_node.graph.input[:], onnx_node.graph.output[:]
+        onnx_node.graph.input.append(helper.make_tensor_value_info(
+            source.input[0], TensorProto.INT64 if node.op == "Cast" else TensorProto.FLOAT,
+            list(graph.types[source.input[0]].shape)))
+        for out in source.output:
+            onnx_node.graph.output.append(helper.make_tensor_value_info(
+                out, helper.np_dtype_to_tensor_dtype(env[out].dtype), None))
+        want = reference_outputs(onnx_node, {source.input[0]: env[source.input[0]]})
+        for out, array in zip(source.output, want):
+            np.testing.assert_array_equal(env[out], array)
+    few = {"x": calib["x"][:4]}
+    rtl = simulate(result, few, mode="compare", log=quiet)
+    predicted = [predict(p.expanded(), p.config).total for p in result.segments]
+    assert rtl.segment_cycles == [[p] * 4 for p in predicted]
 
 
 @pytest.mark.rtl

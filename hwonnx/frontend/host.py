@@ -17,11 +17,14 @@ The rule (``docs/ir.md``, "Host steps"):
   accelerator.
 * **Middle.** Any other node of a :data:`HOST_MIDDLE_OPS` operator on run-time values (a
   ``Softmax`` between layers, a ``Div`` of two computed tensors; not a ``Sub`` of two computed
-  tensors, which the element-wise engine runs) is a host step between two accelerator
-  segments (:mod:`hwonnx.quant.segments`): the host reads its inputs back, runs it in float32
-  and writes its result, quantized with its own calibrated parameters, into the next segment.
-* A node without a hardware mapping anywhere else (``ArgMax``, ``TopK`` whose indices feed on)
-  runs on neither: the support check refuses it, listing every such node.
+  tensors, which the element-wise engine runs), and a ``Mul`` by a constant the array cannot
+  scale by, is a host step between two accelerator segments (:mod:`hwonnx.quant.segments`):
+  the host reads its inputs back, runs it in float32 and writes its result, quantized with its
+  own calibrated parameters, into the next segment. A layout node reading the int64 indices
+  of such an ``ArgMax`` or ``TopK`` runs on the host too (the accelerator reads float values
+  only, quantized), as does the ``Cast`` to float that lets them feed on.
+* A node that reads such indices and is neither runs on neither: :func:`host_steps` refuses
+  it, naming it.
 """
 
 import math
@@ -33,7 +36,7 @@ import onnx
 from ..errors import ModelError, UnsupportedOperatorError
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import HOST, ir_ops, onnx_ops
-from .common import FLOAT_TYPES, elem_type_name, is_default_domain
+from .common import FLOAT_TYPES, domain_opset, elem_type_name, is_default_domain
 from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
@@ -60,14 +63,10 @@ _MIDDLE = ("between accelerator segments: the host reads its input back and writ
            "quantized, into the next segment")
 
 
-def runs_on_neither(node_name: str, op: str) -> str:
-    """The reason the support check gives for a node that can run on neither side: an
-    operator the host runs only at the end of the graph (``ArgMax``, ``TopK``), whose result
-    something else reads."""
-    where = " or ".join(w for w, ops in (("at the start", HOST_START_OPS),
-                                         ("at the end", HOST_END_OPS)) if op in ops)
-    return (f"{op} '{node_name}' runs on neither: no hardware mapping, and the host runs it "
-            f"only {where or 'nowhere'} of the graph, not between accelerator segments")
+def runs_on_neither(node_name: str, op: str, why: str = "no hardware mapping, and the host "
+                    "does not run it there") -> str:
+    """The reason given for a node that can run on neither side."""
+    return f"{op} '{node_name}' runs on neither: {why}"
 
 
 def leading_chains(nodes, inputs, outputs, constant: "set[str]"
@@ -224,8 +223,24 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
             continue
         steps[node.name] = {"at": "end", "why": why}
         host_values.update(v for v in node.output if v)
+    indices: "dict[str, str]" = {}     # int64 host value -> the host step that made it
+    neither: "list[tuple[onnx.NodeProto, str]]" = []
     for node in nodes:
         reads = [v for v in node.input if v and v not in constants]
+        index = next((v for v in reads if v in indices), None)
+        if index is not None and node.name not in steps:
+            if not is_default_domain(node.domain) or node.op_type not in HOST_END_OPS | {"Cast"}:
+                neither.append((node, f"it reads the int64 indices '{index}' of "
+                                      f"{indices[index]}, but the accelerator reads only float "
+                                      f"values (a Cast to float before it would do) and the "
+                                      f"host runs only Cast and layout nodes on indices"))
+                continue
+            steps[node.name] = {"at": "middle", "why": (
+                f"{node.op_type} reads the int64 indices '{index}' of {indices[index]}; "
+                f"{_MIDDLE}")}
+            if node.op_type != "Cast":
+                indices.update((v, indices[index]) for v in node.output if v)
+            continue
         if node.name in steps or not is_default_domain(node.domain) or not reads:
             continue
         detail = ""
@@ -238,6 +253,16 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
             continue
         steps[node.name] = {"at": "middle",
                             "why": f"{node.op_type} has no hardware mapping{detail}; {_MIDDLE}"}
+        if node.op_type in ("ArgMax", "TopK"):
+            out = node.output[0 if node.op_type == "ArgMax" else 1]
+            if out:
+                indices[out] = f"{node.op_type} '{node.name}'"
+    if neither:
+        error = UnsupportedOperatorError([(n.name, n.op_type, n.domain,
+                                           domain_opset(model, n.domain)) for n, _ in neither])
+        reasons = "; ".join(runs_on_neither(n.name, n.op_type, why) for n, why in neither)
+        error.args = (f"{error} ({reasons})",)
+        raise error
     return steps
 
 
