@@ -154,6 +154,10 @@ def _resources(config, board: str) -> "dict | None":
             "luts": {"used": usage.luts, "device": target.luts}}
 
 
+def _segment_of(port: dict) -> str:
+    return f" (segment {port['segment']})" if "segment" in port else ""
+
+
 def write_report(report: dict, folder: Path) -> None:
     folder = Path(folder)
     (folder / "report.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -200,7 +204,8 @@ def write_report(report: dict, folder: Path) -> None:
     if report.get("io"):
         lines += ["", "| port | name | shape | scale | zero point | activation words |",
                   "|---|---|---|---:|---:|---|"]
-        lines += [f"| {kind[:-1]} | {p['name']} | {'x'.join(map(str, p['shape']))} | "
+        lines += [f"| {kind[:-1]} | {p['name']}{_segment_of(p)} | "
+                  f"{'x'.join(map(str, p['shape']))} | "
                   f"{p['scale']:.6g} | {p['zero_point']} | {p['base']}..."
                   f"{p['base'] + p['words'] - 1} |"
                   for kind in ("inputs", "outputs") for p in report["io"][kind]]

@@ -283,6 +283,7 @@ def test_report_lists_segments_and_round_trip_bytes(tmp_path):
     text = (tmp_path / "softmax_middle" / "report.md").read_text()
     assert "| 2 | softmax | conv2 | s:q | y:q |" in text
     assert "| 1 | softmax | f1:q | 512 | 512 | 1,050 | 91.1 ms at 115,200 baud |" in text
+    assert "| input | s (segment 2) | 1x8x8x8 |" in text
     _, _, _ = _setup("div_computed", tmp_path)
     report = json.loads((tmp_path / "div_computed" / "report.json").read_text())
     [trip] = report["round_trips"]
