@@ -5,6 +5,7 @@ them all), and a segmented build folder holds them side by side (``docs/build-fo
 """
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,18 +154,11 @@ def round_trips(programs: "list[Program]") -> "list[RoundTrip]":
     """One :class:`RoundTrip` per boundary: every output of a segment that a later segment
     or host step needs is read back once after it, every input of the next segment is
     written before it."""
-    trips = []
-    for index in range(len(programs) - 1):
-        done, following = programs[index], programs[index + 1]
+    def entry(program: Program, value: str) -> "tuple[str, int, int]":
+        where = program.placements[value]
+        return value, math.prod(where.shape), where.words
 
-        def entry(program, port):
-            where = program.placements[port.value]
-            size = 1
-            for dim in where.shape:
-                size *= dim
-            return port.value, size, where.words
-
-        trips.append(RoundTrip(index, tuple(entry(done, p) for p in done.outputs),
-                               tuple(entry(following, p) for p in following.inputs),
-                               done.config.rows))
-    return trips
+    return [RoundTrip(index, tuple(entry(done, p.value) for p in done.outputs),
+                      tuple(entry(following, p.value) for p in following.inputs),
+                      done.config.rows)
+            for index, (done, following) in enumerate(zip(programs, programs[1:]))]
