@@ -15,7 +15,7 @@ from ..errors import HwonnxError
 __all__ = [
     "ProtocolError", "Command", "Status", "FRAME_SYNC", "REPLY_SYNC", "PROTOCOL_VERSION",
     "MAGIC", "MAX_PAYLOAD", "checksum", "encode_frame", "decode_frame", "encode_reply",
-    "decode_reply", "DeviceInfo", "DeviceStatus", "Client",
+    "decode_reply", "DeviceInfo", "DeviceStatus", "Client", "BITS_PER_BYTE", "transfer_bytes",
 ]
 
 FRAME_SYNC = 0xA5
@@ -260,6 +260,26 @@ class Client:
             raise ProtocolError(f"STATUS reply payload must be 5 bytes, not {len(payload)}")
         flags, cycles = struct.unpack("<BI", payload)
         return DeviceStatus(busy=bool(flags & 1), done=bool(flags & 2), cycles=cycles)
+
+
+#: Bits a byte takes on the wire (8N1: a start bit, eight data bits, a stop bit).
+BITS_PER_BYTE = 10
+
+
+def transfer_bytes(rows: int, written_words: int, read_words: int) -> int:
+    """Bytes on the wire, both ways, to write ``written_words`` activation words and read
+    ``read_words`` back as :meth:`Client.write_words` and :meth:`Client.read_words` frame them
+    (each frame and reply: sync, command or status, 16-bit length, payload, check byte)."""
+    total = 0
+    per_write = (MAX_PAYLOAD - 2) // rows
+    for first in range(0, written_words, per_write):
+        n = min(per_write, written_words - first)
+        total += 5 + 2 + n * rows + 5           # WRITE addr + words; empty OK reply
+    per_read = MAX_PAYLOAD // rows
+    for first in range(0, read_words, per_read):
+        n = min(per_read, read_words - first)
+        total += 5 + 4 + 5 + n * rows           # READ addr, count; reply with the words
+    return total
 
 
 def _check_address(addr: int, count: int) -> None:

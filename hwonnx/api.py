@@ -4,7 +4,7 @@ import json
 import os
 import time
 import zipfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +14,7 @@ from .compiler.artifact import (load_program, save_program, staged_folder, verif
                                 write_manifest)
 from .compiler.lower import lower
 from .compiler.program import Program, encode_program
+from .compiler.segments import is_segmented, load_segments, lower_segments
 from .compiler.sizing import BUFFERS, needs, probe, sized
 from .compiler.timing import predict
 from .config import ArchConfig
@@ -31,15 +32,18 @@ __all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "c
 class BuildResult:
     out_dir: "Path | None"
     graph: Graph            # the integer graph (golden model input)
-    program: Program
+    program: Program        # the program; of a segmented build, its first segment's
     report: dict
+    #: A segmented build's programs, one per segment in order (``docs/architecture.md``,
+    #: "Host steps and program segments"); empty for a build of one program.
+    segments: "tuple[Program, ...]" = ()
 
 
 @dataclass
 class SimResult:
     outputs: "dict[str, np.ndarray]"      # graph output name -> [S, ...] in the model's type
     #: int8 value the accelerator outputs -> [S, ...], before dequantization, in the order of
-    #: ``Program.outputs``
+    #: ``Program.outputs`` (of a segmented build: every segment's, in order)
     int_values: "dict[str, np.ndarray]"
     cycles: "list[int]"                   # per sample (empty for the golden model)
     predicted_cycles: int
@@ -51,6 +55,10 @@ class SimResult:
     #: (``startup_seconds``), which dominate short runs.
     steady_cycles_per_second: float = 0.0
     startup_seconds: float = 0.0
+    #: Of a segmented build: per segment, the cycles of each sample (``cycles`` is their sum
+    #: per sample) and the predicted cycles (``predicted_cycles`` is their sum).
+    segment_cycles: "list[list[int]]" = field(default_factory=list)
+    segment_predicted: "list[int]" = field(default_factory=list)
 
     @property
     def int_outputs(self) -> np.ndarray:
@@ -76,7 +84,9 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
     start and end of the graph stay float (:func:`~hwonnx.quant.quantize_model`).
 
     ``size`` ``"sim"`` or a board's name sizes the buffers not named in ``fixed`` to the model
-    (:mod:`hwonnx.compiler.sizing`); None keeps ``config`` as it is."""
+    (:mod:`hwonnx.compiler.sizing`); None keeps ``config`` as it is. For a model with host
+    steps between accelerator segments (``graph.meta["segments"]``) the second item is the
+    list of the segments' programs, all for one architecture."""
     from .frontend import load_model
     from .quant import load_samples, normalize_samples, quantize_model
 
@@ -91,23 +101,33 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
         samples = load_samples(calib, float_graph, "Calibration file")
     int_graph = for_architecture(quantize_model(float_graph, samples), config, log)
     program = lower_sized(int_graph, config, size, fixed)
-    log(f"Compiled {len(program.layers)} layer(s), {len(program.instructions)} instructions, "
-        f"{program.macs:,} MACs in {time.monotonic() - started:.1f} s")
+    programs = program if isinstance(program, list) else [program]
+    parts = f" in {len(programs)} segments" if len(programs) > 1 else ""
+    log(f"Compiled {sum(len(p.layers) for p in programs)} layer(s), "
+        f"{sum(len(p.instructions) for p in programs)} instructions, "
+        f"{sum(p.macs for p in programs):,} MACs{parts} in {time.monotonic() - started:.1f} s")
     return int_graph, program
 
 
 def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
                 loops: bool = True) -> Program:
     """Lower ``int_graph`` for ``config``, its buffers (but ``fixed``) sized to the model
-    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board."""
+    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board; a segmented
+    graph to the list of its segments' programs (:func:`~hwonnx.compiler.segments.
+    lower_segments`)."""
+    if is_segmented(int_graph):
+        return lower_segments(int_graph, config, size is not None, fixed, None if size in (
+            None, "sim") else _block_depth(size), loops)
     if size is None:
         return lower(int_graph, config, loops)
     first = lower(int_graph, probe(config, fixed), loops)
-    block_depth = None
-    if size != "sim":
-        family = get_board(size).family_info
-        block_depth = family.block_bits // max(family.block_widths)
+    block_depth = None if size == "sim" else _block_depth(size)
     return lower(int_graph, sized(config, needs(first), fixed, block_depth), loops)
+
+
+def _block_depth(board: str) -> int:
+    family = get_board(board).family_info
+    return family.block_bits // max(family.block_widths)
 
 
 #: Arrays a board build may fall back to, largest first, when the board's default array and
@@ -231,6 +251,9 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
         graph, program = compile_model(model, calib, config=config, input_shapes=input_shapes,
                                        override_initializers=override_initializers, log=log,
                                        size=size, fixed=fixed)
+        if isinstance(program, list):
+            from .segmented import segmented_build
+            return segmented_build(graph, program, str(model), target)
         if not target.is_simulation:
             program = _fit_board(graph, program, target, fixed,
                                  choose_array=array_free, log=log)
@@ -242,20 +265,25 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     out = Path(out_dir)
     # Everything is written into a temporary folder that replaces ``out`` only when whole.
     with staged_folder(out) as staging:
-        graph, program, report = compile_()
-        _write_build(staging, out, target, graph, program, report, verilog=verilog,
-                     bitstream=bitstream, log=log)
+        graph, program, report, *segments = compile_()
+        _write_build(staging, out, target, graph, segments[0] if segments else program, report,
+                     verilog=verilog, bitstream=bitstream, log=log)
     log(f"Build written to {out}/ (report.md: {report['total']['predicted_cycles']:,} predicted "
         f"cycles per inference, {report['total']['utilization']:.1%} utilization)")
-    return BuildResult(out, graph, program, report)
+    return BuildResult(out, graph, program, report, *segments)
 
 
-def _write_build(folder: Path, out: Path, target, graph: Graph, program: Program,
-                 report: dict, *, verilog: bool, bitstream: bool, log) -> None:
+def _write_build(folder: Path, out: Path, target, graph: Graph,
+                 program: "Program | tuple[Program, ...]", report: dict, *, verilog: bool,
+                 bitstream: bool, log) -> None:
     """Write the build into ``folder`` (the temporary folder that becomes ``out``), the
-    manifest last."""
+    manifest last; ``program``: the program, or a segmented build's programs (always a
+    simulation build: a folder of format 4, :mod:`hwonnx.compiler.segments`)."""
     from .boards.build import build_id
 
+    if isinstance(program, tuple):
+        from .segmented import write_segmented_build
+        return write_segmented_build(folder, graph, list(program), report, verilog, log)
     save_program(program, folder)
     save_graph(graph, folder, "graph")
     write_report(report, folder)
@@ -311,6 +339,9 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     from .compiler.layout import pack_words, unpack_words
 
     result = load_build(out_dir)
+    if result.segments:         # a segmented build is never a board build (build refuses)
+        raise UsageError(f"'{out_dir}' is a segmented simulation build; run it with 'hwonnx "
+                         f"sim'")
     info_file = Path(out_dir) / "board" / "hwonnx_board.json"
     if not info_file.exists():
         raise UsageError(f"'{out_dir}' is a simulation build; build it with --board B first")
@@ -395,12 +426,14 @@ def load_build(out_dir) -> BuildResult:
             zipfile.BadZipFile) as error:
         raise ModelError(f"'{out}' is not a complete hwonnx build folder (graph or report: "
                          f"{error}); rebuild it") from error
-    program = load_program(out)
-    for value in (port.value for port in program.inputs + program.outputs):
+    segments = tuple(load_segments(out, graph)) if is_segmented(graph) else ()
+    programs = segments or (load_program(out),)
+    for value in (port.value for program in programs
+                  for port in program.inputs + program.outputs):
         if value not in graph.types or graph.producer(value) is None:
             raise ModelError(f"'{out}' is not a consistent hwonnx build folder: graph.json "
                              f"has no value '{value}' of program.json; rebuild it")
-    return BuildResult(out, graph, program, report)
+    return BuildResult(out, graph, programs[0], report, segments)
 
 
 def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"
@@ -456,6 +489,9 @@ def _golden_values(graph: Graph, program: Program, q_in: "dict[str, np.ndarray]"
 
 
 def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> SimResult:
+    if build_result.segments:
+        from .segmented import golden_result
+        return golden_result(build_result, inputs)
     graph, program = build_result.graph, build_result.program
     env = _golden_values(graph, program, _quantize_inputs(graph, program, inputs))
     return _result(build_result, inputs,
@@ -467,6 +503,9 @@ def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
     """Run ``inputs`` on the RTL; ``max_cycles`` per sample (default: from the prediction,
     see :func:`hwonnx.sim.execute_rtl`)."""
     from .sim import execute_program
+    if build_result.segments:
+        from .segmented import rtl_result
+        return rtl_result(build_result, inputs, log, max_cycles)
     graph, program = build_result.graph, build_result.program
     q_in = _quantize_inputs(graph, program, inputs)
     q_out, run = execute_program(program, _placed(program, q_in), log=log,
@@ -494,8 +533,13 @@ def _result(build_result, inputs, q_out: "dict[str, np.ndarray]", cycles, speed)
 def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
                      sample: int, log=print) -> str:
     """Name the first layer whose RTL output differs from golden for ``sample``, and the
-    first differing index, by running the program truncated after each layer."""
+    first differing index, by running the program truncated after each layer; of a
+    segmented build, the first segment too (each run on the golden model's inputs)."""
     from .sim import execute_program
+    if build_result.segments:
+        from .segmented import first_segment_difference
+        return first_segment_difference(build_result.graph, list(build_result.segments),
+                                        inputs, sample, log)
     graph, program = build_result.graph, build_result.program
     q_in = {value: q[sample:sample + 1]
             for value, q in _quantize_inputs(graph, program, inputs).items()}
@@ -553,7 +597,8 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
     (both; raises :class:`MismatchError` naming the first differing layer and index, or the
     first sample whose simulated cycles differ from the prediction). ``max_cycles``: the
     cycles a sample may take on the RTL before the run is stopped (default: twice the
-    prediction plus 10,000).
+    prediction plus 10,000). A segmented build runs its segments in order with the host steps
+    between them (:mod:`hwonnx.segmented`); compare mode names the segment too.
 
     Raises
     ------
@@ -578,14 +623,19 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
     if mode == "rtl":
         return rtl
     golden = run_golden(result, samples)
-    for port in result.program.outputs:
+    ports = [port for program in result.segments or (result.program,)
+             for port in program.outputs]
+    for port in ports:
         got, want = rtl.int_values[port.value], golden.int_values[port.value]
         if np.array_equal(got, want):
             continue
         sample = int(np.argwhere((got != want).reshape(len(got), -1).any(axis=1))[0][0])
-        which = f" in output '{port.name}'" if len(result.program.outputs) > 1 else ""
+        which = f" in output '{port.name}'" if len(ports) > 1 else ""
         raise MismatchError(f"RTL differs from the golden model{which}: "
                             + first_difference(result, samples, sample, log=log))
+    if rtl.segment_cycles:
+        from .segmented import check_segment_cycles
+        check_segment_cycles(rtl)
     for sample, cycles in enumerate(rtl.cycles):
         if cycles != rtl.predicted_cycles:
             raise MismatchError(f"RTL cycles differ from the prediction: sample {sample} took "

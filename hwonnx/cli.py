@@ -307,9 +307,14 @@ def _run(args, output: _Output) -> int:
                   f"(predicted {result.predicted_cycles:,}), utilization "
                   f"{result.utilization:.1%}, {_rate(result.steady_cycles_per_second)} "
                   f"cycles/s simulated (excluding {result.startup_seconds:.1f} s start-up)")
+            for index, cycles in enumerate(result.segment_cycles):
+                print(f"  segment {index + 1}: {int(np.mean(cycles)):,} cycles per sample "
+                      f"(predicted {result.segment_predicted[index]:,})")
         else:
             print(f"{count} sample(s) on the golden model (predicted "
                   f"{result.predicted_cycles:,} cycles per sample)")
+            for index, predicted in enumerate(result.segment_predicted):
+                print(f"  segment {index + 1}: predicted {predicted:,} cycles per sample")
         if mode == "compare":
             print("RTL equals the golden model bit for bit")
         if args.output:

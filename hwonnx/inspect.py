@@ -73,12 +73,23 @@ def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None
     from .report import placement_table
 
     int_graph, program = plan_model(graph, config=config, size=size)
-    config = program.config
-    total = predict(program.expanded(), config).total
-    utilization = program.macs / (total * config.rows * config.cols)
-    return (f"Placement on a {config.name} array ({program.macs:,} MACs, {total:,} predicted "
-            f"cycles per inference, {utilization:.1%} utilization):\n"
-            + placement_table(int_graph, program))
+    programs = program if isinstance(program, list) else [program]
+    config = programs[0].config
+    total = sum(predict(p.expanded(), config).total for p in programs)
+    macs = sum(p.macs for p in programs)
+    utilization = macs / (total * config.rows * config.cols)
+    text = (f"Placement on a {config.name} array ({macs:,} MACs, {total:,} predicted cycles "
+            f"per inference{f' in {len(programs)} segments' if len(programs) > 1 else ''}, "
+            f"{utilization:.1%} utilization):\n" + placement_table(int_graph, program))
+    if len(programs) > 1:
+        from .boards.top import DEFAULT_BAUD
+        from .segmented import segments_markdown, segments_report
+        report = segments_report(int_graph, programs, DEFAULT_BAUD)
+        text += "\n" + "\n".join(segments_markdown(report, config.clock_hz))
+        if size not in (None, "sim"):
+            text += (f"\n\nA build for board '{size}' is refused: segmented builds run in "
+                     f"simulation only (--board sim)")
+    return text
 
 
 def format_inspection(graph: Graph, source: str) -> str:

@@ -20,8 +20,10 @@ _LAYOUT = integer_ops(LAYOUT)
 def placement(graph) -> "list[dict]":
     """Where each node of the integer graph runs (hardware or host) and why; a host step at
     the start or end of the graph gives the frontend's reason (``graph.meta["host_steps"]``,
-    see :mod:`hwonnx.frontend.host`)."""
+    see :mod:`hwonnx.frontend.host`); a node of a segmented graph says its segment."""
     steps = graph.meta.get("host_steps") or {}
+    segment = {name: index + 1 for index, part in enumerate(graph.meta.get("segments") or ())
+               for name in part["nodes"]}
     rows = []
     for node in graph.nodes:
         float_layout = node.op in _LAYOUT and \
@@ -37,17 +39,19 @@ def placement(graph) -> "list[dict]":
         elif activation:            # a one-source QConcat: an exact copy into the table
             why = (f"{activation}: a 256-entry lookup table in the post-processor, applied "
                    f"to an exact copy of its input")
+        if node.name in segment:
+            where = f"{where}, segment {segment[node.name]}"
         rows.append({"node": node.name, "op": node.op, "where": where, "why": why})
     return rows
 
 
-def placement_table(graph, program: "Program | None" = None) -> str:
-    """Markdown table of :func:`placement`, with MACs and predicted cycles per array layer."""
-    cycles = dict(zip((layer.name for layer in program.layers), layer_cycles(program))) \
-        if program else {}
-    macs = {layer.name: layer.macs for layer in program.layers} if program else {}
-    streamed = {program.layers[i.layer].name for i in program.expanded()
-                if i.get("dw")} if program else set()
+def placement_table(graph, program: "Program | list[Program] | None" = None) -> str:
+    """Markdown table of :func:`placement`, with MACs and predicted cycles per array layer
+    (of every segment's program, given a list)."""
+    programs = program if isinstance(program, list) else [program] if program else []
+    cycles = {layer.name: c for p in programs for layer, c in zip(p.layers, layer_cycles(p))}
+    macs = {layer.name: layer.macs for p in programs for layer in p.layers}
+    streamed = {p.layers[i.layer].name for p in programs for i in p.expanded() if i.get("dw")}
     lines = ["| node | op | runs on | MACs | predicted cycles | why |",
              "|---|---|---|---:|---:|---|"]
     for row in placement(graph):
@@ -150,6 +154,10 @@ def _resources(config, board: str) -> "dict | None":
             "luts": {"used": usage.luts, "device": target.luts}}
 
 
+def _segment_of(port: dict) -> str:
+    return f" (segment {port['segment']})" if "segment" in port else ""
+
+
 def write_report(report: dict, folder: Path) -> None:
     folder = Path(folder)
     (folder / "report.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -196,10 +204,14 @@ def write_report(report: dict, folder: Path) -> None:
     if report.get("io"):
         lines += ["", "| port | name | shape | scale | zero point | activation words |",
                   "|---|---|---|---:|---:|---|"]
-        lines += [f"| {kind[:-1]} | {p['name']} | {'x'.join(map(str, p['shape']))} | "
+        lines += [f"| {kind[:-1]} | {p['name']}{_segment_of(p)} | "
+                  f"{'x'.join(map(str, p['shape']))} | "
                   f"{p['scale']:.6g} | {p['zero_point']} | {p['base']}..."
                   f"{p['base'] + p['words'] - 1} |"
                   for kind in ("inputs", "outputs") for p in report["io"][kind]]
+    if report.get("segments"):
+        from .segmented import segments_markdown
+        lines += segments_markdown(report, arch["clock_hz"])
     if report.get("placement"):
         lines += ["", "| node | op | runs on | why |", "|---|---|---|---|"]
         lines += [f"| {r['node']} | {r['op']} | {r['where']} | {r['why']} |"

@@ -25,8 +25,9 @@ SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization,
              "Split, Sqrt, Squeeze, Sum, Swish, Tanh, ThresholdedRelu, Transpose, Unsqueeze, "
              "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
-             "; on the host also Cast, Div, Sub at the start of the graph and ArgMax, "
-             "LogSoftmax, Softmax, TopK at the end")
+             "; on the host also Cast, Div, Sub at the start of the graph, ArgMax, "
+             "LogSoftmax, Softmax, TopK at the end and ArgMax, Cast, Div, LogSoftmax, Softmax, "
+             "Sub, TopK between accelerator segments")
 
 
 def rand(*shape, seed=0):

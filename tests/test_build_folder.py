@@ -394,7 +394,8 @@ def test_sim_refuses_an_unreadable_manifest(tmp_path, digits, files, capsys):
         (out / MANIFEST).write_text(json.dumps({"format": old, "hwonnx": "0.1.0"}))
         assert_user_error(sim_golden(capsys, out, files),
                           re.escape(f"'{out}' is a build folder of format {old} (hwonnx "
-                                    f"0.1.0), but this hwonnx reads format 3; rebuild it"))
+                                    f"0.1.0), but this hwonnx reads formats 3 and 4; rebuild "
+                                    f"it"))
 
 
 def test_a_rebuild_for_a_board_writes_its_own_board_folder(tmp_path, digits):

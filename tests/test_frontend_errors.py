@@ -40,20 +40,21 @@ def raises(cls, message):
 
 def test_all_unsupported_nodes_are_listed_in_one_error():
     model = make_model([
-        helper.make_node("Softmax", ["x"], ["s"], name="soft"),
+        helper.make_node("Gather", ["x", "index"], ["s"], name="pick", axis=1),
         helper.make_node("LSTM", ["s", "w", "r"], ["l"]),
         helper.make_node("Relu", ["l"], ["r1"]),
         helper.make_node("Frobnicate", ["r1"], ["y"], domain="com.example"),
-    ], {"x": [1, 4]}, {"y": [1, 4]}, {"w": rand(1, 4, 4), "r": rand(1, 4, 1)},
+    ], {"x": [1, 4]}, {"y": [1, 4]}, {"w": rand(1, 4, 4), "r": rand(1, 4, 1),
+                                      "index": np.array([0, 1, 2, 3], np.int64)},
         opsets=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 3)])
     with raises(UnsupportedOperatorError,
-                "3 unsupported node(s): node 'soft' Softmax (domain 'ai.onnx', opset 17); "
+                "3 unsupported node(s): node 'pick' Gather (domain 'ai.onnx', opset 17); "
                 "node 'LSTM_1' LSTM (domain 'ai.onnx', opset 17); node 'Frobnicate_3' "
-                "Frobnicate (domain 'com.example', opset 3) (Softmax 'soft' runs on neither: no "
-                "hardware mapping and not at the start or end of the graph); "
+                "Frobnicate (domain 'com.example', opset 3) (Gather 'pick' is folded away, so "
+                "its inputs must be constants, but 'x' is computed at run time); "
                 f"{SUPPORTED}") as info:
         load_model(model)
-    assert info.value.nodes == [("soft", "Softmax", "", 17), ("LSTM_1", "LSTM", "", 17),
+    assert info.value.nodes == [("pick", "Gather", "", 17), ("LSTM_1", "LSTM", "", 17),
                                 ("Frobnicate_3", "Frobnicate", "com.example", 3)]
 
 
@@ -78,14 +79,14 @@ def test_operator_of_a_domain_not_imported_is_refused():
 
 
 def test_support_check_runs_before_shape_inference():
-    # Softmax's input has the wrong rank for Gemm: the user must still hear about Softmax.
-    model = make_model([helper.make_node("Softmax", ["x"], ["s"]),
+    # Hardmax's input has the wrong rank for Gemm: the user must still hear about Hardmax.
+    # (A Softmax there was refused before it ran on the host between segments.)
+    model = make_model([helper.make_node("Hardmax", ["x"], ["s"]),
                         helper.make_node("Gemm", ["s", "w"], ["y"])],
                        {"x": [1, 2, 3]}, {"y": [1, 4]}, {"w": rand(3, 4)})
     with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node "
-                       r"'Softmax_0' Softmax \(domain 'ai\.onnx', opset 17\) \(Softmax "
-                       r"'Softmax_0' runs on neither: no hardware mapping and not at the start "
-                       r"or end of the graph\); supported .*$"):
+                       r"'Hardmax_0' Hardmax \(domain 'ai\.onnx', opset 17\); "
+                       r"supported .*$"):
         load_model(model)
 
 
@@ -119,17 +120,15 @@ def test_foldable_op_on_runtime_value_is_unsupported():
         load_model(model)
 
 
-def test_host_only_op_on_runtime_value_in_the_middle_is_unsupported():
-    # Div on a run-time value runs on the host at the start of the graph only (the leading
-    # chain on the input); after the Relu it runs on neither side.
+def test_host_only_op_on_runtime_value_in_the_middle_is_a_host_step():
+    # Div on a run-time value after the Relu is no leading chain: it runs on the host between
+    # accelerator segments (before, it ran on neither side).
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
                         helper.make_node("Div", ["r", "k"], ["y"], name="scale")],
                        {"x": [1, 4]}, {"y": [1, 4]}, {"k": np.float32(2)})
-    with raises(UnsupportedOperatorError,
-                "1 unsupported node(s): node 'scale' Div (domain 'ai.onnx', opset 17) (Div "
-                "'scale' runs on neither: no hardware mapping and not at the start or end of "
-                f"the graph); {SUPPORTED}"):
-        load_model(model)
+    graph = load_model(model)
+    assert graph.meta["host_steps"]["scale"]["at"] == "middle"
+    assert [n.op for n in graph.nodes] == ["Relu", "Div"]
 
 
 # Reading and validation -----------------------------------------------------------------------

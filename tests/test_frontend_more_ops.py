@@ -95,16 +95,17 @@ def test_conv_bn_still_folds_after_mul_conv():
     assert ops(graph) == ["Conv"] and len(graph.nodes[0].inputs) == 3
 
 
-def test_mul_by_spatial_constant_is_unsupported():
-    # After a Relu: on the graph input it would be a host step (tests/test_host_fallback.py).
+def test_mul_by_spatial_constant_is_a_host_step():
+    # After a Relu it is no leading chain: before, refused as a form the array cannot map;
+    # now a host step between accelerator segments (tests/test_segments.py runs one).
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
                         helper.make_node("Mul", ["r", "c"], ["y"], name="mask")],
                        {"x": [1, 2, 3, 3]}, {"y": [1, 2, 3, 3]}, {"c": rand(1, 1, 3, 3)})
-    with pytest.raises(UnsupportedOperatorError,
-                       match=r"^1 unsupported node\(s\): node 'mask' Mul \(domain 'ai\.onnx', "
-                             r"opset 17\) \(Mul 'mask' multiplies 'r' of shape \[1, 2, 3, 3\] by "
-                             r"a constant of shape \[1, 1, 3, 3\]; hwonnx maps only .*\)$"):
-        load_model(model)
+    graph = load_model(model)
+    assert graph.meta["host_steps"]["mask"] == {"at": "middle", "why": (
+        "Mul has no hardware mapping (a constant of shape [1, 1, 3, 3] is neither a scalar nor "
+        "per channel); between accelerator segments: the host reads its input back and writes "
+        "its result, quantized, into the next segment")}
 
 
 def test_mul_of_two_runtime_values_maps_to_the_element_wise_engine():

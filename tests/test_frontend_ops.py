@@ -297,27 +297,26 @@ def test_opset_11_softmax_flattens_its_input():
     assert [n.op for n in graph.nodes] == ["Flatten", "Softmax", "Reshape"]
 
 
-def test_softmax_in_the_middle_is_refused():
+def test_softmax_in_the_middle_is_a_host_step():
+    # Before, refused as running on neither side; now the host runs it before the Gemm's
+    # segment (tests/test_segments.py runs such models).
     model = make_model([helper.make_node("Softmax", ["x"], ["s"], name="probs"),
                         helper.make_node("Identity", ["s"], ["i"], name="copy"),
                         helper.make_node("Gemm", ["i", "w"], ["y"], name="fc")],
                        {"x": [1, 3]}, {"y": [1, 2]}, {"w": rand(3, 2)})
-    with raises(UnsupportedOperatorError, re.escape(
-            "1 unsupported node(s): node 'probs' Softmax (domain 'ai.onnx', opset 17) (Softmax "
-            "'probs' runs on neither: no hardware mapping and not at the start or end of the "
-            "graph); supported operators are ") + ".*") as info:
-        load_model(model)
-    assert info.value.nodes == [("probs", "Softmax", "", 17)]
+    graph = load_model(model)
+    assert graph.meta["host_steps"] == {"probs": {"at": "middle", "why": (
+        "Softmax has no hardware mapping; between accelerator segments: the host reads its "
+        "input back and writes its result, quantized, into the next segment")}}
 
 
-def test_softmax_that_is_an_output_and_also_read_by_a_layer_is_refused():
+def test_softmax_that_is_an_output_and_also_read_by_a_layer_is_a_host_step():
     model = make_model([helper.make_node("Softmax", ["x"], ["s"], name="probs"),
                         helper.make_node("Gemm", ["s", "w"], ["y"], name="fc")],
                        {"x": [1, 3]}, {"s": [1, 3], "y": [1, 2]}, {"w": rand(3, 2)})
-    with raises(UnsupportedOperatorError, r"1 unsupported node\(s\): node 'probs' Softmax .* "
-                r"runs on neither: no hardware mapping and not at the start or end of the "
-                r"graph\); .*"):
-        load_model(model)
+    graph = load_model(model)
+    assert graph.meta["host_steps"]["probs"]["at"] == "middle"
+    assert graph.outputs == ("s", "y")
 
 
 # Passes on hand-made graphs -----------------------------------------------------------------------

@@ -386,48 +386,65 @@ def test_every_node_that_runs_on_neither_side_is_listed_in_one_error():
              helper.make_node("Gemm", ["b", "w1"], ["d"], name="fc1"),
              helper.make_node("Softmax", ["d"], ["e"], name="probs"),
              helper.make_node("Gemm", ["e", "w2"], ["f"], name="fc2"),
-             helper.make_node("Sin", ["f"], ["g"], name="gate"),
+             helper.make_node("ArgMax", ["f"], ["i"], name="pick", axis=1),
+             helper.make_node("Cast", ["i"], ["k"], name="float", to=FLOAT),
+             helper.make_node("Gemm", ["k", "w4"], ["m"], name="fc4"),
+             helper.make_node("Sin", ["m"], ["g"], name="gate"),
              helper.make_node("Gemm", ["g", "w3"], ["h"], name="fc3"),
-             helper.make_node("ArgMax", ["h"], ["y"], name="cls", axis=1)]
+             helper.make_node("Hardmax", ["h"], ["hh"], name="hard"),
+             helper.make_node("ArgMax", ["hh"], ["y"], name="cls", axis=1)]
+    inits["w4"] = rng.normal(0, 1, (1, 4)).astype(np.float32)
     model = make(nodes, {"x": [1, 4]}, {"y": (INT64, [1, 1])}, inits)
-    neither = "runs on neither: no hardware mapping and not at the start or end of the graph"
+    # The Sub, the Softmax and the ArgMax whose indices a Cast to float feeds on run on the
+    # host between accelerator segments (before, they ran on neither side); the Sin and the
+    # Hardmax run nowhere.
     with raises(UnsupportedOperatorError,
-                "3 unsupported node(s): node 'shift' Sub (domain 'ai.onnx', opset 17); node "
-                "'probs' Softmax (domain 'ai.onnx', opset 17); node 'gate' Sin (domain "
-                f"'ai.onnx', opset 17) (Sub 'shift' {neither}; Softmax 'probs' {neither}); "
-                f"{SUPPORTED}") as info:
+                "2 unsupported node(s): node 'gate' Sin (domain 'ai.onnx', opset 17); node "
+                f"'hard' Hardmax (domain 'ai.onnx', opset 17); {SUPPORTED}") as info:
         load_model(model)
-    assert [n[:2] for n in info.value.nodes] == [("shift", "Sub"), ("probs", "Softmax"),
-                                                 ("gate", "Sin")]
+    assert [n[:2] for n in info.value.nodes] == [("gate", "Sin"), ("hard", "Hardmax")]
 
 
 def test_a_host_step_needs_the_input_to_itself():
-    # The graph input is read twice: the Div is no leading chain, so it runs on neither side.
+    # The graph input is read twice: the Div is no leading chain, but a host step before the
+    # accelerator all the same (before, it ran on neither side); one segment reads x and the
+    # Div's result, so the build is an ordinary one.
     nodes = [helper.make_node("Div", ["x", "k"], ["n"], name="scale"),
              helper.make_node("Add", ["n", "x"], ["s"], name="sum"),
              helper.make_node("Gemm", ["s", "w"], ["y"], name="fc")]
     model = make(nodes, {"x": [1, 4]}, {"y": (FLOAT, [1, 4])},
                  {"k": np.float32(2), "w": np.eye(4, dtype=np.float32)})
-    with raises(UnsupportedOperatorError,
-                "1 unsupported node(s): node 'scale' Div (domain 'ai.onnx', opset 17) (Div "
-                "'scale' runs on neither: no hardware mapping and not at the start or end of "
-                f"the graph); {SUPPORTED}"):
-        load_model(model)
+    graph = load_model(model)
+    assert graph.meta["host_steps"]["scale"]["at"] == "middle"
+    result = compile_(model, (1, 4))
+    assert not result.segments
+    assert where(result)["scale"] == ("host", "Div has no hardware mapping; before the "
+                                      "accelerator's input (one accelerator segment: no round "
+                                      "trip)")
+    assert sorted(p.name for p in result.program.inputs) == ["n", "x"]
 
 
-def test_constant_add_in_the_middle_is_refused_by_name():
-    # An Add of a constant after an AveragePool has no array form (no bias to fold it into).
+def test_constant_add_in_the_middle_runs_on_the_host():
+    # An Add of a constant after an AveragePool has no array form (no bias to fold it into):
+    # the host adds it after the accelerator's output (before, it ran on neither side), in
+    # float32 on the dequantized pool: exactly p + 1.
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("GlobalAveragePool", ["c"], ["p"], name="pool"),
              helper.make_node("Add", ["p", "b"], ["y"], name="offset")]
     model = make(nodes, {"x": [1, 3, 4, 4]}, {"y": (FLOAT, [1, 4, 1, 1])},
                  {"w": weights()["w"], "b": np.ones((1, 4, 1, 1), np.float32)})
-    with raises(UnsupportedOperatorError,
-                "1 unsupported node(s): node 'offset' Add (domain 'ai.onnx', opset 17) (Add "
-                "'offset' adds a constant that cannot be folded into the bias of a Conv or Gemm "
-                "right before it, and runs on neither: no hardware mapping and not at the start "
-                "or end of the graph)"):
-        compile_(model, (1, 3, 4, 4))
+    result = compile_(model, (1, 3, 4, 4))
+    assert not result.segments
+    assert where(result)["offset"] == ("host", (
+        "Add of a constant that no bias of a Conv or Gemm right before it absorbs has no "
+        "hardware mapping; after the accelerator's output (one accelerator segment: no round "
+        "trip)"))
+    x = {"x": np.random.default_rng(3).uniform(0, 1, (4, 3, 4, 4)).astype(np.float32)}
+    golden = api.simulate(result, x, mode="golden")
+    [dq] = [n for n in result.graph.nodes if n.op == "Dequantize"]
+    pool = (golden.int_outputs.astype(np.float32) - dq.attrs["zero_point"]) \
+        * np.float32(dq.attrs["scale"])
+    np.testing.assert_array_equal(golden.outputs["y"], pool + np.float32(1))
 
 
 # (c) where each node runs, and why: inspect and the build report -------------------------------

@@ -28,7 +28,7 @@ from .program import Instr, LayerPlan, Port, Program, encode_program
 from .timing import Timing, predict
 
 __all__ = ["save_program", "load_program", "write_hex", "listing", "MANIFEST",
-           "MANIFEST_FORMAT", "BUILD_NAMES", "write_manifest", "read_manifest",
+           "MANIFEST_FORMAT", "SEGMENTED_FORMAT", "BUILD_NAMES", "write_manifest", "read_manifest",
            "verify_build_folder", "folder_lock", "staged_folder"]
 
 
@@ -257,15 +257,19 @@ def load_program(folder: Path) -> Program:
 
 MANIFEST = "manifest.json"
 #: Version of the build-folder format (``docs/build-folder.md``); a folder of another format
-#: is refused. 2: ``program.json`` lists the ``inputs`` and ``outputs``.
+#: is refused. 2: ``program.json`` lists the ``inputs`` and ``outputs``; 3: its placements
+#: have a ``fill`` and ``packed``.
 MANIFEST_FORMAT = 3
+#: The format of a segmented build (``segments.json``, one program folder per segment); a
+#: reader of format 3 alone refuses it. Unsegmented builds are format 3.
+SEGMENTED_FORMAT = 4
 #: The names hwonnx writes at the top of a build folder. Any file of these names (and any
 #: ``.hex`` file, and anything under ``board/``) that the manifest does not list is a leftover
 #: of another build, which a consistent folder does not hold.
 BUILD_NAMES = frozenset({
     "arch.json", "program.json", "program.txt", "placements.npz", "prog.hex", "wgt.hex",
     "par.hex", "lut.hex", "graph.json", "graph.npz", "report.json", "report.md", "accel.v",
-    "board", MANIFEST, "manifest.tmp"})
+    "board", MANIFEST, "manifest.tmp", "segments.json"})
 _CHUNK = 1 << 20
 
 
@@ -298,7 +302,8 @@ def _hwonnx_version() -> str:
         return "unknown"
 
 
-def write_manifest(folder: Path, *, build_id: int, board: str, only=None) -> dict:
+def write_manifest(folder: Path, *, build_id: int, board: str, only=None,
+                   format: int = MANIFEST_FORMAT) -> dict:
     """Write ``folder/manifest.json`` listing every file of ``folder`` (or those whose
     relative path ``only`` accepts) with its size and sha256 (written to ``manifest.tmp``,
     then renamed, so a manifest is always whole). Called last, once every other file of the
@@ -312,7 +317,7 @@ def write_manifest(folder: Path, *, build_id: int, board: str, only=None) -> dic
                 and (only is None or only(rel)):
             size, sha = _digest(Path(entry.path))
             files[rel] = {"size": size, "sha256": sha}
-    doc = {"format": MANIFEST_FORMAT, "hwonnx": _hwonnx_version(),
+    doc = {"format": format, "hwonnx": _hwonnx_version(),
            "build_id": f"0x{build_id:08X}", "board": board, "files": files}
     partial = folder / "manifest.tmp"
     partial.write_text(json.dumps(doc, indent=1) + "\n")
@@ -345,10 +350,10 @@ def read_manifest(folder: Path) -> dict:
         raise _manifest_error(folder, str(error)) from error
     if not isinstance(doc, dict) or not _is_int(doc.get("format")):
         raise _manifest_error(folder, "no format version")
-    if doc["format"] != MANIFEST_FORMAT:
+    if doc["format"] not in (MANIFEST_FORMAT, SEGMENTED_FORMAT):
         raise ModelError(f"'{folder}' is a build folder of format {doc['format']} (hwonnx "
-                         f"{doc.get('hwonnx', '?')}), but this hwonnx reads format "
-                         f"{MANIFEST_FORMAT}; rebuild it")
+                         f"{doc.get('hwonnx', '?')}), but this hwonnx reads formats "
+                         f"{MANIFEST_FORMAT} and {SEGMENTED_FORMAT}; rebuild it")
     files = doc.get("files")
     if not isinstance(files, dict) or not isinstance(doc.get("board"), str) \
             or not re.fullmatch(r"0x[0-9A-F]{8}", str(doc.get("build_id"))):
@@ -366,7 +371,8 @@ def _stale(rel: str) -> bool:
     """Whether an unlisted file ``rel`` of a build folder would be taken for part of a build:
     a name hwonnx writes, any image (``.hex``), anything under ``board/``."""
     parts = rel.split("/")
-    return parts[0] in BUILD_NAMES or (len(parts) == 1 and rel.endswith(".hex"))
+    return parts[0] in BUILD_NAMES or (len(parts) == 1 and rel.endswith(".hex")) \
+        or re.fullmatch(r"segment\d+", parts[0]) is not None
 
 
 def verify_build_folder(folder: Path) -> dict:

@@ -15,9 +15,16 @@ The rule (``docs/ir.md``, "Host steps"):
   input). Every node at the end without a hardware mapping runs on the host, and so does every
   node that reads a host value; the others (a ``Flatten`` before a ``Softmax``) stay on the
   accelerator.
-* A node without a hardware mapping anywhere else runs on neither: the support check refuses
-  it, listing every such node. hwonnx does not split a program into several accelerator
-  segments with host steps between them.
+* **Middle.** Any other node of a :data:`HOST_MIDDLE_OPS` operator on run-time values (a
+  ``Softmax`` between layers, a ``Div`` of two computed tensors; not a ``Sub`` of two computed
+  tensors, which the element-wise engine runs), and a ``Mul`` by a constant the array cannot
+  scale by, is a host step between two accelerator segments (:mod:`hwonnx.quant.segments`):
+  the host reads its inputs back, runs it in float32 and writes its result, quantized with its
+  own calibrated parameters, into the next segment. A layout node reading the int64 indices
+  of such an ``ArgMax`` or ``TopK`` runs on the host too (the accelerator reads float values
+  only, quantized), as does the ``Cast`` to float that lets them feed on.
+* A node that reads such indices and is neither runs on neither: :func:`host_steps` refuses
+  it, naming it.
 """
 
 import math
@@ -29,20 +36,22 @@ import onnx
 from ..errors import ModelError, UnsupportedOperatorError
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import HOST, ir_ops, onnx_ops
-from .common import FLOAT_TYPES, elem_type_name, is_default_domain
+from .common import FLOAT_TYPES, domain_opset, elem_type_name, is_default_domain
 from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
 
-__all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS", "HOST_CONVERTERS",
-           "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
+__all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
+           "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
            "runs_on_neither", "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
 HOST_START_OPS = onnx_ops(host_start=True)
 #: Operators the host runs at the end of the graph.
 HOST_END_OPS = onnx_ops(host_end=True)
-#: Operators with no hardware mapping at all (on run-time values): accepted only at the start
-#: (``Sub``, ``Div``, ``Cast``) or at the end (``Softmax``, ``LogSoftmax``, ``ArgMax``, ``TopK``)
-#: of the graph.
+#: Operators the host also runs between two accelerator segments (float32 results).
+HOST_MIDDLE_OPS = onnx_ops(host_middle=True)
+#: Operators with no hardware mapping at all (on run-time values): accepted at the start
+#: (``Sub``, ``Div``, ``Cast``), at the end (``Softmax``, ``LogSoftmax``, ``ArgMax``, ``TopK``)
+#: and, but for ``ArgMax`` and ``TopK``, between accelerator segments.
 HOST_ONLY_OPS = onnx_ops(host_only=True)
 #: Float IR ops that exist only as host steps (``Add`` and the layout ops are host steps too
 #: when the placement says so, but they also map to the array).
@@ -50,12 +59,14 @@ HOST_IR_OPS = ir_ops(HOST)
 _ELEMENTWISE = ("Sub", "Div", "Mul", "Add")
 _START = "at the start of the graph, before the accelerator's input"
 _END = "at the end of the graph, after the accelerator's output"
+_MIDDLE = ("between accelerator segments: the host reads its input back and writes its result, "
+           "quantized, into the next segment")
 
 
-def runs_on_neither(node_name: str, op: str) -> str:
-    """The reason the support check gives for a node that can run on neither side."""
-    return (f"{op} '{node_name}' runs on neither: no hardware mapping and not at the start or "
-            f"end of the graph")
+def runs_on_neither(node_name: str, op: str, why: str = "no hardware mapping, and the host "
+                    "does not run it there") -> str:
+    """The reason given for a node that can run on neither side."""
+    return f"{op} '{node_name}' runs on neither: {why}"
 
 
 def leading_chains(nodes, inputs, outputs, constant: "set[str]"
@@ -167,7 +178,8 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
                views: "frozenset[str]" = frozenset()) -> "dict[str, dict]":
     """Decide which of the folded ``nodes`` run on the host.
 
-    Returns ``node name -> {"at": "start" | "end", "why": reason}`` for every host step (see
+    Returns ``node name -> {"at": "start" | "middle" | "end", "why": reason}`` for every host
+    step (see
     the module docstring for the rule); ``constants`` and ``types`` are the folded constants
     and the inferred ``(elem_type, shape)`` of every value. ``views`` names the ``Reshape``
     nodes that view a 1-D value as an image of height 1 (:mod:`.onedim`): in the leading
@@ -211,6 +223,46 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
             continue
         steps[node.name] = {"at": "end", "why": why}
         host_values.update(v for v in node.output if v)
+    indices: "dict[str, str]" = {}     # int64 host value -> the host step that made it
+    neither: "list[tuple[onnx.NodeProto, str]]" = []
+    for node in nodes:
+        reads = [v for v in node.input if v and v not in constants]
+        index = next((v for v in reads if v in indices), None)
+        if index is not None and node.name not in steps:
+            if not is_default_domain(node.domain) or node.op_type not in HOST_END_OPS | {"Cast"}:
+                neither.append((node, f"it reads the int64 indices '{index}' of "
+                                      f"{indices[index]}, but the accelerator reads only float "
+                                      f"values (a Cast to float before it would do) and the "
+                                      f"host runs only Cast and layout nodes on indices"))
+                continue
+            steps[node.name] = {"at": "middle", "why": (
+                f"{node.op_type} reads the int64 indices '{index}' of {indices[index]}; "
+                f"{_MIDDLE}")}
+            if node.op_type != "Cast":
+                indices.update((v, indices[index]) for v in node.output if v)
+            continue
+        if node.name in steps or not is_default_domain(node.domain) or not reads:
+            continue
+        detail = ""
+        if node.op_type == "Mul" and len(reads) == 1:    # a constant the array cannot scale by
+            detail = _missing_mapping(node, [], constants, types, {})
+            if detail is None or not _per_sample(node, types):
+                continue
+        elif node.op_type not in HOST_MIDDLE_OPS \
+                or (node.op_type == "Sub" and len(reads) == 2):     # the element-wise engine's
+            continue
+        steps[node.name] = {"at": "middle",
+                            "why": f"{node.op_type} has no hardware mapping{detail}; {_MIDDLE}"}
+        if node.op_type in ("ArgMax", "TopK"):
+            out = node.output[0 if node.op_type == "ArgMax" else 1]
+            if out:
+                indices[out] = f"{node.op_type} '{node.name}'"
+    if neither:
+        error = UnsupportedOperatorError([(n.name, n.op_type, n.domain,
+                                           domain_opset(model, n.domain)) for n, _ in neither])
+        reasons = "; ".join(runs_on_neither(n.name, n.op_type, why) for n, why in neither)
+        error.args = (f"{error} ({reasons})",)
+        raise error
     return steps
 
 

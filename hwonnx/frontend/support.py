@@ -7,7 +7,8 @@ from ..errors import UnsupportedOperatorError
 from ..ir.graph import Graph
 from ..ir.ops import ONNX_OPS, onnx_ops
 from .common import LISTED_NODES, domain_opset, is_default_domain, summary
-from .host import (HOST_END_OPS, HOST_ONLY_OPS, HOST_START_OPS, at_end, end_values,
+from .host import (HOST_END_OPS, HOST_MIDDLE_OPS, HOST_ONLY_OPS, HOST_START_OPS, at_end,
+                   end_values,
                    leading_chain, runs_on_neither)
 
 __all__ = ["COMPUTE_OPS", "FOLDABLE_OPS", "constant_values", "check_support",
@@ -85,6 +86,7 @@ def check_support(model: onnx.ModelProto, fused: "frozenset[str]" = frozenset())
                 and not _between_computed(node, constant):
             here = (node.op_type in HOST_START_OPS and node.name in start) or \
                 (node.op_type in HOST_END_OPS and at_end(node, end)) or \
+                node.op_type in HOST_MIDDLE_OPS or \
                 all(v in constant for v in node.input if v)            # folded
             reason = None if here else runs_on_neither(node.name, node.op_type)
             if here and node.op_type == "TopK" and len(node.input) > 1 \
@@ -103,14 +105,16 @@ def check_support(model: onnx.ModelProto, fused: "frozenset[str]" = frozenset())
         supported = ", ".join(sorted(COMPUTE_OPS))
         error.args = (f"{summary(error, reasons)}; supported operators are {supported}; on the "
                       f"host also {', '.join(sorted(HOST_ONLY_OPS & HOST_START_OPS))} at the "
-                      f"start of the graph and {', '.join(sorted(HOST_ONLY_OPS & HOST_END_OPS))} "
-                      f"at the end",)
+                      f"start of the graph, {', '.join(sorted(HOST_ONLY_OPS & HOST_END_OPS))} "
+                      f"at the end and {', '.join(sorted(HOST_MIDDLE_OPS))} between "
+                      f"accelerator segments",)
         raise error
 
 
 def _between_computed(node: onnx.NodeProto, constant: "set[str]") -> bool:
-    """Whether ``node`` is a ``Sub`` or ``Div`` of two computed tensors (not a host step)."""
-    return node.op_type in ("Sub", "Div") and len(node.input) == 2 \
+    """Whether ``node`` is a ``Sub`` of two computed tensors (the element-wise engine's, not a
+    host step)."""
+    return node.op_type == "Sub" and len(node.input) == 2 \
         and not any(v in constant for v in node.input)
 
 
@@ -119,10 +123,7 @@ def _reason(node: onnx.NodeProto, constant: "set[str]") -> "str | None":
     if not is_default_domain(node.domain):
         return ""
     if _between_computed(node, constant):
-        return None if node.op_type == "Sub" else (
-            f"Div '{node.name}' divides '{node.input[0]}' by '{node.input[1]}', both computed "
-            f"at run time; a quotient of two int8 tensors has no exact integer formulation on "
-            f"the element-wise engine (it maps Add, Sub, Mul, Max, Min, Sum and Mean)")
+        return None
     if node.op_type == "If":
         return (f"If '{node.name}' has condition '{node.input[0] if node.input else ''}', "
                 f"which is not a constant hwonnx can fold; an If is read only when its "

@@ -45,20 +45,23 @@ class OnnxOp:
     ``compute``: mapped onto the float IR on run-time values (by
     :data:`hwonnx.frontend.convert.CONVERTERS`); ``foldable``: accepted on constants only (constant folding removes it);
     ``host_start`` / ``host_end``: the host may run it in the graph's leading chain / at its
-    end (:mod:`hwonnx.frontend.host`); ``constant_inputs``: input position -> role of the
+    end (:mod:`hwonnx.frontend.host`); ``host_middle``: anywhere else too, as a host step
+    between two accelerator segments (its float32 output is quantized again);
+    ``constant_inputs``: input position -> role of the
     inputs that must be constants when the node is mapped; ``pair``: also mapped, by the
     element-wise engine, when both its inputs are computed (``Sub``)."""
     compute: bool = False
     foldable: bool = False
     host_start: bool = False
     host_end: bool = False
+    host_middle: bool = False
     constant_inputs: "dict[int, str]" = field(default_factory=dict)
     pair: bool = False
 
     @property
     def host_only(self) -> bool:
         """No hardware mapping on run-time values: only the host can run it, at the start or
-        the end of the graph."""
+        the end of the graph (and, ``host_middle``, between accelerator segments)."""
         return not self.compute and (self.host_start or self.host_end)
 
 
@@ -148,13 +151,13 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "Transpose": OnnxOp(**_LAYOUT_NODES),
     "Identity": OnnxOp(**_LAYOUT_NODES),
     "Dropout": OnnxOp(**_LAYOUT_NODES),
-    "Sub": OnnxOp(foldable=True, host_start=True, pair=True),
-    "Div": OnnxOp(foldable=True, host_start=True),
-    "Cast": OnnxOp(foldable=True, host_start=True),
-    "Softmax": OnnxOp(host_end=True),
-    "LogSoftmax": OnnxOp(host_end=True),
-    "ArgMax": OnnxOp(host_end=True),
-    "TopK": OnnxOp(host_end=True),
+    "Sub": OnnxOp(foldable=True, host_start=True, host_middle=True, pair=True),
+    "Div": OnnxOp(foldable=True, host_start=True, host_middle=True),
+    "Cast": OnnxOp(foldable=True, host_start=True, host_middle=True),
+    "Softmax": OnnxOp(host_end=True, host_middle=True),
+    "LogSoftmax": OnnxOp(host_end=True, host_middle=True),
+    "ArgMax": OnnxOp(host_end=True, host_middle=True),
+    "TopK": OnnxOp(host_end=True, host_middle=True),
     "Constant": OnnxOp(foldable=True),
     "Shape": OnnxOp(foldable=True),
     "Gather": OnnxOp(foldable=True),

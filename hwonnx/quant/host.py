@@ -3,14 +3,14 @@
 float32 on the calibration data, the accelerator part between the two is quantized by
 :func:`~hwonnx.quant.ptq.quantize_graph`, and the host steps are put back around it."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import ModelError, QuantizationError, UnsupportedOperatorError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
-from .ptq import quantize_graph
+from .segments import quantize_segments
 
 __all__ = ["HostSplit", "split_host", "quantize_model"]
 
@@ -56,21 +56,21 @@ def split_host(graph: Graph) -> HostSplit:
     return HostSplit(prefix, core, suffix)
 
 
-def _check_core(core: Graph) -> None:
-    """Refuse, in one error, every ``Add`` of a constant left in the accelerator part (one the
-    ``fuse-bias`` pass could not fold into a bias: neither the array nor the host runs it
-    there)."""
-    bad = [n for n in core.nodes
-           if n.op == "Add" and any(v in core.constants for v in n.inputs)]
-    if bad:
-        error = UnsupportedOperatorError([(n.name, "Add", "", core.meta.get("opset", 0))
-                                          for n in bad])
-        reasons = "; ".join(f"Add '{n.name}' adds a constant that cannot be folded into the "
-                            f"bias of a Conv or Gemm right before it, and runs on neither: no "
-                            f"hardware mapping and not at the start or end of the graph"
-                            for n in bad)
-        error.args = (f"{error} ({reasons})",)
-        raise error
+def _host_adds(graph: Graph) -> Graph:
+    """``graph`` with every ``Add`` of a constant that the ``fuse-bias`` pass could not fold
+    into a bias, and that is no host step at the start, made a host step between accelerator
+    segments (the array has no mapping for it; the host adds in float32)."""
+    steps = dict(graph.meta.get("host_steps") or {})
+    adds = [n for n in graph.nodes if n.op == "Add" and n.name not in steps
+            and any(v in graph.constants for v in n.inputs)]
+    if not adds:
+        return graph
+    for node in adds:
+        steps[node.name] = {"at": "middle", "why": (
+            "Add of a constant that no bias of a Conv or Gemm right before it absorbs has no "
+            "hardware mapping; between accelerator segments: the host reads its input back "
+            "and writes its result, quantized, into the next segment")}
+    return replace(graph, meta={**graph.meta, "host_steps": steps})
 
 
 def _check_batch_axis(graph: Graph) -> None:
@@ -109,10 +109,10 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         raise ModelError(f"Graph output '{constant[0]}' is a constant: it does not depend on "
                          f"the graph input, and hwonnx computes every output from the input "
                          f"(drop the output, or compute it outside the model)")
+    graph = _host_adds(graph)
     split = split_host(graph)
-    _check_core(split.core)
     if not split.prefix and not split.suffix:
-        return quantize_graph(graph, calib)
+        return quantize_segments(graph, calib)
     core_calib = calib
     if calib is not None and split.prefix:
         feeds = {name: np.asarray(calib[name]).reshape((-1,) + graph.types[name].shape[1:])
@@ -129,7 +129,7 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             raise QuantizationError(f"Host step '{node.name}' ({node.op}) computes inf or NaN "
                                     f"on the calibration data: its result is beyond float32")
         core_calib = {value: values[value] for value in split.core.inputs}
-    core = quantize_graph(split.core, core_calib)
+    core = quantize_segments(split.core, core_calib)
     host = split.prefix + split.suffix
     values = {v for n in host for v in (*n.inputs, *n.outputs)} | set(graph.inputs)
     types = {v: graph.types[v] for v in values if v in graph.types}
