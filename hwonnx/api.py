@@ -9,17 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import check_board_fit, check_fits, get_board
+from .boards import check_fits, get_board
 from .compiler.artifact import (load_program, save_program, staged_folder, verify_build_folder,
                                 write_manifest)
-from .compiler.lower import lower
 from .compiler.program import Program, encode_program
-from .compiler.segments import is_segmented, load_segments, lower_segments
-from .compiler.sizing import BUFFERS, needs, probe, sized
+from .compiler.segments import is_segmented, load_segments
+from .compiler.sizing import BUFFERS
 from .compiler.timing import predict
 from .config import ArchConfig
-from .errors import (MismatchError, ModelError, QuantizationError, ResourceError,
-                     ToolchainError, UsageError)
+from .fitting import configure_arch, fit_board, for_architecture, lower_sized
+from .errors import MismatchError, ModelError, QuantizationError, ToolchainError, UsageError
 from .golden import evaluate, quantize
 from .ir import Graph, load_graph, save_graph
 from .report import build_report, write_report
@@ -109,108 +108,6 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
     return int_graph, program
 
 
-def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
-                loops: bool = True) -> Program:
-    """Lower ``int_graph`` for ``config``, its buffers (but ``fixed``) sized to the model
-    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board; a segmented
-    graph to the list of its segments' programs (:func:`~hwonnx.compiler.segments.
-    lower_segments`)."""
-    if is_segmented(int_graph):
-        return lower_segments(int_graph, config, size is not None, fixed, None if size in (
-            None, "sim") else _block_depth(size), loops)
-    if size is None:
-        return lower(int_graph, config, loops)
-    first = lower(int_graph, probe(config, fixed), loops)
-    block_depth = None if size == "sim" else _block_depth(size)
-    return lower(int_graph, sized(config, needs(first), fixed, block_depth), loops)
-
-
-def _block_depth(board: str) -> int:
-    family = get_board(board).family_info
-    return family.block_bits // max(family.block_widths)
-
-
-#: Arrays a board build may fall back to, largest first, when the board's default array and
-#: the model's buffers do not fit the device together and no array was given.
-FALLBACK_ARRAYS = ((16, 16), (12, 12), (8, 8), (8, 4), (4, 4), (4, 2), (4, 1), (2, 2), (1, 1))
-
-
-def _fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool = False,
-               log=print) -> Program:
-    """``program`` if it fits ``target``; otherwise, the accumulators not being ``fixed``,
-    the same model with half the accumulators (smaller output tiles) until it fits, down to
-    64 words; otherwise, with ``choose_array`` (no array given), the largest smaller array of
-    :data:`FALLBACK_ARRAYS` with which it fits (fewer rows pad fewer lanes: a 1-channel image
-    takes half the activation words on 4 rows as on 8). Raises the first program's
-    :class:`ResourceError` when none fits."""
-    try:
-        check_board_fit(program, target)
-        return program
-    except ResourceError as error:
-        first = error
-    config = program.config
-    while "acc" not in fixed and config.acc_depth > 64:
-        config = replace(config, acc_depth=config.acc_depth // 2)
-        try:        # more, smaller output tiles: the other buffers sized again
-            smaller = lower_sized(graph, config, target.name, set(fixed) | {"acc"})
-            check_board_fit(smaller, target)
-            return smaller
-        except ResourceError:
-            continue
-    if choose_array:
-        start = program.config
-        for rows, cols in FALLBACK_ARRAYS:
-            if rows * cols >= start.rows * start.cols:
-                continue
-            try:
-                other = lower_sized(graph, replace(start, rows=rows, cols=cols), target.name,
-                                   fixed)
-                other = _fit_board(graph, other, target, fixed)
-            except ResourceError:
-                continue
-            log(f"The {start.name} array and this model's buffers do not fit board "
-                f"'{target.name}'; using a {other.config.name} array")
-            return other
-    raise first
-
-
-def for_architecture(graph: Graph, config: ArchConfig, log=print) -> Graph:
-    """The integer ``graph`` as ``config`` computes it: residual sums on the array where the
-    element-wise engine cannot take them (:func:`~hwonnx.quant.adds_on_array`), and layers
-    that keep a pre-quantized model's own parameters rounding as onnxruntime does where the
-    architecture can (``ArchConfig.ort_rounding``), otherwise half up, which differs from
-    onnxruntime by 1 LSB on exact ties."""
-    from .quant import adds_on_array
-
-    graph = adds_on_array(graph, config.eltwise_engine)
-    layers = [n for n in graph.nodes if n.attrs.get("rounding") == "ort"]
-    if not layers or config.ort_rounding:
-        return graph
-    log(f"{len(layers)} layer(s) of this pre-quantized model round half up: the {config.name} "
-        f"architecture has no onnxruntime rounding unit (ort_rounding), so results may differ "
-        f"from onnxruntime by 1 LSB on exact ties")
-    return replace(graph, nodes=tuple(n.with_attrs(rounding="half_up") if n in layers else n
-                                      for n in graph.nodes))
-
-
-def configure_arch(config: ArchConfig, **changes: "int | None") -> ArchConfig:
-    """``config`` with the ``changes`` that are not None (``rows=16``, ``wgt_depth=4096``, as
-    ``hwonnx build`` and ``hwonnx inspect`` take them from their options).
-
-    Raises
-    ------
-    ResourceError
-        If the result is not a valid architecture: ``Invalid architecture: <why>``.
-    """
-    changes = {k: v for k, v in changes.items() if v is not None}
-    if not changes:
-        return config
-    try:
-        return replace(config, **changes)
-    except (TypeError, ValueError) as error:
-        raise ResourceError(f"Invalid architecture: {error}") from error
-
-
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
           override_initializers=None,
@@ -255,7 +152,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
             from .segmented import segmented_build
             return segmented_build(graph, program, str(model), target)
         if not target.is_simulation:
-            program = _fit_board(graph, program, target, fixed,
+            program = fit_board(graph, program, target, fixed,
                                  choose_array=array_free, log=log)
         return graph, program, build_report(program, str(model), board, dict(graph.meta),
                                             graph)

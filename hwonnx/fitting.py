@@ -1,0 +1,119 @@
+"""A compiled model for an architecture and a board: the integer graph as the architecture
+computes it, the program with its buffers sized to the model, and the fallbacks a board build
+takes when the model and the array do not fit the device together (``docs/architecture.md``,
+"Architecture configuration"; ``boards/fit.py`` counts the resources)."""
+
+from dataclasses import replace
+
+from .boards import check_board_fit, get_board
+from .compiler.lower import lower
+from .compiler.program import Program
+from .compiler.segments import is_segmented, lower_segments
+from .compiler.sizing import needs, probe, sized
+from .config import ArchConfig
+from .errors import ResourceError
+from .ir import Graph
+
+__all__ = ["FALLBACK_ARRAYS", "configure_arch", "fit_board", "for_architecture", "lower_sized"]
+
+
+def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
+                loops: bool = True) -> Program:
+    """Lower ``int_graph`` for ``config``, its buffers (but ``fixed``) sized to the model
+    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board; a segmented
+    graph to the list of its segments' programs (:func:`~hwonnx.compiler.segments.
+    lower_segments`)."""
+    if is_segmented(int_graph):
+        return lower_segments(int_graph, config, size is not None, fixed, None if size in (
+            None, "sim") else _block_depth(size), loops)
+    if size is None:
+        return lower(int_graph, config, loops)
+    first = lower(int_graph, probe(config, fixed), loops)
+    block_depth = None if size == "sim" else _block_depth(size)
+    return lower(int_graph, sized(config, needs(first), fixed, block_depth), loops)
+
+
+def _block_depth(board: str) -> int:
+    family = get_board(board).family_info
+    return family.block_bits // max(family.block_widths)
+
+
+#: Arrays a board build may fall back to, largest first, when the board's default array and
+#: the model's buffers do not fit the device together and no array was given.
+FALLBACK_ARRAYS = ((16, 16), (12, 12), (8, 8), (8, 4), (4, 4), (4, 2), (4, 1), (2, 2), (1, 1))
+
+
+def fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool = False,
+               log=print) -> Program:
+    """``program`` if it fits ``target``; otherwise, the accumulators not being ``fixed``,
+    the same model with half the accumulators (smaller output tiles) until it fits, down to
+    64 words; otherwise, with ``choose_array`` (no array given), the largest smaller array of
+    :data:`FALLBACK_ARRAYS` with which it fits (fewer rows pad fewer lanes: a 1-channel image
+    takes half the activation words on 4 rows as on 8). Raises the first program's
+    :class:`ResourceError` when none fits."""
+    try:
+        check_board_fit(program, target)
+        return program
+    except ResourceError as error:
+        first = error
+    config = program.config
+    while "acc" not in fixed and config.acc_depth > 64:
+        config = replace(config, acc_depth=config.acc_depth // 2)
+        try:        # more, smaller output tiles: the other buffers sized again
+            smaller = lower_sized(graph, config, target.name, set(fixed) | {"acc"})
+            check_board_fit(smaller, target)
+            return smaller
+        except ResourceError:
+            continue
+    if choose_array:
+        start = program.config
+        for rows, cols in FALLBACK_ARRAYS:
+            if rows * cols >= start.rows * start.cols:
+                continue
+            try:
+                other = lower_sized(graph, replace(start, rows=rows, cols=cols), target.name,
+                                   fixed)
+                other = fit_board(graph, other, target, fixed)
+            except ResourceError:
+                continue
+            log(f"The {start.name} array and this model's buffers do not fit board "
+                f"'{target.name}'; using a {other.config.name} array")
+            return other
+    raise first
+
+
+def for_architecture(graph: Graph, config: ArchConfig, log=print) -> Graph:
+    """The integer ``graph`` as ``config`` computes it: residual sums on the array where the
+    element-wise engine cannot take them (:func:`~hwonnx.quant.adds_on_array`), and layers
+    that keep a pre-quantized model's own parameters rounding as onnxruntime does where the
+    architecture can (``ArchConfig.ort_rounding``), otherwise half up, which differs from
+    onnxruntime by 1 LSB on exact ties."""
+    from .quant import adds_on_array
+
+    graph = adds_on_array(graph, config.eltwise_engine)
+    layers = [n for n in graph.nodes if n.attrs.get("rounding") == "ort"]
+    if not layers or config.ort_rounding:
+        return graph
+    log(f"{len(layers)} layer(s) of this pre-quantized model round half up: the {config.name} "
+        f"architecture has no onnxruntime rounding unit (ort_rounding), so results may differ "
+        f"from onnxruntime by 1 LSB on exact ties")
+    return replace(graph, nodes=tuple(n.with_attrs(rounding="half_up") if n in layers else n
+                                      for n in graph.nodes))
+
+
+def configure_arch(config: ArchConfig, **changes: "int | None") -> ArchConfig:
+    """``config`` with the ``changes`` that are not None (``rows=16``, ``wgt_depth=4096``, as
+    ``hwonnx build`` and ``hwonnx inspect`` take them from their options).
+
+    Raises
+    ------
+    ResourceError
+        If the result is not a valid architecture: ``Invalid architecture: <why>``.
+    """
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return config
+    try:
+        return replace(config, **changes)
+    except (TypeError, ValueError) as error:
+        raise ResourceError(f"Invalid architecture: {error}") from error
