@@ -1,5 +1,5 @@
-"""The build report: per layer MACs, tiles, predicted cycles and utilization (JSON and
-Markdown)."""
+"""The build report: per layer MACs, tiles, weight memory, predicted cycles and utilization
+(JSON and Markdown)."""
 
 import json
 from pathlib import Path
@@ -107,6 +107,8 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
     for layer, layer_cycles_ in zip(program.layers, cycles):
         layers.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
                        "tiles": layer.tiles, "predicted_cycles": layer_cycles_,
+                       "weight_words": layer.wgt_words,
+                       "weight_bytes": layer.wgt_words * cfg.cols,
                        "utilization": layer.macs / (layer_cycles_ * pes) if layer_cycles_ else 0})
     notes = list(meta.get("notes", ()))
     return {
@@ -168,15 +170,17 @@ def write_report(report: dict, folder: Path) -> None:
              "Quantization: " + ", ".join(f"{k} = {v}" for k, v in
                                          report["quantization"].items() if v is not None),
              "", f"Rounding: {report['rounding']}", "",
-             "| layer | op | MACs | tiles | predicted cycles | utilization |",
-             "|---|---|---:|---:|---:|---:|"]
+             "| layer | op | MACs | tiles | weight bytes | predicted cycles | utilization |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for layer in report["layers"]:
         lines.append(f"| {layer['name']} | {layer['op']} | {layer['macs']:,} | "
-                     f"{layer['tiles']} | {layer['predicted_cycles']:,} | "
-                     f"{layer['utilization']:.1%} |")
+                     f"{layer['tiles']} | {layer['weight_bytes']:,} | "
+                     f"{layer['predicted_cycles']:,} | {layer['utilization']:.1%} |")
     total = report["total"]
-    lines += [f"| **total** | | {total['macs']:,} | | {total['predicted_cycles']:,} | "
-              f"{total['utilization']:.1%} |", "", "| buffer | used words | depth |",
+    weights = sum(layer["weight_bytes"] for layer in report["layers"])
+    lines += [f"| **total** | | {total['macs']:,} | | {weights:,} | "
+              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", "",
+              "| buffer | used words | depth |",
               "|---|---:|---:|"]
     lines += [f"| {name} | {b['used']} | {b['depth']} |" for name, b in report["buffers"].items()]
     program = report["program"]

@@ -124,11 +124,15 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
             placements[out] = natural_placement(base, out_shape, rows)
             sources = [placements[v] for v in _activations(node, graph)]
             parts = _parts(node, sources, graph, rows)
+            emitted = len(builder.wgt)
             if parts:          # several layers write the output, each its own pixels
-                layers.extend(builder.emit(node, spec, placements[out], f"{node.name} [{name}]")
-                              for name, spec in parts)
+                for name, spec in parts:
+                    layers.append(builder.emit(node, spec, placements[out],
+                                               f"{node.name} [{name}]"))
+                    layers[-1].wgt_words, emitted = len(builder.wgt) - emitted, len(builder.wgt)
             else:
                 layers.append(builder.layer(node, sources, placements[out]))
+                layers[-1].wgt_words = len(builder.wgt) - emitted
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")

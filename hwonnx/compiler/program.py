@@ -44,6 +44,7 @@ class LayerPlan:
     first: int = 0          # index of its first stored instruction
     last: int = 0           # index of its last stored instruction (inclusive)
     tiles: int = 0
+    wgt_words: int = 0      # words of the weight buffer its weight tiles take
 
 
 @dataclass(frozen=True)
