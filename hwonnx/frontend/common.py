@@ -14,7 +14,7 @@ __all__ = [
     "DEFAULT_DOMAINS", "FLOAT_TYPES", "READ_TYPES", "MAX_TENSOR_ELEMENTS", "MAX_TENSOR_BYTES",
     "ReadLog", "elem_type_name", "is_default_domain", "opset_versions", "domain_opset",
     "is_c_identifier", "dims_size", "count_text", "dims_text", "copy_fields", "extend_messages",
-    "all_tensors", "LISTED_NODES", "summary",
+    "all_tensors", "LISTED_NODES", "summary", "fresh_name",
     "subgraphs", "outer_references", "graph_attributes",
 ]
 
@@ -236,3 +236,12 @@ def summary(error: UnsupportedOperatorError, reasons: "list[str]") -> str:
         more = f"; and {len(reasons) - _REASONS} more" if len(reasons) > _REASONS else ""
         text += f" ({'; '.join(reasons[:_REASONS])}{more})"
     return text
+
+
+def fresh_name(taken: "set[str]", base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken``, which it joins."""
+    name, index = base, 1
+    while name in taken:
+        name, index = f"{base}_{index}", index + 1
+    taken.add(name)
+    return name

@@ -24,7 +24,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError
 from .annotate import Annotations, IntegerConstant, annotate_graph
-from .common import FLOAT_TYPES, elem_type_name, is_default_domain
+from .common import FLOAT_TYPES, elem_type_name, fresh_name, is_default_domain
 from .qoperator import RANGES, QOperatorRewrites, attrs_of, int8_of, label
 
 __all__ = ["MS_DOMAIN", "QUANTIZED_OPS", "Annotations", "IntegerConstant", "is_prequantized",
@@ -85,11 +85,7 @@ class _Rewriter(QOperatorRewrites):
 
     # -- parameters -----------------------------------------------------------------------
     def fresh(self, base: str) -> str:
-        name, index = base, 1
-        while name in self.taken:
-            name, index = f"{base}_{index}", index + 1
-        self.taken.add(name)
-        return name
+        return fresh_name(self.taken, base)
 
     def constant(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
         name = node.input[index] if index < len(node.input) else ""

@@ -31,7 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ModelError
-from .common import ReadLog, is_default_domain
+from .common import ReadLog, fresh_name, is_default_domain
 from .qonnx_layers import (CHANNELS_LAST_DOMAIN, KNOWN_DOMAINS, QONNX_DOMAINS, RANGES_OF,
                            QonnxLayerRewrites, attrs_of, bounds, cancel_transposes, label)
 
@@ -85,11 +85,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
         self.opsets = {o.domain: o.version for o in model.opset_import}
 
     def fresh(self, base: str) -> str:
-        name, index = base, 1
-        while name in self.taken:
-            name, index = f"{base}_{index}", index + 1
-        self.taken.add(name)
-        return name
+        return fresh_name(self.taken, base)
 
     def const(self, value: np.ndarray, base: str) -> str:
         name = self.fresh(base)

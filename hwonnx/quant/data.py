@@ -167,3 +167,15 @@ def _stack(arrays: "list[np.ndarray]", what: str, path: Path) -> np.ndarray:
         raise QuantizationError(f"{what} folder '{path}' holds .npy files of different shapes "
                                 f"({', '.join(str(s) for s in sorted(shapes))})")
     return np.stack(arrays)
+
+
+def calibration_feeds(graph: Graph, calib: "dict[str, np.ndarray]") -> "dict[str, np.ndarray]":
+    """The calibration samples of each input of ``graph``, ``[S, *shape[1:]]``; a
+    :class:`QuantizationError` names an input whose samples are not all finite."""
+    feeds = {name: np.asarray(calib[name]).reshape((-1,) + graph.types[name].shape[1:])
+             for name in graph.inputs}
+    for name, array in feeds.items():
+        if not np.isfinite(array).all():
+            raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
+                                    f"infinite values")
+    return feeds

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import ModelError, QuantizationError, UnsupportedOperatorError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
+from .data import calibration_feeds
 from .segments import quantize_segments
 
 __all__ = ["HostSplit", "split_host", "quantize_model"]
@@ -115,12 +116,7 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
         return quantize_segments(graph, calib)
     core_calib = calib
     if calib is not None and split.prefix:
-        feeds = {name: np.asarray(calib[name]).reshape((-1,) + graph.types[name].shape[1:])
-                 for name in graph.inputs}
-        for name, array in feeds.items():
-            if not np.isfinite(array).all():
-                raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
-                                        f"infinite values")
+        feeds = calibration_feeds(graph, calib)
         prefix = Graph(split.prefix, graph.inputs, split.core.inputs, graph.types,
                        graph.constants)
         values = evaluate_float(prefix, feeds, keep_all=True)

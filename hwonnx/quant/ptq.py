@@ -12,6 +12,7 @@ from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .channels import check_accumulator, expressible, fit_channels, mult_shift
 from .check import check_layers
+from .data import calibration_feeds
 from .copies import concat_multipliers, quantize_copy
 from .eltwise import quantize_eltwise
 from .ranges import apply_ranges
@@ -112,12 +113,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                                 f"quantization parameters for {len(missing)} value(s) "
                                 f"({listed}); {_CALIB_REQUIRED}")
     if missing:
-        feeds = {name: calib[name].reshape((-1,) + graph.types[name].shape[1:])
-                 for name in graph.inputs}
-        for name, array in feeds.items():
-            if not np.isfinite(array).all():
-                raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
-                                        f"infinite values")
+        feeds = calibration_feeds(graph, calib)
         values = evaluate_float(graph, feeds, keep_all=True)
         _check_finite(graph, values)
     params: "dict[str, tuple[float, int]]" = {}

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import QuantizationError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
+from .data import calibration_feeds
 from .ptq import activation_params, quantize_graph
 
 __all__ = ["middle_steps", "levels", "quantize_segments"]
@@ -56,12 +57,7 @@ def _float_values(core: Graph, calib) -> "dict[str, np.ndarray]":
     """Every float value of ``core`` on the calibration data (none without data)."""
     if calib is None:
         return {}
-    feeds = {name: np.asarray(calib[name]).reshape((-1,) + core.types[name].shape[1:])
-             for name in core.inputs}
-    for name, array in feeds.items():
-        if not np.isfinite(array).all():
-            raise QuantizationError(f"Calibration data for input '{name}' holds NaN or "
-                                    f"infinite values")
+    feeds = calibration_feeds(core, calib)
     values = evaluate_float(core, feeds, keep_all=True)
     node = first_not_finite(core, values)
     if node is not None:
