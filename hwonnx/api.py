@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from .boards import check_fits, get_board
-from .compiler.artifact import (load_program, save_program, staged_folder, verify_build_folder,
-                                write_manifest)
+from .compiler.artifact import load_program, save_program
+from .compiler.folder import staged_folder, verify_build_folder, write_manifest
 from .compiler.program import Program, encode_program
 from .compiler.segments import is_segmented, load_segments
 from .compiler.sizing import BUFFERS
@@ -198,7 +198,7 @@ def _write_build(folder: Path, out: Path, target, graph: Graph,
 
 def bitstream(out_dir, log=print) -> dict:
     """Build the bitstream of a board build folder (``hwonnx bitstream OUT``): the build is
-    checked (:func:`~hwonnx.compiler.artifact.verify_build_folder`), copied into a temporary
+    checked (:func:`~hwonnx.compiler.folder.verify_build_folder`), copied into a temporary
     folder where the bitstream is built, and the copy with its new manifest replaces the
     folder; the report gets the bitstream's results as with ``build(..., bitstream=True)``."""
     from .boards.build import build_bitstream
@@ -220,7 +220,7 @@ def bitstream(out_dir, log=print) -> dict:
         report["bitstream"] = result
         write_report(report, staging)
         # The user's own files in the folder (outputs of 'hwonnx sim') stay unlisted.
-        from .compiler.artifact import BUILD_NAMES
+        from .compiler.folder import BUILD_NAMES
         write_manifest(staging, build_id=int(manifest["build_id"], 16), board=board.name,
                        only=lambda rel: rel in listed or rel.split("/")[0] in BUILD_NAMES)
     return result
@@ -304,7 +304,7 @@ def plan_model(model, *, config: "ArchConfig | None" = None, input_shapes=None,
 
 def load_build(out_dir) -> BuildResult:
     """Load build folder ``out_dir`` once it is checked whole and unchanged
-    (:func:`~hwonnx.compiler.artifact.verify_build_folder`).
+    (:func:`~hwonnx.compiler.folder.verify_build_folder`).
 
     Raises
     ------

@@ -246,7 +246,7 @@ def write_segmented_build(folder, graph: Graph, programs: "list[Program]", repor
     """Write a segmented simulation build into ``folder``: the segments' programs
     (:func:`~hwonnx.compiler.segments.save_segments`), the graph, the report, the Verilog
     and, last, a manifest of format 4."""
-    from .compiler.artifact import SEGMENTED_FORMAT, write_manifest
+    from .compiler.folder import SEGMENTED_FORMAT, write_manifest
     from .compiler.segments import save_segments
     from .ir import save_graph
     from .report import write_report

@@ -18,7 +18,8 @@ from hwonnx import api
 from hwonnx.boards.build import build_id
 from hwonnx.cli import main
 from hwonnx.compiler import artifact
-from hwonnx.compiler.artifact import MANIFEST, folder_lock, verify_build_folder
+from hwonnx.compiler import folder as build_folder
+from hwonnx.compiler.folder import MANIFEST, folder_lock, verify_build_folder
 from hwonnx.errors import ModelError, UsageError
 from hwonnx.examples import example_path
 
@@ -74,8 +75,8 @@ def test_build_writes_a_manifest_of_every_file(tmp_path, digits):
     out = tmp_path / "out"
     result = build(out, digits, verilog=True)
     doc = json.loads((out / MANIFEST).read_text())
-    assert doc["format"] == artifact.MANIFEST_FORMAT == 3
-    assert doc["hwonnx"] == artifact._hwonnx_version()
+    assert doc["format"] == build_folder.MANIFEST_FORMAT == 3
+    assert doc["hwonnx"] == build_folder._hwonnx_version()
     assert doc["build_id"] == f"0x{build_id(result.program):08X}"
     assert doc["board"] == "sim"
     names = sorted(p.name for p in out.iterdir() if p.name != MANIFEST)
@@ -299,7 +300,7 @@ def test_a_build_in_another_process_holds_the_lock(tmp_path, files, capsys):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from hwonnx.compiler.artifact import folder_lock
+            from hwonnx.compiler.folder import folder_lock
             with folder_lock({str(out)!r}):
                 print("locked", flush=True)
                 sys.stdin.readline()

@@ -13,7 +13,8 @@ from numpy.lib import format as npy_format
 
 from hwonnx import api
 from hwonnx.cli import main
-from hwonnx.compiler.artifact import MANIFEST, load_program, save_program, write_manifest
+from hwonnx.compiler.artifact import load_program, save_program
+from hwonnx.compiler.folder import MANIFEST, write_manifest
 from hwonnx.compiler.program import encode_program
 from hwonnx.isa import Op
 from hwonnx.errors import MismatchError, ModelError, QuantizationError, SimulationError, UsageError
