@@ -1,35 +1,51 @@
-"""The LOADW engine: copies one weight tile from the weight buffer into a bank of the array."""
+"""The LOADW engine: copies one weight tile from the weight buffer into a bank of the array,
+unpacking low-bit weights on the way."""
 
-from amaranth.hdl import Module, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Signal, signed
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .layouts import InstrLayout
 
-__all__ = ["WeightLoader", "load_cycles"]
+__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words"]
+
+#: The packings the loader unpacks. With ``wpack`` p, lane ``c`` of weight word ``w`` of a tile
+#: holds the column-``c`` weights of array rows ``w * 2**p`` to ``w * 2**p + 2**p - 1``, each
+#: in ``8 >> p`` bits of two's complement, the first row in the least significant bits: 8-bit
+#: weights one per byte, 4-bit two, 2-bit (and bipolar, as -1 and 1) four.
+WEIGHT_PACKINGS = (0, 1, 2)
 
 
 def load_cycles(config: ArchConfig) -> int:
     """Cycles from a LOADW's dispatch until the loader takes the next: one per array row, and
-    the dispatch cycle."""
+    the dispatch cycle (the same for every packing)."""
     return config.rows + 1
 
 
+def tile_words(config: ArchConfig, wpack: int) -> int:
+    """Weight words of one tile with packing ``wpack``."""
+    per = 1 << wpack
+    return (config.rows + per - 1) // per
+
+
 class WeightLoader(wiring.Component):
-    """Reads ``rows`` consecutive weight words and writes word ``r`` into array row ``r`` of
-    the instruction's bank, one row per cycle, starting the cycle after dispatch.
+    """Reads a tile's weight words and writes array row ``r`` of the instruction's bank, one
+    row per cycle, starting the cycle after dispatch, from word ``wgt_addr + (r >> wpack)``.
 
     Row ``r`` is written in cycle ``t + 2 + r`` for a dispatch in cycle ``t``; activations
     reach row ``r`` with the same one-cycle-per-row skew, so a MATMUL dispatched after the
-    LOADW never sees a stale row. ``busy`` is high for the ``rows`` read cycles.
+    LOADW never sees a stale row. ``busy`` is high for the ``rows`` read cycles. A packed
+    word is read once per row it holds (``rows`` reads whatever the packing): the timing
+    stays that of 8-bit weights, and only the memory shrinks.
 
     Members
     -------
     dispatch, instr : start loading (only when ``busy`` is 0).
     busy : reads are in progress.
-    wgt_addr, wgt_en, wgt_data : weight-buffer read port.
-    wload_en, wload_row, wload_bank : array weight-write controls (data is ``wgt_data``).
+    wgt_addr, wgt_en, wgt_data : weight-buffer read port (data one cycle after the address).
+    wload_en, wload_row, wload_bank, wload_data : array weight-write controls and the
+        unpacked row.
     """
 
     def __init__(self, config: ArchConfig):
@@ -40,9 +56,11 @@ class WeightLoader(wiring.Component):
             "busy": Out(1),
             "wgt_addr": Out(config.wgt_addr_bits),
             "wgt_en": Out(1),
+            "wgt_data": In(config.cols * 8),
             "wload_en": Out(1),
             "wload_row": Out(range(config.rows)),
             "wload_bank": Out(1),
+            "wload_data": Out(data.ArrayLayout(signed(8), config.cols)),
         })
 
     @property
@@ -55,14 +73,32 @@ class WeightLoader(wiring.Component):
         base = Signal(self.config.wgt_addr_bits)
         row = Signal(range(rows))
         bank = Signal()
+        wpack = Signal(2)
         with m.If(self.dispatch):
             m.d.sync += [self.busy.eq(1), base.eq(self.instr.wgt_addr), row.eq(0),
-                         bank.eq(self.instr.bank)]
+                         bank.eq(self.instr.bank), wpack.eq(self.instr.wpack)]
         with m.Elif(self.busy):
             m.d.sync += row.eq(row + 1)
             with m.If(row == rows - 1):
                 m.d.sync += self.busy.eq(0)
-        m.d.comb += [self.wgt_addr.eq(base + row), self.wgt_en.eq(self.busy)]
+        offset = Signal.like(row)
+        with m.Switch(wpack):
+            for p in WEIGHT_PACKINGS:
+                with m.Case(p):
+                    m.d.comb += offset.eq(row >> p)
+        m.d.comb += [self.wgt_addr.eq(base + offset), self.wgt_en.eq(self.busy)]
         m.d.sync += [self.wload_en.eq(self.busy), self.wload_row.eq(row),
                      self.wload_bank.eq(bank)]
+
+        # Unpack the word arriving now: the slot of the row read in the cycle before.
+        slot, unpack = Signal(2), Signal(2)
+        m.d.sync += [slot.eq(row), unpack.eq(wpack)]
+        for c in range(self.config.cols):
+            byte = self.wgt_data[8 * c:8 * c + 8]
+            with m.Switch(unpack):
+                for p in WEIGHT_PACKINGS:
+                    bits = 8 >> p
+                    with m.Case(p):
+                        field = byte.bit_select(slot[:p] * bits, bits) if p else byte
+                        m.d.comb += self.wload_data[c].eq(field.as_signed())
         return m

@@ -160,7 +160,8 @@ class Accelerator(wiring.Component):
         wgt_r = wgt.read_port()
         m.d.comb += [wgt_r.addr.eq(loader.wgt_addr), wgt_r.en.eq(loader.wgt_en),
                      array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
-                     array.wload_bank.eq(loader.wload_bank), array.wload_data.eq(wgt_r.data)]
+                     array.wload_bank.eq(loader.wload_bank), loader.wgt_data.eq(wgt_r.data),
+                     array.wload_data.eq(loader.wload_data)]
 
         # Activations into the array; padding reads as the zero point.
         for lane in range(cfg.rows):

@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import Op, instruction_width
 from ..config import ArchConfig
 from .layouts import InstrLayout, LoopLayout
+from .loader import WEIGHT_PACKINGS, tile_words
 
 __all__ = ["TileWalker"]
 
@@ -28,8 +29,9 @@ class TileWalker(wiring.Component):
     dispatcher takes one (``fire``), so that they leave as fast as stored ones would.
 
     The rules are those of :func:`hwonnx.compiler.loops.expand`, state for state: a MATMUL
-    tile ``(m, n, k1, k2, k3)`` moves its weight address by ``rows`` per tile (back to the
-    template's at a new M tile), its activation address, ``iy0`` and ``ix0`` by the LOOP's
+    tile ``(m, n, k1, k2, k3)`` moves its weight address by a tile's words per tile
+    (:func:`~hwonnx.hdl.loader.tile_words` of the template's packing; back to the template's
+    at a new M tile), its activation address, ``iy0`` and ``ix0`` by the LOOP's
     step of the level that advances, and alternates its weight bank and, per output tile, its
     accumulator half; a POST moves its parameter address and output word and lane per N tile
     and its output address per M tile.
@@ -100,9 +102,11 @@ class TileWalker(wiring.Component):
         out = self.instr
         with m.Switch(phase):
             with m.Case(_Phase.LOAD0, _Phase.LOADW):
-                m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(bank), out.wgt_addr.eq(wgt)]
+                m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(bank), out.wgt_addr.eq(wgt),
+                             out.wpack.eq(mm_t.wpack)]
             with m.Case(_Phase.LOAD1):
-                m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(~bank), out.wgt_addr.eq(lp.w1)]
+                m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(~bank), out.wgt_addr.eq(lp.w1),
+                             out.wpack.eq(mm_t.wpack)]
             with m.Case(_Phase.MATMUL):
                 m.d.comb += [
                     out.eq(mm_t), out.op.eq(Op.MATMUL), out.bank.eq(bank),
@@ -154,13 +158,18 @@ class TileWalker(wiring.Component):
 
     def _step_matmul(self, m, s):
         """Advance the MATMUL side to the next tile (``s``: the signals of elaborate)."""
-        lp, rows = s.lp, self._config.rows
+        lp = s.lp
         k1, k2, k3, mi, ni = s.k1, s.k2, s.k3, s.mi, s.ni
         act, act_mn, act_m, iy, iy_m, ix, wgt = s.act, s.act_mn, s.act_m, s.iy, s.iy_m, s.ix, \
             s.wgt
         m.d.sync += [s.first_tile.eq(0), s.bank.eq(~s.bank)]
+        words = Signal(range(self._config.rows + 1))      # of one weight tile
+        with m.Switch(s.mm_t.wpack):
+            for p in WEIGHT_PACKINGS:
+                with m.Case(p):
+                    m.d.comb += words.eq(tile_words(self._config, p))
         with m.If(~s.last_k):
-            m.d.sync += wgt.eq(wgt + rows)
+            m.d.sync += wgt.eq(wgt + words)
             with m.If(k3 != lp.k3 - 1):
                 m.d.sync += [k3.eq(k3 + 1), act.eq(act + lp.act_k3)]
             with m.Elif(k2 != lp.k2 - 1):
@@ -172,7 +181,7 @@ class TileWalker(wiring.Component):
         with m.Else():
             m.d.sync += [k1.eq(0), k2.eq(0), k3.eq(0), s.acc.eq(~s.acc), ix.eq(s.mm_t.ix0)]
             with m.If(~s.last_n):
-                m.d.sync += [ni.eq(ni + 1), wgt.eq(wgt + rows), act_mn.eq(act_mn + lp.act_n),
+                m.d.sync += [ni.eq(ni + 1), wgt.eq(wgt + words), act_mn.eq(act_mn + lp.act_n),
                              act.eq(act_mn + lp.act_n), iy.eq(iy_m)]
             with m.Else():
                 m.d.sync += [ni.eq(0), mi.eq(mi + 1), wgt.eq(s.mm_t.wgt_addr),

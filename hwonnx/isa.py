@@ -1,7 +1,9 @@
 """The instruction set of the accelerator: one flat instruction word whose fields are listed
 once here and read by both the compiler (to encode) and the HDL controller (to decode).
 
-``LOADW``  load one weight tile (``rows`` words from ``wgt_addr``) into weight bank ``bank``.
+``LOADW``  load one weight tile (``rows`` words from ``wgt_addr``) into weight bank ``bank``;
+           with ``wpack`` p > 0 the tile is ``ceil(rows / 2**p)`` words, each lane byte
+           holding the weights of 2**p rows in 8 >> p bits (:mod:`hwonnx.hdl.loader`).
 ``MATMUL`` stream ``count`` activation words through the array using weight bank ``bank`` and
            accumulate (``first``: overwrite) into accumulator words from ``acc_addr``. The
            activation addresses follow the im2col walk described in ``docs/architecture.md``.
@@ -115,6 +117,7 @@ FIELDS: "tuple[Field, ...]" = (
     Field("dw", 1),          # MATMUL: depthwise streaming (column c reads lane c: see below)
     Field("vstride", 8),     # MATMUL, dw: a sum is kept every vstride words of a row ...
     Field("vlast", 16),      # ... up to word vlast of the row
+    Field("wpack", 2),       # LOADW (SETMM: its tiles'): weights packed 2**wpack per lane byte
 )
 
 

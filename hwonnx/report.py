@@ -107,7 +107,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
     for layer, layer_cycles_ in zip(program.layers, cycles):
         layers.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
                        "tiles": layer.tiles, "predicted_cycles": layer_cycles_,
-                       "weight_words": layer.wgt_words,
+                       "weight_words": layer.wgt_words, "weight_bits": layer.wgt_bits,
                        "weight_bytes": layer.wgt_words * cfg.cols,
                        "utilization": layer.macs / (layer_cycles_ * pes) if layer_cycles_ else 0})
     notes = list(meta.get("notes", ()))
@@ -170,15 +170,17 @@ def write_report(report: dict, folder: Path) -> None:
              "Quantization: " + ", ".join(f"{k} = {v}" for k, v in
                                          report["quantization"].items() if v is not None),
              "", f"Rounding: {report['rounding']}", "",
-             "| layer | op | MACs | tiles | weight bytes | predicted cycles | utilization |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| layer | op | MACs | tiles | weight bits | weight bytes | predicted cycles | "
+             "utilization |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for layer in report["layers"]:
         lines.append(f"| {layer['name']} | {layer['op']} | {layer['macs']:,} | "
-                     f"{layer['tiles']} | {layer['weight_bytes']:,} | "
+                     f"{layer['tiles']} | {layer['weight_bits'] if layer['weight_words'] else '-'} | "
+                     f"{layer['weight_bytes']:,} | "
                      f"{layer['predicted_cycles']:,} | {layer['utilization']:.1%} |")
     total = report["total"]
     weights = sum(layer["weight_bytes"] for layer in report["layers"])
-    lines += [f"| **total** | | {total['macs']:,} | | {weights:,} | "
+    lines += [f"| **total** | | {total['macs']:,} | | | {weights:,} | "
               f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", "",
               "| buffer | used words | depth |",
               "|---|---:|---:|"]

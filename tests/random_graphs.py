@@ -46,7 +46,8 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
     random activation table; conv and dense specs may set ``rounding="ort"`` (onnxruntime's
     rounding, for an architecture with ``ort_rounding``) and ``hi`` (the upper clamp); conv and
     pooling specs ``pad_q`` (the int8 padding value of a folded constant Pad; not with
-    ``exclude_pad``); any spec ``gain``, a factor on its requantization scales (default 1).
+    ``exclude_pad``); conv and dense specs ``wbits`` (weights of that many bits, default 8);
+    any spec ``gain``, a factor on its requantization scales (default 1).
     Layer shapes follow from
     ``input_shape``; weights, biases, scales and zero points are random."""
     types = {"x": TensorType("float32", input_shape), "x:q": TensorType("int8", input_shape)}
@@ -124,17 +125,19 @@ def chain_graph(rng, specs: "list[dict]", input_shape: "tuple[int, ...]") -> Gra
             zp, shape = zp_out, new_shape
         else:
             cin = shape[1]
+            bits = spec.get("wbits", 8)
+            lo, hi = (-127, 128) if bits == 8 else (-(1 << (bits - 1)), 1 << (bits - 1))
             if spec["op"] == "conv":
                 kh, kw = spec["k"]
                 group = spec.get("group", 1)
-                w = rng.integers(-127, 128, (spec["cout"], cin // group, kh, kw)).astype(np.int8)
+                w = rng.integers(lo, hi, (spec["cout"], cin // group, kh, kw)).astype(np.int8)
                 oh = conv_output_size(shape[2], kh, spec["strides"][0], spec["pads"][0],
                                       spec["pads"][2], spec["dilations"][0])
                 ow = conv_output_size(shape[3], kw, spec["strides"][1], spec["pads"][1],
                                       spec["pads"][3], spec["dilations"][1])
                 new_shape, fan_in = (1, spec["cout"], oh, ow), cin // group * kh * kw
             else:
-                w = rng.integers(-127, 128, (cin, spec["cout"])).astype(np.int8)
+                w = rng.integers(lo, hi, (cin, spec["cout"])).astype(np.int8)
                 new_shape, fan_in = (1, spec["cout"]), cin
             zp_out = int(rng.integers(-30, 30))
             mult, shift = requant_params(rng.uniform(0.5, 2.0, spec["cout"]) / (fan_in * 60.0)

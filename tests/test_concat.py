@@ -11,6 +11,7 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
 
 from hwonnx.api import build, simulate
 from hwonnx.compiler import lower
+from hwonnx.compiler.weights import unpack_tile
 from hwonnx.isa import Op
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, UnsupportedOperatorError
@@ -229,10 +230,10 @@ def test_lowering_skips_the_zero_tiles():
     placements = program.placements
     assert [m["act_addr"] for m in matmuls] == [placements["a:q"].base, placements["b:q"].base,
                                                 placements["b:q"].base]
-    for m in matmuls:
-        tile = program.images["wgt"][m["wgt_addr"]:m["wgt_addr"] + 8]
-        weights = np.array([list(w.to_bytes(8, "little")) for w in tile], np.uint8)
-        assert set(np.unique(weights)) <= {0, 1}
+    for m in matmuls:       # copies: weights 0 and 1, four 2-bit ones per lane byte
+        assert m["wpack"] == 2
+        tile = program.images["wgt"][m["wgt_addr"]:m["wgt_addr"] + 2]
+        assert set(np.unique(unpack_tile(tile, 2, program.config))) == {0, 1}
 
 
 # Golden vs onnxruntime on float Concat models --------------------------------------------------

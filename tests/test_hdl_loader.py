@@ -1,5 +1,5 @@
-"""WeightLoader: a LOADW dispatched in cycle t reads weight word ``wgt_addr + r`` in cycle
-t+1+r and writes it into array row r of its bank in cycle t+2+r; ``busy`` is high for exactly
+"""WeightLoader: a LOADW dispatched in cycle t reads weight word ``wgt_addr + (r >> wpack)``
+in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle t+2+r; ``busy`` is high for exactly
 ``rows`` cycles (t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows."""
 
 import numpy as np
@@ -10,35 +10,47 @@ from amaranth.lib.memory import Memory
 
 from hwonnx.isa import Op
 from hwonnx.hdl import SystolicArray, array_latency
-from hwonnx.hdl.loader import WeightLoader
+from hwonnx.compiler.weights import layer_wpack, pack_tile, unpack_tile
+from hwonnx.hdl.loader import WEIGHT_PACKINGS, WeightLoader, tile_words
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config, words
 
 GEOMETRIES = [(1, 1), (2, 3), (3, 2), (4, 4)]
 
 
-def loadw(bank, wgt_addr):
-    return dict(op=Op.LOADW, bank=bank, wgt_addr=wgt_addr)
+def loadw(bank, wgt_addr, wpack=0):
+    return dict(op=Op.LOADW, bank=bank, wgt_addr=wgt_addr, wpack=wpack)
 
 
-@pytest.mark.parametrize("rows, cols", GEOMETRIES)
-def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols):
+@pytest.mark.parametrize("wpack", WEIGHT_PACKINGS)
+@pytest.mark.parametrize("rows, cols", GEOMETRIES + [(5, 2)])
+def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
+    """Whatever the packing: the timing of 8-bit weights, from ``ceil(rows / 2**wpack)``
+    words per tile, row ``r`` from word ``r >> wpack``."""
     config = small_config(rows, cols)
-    rng = np.random.default_rng(rows * 10 + cols)
-    wgt = rng.integers(-128, 128, (config.wgt_depth, cols))
+    rng = np.random.default_rng(rows * 10 + cols + 100 * wpack)
+    per, half = 1 << wpack, 1 << (7 >> wpack)         # 8, 4 or 2 bits: -half .. half - 1
+    count = tile_words(config, wpack)
+    assert count == -(-rows // per)
+    tiles = [rng.integers(-half, half, (rows, cols)) for _ in range(3)]
+    tiles[0][0, 0], tiles[1][-1, -1] = -half, half - 1       # both ends of the range
+    addresses = [int(rng.integers(count, config.wgt_depth - 2 * count + 1)),   # apart
+                 config.wgt_depth - count, 0]
+    image = [0] * config.wgt_depth
+    for tile, address in zip(tiles, addresses):
+        image[address:address + count] = pack_tile(tile, wpack)
     dut = WeightLoader(config)
-    memory = SyncReadMemory(words(wgt), dut.wgt_addr, en=dut.wgt_en)
+    memory = SyncReadMemory(image, dut.wgt_addr, dut.wgt_data, en=dut.wgt_en)
     # Back to back, as the cycle model schedules them (loader_free = t + rows + 1), both
     # banks, including a tile that ends at the last weight word.
     t0 = 2
-    instrs = {t0: loadw(1, int(rng.integers(0, config.wgt_depth - rows + 1))),
-              t0 + rows + 1: loadw(0, config.wgt_depth - rows),
-              t0 + 2 * rows + 2: loadw(1, 0)}
+    instrs = {t0 + i * (rows + 1): loadw(bank, address, wpack)
+              for i, (bank, address) in enumerate(zip((1, 0, 1), addresses))}
     writes, busy = {}, set()
-    for t, instr in instrs.items():
+    for (t, instr), tile in zip(instrs.items(), tiles):
         busy.update(range(t + 1, t + 1 + rows))
         for r in range(rows):
-            writes[t + 2 + r] = (r, instr["bank"], list(wgt[instr["wgt_addr"] + r]))
+            writes[t + 2 + r] = (r, instr["bank"], list(tile[r]))
     cycles = max(writes) + 3
     seen = {}
 
@@ -51,12 +63,29 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols):
         assert ctx.get(dut.busy) == (cycle in busy), f"busy in cycle {cycle}"
         assert ctx.get(dut.wgt_en) == (cycle in busy), f"wgt_en in cycle {cycle}"
         if ctx.get(dut.wload_en):
-            seen[cycle] = (ctx.get(dut.wload_row), ctx.get(dut.wload_bank), memory.current)
+            seen[cycle] = (ctx.get(dut.wload_row), ctx.get(dut.wload_bank),
+                           list(ctx.get(dut.wload_data)))
 
     run_cycles(dut, cycles, step, memories=(memory,))
     assert seen == writes
-    assert memory.reads == [(t + 1 + r, instr["wgt_addr"] + r)
+    assert memory.reads == [(t + 1 + r, instr["wgt_addr"] + (r >> wpack))
                             for t, instr in instrs.items() for r in range(rows)]
+
+
+def test_packed_words_hold_rows_from_the_least_significant_bits():
+    """The layout the loader reads, written out by hand on 3 rows x 2 columns."""
+    config = small_config(3, 2)
+    tile = np.array([[1, -2], [-1, 0], [0, 1]])
+    # 4-bit: word 0 lane 0 = rows 0, 1 = 0x1, 0xF -> 0xF1; lane 1 = 0xE, 0x0 -> 0x0E; word 1
+    # holds row 2 alone
+    assert pack_tile(tile, 1) == [0x0EF1, 0x0100]
+    # 2-bit: one word; lane 0 = 01, 11, 00 -> 0b00_11_01; lane 1 = 10, 00, 01 -> 0b01_00_10
+    assert pack_tile(tile, 2) == [0b010010 << 8 | 0b001101]
+    assert pack_tile(tile, 0) == [0xFE01, 0x00FF, 0x0100]
+    for wpack in WEIGHT_PACKINGS:
+        np.testing.assert_array_equal(unpack_tile(pack_tile(tile, wpack), wpack, config), tile)
+    assert [layer_wpack(np.array(v)) for v in ([-128, 127], [-8, 7], [-9], [8], [-2, 1],
+                                                [-1, 1], [2], [0])] == [0, 1, 0, 0, 2, 2, 1, 2]
 
 
 class LoaderAndArray(Elaboratable):
@@ -77,7 +106,8 @@ class LoaderAndArray(Elaboratable):
         port = wgt.read_port()
         m.d.comb += [port.addr.eq(loader.wgt_addr), port.en.eq(loader.wgt_en),
                      array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
-                     array.wload_bank.eq(loader.wload_bank), array.wload_data.eq(port.data)]
+                     array.wload_bank.eq(loader.wload_bank), loader.wgt_data.eq(port.data),
+                     array.wload_data.eq(loader.wload_data)]
         return m
 
 

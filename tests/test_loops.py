@@ -104,6 +104,27 @@ def test_compress_refuses_a_nest_that_does_not_hold():
     assert compress(LayerTiles(regular, (1, 1, 1, 1, 4)), 0, config) is None
 
 
+def test_a_packed_layer_steps_its_weights_by_a_packed_tile():
+    """4-bit weights on 8 rows: a tile is 4 words, and every LOADW carries the packing."""
+    config = ArchConfig()
+
+    def packed(step):
+        tiles = [_tile(w, a, acc, posts=p, first=f, wait=int(i == 0))
+                 for i, (w, a, acc, p, f) in enumerate([(0, 0, 0, 0, 1), (step, 1, 0, 1, 0),
+                                                        (0, 0, 512, 0, 1),
+                                                        (step, 1, 512, 1, 0)])]
+        for tile in tiles:
+            tile.matmul["wpack"] = 1
+        return tiles
+
+    looped = compress(LayerTiles(packed(4), (2, 1, 1, 1, 2)), 0, config)
+    loads = [(i["wgt_addr"], i["wpack"]) for i in expand(*looped, config)
+             if i["op"] == Op.LOADW]
+    assert loads == [(0, 1), (4, 1), (0, 1), (4, 1)]
+    # tiles 8 words apart are no packed nest: the walker would step by 4
+    assert compress(LayerTiles(packed(8), (2, 1, 1, 1, 2)), 0, config) is None
+
+
 def test_expand_follows_the_schedule_of_banks_and_loads():
     config = ArchConfig()
     tiles = _two_m_tiles(0)

@@ -21,7 +21,7 @@ CONFIGS = {
     # With the onnxruntime rounding unit (hdl/rounding.py), used here in its default rounding.
     "4x4": ArchConfig(rows=4, cols=4, act_depth=2048, wgt_depth=4096, acc_depth=16,
                       par_depth=64, prog_depth=2048, ort_rounding=True),
-    # A narrow program memory: 7 words of 56 bits per instruction (hdl/fetch.py).
+    # A narrow program memory: 8 words of 56 bits per instruction (hdl/fetch.py).
     "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,
                       par_depth=64, prog_depth=2048, prog_width=56),
 }
@@ -231,3 +231,35 @@ def test_looped_and_explicit_programs_agree(config):
         assert run.cycles == [predict(program.expanded(), config).total] * 2
         outputs.append([normalized(i) for i in program.expanded() if i["op"] in (1, 2, 3)])
     assert outputs[0] == outputs[1]
+
+
+def test_low_bit_weights_are_packed(config):
+    """Layers of 4-bit and 2-bit weights are stored two and four per lane byte (a tile of
+    ``ceil(rows / 2)`` and ``ceil(rows / 4)`` words; on 3 rows a tile's last word is half
+    empty) and unpacked by the loader, looped and explicit, bit-exact in the predicted cycles;
+    the 8-bit layer between them keeps one weight per byte."""
+    rng = np.random.default_rng(23)
+    specs = [dict(op="conv", cout=7, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=True, wbits=4, gain=8),
+             dict(op="conv", cout=6, k=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+                  dilations=(1, 1), relu=True, wbits=8),
+             dict(op="conv", cout=5, k=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=True, wbits=2, gain=32), dict(op="flatten"),
+             dict(op="dense", cout=9, relu=False, wbits=3, gain=8)]
+    graph = chain_graph(rng, specs, (1, 5, 7, 7))
+    inputs = rng.integers(-128, 128, (2, 1, 5, 7, 7)).astype(np.int8)
+    want = evaluate(graph, {"x:q": inputs.reshape((-1, 5, 7, 7))}, keep_all=True)
+    rows = config.rows
+    for loops in (True, False):
+        program = lower(graph, config, loops=loops)
+        assert [layer.wgt_bits for layer in program.layers] == [4, 8, 2, 4]
+        tiles = [layer.wgt_words // layer.tiles if layer.op == "QDense" else None
+                 for layer in program.layers]
+        assert tiles[-1] == -(-rows // 2)
+        loads = {i.layer: i["wpack"] for i in program.expanded() if i["op"] == 1}
+        assert loads == {0: 1, 1: 0, 2: 2, 3: 1}
+        got, run = execute_rtl(program, inputs, log=lambda message: None)
+        expected = want[program.output_value]
+        np.testing.assert_array_equal(got.reshape(expected.shape), expected)
+        assert len(np.unique(expected)) > 4           # the outputs are not saturated
+        assert run.cycles == [predict(program.expanded(), config).total] * 2

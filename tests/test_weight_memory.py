@@ -34,6 +34,7 @@ def test_report_gives_each_layers_weight_words_and_bytes(tmp_path):
     assert sum(want.values()) == result.program.words["wgt"]
     write_report(result.report, tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "| layer | op | MACs | tiles | weight bytes | predicted cycles | utilization |" in text
+    assert "| layer | op | MACs | tiles | weight bits | weight bytes | predicted cycles | " \
+        "utilization |" in text
     assert f"| conv | QConv | {result.program.layers[0].macs:,} | {layers['conv']['tiles']} | " \
-        f"{want['conv'] * cols:,} |" in text
+        f"8 | {want['conv'] * cols:,} |" in text

@@ -68,11 +68,11 @@ def _spans(program: Program, timing: Timing) -> "list[tuple[int, int]]":
 
 _SHOWN = {
     Op.SETMM: ("wgt_addr", "act_addr", "count", "iy0", "ix0", "ih", "iw", "ow", "sy", "sx",
-               "zp", "dw"),
+               "zp", "dw", "wpack"),
     Op.SETPOST: ("count", "par_addr", "out_addr", "out_stride", "nw", "lane_off", "nt", "zp",
                  "lo", "hi"),
     Op.LOOP: ("m_count", "n_count", "k1", "k2", "k3"),
-    Op.LOADW: ("bank", "wgt_addr"),
+    Op.LOADW: ("bank", "wgt_addr", "wpack"),
     Op.MATMUL: ("bank", "wait", "first", "count", "wgt_addr", "acc_addr", "act_addr", "iy0",
                 "ix0", "zp"),
     Op.POST: ("count", "acc_addr", "par_addr", "out_addr", "out_stride", "nw", "lane_off",

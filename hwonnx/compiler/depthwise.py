@@ -21,7 +21,7 @@ from ..config import ArchConfig
 from ..isa import Op
 from .loops import Tile
 
-__all__ = ["streams", "emit_depthwise", "int8_word"]
+__all__ = ["streams", "emit_depthwise"]
 
 
 def streams(spec, config: ArchConfig) -> bool:
@@ -71,11 +71,10 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
     for n0, nt in n_tiles:
         channels = n0 + np.arange(nt)
         for ky in range(kh):
-            tile_addr[n0, ky] = len(builder.wgt)
             padded = np.zeros((rows, cols), dtype=np.int64)
             for kx in range(kw):
                 padded[kx * dx, :nt] = spec.phys[channels, ky, kx, channels]
-            builder.wgt.extend(int8_word(row) for row in padded)
+            tile_addr[n0, ky] = builder.weight_tile(padded)
     first_of_layer = True
     tile_rows = _tile_rows(oh, ow, length, cfg)
     for oy0 in range(0, oh, tile_rows):
@@ -92,7 +91,7 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
                     act_addr=address, act_row=address, ow=length, ox0=0, ih=src.ih,
                     iw=src.iw, iy0=iy0, ix0=ix0, ixr=ix0, sy=sy, sx=1, step_x=src.cb,
                     step_y=sy * src.iw * src.cb, zp=spec.padding(src), dw=1, vstride=sx,
-                    vlast=(ow - 1) * sx)
+                    vlast=(ow - 1) * sx, wpack=builder.wpack)
                 first_of_layer = False
                 posts = []
                 if ky == kh - 1:
@@ -101,7 +100,3 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
                 builder.tiles.append(Tile(matmul, posts))
     return -(-oh // tile_rows), len(n_tiles), kh, 1, 1
 
-
-def int8_word(values) -> int:
-    """One buffer word of int8 lanes, lane 0 in the least significant bits."""
-    return int.from_bytes(np.asarray(values, dtype=np.int8).tobytes(), "little")

@@ -16,6 +16,7 @@ regular nest simply stays explicit.
 from dataclasses import dataclass
 
 from ..config import ArchConfig
+from ..hdl.loader import tile_words
 from ..isa import FIELDS, LOOP_FIELDS, Op
 
 __all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized"]
@@ -47,7 +48,9 @@ def schedule(tiles: "list[Tile]", bank: int) -> "list[dict]":
     out = []
 
     def load(i):
-        out.append(dict(op=Op.LOADW, bank=(bank + i) % 2, wgt_addr=tiles[i].matmul["wgt_addr"]))
+        matmul = tiles[i].matmul
+        out.append(dict(op=Op.LOADW, bank=(bank + i) % 2, wgt_addr=matmul["wgt_addr"],
+                        wpack=matmul.get("wpack", 0)))
 
     count = len(tiles)
     load(0)
@@ -63,7 +66,8 @@ def schedule(tiles: "list[Tile]", bank: int) -> "list[dict]":
 
 def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[dict]":
     """The micro-instructions the tile walker issues for ``SETMM``, ``SETPOST``, ``LOOP``."""
-    rows, half = config.rows, config.acc_half
+    half, wpack = config.acc_half, setmm["wpack"]
+    words, rows = tile_words(config, wpack), config.rows
     M, N = loop["m_count"], loop["n_count"]
     K1, K2, K3 = loop["k1"], loop["k2"], loop["k3"]
     if min(M, N, K1, K2, K3) < 1:
@@ -81,9 +85,9 @@ def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[
         setpost["lane_off"]
     out_addr = out_m
 
-    out.append(dict(op=Op.LOADW, bank=bank, wgt_addr=wgt))
+    out.append(dict(op=Op.LOADW, bank=bank, wgt_addr=wgt, wpack=wpack))
     if M * N * K1 * K2 * K3 > 1:
-        out.append(dict(op=Op.LOADW, bank=bank ^ 1, wgt_addr=loop["w1"]))
+        out.append(dict(op=Op.LOADW, bank=bank ^ 1, wgt_addr=loop["w1"], wpack=wpack))
     while True:
         last_k = k1 == K1 - 1 and k2 == K2 - 1 and k3 == K3 - 1
         last_tile = last_k and n == N - 1 and m == M - 1
@@ -95,7 +99,7 @@ def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[
         was_first = first_tile
         first_tile, bank = False, bank ^ 1
         if not last_k:
-            wgt += rows
+            wgt += words
             if k3 < K3 - 1:
                 k3, act = k3 + 1, act + loop["act_k3"]
             elif k2 < K2 - 1:
@@ -108,7 +112,7 @@ def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[
             acc ^= 1
             ix = setmm["ix0"]
             if n < N - 1:
-                n, wgt = n + 1, wgt + rows
+                n, wgt = n + 1, wgt + words
                 act_mn += loop["act_n"]
                 act, iy = act_mn, iy_m
             else:
@@ -118,7 +122,7 @@ def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[
                 act_mn = act = act_m
                 iy = iy_m
         if not was_first and not last_tile:
-            out.append(dict(op=Op.LOADW, bank=bank, wgt_addr=wgt))
+            out.append(dict(op=Op.LOADW, bank=bank, wgt_addr=wgt, wpack=wpack))
         if last_k:
             last_n = pn == N - 1
             nt = loop["nt_last"] if last_n else setpost["nt"]

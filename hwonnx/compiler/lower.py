@@ -13,12 +13,12 @@ from ..ir.ops import LAYER, LAYOUT, integer_ops
 from ..isa import Op, addressable
 from . import depthwise, eltwise
 from .alloc import ActAllocator
-from .depthwise import int8_word
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
 from .taps import packable_inputs, packed_placement, packed_words
+from .weights import layer_wpack, pack_tile, weight_bits
 
 __all__ = ["ARRAY_OPS", "lower"]
 
@@ -177,6 +177,7 @@ class _Builder:
         self.tables: "list[tuple[int, ...]]" = []     # activation tables, 256 int8 each
         self.output_tiles = 0
         self.layer_count = 0
+        self.wpack = 0                                # of the layer being emitted
 
     def layer(self, node: Node, sources: "list[Placement]", target: Placement) -> LayerPlan:
         """Emit the tiles of one array layer. Every layer is a convolution over one or more
@@ -218,7 +219,8 @@ class _Builder:
                                 f"{self.config.name} architecture has no ort_rounding unit")
         lut = self.table_index(node, spec.table)
         plan = LayerPlan(name or node.name, node.op, node.outputs[0], int(spec.macs))
-        self.tiles = []
+        self.tiles, self.wpack = [], layer_wpack(spec.phys)
+        plan.wgt_bits = weight_bits(self.wpack)
         if depthwise.streams(spec, self.config):
             nest = depthwise.emit_depthwise(self, spec, folded, target, lut)
         else:
@@ -227,6 +229,12 @@ class _Builder:
         plan.tiles = len(self.tiles)
         self.layer_count += 1
         return plan
+
+    def weight_tile(self, tile: np.ndarray) -> int:
+        """Store a ``rows x cols`` weight tile of the layer being emitted; its address."""
+        address = len(self.wgt)
+        self.wgt.extend(pack_tile(tile, self.wpack))
+        return address
 
     def table_index(self, node: Node, table: "tuple[int, ...] | None") -> int:
         """The POST ``lut`` field of a layer's activation ``table`` (0: none), stored once."""
@@ -274,10 +282,9 @@ class _Builder:
                                                - 1 and ky == kh - 1 and kx == kw - 1
                                                and cb == source.cb - 1):
                                 k_tiles[n0].append((index, ky, kx, cb))
-                                tile_addr[n0, index, ky, kx, cb] = len(self.wgt)
                                 padded = np.zeros((rows, cols), dtype=np.int64)
                                 padded[:, :nt] = block.T
-                                self.wgt.extend(int8_word(row) for row in padded)
+                                tile_addr[n0, index, ky, kx, cb] = self.weight_tile(padded)
         first_of_layer = True
         # M tiles of whole output rows where a row fits half the accumulators, so that
         # every tile starts at column 0 (a nest steps its rows by a constant)
@@ -306,7 +313,7 @@ class _Builder:
                         ow=ow, ox0=ox0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ixr,
                         sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
                         zp=padding if any(spec.pads) else spec.padding(spec.sources[0]),
-                        pool_max=int(spec.pool_max))
+                        pool_max=int(spec.pool_max), wpack=self.wpack)
                     first_of_layer = False
                     posts = []
                     if k_index == len(k_tiles[n0]) - 1:

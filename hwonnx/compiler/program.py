@@ -45,6 +45,7 @@ class LayerPlan:
     last: int = 0           # index of its last stored instruction (inclusive)
     tiles: int = 0
     wgt_words: int = 0      # words of the weight buffer its weight tiles take
+    wgt_bits: int = 8       # bits per stored weight (hwonnx.compiler.weights: its packing)
 
 
 @dataclass(frozen=True)
