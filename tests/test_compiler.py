@@ -173,17 +173,15 @@ def chain(c=5, h=6, w=7, m=10, n=9, kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1
 
 
 def expected_tiles(graph, rows, cols, acc_half):
-    """Per layer: (M, K tiles, N tiles, M tiles, MACs), from the graph's shapes alone."""
+    """Per layer: (M, K tiles, N tiles, output row width, MACs), from the graph's shapes
+    alone (the dense layer's one pixel is the whole input)."""
     _, c, _, _ = graph.types["xq"].shape
     _, m, oh, ow = graph.types["yq"].shape
     kh, kw = graph.constants["conv.w"].shape[2:]
     k, n = graph.constants["fc.w"].shape
     conv_m = oh * ow
-    # M tiles of whole output rows, as many as half the accumulators hold
-    m_tile = min(conv_m, acc_half if ow > acc_half else acc_half // ow * ow)
     return [
-        (conv_m, kh * kw * ceil_div(c, rows), ceil_div(m, cols), ceil_div(conv_m, m_tile),
-         oh * ow * m * c * kh * kw),
+        (conv_m, kh * kw * ceil_div(c, rows), ceil_div(m, cols), ow, oh * ow * m * c * kh * kw),
         (1, oh * ow * ceil_div(m, rows), ceil_div(n, cols), 1, k * n),
     ]
 
@@ -205,10 +203,16 @@ def test_lower_chain(config, shape):
     assert [layer.name for layer in program.layers] == ["conv", "fc"]
     assert [layer.op for layer in program.layers] == ["QConv", "QDense"]
     assert instrs[-1]["op"] == Op.END and [i["op"] for i in instrs].count(Op.END) == 1
-    for index, (m, k_tiles, n_tiles, m_tiles, macs) in enumerate(layers):
+    for index, (m, k_tiles, n_tiles, width, macs) in enumerate(layers):
         mine = [i for i in instrs if i.layer == index]
         matmuls = [i for i in mine if i["op"] == Op.MATMUL]
         posts = [i for i in mine if i["op"] == Op.POST]
+        # M tiles (sized by the cycle model's rule of thumb): whole output rows, or pixels
+        # where a row does not fit, within half the accumulators, in order
+        m_tiles = len(posts) // n_tiles
+        sizes = [p["count"] for p in posts[::n_tiles]]
+        assert max(sizes) <= config.acc_half and sum(sizes) == m
+        assert all(size % width == 0 for size in sizes[:-1]) or width > config.acc_half
         assert sum(i["count"] for i in matmuls) == m * k_tiles * n_tiles
         assert len(matmuls) == m_tiles * k_tiles * n_tiles
         assert len(posts) == m_tiles * n_tiles

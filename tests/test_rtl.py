@@ -205,6 +205,38 @@ def test_depthwise_streaming(config):
     assert streamed == {0, 1, 2}
 
 
+def test_depthwise_streaming_applies_several_kernel_rows_per_pass(config):
+    """On a narrow image one streamed pass applies several kernel rows: weight row ``D*t + kx``
+    meets stream row ``t`` below (``D`` words per stream row, ``D*(T - 1) + KW <= rows``), a
+    tap past the end of a row lands on the next row's left padding, and each pass streams
+    rows past its last output row. Kernel rows grouped by stride and dilation, the tails of
+    a 3x3 pad-1 kernel, a strided average pool; the passes per output tile as the geometry
+    says for each array (``T`` = 2 or 4 on 8 rows, 1 or 2 on 4 and 3)."""
+    rng = np.random.default_rng(62)
+    c = config.rows + 1
+    specs = [dict(op="conv", cout=c, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                  dilations=(1, 1), relu=True, group=c),                  # D 3, tail 1
+             dict(op="conv", cout=c, k=(3, 1), strides=(1, 1), pads=(1, 0, 1, 0),
+                  dilations=(1, 1), relu=False, group=c),                 # D 2
+             dict(op="conv", cout=c, k=(3, 1), strides=(2, 1), pads=(1, 0, 1, 0),
+                  dilations=(1, 1), relu=False, group=c),                 # rows {0, 2}, {1}
+             dict(op="conv", cout=c, k=(2, 1), strides=(1, 1), pads=(1, 0, 1, 0),
+                  dilations=(2, 1), relu=False, group=c),                 # rows 0, 2 apart
+             dict(op="avgpool", k=(3, 3), strides=(1, 2), pads=(1, 1, 1, 1)),
+             dict(op="flatten"), dict(op="dense", cout=3, relu=False)]
+    graph = chain_graph(rng, specs, (1, c, 9, 2))
+    program, _ = _run_and_check(graph, config, rng, samples=2)
+    matmuls = [i for i in program.expanded() if i["op"] == 2]
+    passes = [sum(1 for i in matmuls if i.layer == layer) //
+              sum(1 for i in matmuls if i.layer == layer and i["first"])
+              if any(i.get("dw") for i in matmuls if i.layer == layer) else None
+              for layer in range(5)]
+    # on 4 and 3 rows the dilated layer's two passes cost what its two taps cost, and on 4x4
+    # (8 accumulators a half) the pool's 3 passes what its 9 taps cost: not streamed
+    assert passes == {8: [2, 1, 2, 1, 2], 4: [3, 2, 2, None, None],
+                      3: [3, 2, 2, None, 3]}[config.rows]
+
+
 def test_looped_and_explicit_programs_agree(config):
     """The same network stored looped (three instructions per layer, expanded by the tile
     walker) and explicitly (one micro-instruction per stored word): both equal golden, each

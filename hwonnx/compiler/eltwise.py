@@ -9,12 +9,14 @@ into one accumulator half, and one POST requantizes them into word ``j`` of each
 (``nt`` = the block's channels). ELTW ``j + 1`` writes the other half while POST ``j`` runs.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ResourceError
 from ..golden.ops import ELTWISE_MODES
+from ..hdl.eltwise import eltwise_cycles
 from ..ir import Node
 from ..isa import ELTW_MODES, Op
 from .layout import Placement, natural_placement
@@ -76,7 +78,12 @@ def emit_eltwise(builder, node: Node, sources: "list[Placement]", target: Placem
                   ka=int(attrs["ka"]), kb=int(attrs["kb"]), za=int(attrs["za"]),
                   zb=int(attrs["zb"]), a_stride=cb, b_stride=0 if broadcast else cb)
     records = []
-    m_tile = min(pixels, cfg.acc_half)
+    # A tile's POST runs while the next tile's ELTW reads, so only the last tile's POST is
+    # exposed; each tile costs the engine's turnaround. Tiles of about sqrt(turnaround x
+    # words) balance the two, at most four per channel block (explicit records).
+    turnaround = eltwise_cycles(0) + 1
+    m_tile = min(pixels, cfg.acc_half,
+                 max(-(-pixels // 4), math.isqrt(turnaround * cb * pixels)))
     for m0 in range(0, pixels, m_tile):
         mt = min(m_tile, pixels - m0)
         for j, (n0, nt) in enumerate(blocks):

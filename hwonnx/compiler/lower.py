@@ -289,8 +289,8 @@ class _Builder:
         # M tiles of whole output rows where a row fits half the accumulators, so that
         # every tile starts at column 0 (a nest steps its rows by a constant)
         m_total = oh * ow
-        m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else
-                     cfg.acc_half // ow * ow)
+        m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else ow * _tile_rows(
+            oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
         for m0 in range(0, m_total, m_tile):
             mt = min(m_tile, m_total - m0)
             oy0, ox0 = divmod(m0, ow)
@@ -422,6 +422,28 @@ def _runs(counts: "np.ndarray | None", m0: int, mt: int) -> "list[tuple[int, int
         else:
             runs.append((m, 1, k))
     return runs
+
+
+def _tile_rows(oh: int, ow: int, k_counts: "list[int]", n_tiles, config: ArchConfig) -> int:
+    """Output rows per M tile: within half the accumulators, the count the cycle model's rule
+    of thumb finds fastest. An output tile's MATMULs take ``max(count, turnaround)`` each; its
+    POSTs start once they have drained and the previous tile's POSTs are done, and the next
+    tile's MATMULs start after they are dispatched. Small tiles shorten the last tile's POSTs,
+    which overlap nothing, but pay a drain each. Larger tiles win ties."""
+    rows, cols = config.rows, config.cols
+    turnaround, drain = max(rows, cols) + 1, rows + cols + 3
+    nws = [(n0 + nt - 1) // rows - n0 // rows + 1 for n0, nt in n_tiles]
+    best = None
+    for h in range(min(oh, config.acc_half // ow), 0, -1):
+        start = post_end = 0
+        for y in range(0, oh, h):
+            mt = min(h, oh - y) * ow
+            for k, nw in zip(k_counts, nws):
+                post = max(start + k * max(mt, turnaround) + drain, post_end)
+                start, post_end = post + 1, post + mt * nw
+        if best is None or post_end < best[0]:
+            best = (post_end, h)
+    return best[1]
 
 
 def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int, int]]":
