@@ -51,6 +51,9 @@ class Feeder(wiring.Component):
     acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
     acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
         instead of adding them (``first`` still overwrites).
+    accepted, completed : MATMULs dispatched, and MATMULs whose last accumulator write is
+        done (each counted from the cycle after; modulo 2**16): the MATMULs dispatched so far
+        are all done when they are equal (what a queued POST waits for, ``hdl/top.py``).
     """
 
     def __init__(self, config: ArchConfig):
@@ -73,6 +76,8 @@ class Feeder(wiring.Component):
             "acc_waddr": Out(config.acc_addr_bits),
             "acc_first": Out(1),
             "acc_max": Out(1),
+            "accepted": Out(16),
+            "completed": Out(16),
         })
 
     @property
@@ -86,7 +91,8 @@ class Feeder(wiring.Component):
         pend = Signal(InstrLayout())
         pend_valid = Signal()
         with m.If(self.dispatch):
-            m.d.sync += [pend.eq(self.instr), pend_valid.eq(1)]
+            m.d.sync += [pend.eq(self.instr), pend_valid.eq(1),
+                         self.accepted.eq(self.accepted + 1)]
 
         # Running tile state.
         running = Signal()
@@ -146,9 +152,9 @@ class Feeder(wiring.Component):
         # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
         # f + latency and written in cycle f + latency + 1.
         latency = drain_cycles(cfg) - 1
-        # (kept, address, pool_max, first, issued): a word that is not kept (depthwise
-        # streaming) writes nothing but is in flight like any other.
-        tag = Cat(keep, acc_addr, cur.pool_max, cur.first, running)
+        # (last of its MATMUL, kept, address, pool_max, first, issued): a word that is not
+        # kept (depthwise streaming) writes nothing but is in flight like any other.
+        tag = Cat(last, keep, acc_addr, cur.pool_max, cur.first, running)
         tags = []
         for stage in range(latency):
             tag_d = Signal(len(tag), name=f"tag_{stage}")
@@ -157,12 +163,14 @@ class Feeder(wiring.Component):
             tag = tag_d
         read_tag, write_tag = tags[latency - 2], tags[latency - 1]
         m.d.comb += [
-            self.acc_raddr.eq(read_tag[1:1 + cfg.acc_addr_bits]),
-            self.acc_we.eq(write_tag[0]),
-            self.acc_waddr.eq(write_tag[1:1 + cfg.acc_addr_bits]),
+            self.acc_raddr.eq(read_tag[2:2 + cfg.acc_addr_bits]),
+            self.acc_we.eq(write_tag[1]),
+            self.acc_waddr.eq(write_tag[2:2 + cfg.acc_addr_bits]),
             self.acc_max.eq(write_tag[-3]),
             self.acc_first.eq(write_tag[-2]),
         ]
+        with m.If(write_tag[0]):                 # a MATMUL's last word is written
+            m.d.sync += self.completed.eq(self.completed + 1)
         in_flight = Cat(t[-1] for t in tags[:latency])
         m.d.comb += [
             self.pending.eq(pend_valid),

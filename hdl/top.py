@@ -222,6 +222,15 @@ class Accelerator(wiring.Component):
         else:
             m.d.comb += [instr.eq(stored), instr_valid.eq(stored_valid),
                          fetched_fire.eq(fire)]
+        # A POST waits in a one-entry slot until the MATMULs dispatched before it are done,
+        # while the dispatcher goes on to the next tile's MATMULs (its accumulator half is the
+        # other one): the drain overlaps the next tile. It is accepted only once the previous
+        # POST has finished, so no MATMUL after it can reach that POST's half early.
+        post_pend = Signal(InstrLayout())
+        post_pend_valid = Signal()
+        post_target = Signal(16)
+        post_idle = Signal()
+        m.d.comb += post_idle.eq(post.idle & ~post_pend_valid)
         accept = Signal()
         with m.Switch(instr.op):
             with m.Case(Op.LOADW):
@@ -229,19 +238,33 @@ class Accelerator(wiring.Component):
             with m.Case(Op.MATMUL):
                 m.d.comb += accept.eq(~feeder.pending)
             with m.Case(Op.POST):
-                m.d.comb += accept.eq(post.idle & feeder.drained & eltw.idle)
+                m.d.comb += accept.eq(post_idle & eltw.idle)
             with m.Case(Op.ELTW):
                 m.d.comb += accept.eq(eltw.idle & feeder.drained
-                                      & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post.idle))
+                                      & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post_idle))
             with m.Case(Op.END):
-                m.d.comb += accept.eq(~loader.busy & feeder.drained & post.idle & eltw.idle)
+                m.d.comb += accept.eq(~loader.busy & feeder.drained & post_idle & eltw.idle)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
         m.d.comb += fire.eq(instr_valid & accept)
-        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (post, Op.POST),
-                           (eltw, Op.ELTW)):
+        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
-        m.d.comb += feeder.post_idle.eq(post.idle)
+        post_fire = Signal()
+        start_now = Signal()
+        start_pending = Signal()
+        m.d.comb += [
+            post_fire.eq(fire & (instr.op == Op.POST)),
+            start_now.eq(post_fire & (feeder.completed == feeder.accepted)),
+            start_pending.eq(post_pend_valid & (feeder.completed == post_target)),
+            post.dispatch.eq(start_now | start_pending),
+            post.instr.eq(Mux(post_pend_valid, post_pend.as_value(), instr.as_value())),
+        ]
+        with m.If(post_fire & ~start_now):
+            m.d.sync += [post_pend.eq(instr), post_pend_valid.eq(1),
+                         post_target.eq(feeder.accepted)]
+        with m.If(start_pending):
+            m.d.sync += post_pend_valid.eq(0)
+        m.d.comb += feeder.post_idle.eq(post_idle)
 
         with m.If(self.start):
             m.d.sync += [running.eq(1), self.done.eq(0), self.cycles.eq(0)]
@@ -258,7 +281,7 @@ class Accelerator(wiring.Component):
             m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
         m.d.comb += self.debug_busy.eq(Cat(loader.busy,
                                            feeder.pending | ~feeder.drained | ~eltw.idle,
-                                           ~post.idle, instr_valid & ~accept))
+                                           ~post_idle, instr_valid & ~accept))
         return m
 
     def _eltwise(self, m):

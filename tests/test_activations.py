@@ -58,7 +58,8 @@ def test_activation_fuses_into_the_layer_before_it(op, attrs, slope):
     result = build(model, None, calib={"x": calib}, verilog=False, log=lambda m: None)
     (layer,) = [n for n in result.graph.nodes if n.op == "QConv"]
     assert (layer.attrs["activation"], len(layer.attrs["table"])) == (op, 256)
-    assert [i["lut"] for i in result.program.expanded() if i["op"] == 3] == [1]
+    luts = [i["lut"] for i in result.program.expanded() if i["op"] == 3]
+    assert luts and set(luts) == {1}             # every POST of the layer (one per M tile)
 
 
 @pytest.mark.parametrize("op, attrs, slope", ACTIVATIONS, ids=IDS)

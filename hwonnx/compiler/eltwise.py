@@ -9,7 +9,6 @@ into one accumulator half, and one POST requantizes them into word ``j`` of each
 (``nt`` = the block's channels). ELTW ``j + 1`` writes the other half while POST ``j`` runs.
 """
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,11 +78,11 @@ def emit_eltwise(builder, node: Node, sources: "list[Placement]", target: Placem
                   zb=int(attrs["zb"]), a_stride=cb, b_stride=0 if broadcast else cb)
     records = []
     # A tile's POST runs while the next tile's ELTW reads, so only the last tile's POST is
-    # exposed; each tile costs the engine's turnaround. Tiles of about sqrt(turnaround x
-    # words) balance the two, at most four per channel block (explicit records).
+    # exposed, and each tile costs the engine's turnaround: up to four M tiles (explicit
+    # records), as many as that pays for.
     turnaround = eltwise_cycles(0) + 1
-    m_tile = min(pixels, cfg.acc_half,
-                 max(-(-pixels // 4), math.isqrt(turnaround * cb * pixels)))
+    tiles = min(range(1, 5), key=lambda n: n * cb * turnaround + -(-pixels // n))
+    m_tile = min(pixels, cfg.acc_half, -(-pixels // tiles))
     for m0 in range(0, pixels, m_tile):
         mt = min(m_tile, pixels - m0)
         for j, (n0, nt) in enumerate(blocks):

@@ -7,6 +7,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
+from ..hdl.feeder import drain_cycles
 from ..hdl.layouts import ParamLayout
 from ..ir import Graph, Node
 from ..ir.ops import LAYER, LAYOUT, integer_ops
@@ -427,11 +428,15 @@ def _runs(counts: "np.ndarray | None", m0: int, mt: int) -> "list[tuple[int, int
 def _tile_rows(oh: int, ow: int, k_counts: "list[int]", n_tiles, config: ArchConfig) -> int:
     """Output rows per M tile: within half the accumulators, the count the cycle model's rule
     of thumb finds fastest. An output tile's MATMULs take ``max(count, turnaround)`` each; its
-    POSTs start once they have drained and the previous tile's POSTs are done, and the next
-    tile's MATMULs start after they are dispatched. Small tiles shorten the last tile's POSTs,
-    which overlap nothing, but pay a drain each. Larger tiles win ties."""
+    POSTs are accepted once the previous tile's are done, start once its MATMULs have drained
+    (queued, ``hdl/top.py``), and the next tile's MATMULs follow their acceptance. Small tiles
+    shorten the last tile's POSTs, which overlap nothing, but large ones keep the POSTs from
+    holding the MATMULs up. Larger tiles win ties. Without the tile walker every tile is
+    stored, so a layer keeps the fewest tiles."""
+    if not config.walker:
+        return min(oh, config.acc_half // ow)
     rows, cols = config.rows, config.cols
-    turnaround, drain = max(rows, cols) + 1, rows + cols + 3
+    turnaround, drain = max(rows, cols) + 1, drain_cycles(config)
     nws = [(n0 + nt - 1) // rows - n0 // rows + 1 for n0, nt in n_tiles]
     best = None
     for h in range(min(oh, config.acc_half // ow), 0, -1):
@@ -439,8 +444,10 @@ def _tile_rows(oh: int, ow: int, k_counts: "list[int]", n_tiles, config: ArchCon
         for y in range(0, oh, h):
             mt = min(h, oh - y) * ow
             for k, nw in zip(k_counts, nws):
-                post = max(start + k * max(mt, turnaround) + drain, post_end)
-                start, post_end = post + 1, post + mt * nw
+                issued = start + k * max(mt, turnaround)
+                accepted = max(issued, post_end)
+                start = accepted + 1
+                post_end = max(accepted, issued + drain) + mt * nw
         if best is None or post_end < best[0]:
             best = (post_end, h)
     return best[1]

@@ -62,9 +62,10 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             t = max(t, eltw_idle, drained, post_idle if instr.get("wait") else 0)
             eltw_idle = t + eltwise_cycles(instr["count"])
             finish = eltw_idle - 1
-        elif op == Op.POST:
-            t = max(t, post_idle, drained, eltw_idle)
-            post_idle = t + 1 + latency + instr["count"] * instr["nw"]
+        elif op == Op.POST:       # accepted once the previous POST is done; starts once
+            t = max(t, post_idle, eltw_idle)        # the MATMULs before it are drained
+            start = max(t, drained)
+            post_idle = start + 1 + latency + instr["count"] * instr["nw"]
             finish = post_idle - 1
         elif op == Op.END:
             t = max(t, loader_free, drained, post_idle, eltw_idle)
