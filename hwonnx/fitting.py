@@ -5,7 +5,7 @@ takes when the model and the array do not fit the device together (``docs/archit
 
 from dataclasses import replace
 
-from .boards import check_board_fit, get_board
+from .boards import check_board_fit, check_fits, get_board
 from .compiler.lower import lower
 from .compiler.program import Program
 from .compiler.segments import is_segmented, lower_segments
@@ -28,14 +28,30 @@ def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
             None, "sim") else _block_depth(size), loops)
     if size is None:
         return lower(int_graph, config, loops)
+    return lower(int_graph, _sized_config(int_graph, config, size, fixed, loops), loops)
+
+
+def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
+                  loops: bool = True) -> ArchConfig:
+    """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
+    lowering with every buffer as deep as the instructions address)."""
     first = lower(int_graph, probe(config, fixed), loops)
-    block_depth = None if size == "sim" else _block_depth(size)
-    return lower(int_graph, sized(config, needs(first), fixed, block_depth), loops)
+    return sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
 
 
 def _block_depth(board: str) -> int:
     family = get_board(board).family_info
     return family.block_bits // max(family.block_widths)
+
+
+def _lower_checked(graph: Graph, sized_config: ArchConfig, target) -> Program:
+    """The program of ``sized_config`` (:func:`_sized_config`) if it fits ``target``;
+    otherwise raises :class:`ResourceError`, before lowering when the buffers do not fit (a
+    board build may try a dozen configurations before one fits)."""
+    check_fits(sized_config, target)
+    program = lower(graph, sized_config)
+    check_board_fit(program, target)
+    return program
 
 
 #: Arrays a board build may fall back to, largest first, when the board's default array and
@@ -56,30 +72,43 @@ def fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool 
         return program
     except ResourceError as error:
         first = error
-    config = program.config
-    while "acc" not in fixed and config.acc_depth > 64:
-        config = replace(config, acc_depth=config.acc_depth // 2)
-        try:        # more, smaller output tiles: the other buffers sized again
-            smaller = lower_sized(graph, config, target.name, set(fixed) | {"acc"})
-            check_board_fit(smaller, target)
-            return smaller
-        except ResourceError:
-            continue
+    try:
+        return _smaller_tiles(graph, program.config, target, fixed)
+    except ResourceError:
+        pass
     if choose_array:
         start = program.config
         for rows, cols in FALLBACK_ARRAYS:
             if rows * cols >= start.rows * start.cols:
                 continue
             try:
-                other = lower_sized(graph, replace(start, rows=rows, cols=cols), target.name,
-                                   fixed)
-                other = fit_board(graph, other, target, fixed)
+                config = _sized_config(graph, replace(start, rows=rows, cols=cols),
+                                       target.name, fixed)
+                try:
+                    other = _lower_checked(graph, config, target)
+                except ResourceError:
+                    other = _smaller_tiles(graph, config, target, fixed)
             except ResourceError:
                 continue
             log(f"The {start.name} array and this model's buffers do not fit board "
                 f"'{target.name}'; using a {other.config.name} array")
             return other
     raise first
+
+
+def _smaller_tiles(graph: Graph, config: ArchConfig, target, fixed) -> Program:
+    """The program with half, a quarter, ... of ``config``'s accumulators (more, smaller
+    output tiles; the other buffers sized again) that first fits ``target``, down to 64 words
+    and unless the accumulators are ``fixed``; raises :class:`ResourceError` when none does."""
+    while "acc" not in fixed and config.acc_depth > 64:
+        config = replace(config, acc_depth=config.acc_depth // 2)
+        try:
+            return _lower_checked(graph, _sized_config(graph, config, target.name,
+                                                       set(fixed) | {"acc"}), target)
+        except ResourceError:
+            continue
+    raise ResourceError(f"No smaller output tiles of the {config.name} array fit board "
+                        f"'{target.name}'")
 
 
 def for_architecture(graph: Graph, config: ArchConfig, log=print) -> Graph:

@@ -14,6 +14,7 @@ regular nest simply stays explicit.
 """
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from ..config import ArchConfig
 from ..hdl.loader import tile_words
@@ -41,6 +42,22 @@ class LayerTiles:
 def normalized(instr: dict) -> dict:
     """Every field of a micro-instruction, 0 where unset (metadata keys dropped)."""
     return {f.name: int(instr.get(f.name, 0)) for f in FIELDS}
+
+
+_UNSET = {f.name: 0 for f in FIELDS}
+_IN_ORDER = itemgetter(*_UNSET)
+
+
+def _rows(instrs: "list[dict]") -> "list[tuple]":
+    """Every field of each micro-instruction as a tuple in :data:`FIELDS` order, 0 where unset:
+    :func:`normalized` for whole layers (thousands of instructions per layer on small arrays)."""
+    return [_IN_ORDER({**_UNSET, **i}) for i in instrs]
+
+
+def _in_range(rows: "list[tuple]") -> bool:
+    """Whether every field of ``rows`` (:func:`_rows`) fits its width."""
+    return all(f.min <= min(column) and max(column) <= f.max
+               for f, column in zip(FIELDS, zip(*rows)))
 
 
 def schedule(tiles: "list[Tile]", bank: int) -> "list[dict]":
@@ -198,9 +215,9 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig
                     out_m=step("out_addr", post(1, 0), p0))
     if any(not f.min <= loop[f.name] <= f.max for f in LOOP_FIELDS):
         return None
-    expected = [normalized(i) for i in schedule(tiles, bank)]
-    if any(not f.min <= i[f.name] <= f.max for i in expected for f in FIELDS):
+    expected = _rows(schedule(tiles, bank))
+    if not _in_range(expected):
         return None        # stays explicit, where encoding names the field that overflows
-    if [normalized(i) for i in expand(setmm, setpost, loop, config)] != expected:
+    if _rows(expand(setmm, setpost, loop, config)) != expected:
         return None
     return setmm, setpost, loop
