@@ -3,10 +3,10 @@
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from ..isa import ELTW_FIELDS, FIELDS, LOOP_FIELDS
+from ..isa import ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "ParamLayout", "PARAM_BITS"]
+__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ParamLayout", "PARAM_BITS"]
 
 #: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift (8).
 PARAM_BITS = 72
@@ -35,6 +35,15 @@ class EltwLayout(data.StructLayout):
     def __init__(self):
         super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
                           for f in ELTW_FIELDS})
+
+
+class LoadxLayout(data.StructLayout):
+    """A LOADX instruction (the low bits of the word); the fields come from
+    :data:`hwonnx.isa.LOADX_FIELDS`."""
+
+    def __init__(self):
+        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
+                          for f in LOADX_FIELDS})
 
 
 class ParamLayout(data.ArrayLayout):

@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
+from .dma import DmaEngine
 from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
@@ -80,6 +81,10 @@ class Accelerator(wiring.Component):
         members["host_act_rdata"] = Out(config.rows * 8)
         members["debug_dispatched"] = Out(32)
         members["debug_busy"] = Out(4)
+        if config.ext_memory:           # the external memory's read port (hdl/extmem.py)
+            members.update(ext_cmd_valid=Out(1), ext_cmd_ready=In(1), ext_cmd_addr=Out(32),
+                           ext_cmd_len=Out(range(config.ext_timing.burst + 1)),
+                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8))
         super().__init__(members)
 
     @staticmethod
@@ -89,13 +94,15 @@ class Accelerator(wiring.Component):
 
     @staticmethod
     def buffer_shape(config: ArchConfig, name: str) -> "tuple[int, int]":
-        """Depth and word width in bits of buffer ``name``."""
+        """Depth and word width in bits of buffer ``name`` (``ext``: the external memory,
+        which is not part of the accelerator)."""
         return {
             "prog": (config.prog_words, config.prog_word_bits),
             "wgt": (config.wgt_depth, config.cols * 8),
             "par": (config.par_depth, config.cols * PARAM_BITS),
             "act": (config.act_depth, config.rows * 8),
             "lut": (config.lut_depth, 8),
+            "ext": (config.ext_depth, config.cols * 8),    # the external memory's words
         }[name]
 
     @property
@@ -130,12 +137,16 @@ class Accelerator(wiring.Component):
                          post.lut_data.eq(self.host_lut_data)]
 
         # Host writes into program, weight and parameter buffers (a narrow program memory is
-        # written through the fetch unit's port: see below).
+        # written through the fetch unit's port: see below); the DMA engine's into the weight
+        # buffer (only while the program runs, when the host does not write).
+        dma = self._dma(m)
         for name, mem in (("prog", prog), ("wgt", wgt), ("par", par))[cfg.runtime_program:]:
             port = mem.write_port()
-            m.d.comb += [port.addr.eq(getattr(self, f"host_{name}_addr")),
-                         port.data.eq(getattr(self, f"host_{name}_data")),
-                         port.en.eq(getattr(self, f"host_{name}_we"))]
+            addr, data_, we = (getattr(self, f"host_{name}_{x}") for x in ("addr", "data", "we"))
+            if name == "wgt" and dma is not None:
+                addr, data_, we = (Mux(dma.wgt_we, dma.wgt_addr, addr),
+                                   Mux(dma.wgt_we, dma.wgt_data, data_), dma.wgt_we | we)
+            m.d.comb += [port.addr.eq(addr), port.data.eq(data_), port.en.eq(we)]
 
         # Activation buffer: the post-processor or the host writes, the feeder and host read.
         act_w = act.write_port(granularity=1)
@@ -243,11 +254,17 @@ class Accelerator(wiring.Component):
                 m.d.comb += accept.eq(eltw.idle & feeder.drained
                                       & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post_idle))
             with m.Case(Op.END):
-                m.d.comb += accept.eq(~loader.busy & feeder.drained & post_idle & eltw.idle)
+                ready = ~loader.busy & feeder.drained & post_idle & eltw.idle
+                m.d.comb += accept.eq(ready if dma is None else ready & dma.idle)
+            if dma is not None:     # also a fence: the words of the LOADX before are in
+                with m.Case(Op.LOADX):
+                    m.d.comb += accept.eq(dma.idle & ~loader.busy)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
         m.d.comb += fire.eq(instr_valid & accept)
-        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
+        engines = ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)) + (
+            ((dma, Op.LOADX),) if dma is not None else ())
+        for engine, op in engines:
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         post_fire = Signal()
         start_now = Signal()
@@ -279,10 +296,21 @@ class Accelerator(wiring.Component):
             m.d.sync += self.debug_dispatched.eq(0)
         with m.Elif(fire):
             m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
-        m.d.comb += self.debug_busy.eq(Cat(loader.busy,
+        m.d.comb += self.debug_busy.eq(Cat(loader.busy if dma is None else loader.busy | ~dma.idle,
                                            feeder.pending | ~feeder.drained | ~eltw.idle,
                                            ~post_idle, instr_valid & ~accept))
         return m
+
+    def _dma(self, m):
+        """The DMA engine on the external memory's read port, or None without one."""
+        cfg = self.config
+        if not cfg.ext_memory:
+            return None
+        m.submodules.dma = dma = DmaEngine(cfg, cfg.ext_timing)
+        m.d.comb += [self.ext_cmd_valid.eq(dma.cmd_valid), dma.cmd_ready.eq(self.ext_cmd_ready),
+                     self.ext_cmd_addr.eq(dma.cmd_addr), self.ext_cmd_len.eq(dma.cmd_len),
+                     dma.rvalid.eq(self.ext_rvalid), dma.rdata.eq(self.ext_rdata)]
+        return dma
 
     def _eltwise(self, m):
         """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose

@@ -4,8 +4,12 @@ simulator and the board fit check."""
 import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 from .isa import instruction_width
+
+if TYPE_CHECKING:
+    from .hdl.extmem import ExtTiming
 
 __all__ = ["ArchConfig", "PRESETS"]
 
@@ -53,6 +57,10 @@ class ArchConfig:
         compiler uses it only when ``cols >= rows``: ``eltwise_engine``). Without it a residual
         ``Add`` of two equal shapes is a ``QAdd`` on the array and the other such layers are
         refused.
+    ext_memory, ext_depth : the external memory behind the DMA engine (``hdl/dma.py``): the
+        name of its timing in :data:`hwonnx.hdl.extmem.MEMORIES` and its size in weight
+        words; ``""`` and 0 (the default) for none. Layers whose weights do not fit the weight
+        buffer then stream from it (``docs/architecture.md``, "External memory").
     """
     rows: int = 8
     cols: int = 8
@@ -69,6 +77,8 @@ class ArchConfig:
     data_width: int = 8
     acc_width: int = 32
     clock_hz: int = 50_000_000
+    ext_memory: str = ""
+    ext_depth: int = 0
 
     def __post_init__(self):
         for name in ("rows", "cols", "act_depth", "wgt_depth", "acc_depth", "par_depth",
@@ -93,6 +103,13 @@ class ArchConfig:
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
                              f"{instruction_width()}, not {self.prog_width!r}")
+        from .hdl.extmem import MEMORIES
+        if self.ext_memory not in ("", *MEMORIES) or not isinstance(self.ext_depth, int) \
+                or isinstance(self.ext_depth, bool) or self.ext_depth < 0 \
+                or bool(self.ext_memory) != bool(self.ext_depth):
+            raise ValueError(f"ArchConfig.ext_memory must be one of {sorted(MEMORIES)} with a "
+                             f"positive ext_depth, or '' with 0, not {self.ext_memory!r} with "
+                             f"{self.ext_depth!r}")
         if self.acc_depth < 2 or self.acc_depth % 2:
             raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
                              f"{self.acc_depth}")
@@ -105,6 +122,12 @@ class ArchConfig:
         return self.eltwise and self.cols >= self.rows
 
     # Derived widths -------------------------------------------------------------------------
+    @property
+    def ext_timing(self) -> "ExtTiming | None":
+        """The timing of the external memory (None without one)."""
+        from .hdl.extmem import MEMORIES
+        return MEMORIES.get(self.ext_memory)
+
     @property
     def macs_per_cycle(self) -> int:
         return self.rows * self.cols

@@ -37,13 +37,19 @@ takes three instructions instead of one per tile, expanded by the tile walker
            (``mode`` 0, 1, 2) into accumulator word ``acc_addr + i``; the POST after it
            requantizes them (:func:`hwonnx.golden.qeltwise`).
 
-Op codes 8 to 15 are free for more engines (a DMA).
+``LOADX``  the DMA engine (:data:`LOADX_FIELDS`, its own layout): copy ``count`` weight words
+           from external-memory word ``ext_addr`` into the weight buffer from ``wgt_addr``, in
+           bursts over the external memory port (``hdl/dma.py``). Accepted only when the DMA
+           is idle and the weight loader has finished, so a LOADX is also the fence that
+           makes the words of the one before it visible to the LOADWs after it.
+
+Op codes 9 to 15 are free for more engines.
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "ELTW_MODES", "Field", "OP_BITS",
-           "instruction_width", "encode", "decode", "fields_of", "addressable"]
+__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "ELTW_MODES", "Field",
+           "OP_BITS", "instruction_width", "encode", "decode", "fields_of", "addressable"]
 
 #: Bits of the op code, the first field of every instruction.
 OP_BITS = 4
@@ -58,8 +64,9 @@ class Op:
     SETPOST = 5
     LOOP = 6
     ELTW = 7
+    LOADX = 8
     NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST",
-             6: "LOOP", 7: "ELTW"}
+             6: "LOOP", 7: "ELTW", 8: "LOADX"}
     #: Instructions the dispatcher hands to the walker, not to an engine.
     WALKER = (4, 5, 6)
 
@@ -172,6 +179,14 @@ ELTW_FIELDS: "tuple[Field, ...]" = (
     Field("kb", 18, signed=True),
 )
 
+#: The fields of a LOADX instruction (its own layout of the same word).
+LOADX_FIELDS: "tuple[Field, ...]" = (
+    Field("op", OP_BITS),
+    Field("count", 16),      # weight words copied
+    Field("wgt_addr", 16),   # first weight-buffer word written
+    Field("ext_addr", 32),   # first external-memory word read (words of cols bytes)
+)
+
 #: ELTW ``mode`` values (``hwonnx.golden.ops.ELTWISE_MODES`` in this order).
 ELTW_MODES = {"sum": 0, "max": 1, "min": 2}
 
@@ -190,7 +205,7 @@ def addressable(buffer: str) -> int:
 
 def fields_of(op: int) -> "tuple[Field, ...]":
     """The layout of an instruction with op code ``op``."""
-    return LOOP_FIELDS if op == Op.LOOP else ELTW_FIELDS if op == Op.ELTW else FIELDS
+    return {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS, Op.LOADX: LOADX_FIELDS}.get(op, FIELDS)
 
 
 def encode(**values: int) -> int:
@@ -224,3 +239,4 @@ def decode(word: int) -> "dict[str, int]":
 
 assert sum(f.width for f in LOOP_FIELDS) <= instruction_width(), "LOOP must fit the word"
 assert sum(f.width for f in ELTW_FIELDS) <= instruction_width(), "ELTW must fit the word"
+assert sum(f.width for f in LOADX_FIELDS) <= instruction_width(), "LOADX must fit the word"

@@ -110,6 +110,9 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
                        "weight_words": layer.wgt_words, "weight_bits": layer.wgt_bits,
                        "weight_bytes": layer.wgt_words * cfg.cols,
                        "utilization": layer.macs / (layer_cycles_ * pes) if layer_cycles_ else 0})
+        if cfg.ext_memory:      # streamed weights: bytes, and the cycles their copy takes
+            layers[-1].update(external_bytes=layer.ext_words * cfg.cols,
+                              transfer_cycles=cfg.ext_timing.transfer_cycles(layer.ext_words))
     notes = list(meta.get("notes", ()))
     return {
         "model": model, "board": board, "arch": cfg.to_dict(),
@@ -181,8 +184,18 @@ def write_report(report: dict, folder: Path) -> None:
     total = report["total"]
     weights = sum(layer["weight_bytes"] for layer in report["layers"])
     lines += [f"| **total** | | {total['macs']:,} | | | {weights:,} | "
-              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", "",
-              "| buffer | used words | depth |",
+              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", ""]
+    if "external_bytes" in report["layers"][0]:
+        lines += [f"External memory `{arch['ext_memory']}`: the weights of the layers below "
+                  f"stream into the weight buffer behind the computation (a copy takes its "
+                  f"transfer cycles without refreshes; it overlaps the layers before its own).",
+                  "", "| layer | external bytes | transfer cycles | predicted cycles |",
+                  "|---|---:|---:|---:|"]
+        lines += [f"| {layer['name']} | {layer['external_bytes']:,} | "
+                  f"{layer['transfer_cycles']:,} | {layer['predicted_cycles']:,} |"
+                  for layer in report["layers"] if layer["external_bytes"]]
+        lines += [""]
+    lines += ["| buffer | used words | depth |",
               "|---|---:|---:|"]
     lines += [f"| {name} | {b['used']} | {b['depth']} |" for name, b in report["buffers"].items()]
     program = report["program"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import ArchConfig
 from ..errors import SimulationError, ToolchainError
-from .harness import ACCEL_TOP, HARNESS_TOP, control_file, harness_verilog
+from .harness import ACCEL_TOP, HARNESS_TOP, control_file, extmem_verilog, harness_verilog
 from .tb_accel import WALL_FILE
 
 __all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root", "build_lock"]
@@ -184,10 +184,14 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log) -> None:
                                  if build_dir.parent.exists() else _mkdir(build_dir.parent)))
     (work / "accel.v").write_text(accelerator_verilog(config, log))
     (work / "harness.v").write_text(harness_verilog(config))
+    sources = [work / "public.vlt", work / "accel.v", work / "harness.v"]
+    if config.ext_memory:
+        (work / "extmem.v").write_text(extmem_verilog(config))
+        sources.append(work / "extmem.v")
     (work / "public.vlt").write_text(control_file())
     runner = get_runner("verilator")
     try:
-        runner.build(sources=[work / "public.vlt", work / "accel.v", work / "harness.v"],
+        runner.build(sources=sources,
                      hdl_toplevel=HARNESS_TOP, build_dir=work / "obj",
                      build_args=_BUILD_ARGS,
                      timescale=("1ns", "1ps"), log_file=work / "build.log")
@@ -200,8 +204,8 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log) -> None:
     if build_dir.exists():
         shutil.rmtree(build_dir)
     (work / "obj").rename(build_dir)
-    for name in ("accel.v", "harness.v", "public.vlt"):
-        shutil.copy(work / name, build_dir / name)
+    for source in sources:
+        shutil.copy(source, build_dir / source.name)
     shutil.rmtree(work, ignore_errors=True)
     log(f"Built in {time.monotonic() - started:.0f} s: {build_dir}")
 
@@ -303,18 +307,22 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
         tmp = Path(tmp)
         widths = {name: Accelerator.buffer_shape(config, name)[1]
                   for name in ("prog", "wgt", "par", "act", "lut")}
+        widths["ext"] = widths["wgt"]
+        if images.get("ext") and len(images["ext"]) > config.ext_depth:
+            raise ValueError(f"{len(images['ext'])} external-memory words given, but the "
+                             f"{config.name} architecture has {config.ext_depth}")
         counts = {}
         if images.get("lut") and not config.lut_tables:
             raise ValueError(f"Activation tables given, but the {config.name} architecture has "
                              f"lut_tables=0")
-        for name in ("prog", "wgt", "par", "lut"):
+        for name in ("prog", "wgt", "par", "lut", "ext"):
             words = images.get(name, [])
             _write_hex(tmp / f"{name}.hex", words, widths[name])
             counts[name] = len(words)
         _write_hex(tmp / "input.hex", images.get("input", []), widths["act"])
         plusargs = [f"+IMAGES={tmp}", f"+PROG_WORDS={counts['prog']}",
                     f"+WGT_WORDS={counts['wgt']}", f"+PAR_WORDS={counts['par']}",
-                    f"+LUT_WORDS={counts['lut']}",
+                    f"+LUT_WORDS={counts['lut']}", f"+EXT_WORDS={counts['ext']}",
                     f"+IN_ADDR={in_addr}", f"+IN_WORDS={in_words}", f"+OUT_ADDR={out_addr}",
                     f"+OUT_WORDS={out_words}", f"+SAMPLES={samples}",
                     f"+MAX_CYCLES={max_cycles}"]

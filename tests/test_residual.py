@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from hwonnx.api import build, simulate
+from hwonnx.api import build
 from hwonnx.config import ArchConfig
 from hwonnx.golden import evaluate
 from hwonnx.golden.ops import quantize

@@ -97,11 +97,11 @@ def program_error(out, why):
     (lambda doc: doc.update(extra=1), "program.json has unexpected key 'extra'"),
     (lambda doc: doc.pop("words") and None, "program.json has no key 'words'"),
     (lambda doc: doc["layers"][0].update(extra=1),
-     "program.json: layer 0 must have the keys first, last, macs, name, op, output, tiles, "
-     "wgt_bits, wgt_words"),
+     "program.json: layer 0 must have the keys ext_words, first, last, macs, name, op, output, "
+     "tiles, wgt_bits, wgt_words"),
     (lambda doc: doc["layers"][0].pop("name") and None,
-     "program.json: layer 0 must have the keys first, last, macs, name, op, output, tiles, "
-     "wgt_bits, wgt_words"),
+     "program.json: layer 0 must have the keys ext_words, first, last, macs, name, op, output, "
+     "tiles, wgt_bits, wgt_words"),
     (lambda doc: doc["instructions"][3].update(bogus=1),
      "program.json: instruction 3 must hold an op, its layer and instruction fields, all "
      "integers"),

@@ -12,7 +12,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError
 from ..hdl.top import Accelerator
-from ..isa import ELTW_FIELDS, FIELDS, LOOP_FIELDS, Op
+from ..isa import ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
 from .program import Instr, LayerPlan, Port, Program, encode_program
 from .timing import Timing, predict
@@ -79,6 +79,7 @@ _SHOWN = {
               "nt", "zp", "lo", "hi"),
     Op.ELTW: ("wait", "mode", "mul", "count", "acc_addr", "a_addr", "b_addr", "a_stride",
               "b_stride", "za", "zb", "ka", "kb"),
+    Op.LOADX: ("count", "wgt_addr", "ext_addr"),
     Op.END: (),
 }
 
@@ -106,7 +107,7 @@ _PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "plac
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape", "fill", "packed"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
-_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS} | set(
+_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS + LOADX_FIELDS} | set(
     _INSTRUCTION_METADATA)
 
 
@@ -135,9 +136,10 @@ def _check_program_doc(doc) -> None:
     _require(not missing, f"program.json has no key {', '.join(map(repr, sorted(missing)))}")
     _require(not extra, f"program.json has unexpected key {', '.join(map(repr, sorted(extra)))}")
     _require(isinstance(doc["arch"], dict), "program.json: 'arch' must be an object")
-    _require(isinstance(doc["images"], list) and set(doc["images"]) <= {"wgt", "par", "lut"}
+    _require(isinstance(doc["images"], list)
+             and set(doc["images"]) <= {"wgt", "par", "lut", "ext"}
              and {"wgt", "par"} <= set(doc["images"]),
-             "program.json: 'images' must list wgt, par and optionally lut")
+             "program.json: 'images' must list wgt, par and optionally lut and ext")
     _require(isinstance(doc["words"], dict) and all(is_int(v) for v in doc["words"].values()),
              "program.json: 'words' must map buffers to word counts")
     _require(isinstance(doc["layers"], list) and doc["layers"], "program.json: 'layers' must "

@@ -18,6 +18,7 @@ from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
+from .stream import plan_streaming
 from .taps import packable_inputs, packed_placement, packed_words
 from .weights import layer_wpack, pack_tile, weight_bits
 
@@ -137,7 +138,14 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
-    instructions = builder.finish(loops and config.walker)
+    streaming = plan_streaming(builder.wgt, [layer.wgt_words for layer in layers],
+                               builder.layer_tiles, [layer.name for layer in layers], config)
+    if streaming is not None:
+        builder.wgt = streaming.wgt
+        for index, words in streaming.streamed.items():
+            layers[index].ext_words = words
+    instructions = builder.finish(loops and config.walker,
+                                  streaming.loadx if streaming else {})
     seen = set()
     for record_index, record in enumerate(instructions[:-1]):
         plan = layers[record.layer]
@@ -145,10 +153,14 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
             seen.add(record.layer)
             plan.first = record_index
         plan.last = record_index
-    program = Program(config, instructions, builder.images(), layers, placements,
+    images = builder.images()
+    if streaming is not None:
+        images["ext"] = streaming.ext
+    program = Program(config, instructions, images, layers, placements,
                       tuple(Port(n.inputs[0], n.outputs[0]) for n in quantizers),
                       tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers))
-    program.words = {"prog": len(instructions), "wgt": len(builder.wgt),
+    program.words = {"prog": len(instructions),
+                     "wgt": streaming.words if streaming else len(builder.wgt),
                      "par": len(builder.par), "act": alloc.high_water}
     for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit
         used = program.words[name]                  # where a loop's addresses overflow
@@ -370,12 +382,15 @@ class _Builder:
                      rne=int(spec.rounding == "ort"), lut=lut)
                 for start, length, k in runs]
 
-    def finish(self, loops: bool = True) -> "list[Instr]":
+    def finish(self, loops: bool = True, loadx: "dict[int, list[dict]] | None" = None
+               ) -> "list[Instr]":
         """The stored program: each layer looped where its tiles allow it (``loops``), its
-        micro-instructions (:func:`~.loops.schedule`) otherwise, then END. Weight banks
-        alternate from tile to tile across the whole program."""
+        micro-instructions (:func:`~.loops.schedule`) otherwise, then END; the ``loadx``
+        instructions of a layer index before it (:mod:`.stream`). Weight banks alternate from
+        tile to tile across the whole program."""
         program, bank = [], 0
         for index, layer in enumerate(self.layer_tiles):
+            program.extend(Instr(f, index) for f in (loadx or {}).get(index, []))
             if layer.records is not None:          # not on the array: stored as it is
                 program.extend(Instr(r, index) for r in layer.records)
                 continue

@@ -1,6 +1,7 @@
 """The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
 and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/fetch.py``,
-``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py`` and ``hdl/eltwise.py`` exactly, so the
+``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py``, ``hdl/eltwise.py`` and ``hdl/dma.py``
+with the external memory model of ``hdl/extmem.py`` exactly, so the
 prediction equals the simulated cycle count (tested in ``tests/test_rtl.py``,
 ``tests/test_examples_rtl.py`` and ``tests/test_eltwise_rtl.py``)."""
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 from ..config import ArchConfig
 from ..hdl.eltwise import eltwise_cycles
+from ..hdl.extmem import MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
@@ -34,6 +36,8 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     drained = 0                   # first cycle no MATMUL or partial sum is in flight
     post_idle = 0                 # first cycle the post-processor is idle
     eltw_idle = 0                 # first cycle the element-wise engine is idle
+    dma_idle = 0                  # first cycle the DMA engine is idle
+    memory = MemoryTimeline(config.ext_timing) if config.ext_memory else None
     total = 0
     latency = post_latency(config)
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
@@ -67,8 +71,15 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             start = max(t, drained)
             post_idle = start + 1 + latency + instr["count"] * instr["nw"]
             finish = post_idle - 1
+        elif op == Op.LOADX:      # waits for the DMA and the loader: a fence for LOADWs
+            if memory is None:
+                raise ValueError(f"LOADX, but the {config.name} architecture has no external "
+                                 f"memory")
+            t = max(t, dma_idle, loader_free)
+            finish = memory.read(t + 1, instr["count"])
+            dma_idle = finish + 1
         elif op == Op.END:
-            t = max(t, loader_free, drained, post_idle, eltw_idle)
+            t = max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
             total = t
             finish = t
         else:

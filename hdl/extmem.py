@@ -1,0 +1,151 @@
+"""External memory: the burst read port the DMA engine drives (``hdl/dma.py``), the timing of
+a board's memory behind it, and a deterministic model of that memory for simulation.
+
+The port, in words of ``cols`` bytes (a weight word):
+
+- ``cmd_valid``, ``cmd_ready``, ``cmd_addr``, ``cmd_len``: a read of ``cmd_len`` words
+  (1 to the burst length) from word ``cmd_addr``, taken in a cycle where both are high;
+- ``rvalid``, ``rdata``: the words of the reads taken, in order, one per cycle where
+  ``rvalid`` is high.
+
+The model (:class:`ExternalMemory`) serves one read at a time: a read taken in cycle ``c``
+returns word ``i`` in cycle ``c + latency + i`` and the next read can be taken in cycle
+``c + latency + len``. Every ``refresh_period`` cycles after ``restart`` a refresh falls due;
+the memory refreshes for ``refresh_cycles`` cycles as soon as no read is in flight (before
+any new read), taking no read meanwhile. :class:`MemoryTimeline` is the same rules in
+Python, for the cycle model.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM"]
+
+
+@dataclass(frozen=True)
+class ExtTiming:
+    """Timing of an external memory behind its controller, in accelerator cycles."""
+    latency: int = 8            # a read's first word comes this many cycles after it is taken
+    burst: int = 16             # the longest read, in words
+    refresh_period: int = 195   # a refresh falls due this often ...
+    refresh_cycles: int = 4     # ... and takes this long
+
+    def __post_init__(self):
+        if self.latency < 2 or self.burst < 1 or self.refresh_cycles < 1 \
+                or self.refresh_period <= self.refresh_cycles + self.latency + self.burst:
+            raise ValueError(f"ExtTiming needs latency >= 2, burst >= 1 and a refresh period "
+                             f"longer than a refresh and a read, not {self}")
+
+
+    def transfer_cycles(self, words: int) -> int:
+        """Cycles a copy of ``words`` takes in bursts when no refresh falls in it."""
+        return -(-words // self.burst) * self.latency + words
+
+
+#: The ULX3S's 32 MB SDR SDRAM behind a controller at 25 MHz: CAS latency 2 plus activate,
+#: precharge and the controller's registers; 8,192 refreshes every 64 ms (one per 7.8 us).
+ULX3S_SDRAM = ExtTiming(latency=8, burst=16, refresh_period=195, refresh_cycles=4)
+
+#: External memories by the name ``ArchConfig.ext_memory`` gives.
+MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM}
+
+
+class ExternalMemory(wiring.Component):
+    """A deterministic model of an external memory of ``depth`` words of ``width`` bits with
+    ``timing`` (see the module docstring), for simulation harnesses.
+
+    Members
+    -------
+    restart : ``In(1)``: the refresh schedule starts over (pulsed with the accelerator's
+        ``start``, so that every run of a program takes the same cycles).
+    cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the read port.
+    load_we, load_addr, load_data : write a word (the harness loads the image).
+    """
+
+    def __init__(self, depth: int, width: int, timing: ExtTiming):
+        self._depth, self._timing = depth, timing
+        super().__init__({
+            "restart": In(1),
+            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_addr": In(32),
+            "cmd_len": In(range(timing.burst + 1)),
+            "rvalid": Out(1), "rdata": Out(width),
+            "load_we": In(1), "load_addr": In(range(depth)), "load_data": In(width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        t = self._timing
+        mem = Memory(shape=len(self.rdata), depth=self._depth, init=[])
+        m.submodules.mem = mem
+        load = mem.write_port()
+        read = mem.read_port()
+        m.d.comb += [load.en.eq(self.load_we), load.addr.eq(self.load_addr),
+                     load.data.eq(self.load_data), self.rdata.eq(read.data)]
+
+        tick = Signal(range(t.refresh_period))
+        due = Signal()
+        with m.If(self.restart):
+            m.d.sync += [tick.eq(0), due.eq(0)]
+        with m.Elif(tick == t.refresh_period - 1):
+            m.d.sync += [tick.eq(0), due.eq(1)]
+        with m.Else():
+            m.d.sync += tick.eq(tick + 1)
+
+        phase = Signal(range(t.latency + t.burst + 1))    # cycles since the read was taken
+        length = Signal(range(t.burst + 1))
+        addr = Signal(32)
+        refresh = Signal(range(t.refresh_cycles + 1))
+        busy = Signal()
+        m.d.comb += read.addr.eq(addr + phase - (t.latency - 1))
+        with m.If(busy):
+            m.d.sync += phase.eq(phase + 1)
+            with m.If(phase == t.latency - 1 + length):
+                m.d.sync += busy.eq(0)
+            m.d.sync += self.rvalid.eq((phase >= t.latency - 1) & (phase < t.latency - 1 + length))
+        with m.Elif(refresh != 0):
+            m.d.sync += [refresh.eq(refresh - 1), self.rvalid.eq(0)]
+        with m.Elif(due & ~self.restart):
+            m.d.sync += [refresh.eq(t.refresh_cycles - 1), due.eq(0), self.rvalid.eq(0)]
+        with m.Else():
+            m.d.comb += self.cmd_ready.eq(1)
+            m.d.sync += self.rvalid.eq(0)
+            with m.If(self.cmd_valid):
+                m.d.sync += [busy.eq(1), phase.eq(1), addr.eq(self.cmd_addr),
+                             length.eq(self.cmd_len)]
+        return m
+
+
+class MemoryTimeline:
+    """:class:`ExternalMemory`'s timing in Python, for the cycle model: the cycles the reads
+    of one DMA transfer after another take. Cycle 0 is the one with ``restart`` high."""
+
+    def __init__(self, timing: ExtTiming):
+        self.timing = timing
+        self._free = 0          # the first cycle with no read and no refresh running
+        self._served = 0        # refreshes served so far
+
+    def _due(self, k: int) -> int:
+        """The first cycle in which refresh ``k`` (from 0) is seen as due."""
+        return (k + 1) * self.timing.refresh_period + 1
+
+    def read(self, valid: int, count: int) -> int:
+        """A transfer whose first read command is valid from cycle ``valid`` (each next one
+        from the cycle after the previous one is taken) reads ``count`` words in bursts;
+        returns the cycle in which its last word arrives (``valid - 1`` for none)."""
+        t = self.timing
+        last, cycle, left = valid - 1, valid, count
+        while left:
+            taken = max(cycle, self._free)
+            while self._due(self._served) <= taken:      # refreshes come first
+                start = max(self._free, self._due(self._served))
+                self._free = start + t.refresh_cycles
+                self._served += 1
+                taken = max(taken, self._free)
+            length = min(left, t.burst)
+            last = taken + t.latency + length - 1
+            self._free, cycle, left = last + 1, taken + 1, left - length
+        return last

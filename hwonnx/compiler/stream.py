@@ -1,0 +1,90 @@
+"""Weights streamed from the external memory (``ArchConfig.ext_memory``): which layers keep
+their weights in the weight buffer and which stream, where they go, and the LOADX
+instructions that bring them in behind the computation (``docs/architecture.md``, "External
+memory").
+
+When a model's weight words do not fit the weight buffer, the largest layers stream until
+the rest (resident, from word 0) and two slots as large as the largest streamed layer fit.
+Streamed layer ``j`` (in program order) lives in slot ``j % 2``; its LOADX is issued right
+after the last instruction of streamed layer ``j - 2``, the slot's previous user (the first
+two at the start), so the copy overlaps the layers in between. A LOADX is accepted only when
+the DMA is idle and the weight loader has finished, so the LOADX after streamed layer
+``j``'s own (or a LOADX of no words after the last) is also the fence that makes its words
+visible to its LOADWs.
+"""
+
+from dataclasses import dataclass
+
+from ..config import ArchConfig
+from ..errors import ResourceError
+from ..isa import Op
+from .loops import LayerTiles
+
+__all__ = ["StreamPlan", "plan_streaming"]
+
+
+@dataclass
+class StreamPlan:
+    wgt: "list[int]"              # the weight buffer's image: the resident layers' words
+    ext: "list[int]"              # the external memory's image: the streamed layers' words
+    words: int                    # weight-buffer words used: resident and both slots
+    loadx: "dict[int, list[dict]]"     # LOADX instructions issued before layer index i
+    streamed: "dict[int, int]"    # layer index -> its words in the external memory
+
+
+def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[LayerTiles]",
+                   names: "list[str]", config: ArchConfig) -> "StreamPlan | None":
+    """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
+    the architecture has no external memory); relocates the weight addresses of every tile
+    in ``layers`` (each layer's words are ``layer_words[i]`` consecutive words of ``wgt``, in
+    layer order)."""
+    if not config.ext_memory or len(wgt) <= config.wgt_depth:
+        return None
+    starts = [sum(layer_words[:i]) for i in range(len(layer_words))]
+    resident = {i for i, w in enumerate(layer_words) if w}
+    streamed: "set[int]" = set()
+
+    def needed() -> int:
+        slot = max((layer_words[i] for i in streamed), default=0)
+        return sum(layer_words[i] for i in resident) + 2 * slot
+
+    while needed() > config.wgt_depth and resident:
+        largest = max(resident, key=lambda i: (layer_words[i], -i))
+        resident.discard(largest)
+        streamed.add(largest)
+    if needed() > config.wgt_depth:
+        largest = max(streamed, key=lambda i: layer_words[i])
+        raise ResourceError(f"Layer '{names[largest]}' has {layer_words[largest]} weight "
+                            f"words; streaming it from the external memory takes two slots "
+                            f"of that size, more than the {config.wgt_depth} words of the "
+                            f"weight buffer; raise --wgt-depth or use a larger array")
+    slot = max(layer_words[i] for i in streamed)
+    base, image = {}, []
+    for i in sorted(resident):
+        base[i] = len(image)
+        image += wgt[starts[i]:starts[i] + layer_words[i]]
+    order = sorted(streamed)
+    ext, ext_addr = [], {}
+    for j, i in enumerate(order):
+        base[i] = len(image) + (j % 2) * slot
+        ext_addr[i] = len(ext)
+        ext += wgt[starts[i]:starts[i] + layer_words[i]]
+    if len(ext) > config.ext_depth:
+        raise ResourceError(f"The streamed weights take {len(ext)} words of the external "
+                            f"memory, but the {config.name} architecture has "
+                            f"{config.ext_depth} (ext_depth)")
+    for i, layer in enumerate(layers):
+        for tile in layer.tiles:
+            tile.matmul["wgt_addr"] += base.get(i, 0) - starts[i]
+
+    loadx: "dict[int, list[dict]]" = {}
+
+    def issue(before_layer: int, fields: dict) -> None:
+        loadx.setdefault(before_layer, []).append({"op": Op.LOADX, **fields})
+
+    for j, i in enumerate(order + [None]):
+        where = 0 if j < 2 else order[j - 2] + 1
+        issue(where, dict(count=0, wgt_addr=0, ext_addr=0) if i is None else dict(
+            count=layer_words[i], wgt_addr=base[i], ext_addr=ext_addr[i]))
+    return StreamPlan(image, ext, len(image) + 2 * slot, loadx,
+                      {i: layer_words[i] for i in order})

@@ -1,0 +1,99 @@
+"""DmaEngine over the ExternalMemory model (hdl/dma.py, hdl/extmem.py): LOADX copies
+``count`` words from external word ``ext_addr`` to weight word ``wgt_addr``, each in the cycle
+it arrives, and the engine is idle again in exactly the cycle MemoryTimeline predicts, through
+bursts, the read latency and refreshes that fall due before, between and during transfers."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Elaboratable, Module
+
+from hwonnx.hdl.dma import DmaEngine
+from hwonnx.hdl.extmem import ULX3S_SDRAM, ExternalMemory, ExtTiming, MemoryTimeline
+from hwonnx.isa import Op
+
+from hdl_helpers import run_cycles, set_instr, small_config
+
+EXT_DEPTH = 96
+
+
+class _Pair(Elaboratable):
+    def __init__(self, config, timing):
+        self.dma = DmaEngine(config, timing)
+        self.mem = ExternalMemory(EXT_DEPTH, config.cols * 8, timing)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dma, m.submodules.mem = self.dma, self.mem
+        dma, mem = self.dma, self.mem
+        m.d.comb += [mem.cmd_valid.eq(dma.cmd_valid), dma.cmd_ready.eq(mem.cmd_ready),
+                     mem.cmd_addr.eq(dma.cmd_addr), mem.cmd_len.eq(dma.cmd_len),
+                     dma.rvalid.eq(mem.rvalid), dma.rdata.eq(mem.rdata)]
+        return m
+
+
+TIMINGS = {
+    "refresh_often": ExtTiming(latency=3, burst=4, refresh_period=23, refresh_cycles=3),
+    "single_words": ExtTiming(latency=2, burst=1, refresh_period=9, refresh_cycles=2),
+    "ulx3s_sdram": ULX3S_SDRAM,
+}
+
+
+@pytest.mark.parametrize("name", TIMINGS)
+def test_loadx_copies_the_words_in_the_predicted_cycles(name):
+    timing = TIMINGS[name]
+    config = small_config(2, 3)                    # 24-bit weight words, 32 of them
+    rng = np.random.default_rng(len(name))
+    image = [int(w) for w in rng.integers(0, 1 << 24, EXT_DEPTH)]
+    counts = [min(c, config.wgt_depth) for c in (0, 1, timing.burst, timing.burst + 1,
+                                                  2 * timing.burst + 3, 32, 17, 5, 29, 1)]
+    transfers = []
+    for count in counts:
+        ext = int(rng.integers(0, EXT_DEPTH - count + 1))
+        wgt = int(rng.integers(0, config.wgt_depth - count + 1))
+        transfers.append((count, ext, wgt, int(rng.integers(0, 2 * timing.refresh_period))))
+    pair = _Pair(config, timing)
+    dma, mem = pair.dma, pair.mem
+    restart = EXT_DEPTH + 1           # the image is loaded first; cycle 0 of the timeline
+    state = {"next": 0, "earliest": restart + 3, "dispatched": []}
+    writes, idle = [], {}
+
+    def step(ctx, cycle):
+        loading = cycle < EXT_DEPTH
+        ctx.set(mem.load_we, loading)
+        if loading:
+            ctx.set(mem.load_addr, cycle)
+            ctx.set(mem.load_data, image[cycle])
+        ctx.set(mem.restart, cycle == restart)
+        idle[cycle] = ctx.get(dma.idle)
+        if ctx.get(dma.wgt_we):
+            writes.append((cycle, ctx.get(dma.wgt_addr), ctx.get(dma.wgt_data)))
+        go = (state["next"] < len(transfers) and cycle >= state["earliest"] and idle[cycle])
+        ctx.set(dma.dispatch, go)
+        if go:
+            count, ext, wgt, gap = transfers[state["next"]]
+            set_instr(ctx, dma.instr, dict(op=Op.LOADX, count=count, ext_addr=ext,
+                                           wgt_addr=wgt))
+            state["dispatched"].append(cycle)
+            state["next"] += 1
+            state["earliest"] = cycle + 1 + gap
+
+    run_cycles(pair, restart + 2500, step)
+    assert state["next"] == len(transfers)
+
+    timeline = MemoryTimeline(timing)
+    expected_writes = []
+    for (count, ext, wgt, _), dispatch in zip(transfers, state["dispatched"]):
+        last = restart + timeline.read(dispatch - restart + 1, count)
+        # busy from the cycle after the dispatch through the last word, idle after it
+        assert [idle[c] for c in range(dispatch + 1, last + 2)] == [0] * (last - dispatch) + [1]
+        expected_writes += [(wgt + i, image[ext + i]) for i in range(count)]
+        assert writes and [c for c, _, _ in writes if dispatch < c <= last][-1:] == (
+            [last] if count else [])
+    assert [(a, d) for _, a, d in writes] == expected_writes
+    # the transfers spanned several refreshes
+    assert state["dispatched"][-1] - restart > 4 * timing.refresh_period
+
+
+def test_timing_needs_a_refresh_period_longer_than_a_read():
+    with pytest.raises(ValueError, match="refresh period"):
+        ExtTiming(latency=8, burst=16, refresh_period=20, refresh_cycles=4)
