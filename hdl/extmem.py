@@ -28,27 +28,35 @@ __all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_S
 
 @dataclass(frozen=True)
 class ExtTiming:
-    """Timing of an external memory behind its controller, in accelerator cycles."""
+    """Timing of an external memory behind its controller, in accelerator cycles, and its
+    size."""
     latency: int = 8            # a read's first word comes this many cycles after it is taken
     burst: int = 16             # the longest read, in words
     refresh_period: int = 195   # a refresh falls due this often ...
     refresh_cycles: int = 4     # ... and takes this long
+    size_bytes: int = 32 << 20  # the memory's capacity
 
     def __post_init__(self):
         if self.latency < 2 or self.burst < 1 or self.refresh_cycles < 1 \
-                or self.refresh_period <= self.refresh_cycles + self.latency + self.burst:
+                or self.refresh_period <= self.refresh_cycles + self.latency + self.burst \
+                or self.size_bytes < 1:
             raise ValueError(f"ExtTiming needs latency >= 2, burst >= 1 and a refresh period "
                              f"longer than a refresh and a read, not {self}")
-
 
     def transfer_cycles(self, words: int) -> int:
         """Cycles a copy of ``words`` takes in bursts when no refresh falls in it."""
         return -(-words // self.burst) * self.latency + words
 
 
+    def words(self, word_bytes: int) -> int:
+        """The words of ``word_bytes`` bytes the memory holds."""
+        return self.size_bytes // word_bytes
+
+
 #: The ULX3S's 32 MB SDR SDRAM behind a controller at 25 MHz: CAS latency 2 plus activate,
 #: precharge and the controller's registers; 8,192 refreshes every 64 ms (one per 7.8 us).
-ULX3S_SDRAM = ExtTiming(latency=8, burst=16, refresh_period=195, refresh_cycles=4)
+ULX3S_SDRAM = ExtTiming(latency=8, burst=16, refresh_period=195, refresh_cycles=4,
+                        size_bytes=32 << 20)
 
 #: External memories by the name ``ArchConfig.ext_memory`` gives.
 MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM}

@@ -110,13 +110,14 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
 
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
-          override_initializers=None,
+          override_initializers=None, ext_memory: "str | None" = None,
           verilog: bool = True, bitstream: bool = False, log=print,
           **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols``, ``<buffer>_depth`` and ``lut_tables`` keywords override the board's default
-    configuration."""
+    configuration; ``ext_memory`` adds an external memory (:data:`hwonnx.hdl.extmem.
+    MEMORIES`) from which the weights that do not fit the weight buffer stream."""
     unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog")} \
         - {"lut_tables"}
     if unknown:
@@ -130,7 +131,11 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     config = config or target.default_config
     if not target.is_simulation:
         config = replace(config, clock_hz=target.clock_hz)
-    config = configure_arch(config, rows=rows, cols=cols, **depths)
+    if ext_memory is not None and not target.is_simulation:
+        raise UsageError(f"An external memory needs board sources with its controller, which "
+                         f"hwonnx does not generate yet for '{board}'; build for the 'sim' "
+                         f"target to simulate with --ext-memory")
+    config = configure_arch(config, ext_memory, rows=rows, cols=cols, **depths)
     if not target.is_simulation and size is None:
         check_fits(config, target)          # before any compilation or synthesis
     if bitstream and out_dir is None:

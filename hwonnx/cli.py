@@ -26,6 +26,7 @@ def _shape_arg(text: str) -> "tuple[str, tuple[int, ...]]":
 
 def build_parser() -> argparse.ArgumentParser:
     from .boards import BOARDS
+    from .hdl.extmem import MEMORIES
 
     parser = argparse.ArgumentParser(
         prog="hwonnx", description="Compile ONNX models into int8 systolic-array accelerators "
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lut-tables", type=int, metavar="N",
                    help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-15 "
                         "(default: the board's)")
+    p.add_argument("--ext-memory", choices=sorted(MEMORIES),
+                   help="an external memory the weights that do not fit the weight buffer "
+                        "stream from, simulated with its timing (--board sim only for now)")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
                    metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
     p.add_argument("--override-initializer", action="append", default=[],
@@ -275,7 +279,7 @@ def _run(args, output: _Output) -> int:
             api.build(model, args.out, board=args.board, calib=calib, rows=args.rows,
                       cols=args.cols, input_shapes=dict(args.input_shape) or None, log=log,
                       override_initializers=read_overrides(args.override_initializer) or None,
-                      bitstream=args.bitstream,
+                      bitstream=args.bitstream, ext_memory=args.ext_memory,
                       **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "inspect":
         from .boards import get_board

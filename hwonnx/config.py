@@ -110,6 +110,11 @@ class ArchConfig:
             raise ValueError(f"ArchConfig.ext_memory must be one of {sorted(MEMORIES)} with a "
                              f"positive ext_depth, or '' with 0, not {self.ext_memory!r} with "
                              f"{self.ext_depth!r}")
+        if self.ext_memory and self.ext_depth > MEMORIES[self.ext_memory].words(self.cols):
+            raise ValueError(f"ArchConfig.ext_depth must be at most the "
+                             f"{MEMORIES[self.ext_memory].words(self.cols)} words of "
+                             f"{self.cols} bytes that {self.ext_memory!r} holds, not "
+                             f"{self.ext_depth}")
         if self.acc_depth < 2 or self.acc_depth % 2:
             raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
                              f"{self.acc_depth}")

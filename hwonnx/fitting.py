@@ -130,19 +130,32 @@ def for_architecture(graph: Graph, config: ArchConfig, log=print) -> Graph:
                                       for n in graph.nodes))
 
 
-def configure_arch(config: ArchConfig, **changes: "int | None") -> ArchConfig:
+def configure_arch(config: ArchConfig, ext_memory: "str | None" = None,
+                   **changes: "int | None") -> ArchConfig:
     """``config`` with the ``changes`` that are not None (``rows=16``, ``wgt_depth=4096``, as
-    ``hwonnx build`` and ``hwonnx inspect`` take them from their options).
+    ``hwonnx build`` and ``hwonnx inspect`` take them from their options); with
+    ``ext_memory``, the external memory of that name (:data:`hwonnx.hdl.extmem.MEMORIES`),
+    all of it (``ext_depth``: its size in weight words of the resulting array).
 
     Raises
     ------
     ResourceError
-        If the result is not a valid architecture: ``Invalid architecture: <why>``.
+        If the result is not a valid architecture: ``Invalid architecture: <why>``, or the
+        external memory is unknown.
     """
+    from .hdl.extmem import MEMORIES
+
     changes = {k: v for k, v in changes.items() if v is not None}
-    if not changes:
+    if not changes and ext_memory is None:
         return config
     try:
-        return replace(config, **changes)
+        config = replace(config, **changes)
     except (TypeError, ValueError) as error:
         raise ResourceError(f"Invalid architecture: {error}") from error
+    if ext_memory is None:
+        return config
+    if ext_memory not in MEMORIES:
+        raise ResourceError(f"Unknown external memory '{ext_memory}'; known memories are "
+                            f"{', '.join(sorted(MEMORIES))}")
+    return replace(config, ext_memory=ext_memory,
+                   ext_depth=MEMORIES[ext_memory].words(config.cols))

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.api import build
+from hwonnx.cli import main
 from hwonnx.compiler import Op
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
@@ -103,3 +104,46 @@ def test_a_layer_larger_than_half_the_buffer_is_refused_by_name():
     with pytest.raises(ResourceError, match=r"^Layer 'conv0' has 576 weight words; streaming "
                                             r"it from the external memory takes two slots"):
         build(_model(), None, config=small, calib=_samples(8), log=_quiet)
+
+
+def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
+    """``hwonnx build --ext-memory``: the weight buffer keeps the depth given and the memory
+    model is sized to the streamed words; ``hwonnx sim --compare`` runs the build folder on the
+    RTL with the memory model and compares it with golden."""
+    onnx.save(_model(), tmp_path / "model.onnx")
+    np.savez(tmp_path / "calib.npz", **_samples(8))
+    np.savez(tmp_path / "x.npz", **_samples(2))
+    out = tmp_path / "build"
+    code = main(["build", str(tmp_path / "model.onnx"), "-o", str(out), "--calib",
+                 str(tmp_path / "calib.npz"), "--ext-memory", "ulx3s-sdram", "--wgt-depth",
+                 "1280", "--act-depth", "1024", "--acc-depth", "256"])
+    assert code == 0, capsys.readouterr().err
+    arch = ArchConfig.from_json((out / "arch.json").read_text())
+    assert (arch.ext_memory, arch.wgt_depth, arch.ext_depth) == ("ulx3s-sdram", 1280, 2048)
+    assert len((out / "ext.hex").read_text().split()) == 576 + 512 + 512 + 128
+    report = (out / "report.md").read_text()
+    assert "External memory `ulx3s-sdram`" in report
+    capsys.readouterr()
+    code = main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--compare"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "8,809 cycles per sample (predicted 8,809)" in captured.out
+    assert "RTL equals the golden model bit for bit" in captured.out
+
+
+def test_the_command_line_refuses_an_external_memory_on_a_board(tmp_path, capsys):
+    onnx.save(_model(), tmp_path / "model.onnx")
+    code = main(["build", str(tmp_path / "model.onnx"), "-o", str(tmp_path / "out"),
+                 "--board", "ulx3s-85f", "--ext-memory", "ulx3s-sdram"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err == ("hwonnx: error: An external memory needs board sources with its "
+                            "controller, which hwonnx does not generate yet for 'ulx3s-85f'; "
+                            "build for the 'sim' target to simulate with --ext-memory\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_external_memory_holds_at_most_its_size():
+    with pytest.raises(ValueError, match=r"at most the 4194304 words of 8 bytes that "
+                                         r"'ulx3s-sdram' holds, not 4194305"):
+        ArchConfig(ext_memory="ulx3s-sdram", ext_depth=(32 << 20) // 8 + 1)

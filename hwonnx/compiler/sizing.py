@@ -25,9 +25,11 @@ _FIELD = {f.name: f for f in FIELDS}
 
 def probe(config: ArchConfig, fixed=()) -> ArchConfig:
     """``config`` with every buffer not in ``fixed`` as deep as an instruction can address
-    (the accumulators keep their depth: it sets the tiling)."""
-    limits = {"act": addressable("act"), "wgt": addressable("wgt"),
-              "par": addressable("par"), "prog": 1 << 16}
+    (the accumulators keep their depth: it sets the tiling; with an external memory, the
+    weight buffer keeps its depth too: the weights that do not fit it stream)."""
+    limits = {"act": addressable("act"), "par": addressable("par"), "prog": 1 << 16}
+    if not config.ext_memory:
+        limits["wgt"] = addressable("wgt")
     changes = {f"{name}_depth": depth for name, depth in limits.items() if name not in fixed}
     if "lut" not in fixed:
         changes["lut_tables"] = _FIELD["lut"].max
@@ -36,10 +38,12 @@ def probe(config: ArchConfig, fixed=()) -> ArchConfig:
 
 def needs(program: Program) -> "dict[str, int]":
     """Words each buffer of ``program`` uses; for the accumulators, the depth beyond which
-    no M tile grows (twice the largest output tile, both halves in use)."""
+    no M tile grows (twice the largest output tile, both halves in use); ``ext``: the words
+    of the external memory's image."""
     half = max((i["count"] for i in program.expanded() if i.op == Op.POST), default=1)
     return {**program.words, "acc": 2 * half,
-            "lut": len(program.images.get("lut", ())) // 256}
+            "lut": len(program.images.get("lut", ())) // 256,
+            "ext": len(program.images.get("ext", ()))}
 
 
 def _pow2(n: int) -> int:
@@ -70,4 +74,6 @@ def sized(config: ArchConfig, words: "dict[str, int]", fixed=(),
         else:
             depth = max(current, _pow2(need))
         changes[f"{name}_depth"] = depth
+    if config.ext_memory and block_depth is None:     # a simulation's memory model: what is
+        changes["ext_depth"] = min(config.ext_depth, _pow2(max(1, words.get("ext", 0))))   # used
     return replace(config, **changes)
