@@ -1,0 +1,64 @@
+"""Run in its own process (``python -m hwonnx.boards.litedram_gen CONFIG OUT``): LiteDRAM's
+standalone core generator (``litedram.gen``) for one memory, with no CPU, a Wishbone control
+bus and one native user port; writes ``OUT/<name>.v`` and ``OUT/core.json``: the control
+registers' addresses, the memory's initialization sequence as LiteDRAM's own BIOS would run it
+(``litedram.init``), and the user port's widths. A separate process keeps Migen and LiteX out
+of hwonnx's (``boards/litedram.py`` reads the result)."""
+
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def main(config_path: str, out_dir: str) -> None:
+    from litedram import modules, phy
+    from litedram.gen import LiteDRAMCore
+    from litedram.init import get_sdram_phy_init_sequence
+    from litex.build.lattice import LatticePlatform
+    from litex.soc.integration.builder import Builder
+
+    config = json.loads(Path(config_path).read_text())
+    name = config.pop("name")
+    core_config = {**config, "cpu": None,
+                   "sdram_module": getattr(modules, config["sdram_module"]),
+                   "sdram_phy": getattr(phy, config["sdram_phy"]),
+                   "sys_clk_freq": float(config["sys_clk_freq"])}
+    out = Path(out_dir)
+    platform = LatticePlatform(core_config["device"], io=[], toolchain="trellis")
+    soc = LiteDRAMCore(platform, core_config, integrated_rom_size=0)
+    builder = Builder(soc, output_dir=str(out / "litex"), compile_gateware=False,
+                      compile_software=False, csr_csv=str(out / "csr.csv"))
+    builder.build(build_name=name, regular_comb=False)
+    verilog = (out / "litex" / "gateware" / f"{name}.v").read_text()
+    # Migen declares the data pins, which only a TRELLIS_IO inside drives, as inputs.
+    verilog, changed = re.subn(r"\binput(\s+wire\s+\[\d+:0\]\s+sdram_dq,)", r"inout\1", verilog)
+    if changed != 1:
+        raise RuntimeError("litedram_gen: no sdram_dq port in the generated core")
+    (out / f"{name}.v").write_text(verilog)
+
+    def port_bits(signal: str) -> int:
+        found = re.search(rf"\[(\d+):0\]\s+user_port_dma_{signal},", verilog)
+        return int(found.group(1)) + 1
+
+    registers = {}
+    with open(out / "csr.csv") as f:
+        for row in csv.reader(line for line in f if not line.startswith("#")):
+            if row[0] == "csr_register":
+                registers[row[1]] = int(row[2], 16)
+    phy_settings = soc.sdrphy.settings
+    sequence, _ = get_sdram_phy_init_sequence(phy_settings,
+                                              soc.sdram.controller.settings.timing)
+    (out / "core.json").write_text(json.dumps({
+        "module": name, "registers": registers,
+        "init": [[comment, a, ba, cmd, delay] for comment, a, ba, cmd, delay in sequence],
+        "port_addr_bits": port_bits("cmd_addr"), "port_data_bits": port_bits("rdata_data"),
+        "cl": phy_settings.cl,
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
