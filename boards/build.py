@@ -49,10 +49,12 @@ SYNTH_OVERRIDES = {
 
 def board_images(program: Program) -> "dict[str, list[int]]":
     """The memories' initial contents in the bitstream: all but a program loaded at run
-    time (``ArchConfig.runtime_program``)."""
+    time (``ArchConfig.runtime_program``) and the external memory's image (the host loads
+    both)."""
+    images = {name: words for name, words in program.images.items() if name != "ext"}
     if program.config.runtime_program:
-        return dict(program.images)
-    return {"prog": encode_program(program), **program.images}
+        return images
+    return {"prog": encode_program(program), **images}
 
 
 def build_id(program: Program) -> int:

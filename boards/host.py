@@ -7,7 +7,7 @@ pyserial is imported only when a port is opened, so the rest of hwonnx works wit
 from ..errors import ToolchainError, UsageError
 from .protocol import ProtocolError
 
-__all__ = ["SerialTransport", "run_samples", "send_program"]
+__all__ = ["SerialTransport", "run_samples", "send_external", "send_program"]
 
 
 class SerialTransport:
@@ -82,6 +82,13 @@ def send_program(client, config, program_words: "list[int]") -> None:
     initial contents (``ArchConfig.runtime_program``); otherwise it is in the bitstream."""
     if config.runtime_program:
         client.load_program(program_words, config.prog_width)
+
+
+def send_external(client, config, words: "list[int]") -> None:
+    """Load the external memory's image (the streamed weights) over the host link when
+    ``config`` has an external memory: it has no initial contents."""
+    if config.ext_memory:
+        client.write_external(words, config.cols * 8)
 
 
 def run_samples(client, in_addrs: "list[int]", reads: "list[tuple[int, int]]",

@@ -37,6 +37,7 @@ class Command(enum.IntEnum):
     RUN = 0x03
     STATUS = 0x04
     LOAD = 0x05
+    WRITEX = 0x06
 
 
 class Status(enum.IntEnum):
@@ -231,6 +232,19 @@ class Client:
         for first in range(0, len(words), per_frame):
             chunk = data[first * size:(first + per_frame) * size]
             self.command(Command.LOAD, struct.pack("<H", first) + chunk)
+
+    def write_external(self, words: "list[int]", width: int, addr: int = 0) -> None:
+        """Write ``words`` of ``width`` bits into the external memory from word ``addr`` on
+        (``WRITEX``; only builds with an external memory accept it)."""
+        size = width // 8
+        if not 0 <= addr or addr + len(words) > 1 << 32:
+            raise ValueError(f"Words [{addr}, {addr + len(words)}) must lie within the 32-bit "
+                             f"address space")
+        data = b"".join(int(w).to_bytes(size, "little") for w in words)
+        per_frame = (MAX_PAYLOAD - 4) // size
+        for first in range(0, len(words), per_frame):
+            chunk = data[first * size:(first + per_frame) * size]
+            self.command(Command.WRITEX, struct.pack("<I", addr + first) + chunk)
 
     def read_words(self, addr: int, count: int) -> bytes:
         """Read ``count`` activation words from word ``addr`` on (``count * rows`` bytes)."""

@@ -6,7 +6,7 @@ from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from ..hdl.bridge import HostBridge
+from ..hdl.bridge import EXT_WRITE_PORTS, HostBridge
 from ..hdl.top import Accelerator
 from .clocks import pll_domain
 from .registry import Board
@@ -14,6 +14,10 @@ from .registry import Board
 __all__ = ["SystemTop", "BoardTop", "DEFAULT_BAUD"]
 
 DEFAULT_BAUD = 115_200
+
+#: The accelerator's external-memory read port (``hdl/extmem.py``).
+_EXT_READ_PORTS = ("ext_cmd_valid", "ext_cmd_ready", "ext_cmd_addr", "ext_cmd_len",
+                   "ext_rvalid", "ext_rdata")
 
 
 class SystemTop(wiring.Component):
@@ -23,20 +27,38 @@ class SystemTop(wiring.Component):
     Members
     -------
     rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
+    ext_cmd_*, ext_rvalid, ext_rdata : the accelerator's external-memory read port, and
+    ext_wr_* : the host bridge's writes into it, and ext_restart : ``Out(1)`` the
+    accelerator's ``start`` (a memory model's refresh schedule starts over): with
+    ``ArchConfig.ext_memory`` only, for the memory or its model outside.
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]]", divisor: int,
                  build_id: int):
-        self._config, self._images = config, images
-        self._divisor, self._build_id = divisor, build_id
-        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
+        self._config = config
+        self._accel = Accelerator(config, images)
+        self._bridge = HostBridge(config, divisor, build_id)
+        members = {"rx": In(1, init=1), "tx": Out(1, init=1)}
+        if config.ext_memory:
+            accel, bridge = self._accel.signature.members, self._bridge.signature.members
+            members.update({name: accel[name] for name in _EXT_READ_PORTS})
+            members.update({name: bridge[name] for name in EXT_WRITE_PORTS})
+            members["ext_restart"] = Out(1)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.accel = accel = Accelerator(self._config, self._images)
-        m.submodules.bridge = bridge = HostBridge(self._config, self._divisor, self._build_id)
+        m.submodules.accel = accel = self._accel
+        m.submodules.bridge = bridge = self._bridge
         bridge.connect_accelerator(m, accel)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
+        if self._config.ext_memory:
+            for inner, names in ((accel, _EXT_READ_PORTS), (bridge, EXT_WRITE_PORTS)):
+                for name in names:
+                    ours, theirs = getattr(self, name), getattr(inner, name)
+                    flow = self.signature.members[name].flow
+                    m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
+            m.d.comb += self.ext_restart.eq(accel.start)
         return m
 
 

@@ -14,6 +14,8 @@ __all__ = ["HostBridge"]
 _HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr",
                "host_act_data", "host_act_raddr", "host_act_rdata")
 _PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
+#: The external memory's write port (``ArchConfig.ext_memory``), outside the accelerator.
+EXT_WRITE_PORTS = ("ext_wr_valid", "ext_wr_ready", "ext_wr_addr", "ext_wr_data")
 
 
 class HostBridge(wiring.Component):
@@ -25,7 +27,10 @@ class HostBridge(wiring.Component):
     ``WRITE`` writes nothing, but the checksum can only be checked at the end: a ``WRITE``
     with a bad checksum has already written its words when it replies ``BAD_CHECKSUM``.
     ``LOAD`` writes program words the same way; it exists only when the program memory is
-    loaded at run time (``ArchConfig.prog_width``). ``RUN`` pulses ``start`` and replies when
+    loaded at run time (``ArchConfig.prog_width``). ``WRITEX`` writes weight words into the
+    external memory, each held on ``ext_wr_*`` until the memory takes it; it exists only with
+    an external memory (``ArchConfig.ext_memory``), which must take a word within the time
+    the next one takes to arrive. ``RUN`` pulses ``start`` and replies when
     ``done`` rises. One command is outstanding at a time: bytes that arrive while a command
     executes or its reply is being sent are discarded. A frame that stops arriving for
     ``timeout_bits`` bit times, or has a UART framing error, is abandoned without a reply.
@@ -52,6 +57,8 @@ class HostBridge(wiring.Component):
         To the accelerator's activation-buffer host ports of the same names and shapes.
     host_prog_we, host_prog_addr, host_prog_data : ``Out``
         To the accelerator's program-memory host ports, with ``prog_width`` only.
+    ext_wr_valid, ext_wr_addr, ext_wr_data : ``Out``. ext_wr_ready : ``In``
+        A write of one external-memory word, with ``ext_memory`` only.
 
     Raises
     ------
@@ -97,6 +104,9 @@ class HostBridge(wiring.Component):
         if config.runtime_program:
             members.update(host_prog_we=Out(1), host_prog_addr=Out(range(config.prog_words)),
                            host_prog_data=Out(config.prog_width))
+        if config.ext_memory:
+            members.update(ext_wr_valid=Out(1), ext_wr_ready=In(1), ext_wr_addr=Out(32),
+                           ext_wr_data=Out(config.cols * 8))
         super().__init__(members)
 
     @property
@@ -114,9 +124,10 @@ class HostBridge(wiring.Component):
 
     def elaborate(self, platform):
         p, cfg, rows = self._protocol, self.config, self.config.rows
-        load = cfg.runtime_program
+        load, ext = cfg.runtime_program, bool(cfg.ext_memory)
         pbytes = cfg.prog_width // 8            # bytes per program word (LOAD)
-        widest = max(rows, pbytes)
+        xbytes = cfg.cols if ext else 0         # bytes per external word (WRITEX)
+        widest = max(rows, pbytes, xbytes)
         Cmd, St = p.Command, p.Status
         m = Module()
         m.submodules.uart_rx = urx = UartRx(self._divisor)
@@ -129,17 +140,21 @@ class HostBridge(wiring.Component):
         cmd, length, rsum = Signal(8), Signal(16), Signal(8)
         err, status = Signal(8), Signal(8)
         index = Signal(16)                      # payload byte, received or sent
-        addr, count, words = Signal(16), Signal(16), Signal(16)
+        addr, count, words = Signal(32), Signal(16), Signal(16)
         lane = Signal(range(widest))
         wbuf = Signal(widest * 8)
         rem, it = Signal(range(2 * widest)), Signal(range(16))
-        is_load = Signal()
+        is_load, is_ext = Signal(), Signal()
         unit = Signal(range(widest + 1))        # bytes per word of the command's buffer
+        head = Signal(3)                        # address bytes before the data
         m.d.comb += [is_load.eq(cmd == Cmd.LOAD) if load else is_load.eq(0),
-                     unit.eq(Mux(is_load, pbytes, rows))]
-        writes = Signal()                       # WRITE or LOAD
-        m.d.comb += writes.eq((cmd == Cmd.WRITE) | is_load)
-        last_cmd = int(Cmd.LOAD) if load else int(Cmd.STATUS)
+                     is_ext.eq(cmd == Cmd.WRITEX) if ext else is_ext.eq(0),
+                     unit.eq(Mux(is_ext, xbytes, Mux(is_load, pbytes, rows))),
+                     head.eq(Mux(is_ext, 4, 2))]
+        writes = Signal()                       # WRITE, LOAD or WRITEX
+        m.d.comb += writes.eq((cmd == Cmd.WRITE) | is_load | is_ext)
+        known = Signal()
+        m.d.comb += known.eq((cmd <= Cmd.STATUS) | is_load | is_ext)
         reply_len, tsum = Signal(16), Signal(8)
         kind = Signal(range(5))                 # reply payload source
         K_NONE, K_INFO, K_READ, K_RUN, K_STATUS = range(5)
@@ -153,11 +168,19 @@ class HostBridge(wiring.Component):
         shifted = Cat(wbuf[8:], byte)
         m.d.comb += [word_done.eq(data_byte & (lane == unit - 1) & (err == 0)),
                      self.host_act_addr.eq(addr), self.host_act_data.eq(shifted[-rows * 8:]),
-                     self.host_act_we.eq(word_done & ~is_load),
+                     self.host_act_we.eq(word_done & ~is_load & ~is_ext),
                      self.host_act_raddr.eq(addr)]
         if load:
             m.d.comb += [self.host_prog_addr.eq(addr), self.host_prog_we.eq(word_done & is_load),
                          self.host_prog_data.eq(shifted[-pbytes * 8:])]
+        if ext:                                 # held until the memory takes it
+            xvalid, xaddr, xdata = Signal(), Signal(32), Signal(xbytes * 8)
+            m.d.comb += [self.ext_wr_valid.eq(xvalid), self.ext_wr_addr.eq(xaddr),
+                         self.ext_wr_data.eq(xdata)]
+            with m.If(self.ext_wr_ready):
+                m.d.sync += xvalid.eq(0)
+            with m.If(word_done & is_ext):
+                m.d.sync += [xvalid.eq(1), xaddr.eq(addr), xdata.eq(shifted[-xbytes * 8:])]
         with m.If(data_byte):
             m.d.sync += [wbuf.eq(shifted), lane.eq(lane + 1)]
             with m.If(lane == unit - 1):
@@ -203,7 +226,8 @@ class HostBridge(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += urx.data.ready.eq(1)
-                m.d.sync += [rsum.eq(0), err.eq(0), timer.eq(0), index.eq(0), lane.eq(0)]
+                m.d.sync += [rsum.eq(0), err.eq(0), timer.eq(0), index.eq(0), lane.eq(0),
+                             addr.eq(0)]
                 with m.If(got & (byte == p.FRAME_SYNC)):
                     m.next = "CMD"
             for state, field, after in (("CMD", cmd, "LEN_LO"), ("LEN_LO", length[:8], "LEN_HI"),
@@ -215,14 +239,14 @@ class HostBridge(wiring.Component):
                         m.next = after
                     receiving()
             with m.State("HEADER"):
-                with m.If(cmd > last_cmd):
+                with m.If(~known):
                     fail(St.UNKNOWN_COMMAND)
                 with m.Elif(((cmd == Cmd.READ) & (length != 4)) |
-                          (writes & (length < 2)) |
+                          (writes & (length < head)) |
                           ((cmd != Cmd.READ) & ~writes & (length != 0))):
                     fail(St.BAD_LENGTH)
-                # words, rem = divmod(length - 2, unit), one quotient bit per cycle
-                m.d.sync += [words.eq(length - 2), rem.eq(0), it.eq(0)]
+                # words, rem = divmod(length - head, unit), one quotient bit per cycle
+                m.d.sync += [words.eq(length - head), rem.eq(0), it.eq(0)]
                 m.next = "DIVIDE"
                 receiving()
             with m.State("DIVIDE"):
@@ -252,18 +276,26 @@ class HostBridge(wiring.Component):
                         with m.Case(1):
                             m.d.sync += addr[8:].eq(byte)
                             depth = Mux(is_load, cfg.prog_words, cfg.act_depth)
-                            with m.If(writes & (Cat(addr[:8], byte) + words > depth)):
+                            with m.If(writes & ~is_ext & (Cat(addr[:8], byte) + words > depth)):
                                 fail(St.ADDRESS_RANGE)
                         with m.Case(2):
-                            m.d.sync += count[:8].eq(byte)
+                            with m.If(is_ext):
+                                m.d.sync += addr[16:24].eq(byte)
+                            with m.Else():
+                                m.d.sync += count[:8].eq(byte)
                         with m.Case(3):
-                            m.d.sync += [count[8:].eq(byte), reply_len.eq(reply_bytes)]
+                            with m.If(is_ext):
+                                m.d.sync += addr[24:].eq(byte)
+                                with m.If(Cat(addr[:24], byte) + words > cfg.ext_depth):
+                                    fail(St.ADDRESS_RANGE)
+                            with m.Else():
+                                m.d.sync += [count[8:].eq(byte), reply_len.eq(reply_bytes)]
                             with m.If(cmd == Cmd.READ):
                                 with m.If(reply_bytes > p.MAX_PAYLOAD):
                                     fail(St.BAD_LENGTH)
                                 with m.Elif(addr + count_in > cfg.act_depth):
                                     fail(St.ADDRESS_RANGE)
-                    m.d.comb += data_byte.eq(writes & (index >= 2))
+                    m.d.comb += data_byte.eq(writes & (index >= head))
                     with m.If(index == length - 1):
                         m.next = "CHECK"
                 receiving()
@@ -281,7 +313,7 @@ class HostBridge(wiring.Component):
                         with m.Switch(cmd):
                             with m.Case(Cmd.INFO):
                                 reply(K_INFO, len(info.encode()))
-                            with m.Case(Cmd.WRITE, Cmd.LOAD):
+                            with m.Case(Cmd.WRITE, Cmd.LOAD, Cmd.WRITEX):
                                 reply(K_NONE, 0)
                             with m.Case(Cmd.READ):
                                 reply(K_READ, reply_len)

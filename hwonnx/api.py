@@ -236,7 +236,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
     (``hwonnx run``); checks first that the board holds this very build."""
     from .boards.build import build_id
-    from .boards.host import SerialTransport, run_samples, send_program
+    from .boards.host import SerialTransport, run_samples, send_external, send_program
     from .boards.protocol import Client
     from .compiler.layout import pack_words, unpack_words
 
@@ -266,6 +266,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
         client = Client(transport)
         client.verify(cfg, build_id(program))
         send_program(client, cfg, encode_program(program))
+        send_external(client, cfg, program.images.get("ext", []))
         log(f"Board on {port} holds build 0x{build_id(program):08X}; running {count} "
             f"sample(s) ...")
         raw, cycles = run_samples(client, [s.base for s in sources],

@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.program import Program, encode_program
@@ -67,6 +70,34 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
     log(f"Built in {time.monotonic() - started:.0f} s")
 
 
+class _WithMemoryModel(wiring.Component):
+    """A system top with an external memory, and the memory's deterministic model
+    (``hdl/extmem.py: ExternalMemory``) on its read port and the host bridge's writes (which
+    the model takes at once)."""
+
+    def __init__(self, system, config):
+        self._system, self._config = system, config
+        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
+
+    def elaborate(self, platform):
+        from ..hdl.extmem import ExternalMemory
+
+        m = Module()
+        cfg, system = self._config, self._system
+        m.submodules.system = system
+        m.submodules.memory = memory = ExternalMemory(cfg.ext_depth, cfg.cols * 8,
+                                                      cfg.ext_timing)
+        m.d.comb += [system.rx.eq(self.rx), self.tx.eq(system.tx),
+                     memory.restart.eq(system.ext_restart),
+                     memory.cmd_valid.eq(system.ext_cmd_valid),
+                     system.ext_cmd_ready.eq(memory.cmd_ready),
+                     memory.cmd_addr.eq(system.ext_cmd_addr), memory.cmd_len.eq(system.ext_cmd_len),
+                     system.ext_rvalid.eq(memory.rvalid), system.ext_rdata.eq(memory.rdata),
+                     memory.load_we.eq(system.ext_wr_valid), system.ext_wr_ready.eq(1),
+                     memory.load_addr.eq(system.ext_wr_addr), memory.load_data.eq(system.ext_wr_data)]
+        return m
+
+
 def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: int = 8,
                build_id: int, log=print) -> "tuple[dict[str, np.ndarray], list[int]]":
     """Simulate the system top of ``program`` and run the int8 ``inputs`` (input value ->
@@ -81,6 +112,8 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
 
     cfg = program.config
     top = SystemTop(cfg, board_images(program), divisor, build_id)
+    if cfg.ext_memory:
+        top = _WithMemoryModel(top, cfg)
     build_dir = _system_build(verilog(top, name=SYSTEM_TOP), log=log)
     sources = [program.placements[port.value] for port in program.inputs]
     targets = [program.placements[port.value] for port in program.outputs]
@@ -95,6 +128,7 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
                 for i in range(len(arrays[0]))],
             "results": str(tmp / "results.json"),
             "program": [hex(w) for w in encode_program(program)],
+            "ext": [hex(w) for w in program.images.get("ext", [])],
         }
         (tmp / "job.json").write_text(json.dumps(job))
         try:

@@ -14,7 +14,7 @@ from cocotb.clock import Clock
 from cocotb.task import bridge, resume
 from cocotb.triggers import ClockCycles, Event, FallingEdge
 
-from hwonnx.boards.host import run_samples, send_program
+from hwonnx.boards.host import run_samples, send_external, send_program
 from hwonnx.boards.protocol import Client
 from hwonnx.config import ArchConfig
 
@@ -84,6 +84,7 @@ async def system_run(dut):
         client = Client(uart)
         info = client.verify(config, job["build_id"])
         send_program(client, config, [int(w, 16) for w in job["program"]])
+        send_external(client, config, [int(w, 16) for w in job["ext"]])
         outputs, cycles = run_samples(client, job["in_addrs"], job["reads"],
                                       [[bytes.fromhex(s) for s in sample]
                                        for sample in job["inputs"]])

@@ -147,3 +147,26 @@ def test_an_external_memory_holds_at_most_its_size():
     with pytest.raises(ValueError, match=r"at most the 4194304 words of 8 bytes that "
                                          r"'ulx3s-sdram' holds, not 4194305"):
         ArchConfig(ext_memory="ulx3s-sdram", ext_depth=(32 << 20) // 8 + 1)
+
+
+@pytest.mark.rtl
+def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
+    """The system top (accelerator, UART host bridge) with the memory model outside: the host
+    loads the streamed weights with WRITEX, then runs samples; outputs equal golden and the
+    board counts the predicted cycles."""
+    from hwonnx.api import simulate
+    from hwonnx.boards.build import build_id
+    from hwonnx.golden import quantize
+    from hwonnx.sim.system import run_system
+
+    result = build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet)
+    program = result.program
+    x = _samples(2)
+    quantizer = next(n for n in result.graph.nodes if n.op == "Quantize")
+    q_in = {program.input_value: quantize(x["x"], **dict(quantizer.attrs))}
+    outputs, cycles = run_system(program, q_in, divisor=4, build_id=build_id(program),
+                                 log=_quiet)
+    golden = simulate(result, x, mode="golden")
+    np.testing.assert_array_equal(outputs[program.output_value].reshape(
+        golden.int_outputs.shape), golden.int_outputs)
+    assert cycles == [golden.predicted_cycles] * 2 == [8809] * 2

@@ -84,6 +84,8 @@ class SimTransport:
         self.levels: "deque[int]" = deque()
         self.received = bytearray()
         self.reply_cycles: "list[int]" = []
+        # The external memory's writes, taken when its ready (random) is high.
+        self.ext_writes = [] if config.ext_memory else None
         self.cycle = 0
         self.sim = Simulator(top)
         self.sim.add_clock(1e-6)
@@ -101,6 +103,11 @@ class SimTransport:
                 self.reply_cycles.append(self.cycle)
             if model is not None:
                 model.sample(ctx, dut, self.cycle)
+            if self.ext_writes is not None:
+                ready = int(self.rng.random() < 0.5)
+                ctx.set(dut.ext_wr_ready, ready)
+                if ready and ctx.get(dut.ext_wr_valid):
+                    self.ext_writes.append((ctx.get(dut.ext_wr_addr), ctx.get(dut.ext_wr_data)))
             await ctx.tick()
             self.cycle += 1
 
@@ -306,6 +313,46 @@ def test_load_is_checked_like_write():
             3, "payload length is wrong for the command")):
         client.command(Command.LOAD, b"\x00\x00" + bytes(12))
     assert raw_command(transport, encode_frame(Command.LOAD, b"\x00")) == (Status.BAD_LENGTH, b"")
+
+
+def ext_config() -> ArchConfig:
+    """An external memory of 100,000 words of 2 bytes: addresses beyond 16 bits."""
+    return ArchConfig(rows=3, cols=2, act_depth=40, wgt_depth=8, acc_depth=4, par_depth=2,
+                      prog_depth=4, ext_memory="ulx3s-sdram", ext_depth=100_000)
+
+
+def test_writex_writes_external_words_at_32_bit_addresses():
+    transport = SimTransport(ext_config(), seed=4)
+    client = Client(transport)
+    words = [int(w) for w in transport.rng.integers(0, 1 << 16, 7)]
+    client.write_external(words[:3], 16)
+    client.write_external(words[3:], 16, addr=99_996)
+    assert transport.ext_writes == list(zip([0, 1, 2, 99_996, 99_997, 99_998, 99_999], words))
+    assert transport.model.writes == []              # nothing went to the activations
+    client.write_words(0, bytes(range(3)))           # and WRITE still does
+    assert transport.model.writes == [0] and len(transport.ext_writes) == 7
+
+
+def test_writex_is_checked_like_write():
+    transport = SimTransport(ext_config())
+    client = Client(transport)
+    message = r"^Device rejected WRITEX: status 0x{:02X} \(the {}\)$"
+    with pytest.raises(ProtocolError, match=message.format(4, "words are outside the buffer")):
+        client.write_external([1, 2], 16, addr=99_999)
+    with pytest.raises(ProtocolError, match=message.format(
+            3, "payload length is wrong for the command")):
+        client.command(Command.WRITEX, bytes(4) + bytes(3))
+    assert raw_command(transport, encode_frame(Command.WRITEX, bytes(3))) == (
+        Status.BAD_LENGTH, b"")
+    assert transport.ext_writes == [] and transport.model.writes == []
+
+
+def test_writex_and_load_exist_only_where_the_build_has_them():
+    for config, cmd in ((bridge_config(3), Command.WRITEX), (ext_config(), Command.LOAD)):
+        transport = SimTransport(config)
+        assert raw_command(transport, encode_frame(cmd, bytes(4) + bytes(6))) == (
+            Status.UNKNOWN_COMMAND, b"")
+        assert transport.model.writes == []
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
