@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -76,13 +77,23 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
     if config.clock_hz != board.clock_hz:
         raise ResourceError(f"The architecture clock {config.clock_hz} Hz differs from board "
                             f"'{board.name}' clock {board.clock_hz} Hz")
+    if config.ext_memory and config.ext_memory != board.ext_memory:
+        raise ResourceError(f"Board '{board.name}' has no external memory "
+                            f"'{config.ext_memory}'")
     started = time.monotonic()
     platform = board.platform()
-    top = BoardTop(board, config, board_images(program), build_id(program))
     log(f"Writing {board.name} build sources ({board.family_info.toolchain}) ...")
-    with fast_memories():            # hdl/convert.py: seconds, not minutes
-        plan = platform.build(top, name=TOP_NAME, do_build=False,
-                              **SYNTH_OVERRIDES.get(board.family, {}))
+    with tempfile.TemporaryDirectory(prefix="hwonnx-litedram-") as scratch:
+        dram = None
+        if config.ext_memory:
+            from .litedram import generate_controller
+            dram = generate_controller(config.ext_memory, board.clock_hz, config.cols * 8,
+                                       f"{platform.device}-{platform.speed}{platform.package}C",
+                                       Path(scratch))
+        top = BoardTop(board, config, board_images(program), build_id(program), dram=dram)
+        with fast_memories():            # hdl/convert.py: seconds, not minutes
+            plan = platform.build(top, name=TOP_NAME, do_build=False,
+                                  **SYNTH_OVERRIDES.get(board.family, {}))
     target = Path(folder) / "board"
     if target.exists():
         shutil.rmtree(target)

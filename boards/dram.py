@@ -4,12 +4,12 @@ accelerator's burst read port (``hdl/extmem.py``) and the host's word writes to 
 native user port (LiteDRAM ``LiteDRAMNativePort``: ``cmd`` valid/ready/we/addr, ``wdata``
 valid/ready/data/we, ``rdata`` valid/ready/data; read data returns in command order)."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import ClockSignal, Instance, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["DramInit", "NativeBridge"]
+__all__ = ["DramInit", "NativeBridge", "attach_litedram"]
 
 
 class DramInit(wiring.Component):
@@ -126,3 +126,49 @@ class NativeBridge(wiring.Component):
                     m.d.comb += self.wr_ready.eq(1)
                     m.next = "IDLE"
         return m
+
+
+def attach_litedram(m: Module, platform, system, core, burst: int) -> None:
+    """Add to ``m`` the LiteDRAM ``core`` (:class:`hwonnx.boards.litedram.DramCore`, its
+    Verilog added to ``platform``'s build) on the board's ``sdram`` pins, initialized by a
+    :class:`DramInit` and joined to ``system``'s (:class:`~hwonnx.boards.top.SystemTop`)
+    external-memory ports through a :class:`NativeBridge`.
+
+    The core drives its pins through its own I/O registers (and the data pins through its own
+    TRELLIS_IO), so they connect to the pads directly, at the core's polarity (active-low
+    command pins). The memory's clock is the system clock inverted (an ODDRX1F that outputs 0
+    in the clock's high half, 1 in its low half): the SDRAM samples in the middle of each
+    command and data cycle."""
+    from .litedram import init_writes
+
+    platform.add_file(core.verilog.name, core.verilog.read_text())
+    pins = platform.request("sdram", 0, dir="-")
+    width = core.port_data_bits
+    m.submodules.dram_init = init = DramInit(init_writes(core))
+    m.submodules.dram_bridge = bridge = NativeBridge(width, core.port_addr_bits, burst)
+    m.d.comb += [bridge.cmd_valid.eq(system.ext_cmd_valid),
+                 system.ext_cmd_ready.eq(bridge.cmd_ready),
+                 bridge.cmd_addr.eq(system.ext_cmd_addr), bridge.cmd_len.eq(system.ext_cmd_len),
+                 system.ext_rvalid.eq(bridge.rvalid), system.ext_rdata.eq(bridge.rdata),
+                 bridge.wr_valid.eq(system.ext_wr_valid), system.ext_wr_ready.eq(bridge.wr_ready),
+                 bridge.wr_addr.eq(system.ext_wr_addr), bridge.wr_data.eq(system.ext_wr_data)]
+    m.submodules.sdram_clock = Instance("ODDRX1F", i_SCLK=ClockSignal(), i_RST=0, i_D0=0,
+                                        i_D1=1, o_Q=pins.clk.io)
+    m.submodules.dram = Instance(
+        core.module, i_clk=ClockSignal(), i_rst=0,    # holds its state through a reset
+        o_sdram_a=pins.a.io, o_sdram_ba=pins.ba.io, o_sdram_cas_n=pins.cas.io,
+        o_sdram_cke=pins.clk_en.io, o_sdram_cs_n=pins.cs.io, o_sdram_dm=pins.dqm.io,
+        io_sdram_dq=pins.dq.io, o_sdram_ras_n=pins.ras.io, o_sdram_we_n=pins.we.io,
+        i_wb_ctrl_adr=init.adr, i_wb_ctrl_dat_w=init.dat_w, i_wb_ctrl_sel=init.sel,
+        i_wb_ctrl_cyc=init.cyc, i_wb_ctrl_stb=init.stb, i_wb_ctrl_we=init.we,
+        i_wb_ctrl_cti=0, i_wb_ctrl_bte=0, o_wb_ctrl_ack=init.ack,
+        i_user_port_dma_cmd_valid=bridge.port_cmd_valid,
+        o_user_port_dma_cmd_ready=bridge.port_cmd_ready,
+        i_user_port_dma_cmd_we=bridge.port_cmd_we, i_user_port_dma_cmd_addr=bridge.port_cmd_addr,
+        i_user_port_dma_wdata_valid=bridge.port_wdata_valid,
+        o_user_port_dma_wdata_ready=bridge.port_wdata_ready,
+        i_user_port_dma_wdata_data=bridge.port_wdata_data,
+        i_user_port_dma_wdata_we=bridge.port_wdata_we,
+        o_user_port_dma_rdata_valid=bridge.port_rdata_valid,
+        i_user_port_dma_rdata_ready=bridge.port_rdata_ready,
+        o_user_port_dma_rdata_data=bridge.port_rdata_data)

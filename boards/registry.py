@@ -68,6 +68,8 @@ class Board:
     #                              Xilinx/Intel/Gowin clocks are unmeasured here (no tools)
     pll: bool = False            # derive clock_hz from the board oscillator with a PLL
     huge_rams: int = 0           # single-port RAM blocks (iCE40 SPRAM) for the program
+    ext_memory: str = ""         # its external memory with a controller hwonnx builds
+    #                              (hdl/extmem.py: MEMORIES, boards/litedram.py: CONTROLLERS)
 
     @property
     def is_simulation(self) -> bool:
@@ -144,7 +146,7 @@ BOARDS = {board.name: board for board in [
           "ice40", 8, 120, 5280, _UP5K, 12_000_000, huge_rams=4),
     # ECP5
     Board("ulx3s-85f", "Radiona ULX3S, Lattice ECP5 LFE5U-85F", "ulx3s:ULX3S_85F_Platform",
-          "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000),
+          "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000, ext_memory="ulx3s-sdram"),
     Board("ecpix5-85", "LambdaConcept ECPIX-5, Lattice ECP5 LFE5UM5G-85F",
           "ecpix5:ECPIX585Platform", "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000, pll=True),
     Board("orangecrab-85f", "Good Stuff Department OrangeCrab r0.2, Lattice ECP5 LFE5U-85F "
@@ -152,7 +154,7 @@ BOARDS = {board.name: board for board in [
           "ecp5", 156, 3744, 83640, replace(_ECP5_85F, clock_hz=24_000_000), 24_000_000,
           pll=True),
     Board("ulx3s-25f", "Radiona ULX3S, Lattice ECP5 LFE5U-25F", "ulx3s:ULX3S_25F_Platform",
-          "ecp5", 28, 1008, 24288, _ECP5_25F, 25_000_000),
+          "ecp5", 28, 1008, 24288, _ECP5_25F, 25_000_000, ext_memory="ulx3s-sdram"),
     Board("orangecrab-25f", "Good Stuff Department OrangeCrab r0.2, Lattice ECP5 LFE5U-25F "
           "(UART on Feather pins 0/1)", "hwonnx.boards.platforms:OrangeCrab25FUARTPlatform",
           "ecp5", 28, 1008, 24288, replace(_ECP5_25F, clock_hz=24_000_000), 24_000_000,

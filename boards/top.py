@@ -64,12 +64,17 @@ class SystemTop(wiring.Component):
 
 class BoardTop(Elaboratable):
     """:class:`SystemTop` on a board: clock (through a PLL where the board needs one), reset
-    and the UART pins from the amaranth-boards platform."""
+    and the UART pins from the amaranth-boards platform; with an external memory, its
+    controller ``dram`` (:func:`hwonnx.boards.litedram.generate_controller`) on the board's
+    SDRAM pins (:func:`hwonnx.boards.dram.attach_litedram`)."""
 
     def __init__(self, board: Board, config: ArchConfig, images: "dict[str, list[int]]",
-                 build_id: int, baud: int = DEFAULT_BAUD):
+                 build_id: int, baud: int = DEFAULT_BAUD, dram=None):
+        if bool(config.ext_memory) != (dram is not None):
+            raise ValueError("BoardTop needs the external memory's controller (dram) exactly "
+                             "when the architecture has an external memory")
         self.board, self.config, self.images = board, config, images
-        self.build_id, self.baud = build_id, baud
+        self.build_id, self.baud, self.dram = build_id, baud, dram
 
     @property
     def divisor(self) -> int:
@@ -85,6 +90,9 @@ class BoardTop(Elaboratable):
         m.submodules.rx_buf = rx_buf = io.Buffer("i", uart.rx)
         m.submodules.tx_buf = tx_buf = io.Buffer("o", uart.tx)
         m.d.comb += [system.rx.eq(rx_buf.i), tx_buf.o.eq(system.tx)]
+        if self.dram is not None:
+            from .dram import attach_litedram
+            attach_litedram(m, platform, system, self.dram, self.config.ext_timing.burst)
         if "uart_tx_enable" in {r.name for r in platform.resources.values()}:
             enable = platform.request("uart_tx_enable", 0, dir="-")
             m.submodules.tx_enable = tx_enable = io.Buffer("o", enable)

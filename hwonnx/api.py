@@ -131,10 +131,9 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     config = config or target.default_config
     if not target.is_simulation:
         config = replace(config, clock_hz=target.clock_hz)
-    if ext_memory is not None and not target.is_simulation:
-        raise UsageError(f"An external memory needs board sources with its controller, which "
-                         f"hwonnx does not generate yet for '{board}'; build for the 'sim' "
-                         f"target to simulate with --ext-memory")
+    if ext_memory is not None and not target.is_simulation and ext_memory != target.ext_memory:
+        raise UsageError(f"Board '{board}' has no external memory '{ext_memory}'" + (
+            f"; its memory is '{target.ext_memory}'" if target.ext_memory else ""))
     config = configure_arch(config, ext_memory, rows=rows, cols=cols, **depths)
     if not target.is_simulation and size is None:
         check_fits(config, target)          # before any compilation or synthesis

@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the board's)")
     p.add_argument("--ext-memory", choices=sorted(MEMORIES),
                    help="an external memory the weights that do not fit the weight buffer "
-                        "stream from, simulated with its timing (--board sim only for now)")
+                        "stream from: the board's own (its controller is built in), or any "
+                        "for --board sim (simulated with its timing)")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
                    metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
     p.add_argument("--override-initializer", action="append", default=[],

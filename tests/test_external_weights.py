@@ -131,16 +131,36 @@ def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
     assert "RTL equals the golden model bit for bit" in captured.out
 
 
-def test_the_command_line_refuses_an_external_memory_on_a_board(tmp_path, capsys):
+def test_the_command_line_refuses_a_memory_the_board_does_not_have(tmp_path, capsys):
     onnx.save(_model(), tmp_path / "model.onnx")
     code = main(["build", str(tmp_path / "model.onnx"), "-o", str(tmp_path / "out"),
-                 "--board", "ulx3s-85f", "--ext-memory", "ulx3s-sdram"])
+                 "--board", "ecpix5-85", "--ext-memory", "ulx3s-sdram"])
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
-    assert captured.err == ("hwonnx: error: An external memory needs board sources with its "
-                            "controller, which hwonnx does not generate yet for 'ulx3s-85f'; "
-                            "build for the 'sim' target to simulate with --ext-memory\n")
+    assert captured.err == "hwonnx: error: Board 'ecpix5-85' has no external memory " \
+                           "'ulx3s-sdram'\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_board_sources_carry_the_litedram_controller(tmp_path):
+    """A ULX3S build with the SDRAM: the board sources hold LiteDRAM's core, instantiated on
+    the SDRAM pins with its init sequencer; the bitstream of this build is in
+    bench/results/boards.md."""
+    out = tmp_path / "out"
+    result = build(_model(), out, board="ulx3s-85f", ext_memory="ulx3s-sdram", wgt_depth=1280,
+                   calib=_samples(8), log=_quiet)
+    assert result.program.config.ext_depth == (32 << 20) // 8       # the whole SDRAM
+    assert [layer.ext_words for layer in result.program.layers] == [576, 512, 512, 0, 128]
+    board = out / "board"
+    assert "module hwonnx_dram (" in (board / "hwonnx_dram.v").read_text()
+    script = (board / "hwonnx_top.ys").read_text()
+    assert "hwonnx_dram.v" in script
+    top = (board / "hwonnx_top.il").read_text()
+    for needle in ("cell \\hwonnx_dram \\dram", "cell \\ODDRX1F \\sdram_clock",
+                   "connect \\sdram_dq \\sdram_0__dq__io [15:0]", "connect \\wb_ctrl_stb "):
+        assert needle in top, needle
+    constraints = (board / "hwonnx_top.lpf").read_text()
+    assert 'LOCATE COMP "sdram_0__clk__io" SITE "F19"' in constraints
 
 
 def test_an_external_memory_holds_at_most_its_size():

@@ -107,6 +107,9 @@ def test_a_board_too_small_names_the_buffers_and_the_shortfall(models):
     assert "the model's buffers take" in message and "more than the device has" in message
     for buffer in ("prog", "wgt", "act"):
         assert f"{buffer} " in message and " words" in message
+    # The ULX3S has an SDRAM the weights could stream from: the message says how.
+    assert message.endswith("; --ext-memory ulx3s-sdram streams the weights beyond 2048 words "
+                            "from the board's external memory")
 
 
 def test_a_buffer_beyond_the_instruction_fields_is_refused_by_name(models):
