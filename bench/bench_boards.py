@@ -5,6 +5,9 @@ Writes ``bench/results/boards.json`` and ``.md``: Fmax against the board clock, 
 RAM and logic use, the program in instructions and bits, predicted cycles and the latency
 they give at the board clock and at Fmax, build time. Needs ``pip install -e '.[bitstream]'``;
 one build at a time (two at once were 2.5-3x slower each on these machines).
+``--streamed``: with the board's external memory, the weight buffer two slots as large as the
+largest layer (the most streaming the compiler allows: the LiteDRAM controller is in the
+bitstream; rows named ``<model>+<memory>``).
 ``python bench/bench_boards.py --boards ulx3s-85f --models ic_resnet8``.
 """
 
@@ -13,6 +16,7 @@ import json
 import sys
 import tempfile
 import time
+from math import ceil
 from pathlib import Path
 
 from results_io import RESULTS, write_results
@@ -39,13 +43,22 @@ def _model_and_calib(model: str):
     return proto, random_inputs(proto, 16)
 
 
-def measure(board_name: str, model: str) -> dict:
+def _streaming(board, source, calib) -> dict:
+    """Build options that stream the most weights from ``board``'s external memory."""
+    on_chip = build(source, None, board=board.name, calib=calib, log=lambda message: None)
+    block = board.family_info.block_bits // max(board.family_info.block_widths)
+    largest = max(layer.wgt_words for layer in on_chip.program.layers)
+    return {"ext_memory": board.ext_memory, "wgt_depth": ceil(2 * largest / block) * block}
+
+
+def measure(board_name: str, model: str, streamed: bool = False) -> dict:
     board = get_board(board_name)
     source, calib = _model_and_calib(model)
+    options = _streaming(board, source, calib) if streamed else {}
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         result = build(source, tmp, board=board_name, verilog=False, bitstream=True,
-                       calib=calib, log=lambda message: print(message, flush=True))
+                       calib=calib, log=lambda message: print(message, flush=True), **options)
         seconds = time.monotonic() - started
     report = result.report["bitstream"]
     dsp, bram, logic, ff = KEYS[board.family]
@@ -53,6 +66,8 @@ def measure(board_name: str, model: str) -> dict:
     predicted = estimate(result.program.config, board)
     config = result.program.config
     cycles = result.report["total"]["predicted_cycles"]
+    if streamed:
+        model = f"{model}+{board.ext_memory}"
     return {"board": board_name, "model": model, "array": config.name,
             "depths": {b: getattr(config, f"{b}_depth") for b in ("act", "wgt", "par", "prog",
                                                                    "acc")},
@@ -75,7 +90,10 @@ def markdown(results) -> str:
              "fit-check columns are hwonnx's estimate made before synthesis. Latency is the "
              "predicted cycles (equal to the simulated ones) at the board's clock and at "
              "Fmax. Rows without a program size were measured before the looped ISA and its "
-             "tile walker.", "",
+             "tile walker. Rows `<model>+ulx3s-sdram` (`--streamed`) stream the weights from "
+             "the ULX3S's SDRAM through a weight buffer of two slots as large as the largest "
+             "layer, with LiteDRAM's controller in the bitstream; their cycles are predicted "
+             "with the SDRAM's memory model (not yet measured on a board).", "",
              "| board | model | array | Fmax MHz | target MHz | DSP | block RAM | LUTs | FFs | "
              "estimate DSP / BRAM / LUT | instructions (bits) | cycles | ms at target / "
              "Fmax | build s |",
@@ -100,14 +118,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--boards", nargs="*", default=["icebreaker", "ulx3s-85f"])
     parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=MODELS)
+    parser.add_argument("--streamed", action="store_true",
+                        help="stream the weights from the board's external memory")
     args = parser.parse_args(argv)
     previous = args.out / "boards.json"      # keep the rows of boards not measured this time
     results = []
     for board in args.boards:
         for model in args.models:       # written after each build: a long run keeps its rows
-            row = measure(board, model)
+            row = measure(board, model, args.streamed)
             results = json.loads(previous.read_text()) if previous.exists() else []
-            results = [r for r in results if (r["board"], r["model"]) != (board, model)]
+            results = [r for r in results if (r["board"], r["model"]) != (board, row["model"])]
             results.append(row)
             write_results(args.out, "boards", results, markdown(results))
     print(markdown(results))

@@ -8,9 +8,10 @@ The port, in words of ``cols`` bytes (a weight word):
 - ``rvalid``, ``rdata``: the words of the reads taken, in order, one per cycle where
   ``rvalid`` is high.
 
-The model (:class:`ExternalMemory`) serves one read at a time: a read taken in cycle ``c``
-returns word ``i`` in cycle ``c + latency + i`` and the next read can be taken in cycle
-``c + latency + len``. Every ``refresh_period`` cycles after ``restart`` a refresh falls due;
+The memory moves ``bus_bytes`` per cycle, so a word of ``W`` bytes takes ``beats =
+ceil(W / bus_bytes)`` cycles. The model (:class:`ExternalMemory`) serves one read at a time: a
+read taken in cycle ``c`` returns word ``i`` in cycle ``c + latency - 1 + (i + 1) * beats``
+and the next read can be taken in cycle ``c + latency + len * beats``. Every ``refresh_period`` cycles after ``restart`` a refresh falls due;
 the memory refreshes for ``refresh_cycles`` cycles as soon as no read is in flight (before
 any new read), taking no read meanwhile. :class:`MemoryTimeline` is the same rules in
 Python, for the cycle model.
@@ -35,17 +36,23 @@ class ExtTiming:
     refresh_period: int = 195   # a refresh falls due this often ...
     refresh_cycles: int = 4     # ... and takes this long
     size_bytes: int = 32 << 20  # the memory's capacity
+    bus_bytes: int = 2          # bytes it moves per cycle
 
     def __post_init__(self):
         if self.latency < 2 or self.burst < 1 or self.refresh_cycles < 1 \
                 or self.refresh_period <= self.refresh_cycles + self.latency + self.burst \
-                or self.size_bytes < 1:
+                or self.size_bytes < 1 or self.bus_bytes < 1:
             raise ValueError(f"ExtTiming needs latency >= 2, burst >= 1 and a refresh period "
                              f"longer than a refresh and a read, not {self}")
 
-    def transfer_cycles(self, words: int) -> int:
-        """Cycles a copy of ``words`` takes in bursts when no refresh falls in it."""
-        return -(-words // self.burst) * self.latency + words
+    def beats(self, word_bytes: int) -> int:
+        """Cycles one word of ``word_bytes`` bytes takes on the memory's bus."""
+        return -(-word_bytes // self.bus_bytes)
+
+    def transfer_cycles(self, words: int, word_bytes: int) -> int:
+        """Cycles a copy of ``words`` of ``word_bytes`` bytes takes in bursts when no refresh
+        falls in it."""
+        return -(-words // self.burst) * self.latency + words * self.beats(word_bytes)
 
 
     def words(self, word_bytes: int) -> int:
@@ -53,10 +60,11 @@ class ExtTiming:
         return self.size_bytes // word_bytes
 
 
-#: The ULX3S's 32 MB SDR SDRAM behind a controller at 25 MHz: CAS latency 2 plus activate,
-#: precharge and the controller's registers; 8,192 refreshes every 64 ms (one per 7.8 us).
+#: The ULX3S's 32 MB SDR SDRAM (16 data bits) behind a controller at 25 MHz: CAS latency 2
+#: plus activate, precharge and the controller's registers; 8,192 refreshes every 64 ms (one
+#: per 7.8 us).
 ULX3S_SDRAM = ExtTiming(latency=8, burst=16, refresh_period=195, refresh_cycles=4,
-                        size_bytes=32 << 20)
+                        size_bytes=32 << 20, bus_bytes=2)
 
 #: External memories by the name ``ArchConfig.ext_memory`` gives.
 MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM}
@@ -76,6 +84,7 @@ class ExternalMemory(wiring.Component):
 
     def __init__(self, depth: int, width: int, timing: ExtTiming):
         self._depth, self._timing = depth, timing
+        self._beats = timing.beats(-(-width // 8))
         super().__init__({
             "restart": In(1),
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_addr": In(32),
@@ -103,17 +112,23 @@ class ExternalMemory(wiring.Component):
         with m.Else():
             m.d.sync += tick.eq(tick + 1)
 
-        phase = Signal(range(t.latency + t.burst + 1))    # cycles since the read was taken
+        b = self._beats
+        phase = Signal(range(t.latency + t.burst * b + 1))    # cycles since the read was taken
         length = Signal(range(t.burst + 1))
         addr = Signal(32)
+        word = Signal(range(t.burst + 1))         # words returned of this read
+        beat = Signal(range(b))                   # cycles of the word on the bus, less one
         refresh = Signal(range(t.refresh_cycles + 1))
         busy = Signal()
-        m.d.comb += read.addr.eq(addr + phase - (t.latency - 1))
+        m.d.comb += read.addr.eq(addr + word)
         with m.If(busy):
-            m.d.sync += phase.eq(phase + 1)
-            with m.If(phase == t.latency - 1 + length):
+            m.d.sync += [phase.eq(phase + 1), self.rvalid.eq(0)]
+            with m.If(phase == t.latency - 1 + length * b):
                 m.d.sync += busy.eq(0)
-            m.d.sync += self.rvalid.eq((phase >= t.latency - 1) & (phase < t.latency - 1 + length))
+            with m.Elif(phase >= t.latency - 1):          # the data phase
+                m.d.sync += beat.eq(beat + 1)
+                with m.If(beat == b - 1):
+                    m.d.sync += [beat.eq(0), word.eq(word + 1), self.rvalid.eq(1)]
         with m.Elif(refresh != 0):
             m.d.sync += [refresh.eq(refresh - 1), self.rvalid.eq(0)]
         with m.Elif(due & ~self.restart):
@@ -123,16 +138,18 @@ class ExternalMemory(wiring.Component):
             m.d.sync += self.rvalid.eq(0)
             with m.If(self.cmd_valid):
                 m.d.sync += [busy.eq(1), phase.eq(1), addr.eq(self.cmd_addr),
-                             length.eq(self.cmd_len)]
+                             length.eq(self.cmd_len), word.eq(0), beat.eq(0)]
         return m
 
 
 class MemoryTimeline:
     """:class:`ExternalMemory`'s timing in Python, for the cycle model: the cycles the reads
-    of one DMA transfer after another take. Cycle 0 is the one with ``restart`` high."""
+    of one DMA transfer after another take, in words of ``word_bytes``. Cycle 0 is the one
+    with ``restart`` high."""
 
-    def __init__(self, timing: ExtTiming):
+    def __init__(self, timing: ExtTiming, word_bytes: int):
         self.timing = timing
+        self._beats = timing.beats(word_bytes)
         self._free = 0          # the first cycle with no read and no refresh running
         self._served = 0        # refreshes served so far
 
@@ -154,6 +171,6 @@ class MemoryTimeline:
                 self._served += 1
                 taken = max(taken, self._free)
             length = min(left, t.burst)
-            last = taken + t.latency + length - 1
+            last = taken + t.latency - 1 + length * self._beats
             self._free, cycle, left = last + 1, taken + 1, left - length
         return last

@@ -112,7 +112,8 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
                        "utilization": layer.macs / (layer_cycles_ * pes) if layer_cycles_ else 0})
         if cfg.ext_memory:      # streamed weights: bytes, and the cycles their copy takes
             layers[-1].update(external_bytes=layer.ext_words * cfg.cols,
-                              transfer_cycles=cfg.ext_timing.transfer_cycles(layer.ext_words))
+                              transfer_cycles=cfg.ext_timing.transfer_cycles(layer.ext_words,
+                                                                             cfg.cols))
     notes = list(meta.get("notes", ()))
     return {
         "model": model, "board": board, "arch": cfg.to_dict(),

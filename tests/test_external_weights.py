@@ -127,7 +127,7 @@ def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
     code = main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--compare"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "8,809 cycles per sample (predicted 8,809)" in captured.out
+    assert "10,573 cycles per sample (predicted 10,573)" in captured.out
     assert "RTL equals the golden model bit for bit" in captured.out
 
 
@@ -189,4 +189,4 @@ def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
     golden = simulate(result, x, mode="golden")
     np.testing.assert_array_equal(outputs[program.output_value].reshape(
         golden.int_outputs.shape), golden.int_outputs)
-    assert cycles == [golden.predicted_cycles] * 2 == [8809] * 2
+    assert cycles == [golden.predicted_cycles] * 2 == [10573] * 2

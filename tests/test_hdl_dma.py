@@ -31,9 +31,12 @@ class _Pair(Elaboratable):
         return m
 
 
+#: With 3-byte words: one cycle a word, three (a byte-wide bus), two (the ULX3S's 16 bits).
 TIMINGS = {
-    "refresh_often": ExtTiming(latency=3, burst=4, refresh_period=23, refresh_cycles=3),
-    "single_words": ExtTiming(latency=2, burst=1, refresh_period=9, refresh_cycles=2),
+    "refresh_often": ExtTiming(latency=3, burst=4, refresh_period=23, refresh_cycles=3,
+                               bus_bytes=3),
+    "single_words": ExtTiming(latency=2, burst=1, refresh_period=9, refresh_cycles=2,
+                              bus_bytes=1),
     "ulx3s_sdram": ULX3S_SDRAM,
 }
 
@@ -80,15 +83,19 @@ def test_loadx_copies_the_words_in_the_predicted_cycles(name):
     run_cycles(pair, restart + 2500, step)
     assert state["next"] == len(transfers)
 
-    timeline = MemoryTimeline(timing)
+    timeline = MemoryTimeline(timing, config.cols)
     expected_writes = []
     for (count, ext, wgt, _), dispatch in zip(transfers, state["dispatched"]):
         last = restart + timeline.read(dispatch - restart + 1, count)
         # busy from the cycle after the dispatch through the last word, idle after it
         assert [idle[c] for c in range(dispatch + 1, last + 2)] == [0] * (last - dispatch) + [1]
         expected_writes += [(wgt + i, image[ext + i]) for i in range(count)]
-        assert writes and [c for c, _, _ in writes if dispatch < c <= last][-1:] == (
-            [last] if count else [])
+        cycles = [c for c, _, _ in writes if dispatch < c <= last]
+        assert cycles[-1:] == ([last] if count else [])
+        # a word every `beats` cycles within a burst, and a latency more between bursts
+        gaps, beats = [b - a for a, b in zip(cycles, cycles[1:])], timing.beats(config.cols)
+        bursts = -(-count // timing.burst)
+        assert all(gap >= beats for gap in gaps) and gaps.count(beats) == count - bursts
     assert [(a, d) for _, a, d in writes] == expected_writes
     # the transfers spanned several refreshes
     assert state["dispatched"][-1] - restart > 4 * timing.refresh_period

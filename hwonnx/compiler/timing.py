@@ -37,7 +37,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     post_idle = 0                 # first cycle the post-processor is idle
     eltw_idle = 0                 # first cycle the element-wise engine is idle
     dma_idle = 0                  # first cycle the DMA engine is idle
-    memory = MemoryTimeline(config.ext_timing) if config.ext_memory else None
+    memory = MemoryTimeline(config.ext_timing, config.cols) if config.ext_memory else None
     total = 0
     latency = post_latency(config)
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
