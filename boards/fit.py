@@ -23,6 +23,10 @@ _WALKER_LUTS = 1500
 #: Logic cells of one lane of the element-wise engine beside its two multipliers (zero
 #: points, the combination, the accumulator write multiplexer), and its controller.
 _ELTWISE_LUTS_PER_LANE, _ELTWISE_LUTS = 120, 300
+#: Logic cells of the external memory's path: the DMA engine, the LiteDRAM SDR controller,
+#: its init sequencer and port bridge (KWS on the ULX3S-85F: 18,514 with it, 17,125 without;
+#: bench/results/boards.md).
+_EXT_LUTS = 1400
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     blocks = sum(memories.values())
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
             + config.cols * 300 + (_WALKER_LUTS if config.walker else 0)
-            + (_ELTWISE_LUTS + lanes * _ELTWISE_LUTS_PER_LANE if lanes else 0))
+            + (_ELTWISE_LUTS + lanes * _ELTWISE_LUTS_PER_LANE if lanes else 0)
+            + (_EXT_LUTS if config.ext_memory else 0))
     return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge)
 
 
