@@ -140,7 +140,7 @@ class HostBridge(wiring.Component):
         cmd, length, rsum = Signal(8), Signal(16), Signal(8)
         err, status = Signal(8), Signal(8)
         index = Signal(16)                      # payload byte, received or sent
-        addr, count, words = Signal(32), Signal(16), Signal(16)
+        addr, count, words = Signal(32 if ext else 16), Signal(16), Signal(16)
         lane = Signal(range(widest))
         wbuf = Signal(widest * 8)
         rem, it = Signal(range(2 * widest)), Signal(range(16))
@@ -226,8 +226,9 @@ class HostBridge(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += urx.data.ready.eq(1)
-                m.d.sync += [rsum.eq(0), err.eq(0), timer.eq(0), index.eq(0), lane.eq(0),
-                             addr.eq(0)]
+                m.d.sync += [rsum.eq(0), err.eq(0), timer.eq(0), index.eq(0), lane.eq(0)]
+                if ext:                         # WRITEX sets the upper address bytes
+                    m.d.sync += addr.eq(0)
                 with m.If(got & (byte == p.FRAME_SYNC)):
                     m.next = "CMD"
             for state, field, after in (("CMD", cmd, "LEN_LO"), ("LEN_LO", length[:8], "LEN_HI"),
