@@ -43,12 +43,18 @@ def _model_and_calib(model: str):
     return proto, random_inputs(proto, 16)
 
 
-def _streaming(board, source, calib) -> dict:
-    """Build options that stream the most weights from ``board``'s external memory."""
-    on_chip = build(source, None, board=board.name, calib=calib, log=lambda message: None)
+def streaming_options(board, on_chip) -> dict:
+    """Build options that stream the most weights from ``board``'s external memory: a weight
+    buffer of two slots as large as the largest layer of the on-chip program ``on_chip``, in
+    whole block RAMs."""
     block = board.family_info.block_bits // max(board.family_info.block_widths)
-    largest = max(layer.wgt_words for layer in on_chip.program.layers)
+    largest = max(layer.wgt_words for layer in on_chip.layers)
     return {"ext_memory": board.ext_memory, "wgt_depth": ceil(2 * largest / block) * block}
+
+
+def _streaming(board, source, calib) -> dict:
+    on_chip = build(source, None, board=board.name, calib=calib, log=lambda message: None)
+    return streaming_options(board, on_chip.program)
 
 
 def measure(board_name: str, model: str, streamed: bool = False) -> dict:

@@ -13,9 +13,9 @@ difference: cycles the array waits for the memory), and latency at the board's 2
 import argparse
 import sys
 import time
-from math import ceil
 from pathlib import Path
 
+from bench_boards import streaming_options
 from results_io import RESULTS, write_results
 
 from hwonnx.api import build, simulate
@@ -38,12 +38,9 @@ def measure(name: str, samples: int) -> dict:
     calib, inputs = random_inputs(model, 32, 0), random_inputs(model, samples, 1)
     board = get_board(BOARD)
     on_chip = build(model, None, board=BOARD, calib=calib, log=quiet)
-    block = board.family_info.block_bits // max(board.family_info.block_widths)
-    largest = max(layer.wgt_words for layer in on_chip.program.layers)
-    wgt_depth = ceil(2 * largest / block) * block
     started = time.monotonic()
-    streamed = build(model, None, board=BOARD, calib=calib, ext_memory="ulx3s-sdram",
-                     wgt_depth=wgt_depth, log=quiet)
+    streamed = build(model, None, board=BOARD, calib=calib, log=quiet,
+                     **streaming_options(board, on_chip.program))
     compile_seconds = time.monotonic() - started
     program, config = streamed.program, streamed.program.config
     started = time.monotonic()

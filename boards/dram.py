@@ -9,6 +9,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..hdl.extmem import connect_read_port
+
 __all__ = ["DramInit", "NativeBridge", "attach_litedram"]
 
 
@@ -146,11 +148,8 @@ def attach_litedram(m: Module, platform, system, core, burst: int) -> None:
     width = core.port_data_bits
     m.submodules.dram_init = init = DramInit(init_writes(core))
     m.submodules.dram_bridge = bridge = NativeBridge(width, core.port_addr_bits, burst)
-    m.d.comb += [bridge.cmd_valid.eq(system.ext_cmd_valid),
-                 system.ext_cmd_ready.eq(bridge.cmd_ready),
-                 bridge.cmd_addr.eq(system.ext_cmd_addr), bridge.cmd_len.eq(system.ext_cmd_len),
-                 system.ext_rvalid.eq(bridge.rvalid), system.ext_rdata.eq(bridge.rdata),
-                 bridge.wr_valid.eq(system.ext_wr_valid), system.ext_wr_ready.eq(bridge.wr_ready),
+    connect_read_port(m, system, bridge, requester_prefix="ext_")
+    m.d.comb += [bridge.wr_valid.eq(system.ext_wr_valid), system.ext_wr_ready.eq(bridge.wr_ready),
                  bridge.wr_addr.eq(system.ext_wr_addr), bridge.wr_data.eq(system.ext_wr_data)]
     m.submodules.sdram_clock = Instance("ODDRX1F", i_SCLK=ClockSignal(), i_RST=0, i_D0=0,
                                         i_D1=1, o_Q=pins.clk.io)

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..hdl.bridge import EXT_WRITE_PORTS, HostBridge
+from ..hdl.extmem import READ_PORT
 from ..hdl.top import Accelerator
 from .clocks import pll_domain
 from .registry import Board
@@ -16,8 +17,7 @@ __all__ = ["SystemTop", "BoardTop", "DEFAULT_BAUD"]
 DEFAULT_BAUD = 115_200
 
 #: The accelerator's external-memory read port (``hdl/extmem.py``).
-_EXT_READ_PORTS = ("ext_cmd_valid", "ext_cmd_ready", "ext_cmd_addr", "ext_cmd_len",
-                   "ext_rvalid", "ext_rdata")
+_EXT_READ_PORTS = tuple(f"ext_{name}" for name in READ_PORT)
 
 
 class SystemTop(wiring.Component):

@@ -24,7 +24,22 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM"]
+__all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM",
+           "READ_PORT", "connect_read_port"]
+
+#: The read port's members and their flow as the memory sees them.
+READ_PORT = {"cmd_valid": In, "cmd_ready": Out, "cmd_addr": In, "cmd_len": In,
+             "rvalid": Out, "rdata": Out}
+
+
+def connect_read_port(m, requester, memory, requester_prefix: str = "",
+                      memory_prefix: str = "") -> None:
+    """Add to ``m`` the assignments joining ``requester``'s read port to ``memory``'s (their
+    members :data:`READ_PORT` named with the prefixes: the accelerator's is ``ext_``)."""
+    for name, flow in READ_PORT.items():
+        ours = getattr(requester, requester_prefix + name)
+        theirs = getattr(memory, memory_prefix + name)
+        m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from ..isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
 from .dma import DmaEngine
+from .extmem import connect_read_port
 from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
@@ -307,9 +308,7 @@ class Accelerator(wiring.Component):
         if not cfg.ext_memory:
             return None
         m.submodules.dma = dma = DmaEngine(cfg, cfg.ext_timing)
-        m.d.comb += [self.ext_cmd_valid.eq(dma.cmd_valid), dma.cmd_ready.eq(self.ext_cmd_ready),
-                     self.ext_cmd_addr.eq(dma.cmd_addr), self.ext_cmd_len.eq(dma.cmd_len),
-                     dma.rvalid.eq(self.ext_rvalid), dma.rdata.eq(self.ext_rdata)]
+        connect_read_port(m, dma, self, memory_prefix="ext_")
         return dma
 
     def _eltwise(self, m):

@@ -80,7 +80,7 @@ class _WithMemoryModel(wiring.Component):
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
 
     def elaborate(self, platform):
-        from ..hdl.extmem import ExternalMemory
+        from ..hdl.extmem import ExternalMemory, connect_read_port
 
         m = Module()
         cfg, system = self._config, self._system
@@ -89,12 +89,9 @@ class _WithMemoryModel(wiring.Component):
                                                       cfg.ext_timing)
         m.d.comb += [system.rx.eq(self.rx), self.tx.eq(system.tx),
                      memory.restart.eq(system.ext_restart),
-                     memory.cmd_valid.eq(system.ext_cmd_valid),
-                     system.ext_cmd_ready.eq(memory.cmd_ready),
-                     memory.cmd_addr.eq(system.ext_cmd_addr), memory.cmd_len.eq(system.ext_cmd_len),
-                     system.ext_rvalid.eq(memory.rvalid), system.ext_rdata.eq(memory.rdata),
                      memory.load_we.eq(system.ext_wr_valid), system.ext_wr_ready.eq(1),
                      memory.load_addr.eq(system.ext_wr_addr), memory.load_data.eq(system.ext_wr_data)]
+        connect_read_port(m, system, memory, requester_prefix="ext_")
         return m
 
 

@@ -8,7 +8,8 @@ import pytest
 from amaranth.hdl import Elaboratable, Module
 
 from hwonnx.hdl.dma import DmaEngine
-from hwonnx.hdl.extmem import ULX3S_SDRAM, ExternalMemory, ExtTiming, MemoryTimeline
+from hwonnx.hdl.extmem import (ULX3S_SDRAM, ExternalMemory, ExtTiming, MemoryTimeline,
+                               connect_read_port)
 from hwonnx.isa import Op
 
 from hdl_helpers import run_cycles, set_instr, small_config
@@ -25,9 +26,7 @@ class _Pair(Elaboratable):
         m = Module()
         m.submodules.dma, m.submodules.mem = self.dma, self.mem
         dma, mem = self.dma, self.mem
-        m.d.comb += [mem.cmd_valid.eq(dma.cmd_valid), dma.cmd_ready.eq(mem.cmd_ready),
-                     mem.cmd_addr.eq(dma.cmd_addr), mem.cmd_len.eq(dma.cmd_len),
-                     dma.rvalid.eq(mem.rvalid), dma.rdata.eq(mem.rdata)]
+        connect_read_port(m, dma, mem)
         return m
 
 
