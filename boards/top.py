@@ -1,7 +1,7 @@
 """The system top: the accelerator with its program baked in, the UART host bridge, and the
 board's clock and pins."""
 
-from amaranth.hdl import Elaboratable, Module
+from amaranth.hdl import Elaboratable, Module, Mux
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,7 +28,7 @@ class SystemTop(wiring.Component):
     -------
     rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
     ext_cmd_*, ext_rvalid, ext_rdata : the accelerator's external-memory read port, and
-    ext_wr_* : the host bridge's writes into it, and ext_restart : ``Out(1)`` the
+    ext_wr_* : its writes and the host bridge's into it, and ext_restart : ``Out(1)`` the
     accelerator's ``start`` (a memory model's refresh schedule starts over): with
     ``ArchConfig.ext_memory`` only, for the memory or its model outside.
     """
@@ -53,12 +53,20 @@ class SystemTop(wiring.Component):
         bridge.connect_accelerator(m, accel)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
         if self._config.ext_memory:
-            for inner, names in ((accel, _EXT_READ_PORTS), (bridge, EXT_WRITE_PORTS)):
-                for name in names:
-                    ours, theirs = getattr(self, name), getattr(inner, name)
-                    flow = self.signature.members[name].flow
-                    m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
-            m.d.comb += self.ext_restart.eq(accel.start)
+            for name in _EXT_READ_PORTS:
+                ours, theirs = getattr(self, name), getattr(accel, name)
+                flow = self.signature.members[name].flow
+                m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
+            # One write port: the accelerator's (STOREA, while it runs) or else the host's
+            # (WRITEX, while it does not).
+            dma = accel.ext_wr_valid
+            m.d.comb += [
+                self.ext_wr_valid.eq(dma | bridge.ext_wr_valid),
+                self.ext_wr_addr.eq(Mux(dma, accel.ext_wr_addr, bridge.ext_wr_addr)),
+                self.ext_wr_data.eq(Mux(dma, accel.ext_wr_data, bridge.ext_wr_data)),
+                accel.ext_wr_ready.eq(self.ext_wr_ready),
+                bridge.ext_wr_ready.eq(self.ext_wr_ready & ~dma),
+                self.ext_restart.eq(accel.start)]
         return m
 
 

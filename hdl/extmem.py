@@ -6,37 +6,43 @@ The port, in words of ``cols`` bytes (a weight word):
 - ``cmd_valid``, ``cmd_ready``, ``cmd_addr``, ``cmd_len``: a read of ``cmd_len`` words
   (1 to the burst length) from word ``cmd_addr``, taken in a cycle where both are high;
 - ``rvalid``, ``rdata``: the words of the reads taken, in order, one per cycle where
-  ``rvalid`` is high.
+  ``rvalid`` is high;
+- ``wr_valid``, ``wr_ready``, ``wr_addr``, ``wr_data``: a write of one word, held until it is
+  taken in a cycle where both are high.
 
 The memory moves ``bus_bytes`` per cycle, so a word of ``W`` bytes takes ``beats =
 ceil(W / bus_bytes)`` cycles. The model (:class:`ExternalMemory`) serves one read at a time: a
 read taken in cycle ``c`` returns word ``i`` in cycle ``c + latency - 1 + (i + 1) * beats``
-and the next read can be taken in cycle ``c + latency + len * beats``. Every ``refresh_period`` cycles after ``restart`` a refresh falls due;
-the memory refreshes for ``refresh_cycles`` cycles as soon as no read is in flight (before
-any new read), taking no read meanwhile. :class:`MemoryTimeline` is the same rules in
+and the next read can be taken in cycle ``c + latency + len * beats``; a write taken in cycle
+``c`` holds the bus until ``c + beats`` (an SDRAM write has no CAS latency). Every ``refresh_period`` cycles after ``restart`` a refresh falls due;
+the memory refreshes for ``refresh_cycles`` cycles as soon as no read or write is in flight
+(before any new one), taking none meanwhile. :class:`MemoryTimeline` is the same rules in
 Python, for the cycle model.
 """
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM",
-           "READ_PORT", "connect_read_port"]
+           "READ_PORT", "WRITE_PORT", "connect_read_port"]
 
 #: The read port's members and their flow as the memory sees them.
 READ_PORT = {"cmd_valid": In, "cmd_ready": Out, "cmd_addr": In, "cmd_len": In,
              "rvalid": Out, "rdata": Out}
+#: The write port's members and their flow as the memory sees them.
+WRITE_PORT = {"wr_valid": In, "wr_ready": Out, "wr_addr": In, "wr_data": In}
 
 
 def connect_read_port(m, requester, memory, requester_prefix: str = "",
-                      memory_prefix: str = "") -> None:
+                      memory_prefix: str = "", port: "dict | None" = None) -> None:
     """Add to ``m`` the assignments joining ``requester``'s read port to ``memory``'s (their
-    members :data:`READ_PORT` named with the prefixes: the accelerator's is ``ext_``)."""
-    for name, flow in READ_PORT.items():
+    members :data:`READ_PORT`, or ``port`` (:data:`WRITE_PORT`), named with the prefixes:
+    the accelerator's is ``ext_``)."""
+    for name, flow in (port or READ_PORT).items():
         ours = getattr(requester, requester_prefix + name)
         theirs = getattr(memory, memory_prefix + name)
         m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
@@ -94,7 +100,9 @@ class ExternalMemory(wiring.Component):
     restart : ``In(1)``: the refresh schedule starts over (pulsed with the accelerator's
         ``start``, so that every run of a program takes the same cycles).
     cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the read port.
-    load_we, load_addr, load_data : write a word (the harness loads the image).
+    wr_valid, wr_ready, wr_addr, wr_data : the write port.
+    load_we, load_addr, load_data : write a word at once (the harness loads the image; never
+        in the same cycle as a write through the port).
     """
 
     def __init__(self, depth: int, width: int, timing: ExtTiming):
@@ -105,6 +113,7 @@ class ExternalMemory(wiring.Component):
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_addr": In(32),
             "cmd_len": In(range(timing.burst + 1)),
             "rvalid": Out(1), "rdata": Out(width),
+            "wr_valid": In(1), "wr_ready": Out(1), "wr_addr": In(32), "wr_data": In(width),
             "load_we": In(1), "load_addr": In(range(depth)), "load_data": In(width),
         })
 
@@ -115,8 +124,11 @@ class ExternalMemory(wiring.Component):
         m.submodules.mem = mem
         load = mem.write_port()
         read = mem.read_port()
-        m.d.comb += [load.en.eq(self.load_we), load.addr.eq(self.load_addr),
-                     load.data.eq(self.load_data), self.rdata.eq(read.data)]
+        written = self.wr_valid & self.wr_ready
+        m.d.comb += [load.en.eq(self.load_we | written),
+                     load.addr.eq(Mux(written, self.wr_addr, self.load_addr)),
+                     load.data.eq(Mux(written, self.wr_data, self.load_data)),
+                     self.rdata.eq(read.data)]
 
         tick = Signal(range(t.refresh_period))
         due = Signal()
@@ -135,6 +147,7 @@ class ExternalMemory(wiring.Component):
         beat = Signal(range(b))                   # cycles of the word on the bus, less one
         refresh = Signal(range(t.refresh_cycles + 1))
         busy = Signal()
+        writing = Signal(range(b))                # cycles the write holds the bus, less one
         m.d.comb += read.addr.eq(addr + word)
         with m.If(busy):
             m.d.sync += [phase.eq(phase + 1), self.rvalid.eq(0)]
@@ -144,16 +157,20 @@ class ExternalMemory(wiring.Component):
                 m.d.sync += beat.eq(beat + 1)
                 with m.If(beat == b - 1):
                     m.d.sync += [beat.eq(0), word.eq(word + 1), self.rvalid.eq(1)]
+        with m.Elif(writing != 0):
+            m.d.sync += [writing.eq(writing - 1), self.rvalid.eq(0)]
         with m.Elif(refresh != 0):
             m.d.sync += [refresh.eq(refresh - 1), self.rvalid.eq(0)]
         with m.Elif(due & ~self.restart):
             m.d.sync += [refresh.eq(t.refresh_cycles - 1), due.eq(0), self.rvalid.eq(0)]
         with m.Else():
-            m.d.comb += self.cmd_ready.eq(1)
+            m.d.comb += [self.cmd_ready.eq(1), self.wr_ready.eq(~self.cmd_valid)]
             m.d.sync += self.rvalid.eq(0)
             with m.If(self.cmd_valid):
                 m.d.sync += [busy.eq(1), phase.eq(1), addr.eq(self.cmd_addr),
                              length.eq(self.cmd_len), word.eq(0), beat.eq(0)]
+            with m.Elif(self.wr_valid):
+                m.d.sync += writing.eq(b - 1)
         return m
 
 
@@ -172,6 +189,17 @@ class MemoryTimeline:
         """The first cycle in which refresh ``k`` (from 0) is seen as due."""
         return (k + 1) * self.timing.refresh_period + 1
 
+    def _take(self, cycle: int) -> int:
+        """The cycle a command valid from ``cycle`` is taken: once the bus is free and the
+        refreshes due by then are served."""
+        taken = max(cycle, self._free)
+        while self._due(self._served) <= taken:      # refreshes come first
+            start = max(self._free, self._due(self._served))
+            self._free = start + self.timing.refresh_cycles
+            self._served += 1
+            taken = max(taken, self._free)
+        return taken
+
     def read(self, valid: int, count: int) -> int:
         """A transfer whose first read command is valid from cycle ``valid`` (each next one
         from the cycle after the previous one is taken) reads ``count`` words in bursts;
@@ -179,13 +207,18 @@ class MemoryTimeline:
         t = self.timing
         last, cycle, left = valid - 1, valid, count
         while left:
-            taken = max(cycle, self._free)
-            while self._due(self._served) <= taken:      # refreshes come first
-                start = max(self._free, self._due(self._served))
-                self._free = start + t.refresh_cycles
-                self._served += 1
-                taken = max(taken, self._free)
+            taken = self._take(cycle)
             length = min(left, t.burst)
             last = taken + t.latency - 1 + length * self._beats
             self._free, cycle, left = last + 1, taken + 1, left - length
+        return last
+
+    def write(self, valid: int, count: int) -> int:
+        """A STOREA whose first word is on the write port from cycle ``valid`` (each next one
+        from two cycles after the one before was taken) writes ``count`` words; returns the
+        cycle the last one is taken (for none ``valid - 2``, the STOREA's dispatch)."""
+        last, cycle = valid - 2, valid
+        for _ in range(count):
+            last = self._take(cycle)
+            self._free, cycle = last + self._beats, last + 2
         return last

@@ -3,10 +3,10 @@
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from ..isa import ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS
+from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ParamLayout", "PARAM_BITS"]
+__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout", "PARAM_BITS"]
 
 #: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift (8).
 PARAM_BITS = 72
@@ -44,6 +44,15 @@ class LoadxLayout(data.StructLayout):
     def __init__(self):
         super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
                           for f in LOADX_FIELDS})
+
+
+class ActxLayout(data.StructLayout):
+    """A LOADA or STOREA instruction (the low bits of the word); the fields come from
+    :data:`hwonnx.isa.ACTX_FIELDS`."""
+
+    def __init__(self):
+        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
+                          for f in ACTX_FIELDS})
 
 
 class ParamLayout(data.ArrayLayout):

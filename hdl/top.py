@@ -9,7 +9,7 @@ from ..isa import Op
 from ..config import ArchConfig
 from .array import SystolicArray
 from .dma import DmaEngine
-from .extmem import connect_read_port
+from .extmem import WRITE_PORT, connect_read_port
 from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
@@ -85,7 +85,9 @@ class Accelerator(wiring.Component):
         if config.ext_memory:           # the external memory's read port (hdl/extmem.py)
             members.update(ext_cmd_valid=Out(1), ext_cmd_ready=In(1), ext_cmd_addr=Out(32),
                            ext_cmd_len=Out(range(config.ext_timing.burst + 1)),
-                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8))
+                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8),
+                           ext_wr_valid=Out(1), ext_wr_ready=In(1), ext_wr_addr=Out(32),
+                           ext_wr_data=Out(config.cols * 8))      # and its write port
         super().__init__(members)
 
     @staticmethod
@@ -149,23 +151,33 @@ class Accelerator(wiring.Component):
                                    Mux(dma.wgt_we, dma.wgt_data, data_), dma.wgt_we | we)
             m.d.comb += [port.addr.eq(addr), port.data.eq(data_), port.en.eq(we)]
 
-        # Activation buffer: the post-processor or the host writes, the feeder and host read.
+        # Activation buffer: the post-processor, the DMA engine (LOADA, while the other
+        # engines are idle) or the host writes, the feeder and host read.
         act_w = act.write_port(granularity=1)
         with m.If(self.host_act_we):
             m.d.comb += [act_w.addr.eq(self.host_act_addr), act_w.data.eq(self.host_act_data),
                          act_w.en.eq(~0)]
+        if dma is not None:
+            with m.Elif(dma.act_we):
+                m.d.comb += [act_w.addr.eq(dma.act_waddr), act_w.data.eq(dma.act_wdata),
+                             act_w.en.eq(~0)]
         with m.Else():
             m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
                          act_w.en.eq(post.out_we)]
         # One read port: the feeder's or the element-wise engine's (never both at once: the
         # engine starts only when the feeder is drained) while the program runs, the host's
         # otherwise (a second port would double the buffer's block RAMs, its largest user on
-        # a board).
+        # a board); the DMA engine's in a STOREA (the others idle).
         running = Signal()
         act_r = act.read_port()
         engine_addr = Mux(eltw.act_en, eltw.act_addr, feeder.act_addr)
+        engine_en = feeder.act_en | eltw.act_en
+        if dma is not None:
+            engine_addr = Mux(dma.act_ren, dma.act_raddr, engine_addr)
+            engine_en = engine_en | dma.act_ren
+            m.d.comb += dma.act_rdata.eq(act_r.data)
         m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host_act_raddr)),
-                     act_r.en.eq(~running | feeder.act_en | eltw.act_en),
+                     act_r.en.eq(~running | engine_en),
                      self.host_act_rdata.eq(act_r.data), eltw.act_data.eq(act_r.data)]
 
         # Weight tiles into the array.
@@ -244,6 +256,8 @@ class Accelerator(wiring.Component):
         post_idle = Signal()
         m.d.comb += post_idle.eq(post.idle & ~post_pend_valid)
         accept = Signal()
+        ready = Signal()            # every engine but the DMA idle
+        m.d.comb += ready.eq(~loader.busy & feeder.drained & post_idle & eltw.idle)
         with m.Switch(instr.op):
             with m.Case(Op.LOADW):
                 m.d.comb += accept.eq(~loader.busy & feeder.bank_free.bit_select(instr.bank, 1))
@@ -255,18 +269,24 @@ class Accelerator(wiring.Component):
                 m.d.comb += accept.eq(eltw.idle & feeder.drained
                                       & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post_idle))
             with m.Case(Op.END):
-                ready = ~loader.busy & feeder.drained & post_idle & eltw.idle
                 m.d.comb += accept.eq(ready if dma is None else ready & dma.idle)
             if dma is not None:     # also a fence: the words of the LOADX before are in
                 with m.Case(Op.LOADX):
                     m.d.comb += accept.eq(dma.idle & ~loader.busy)
+                with m.Case(*Op.ACTX):          # alone: every engine idle
+                    m.d.comb += accept.eq(ready & dma.idle)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
-        m.d.comb += fire.eq(instr_valid & accept)
-        engines = ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)) + (
-            ((dma, Op.LOADX),) if dma is not None else ())
-        for engine, op in engines:
+        if dma is None:
+            m.d.comb += fire.eq(instr_valid & accept)
+        else:                       # nothing runs beside an activation transfer
+            m.d.comb += fire.eq(instr_valid & accept & ~dma.act_busy)
+        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
+        if dma is not None:
+            m.d.comb += [dma.instr.eq(instr), dma.dispatch.eq(
+                fire & ((instr.op == Op.LOADX) | (instr.op == Op.LOADA)
+                        | (instr.op == Op.STOREA)))]
         post_fire = Signal()
         start_now = Signal()
         start_pending = Signal()
@@ -309,6 +329,7 @@ class Accelerator(wiring.Component):
             return None
         m.submodules.dma = dma = DmaEngine(cfg, cfg.ext_timing)
         connect_read_port(m, dma, self, memory_prefix="ext_")
+        connect_read_port(m, dma, self, memory_prefix="ext_", port=WRITE_PORT)
         return dma
 
     def _eltwise(self, m):

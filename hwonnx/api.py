@@ -446,7 +446,13 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
     q_in = {value: q[sample:sample + 1]
             for value, q in _quantize_inputs(graph, program, inputs).items()}
     env = _golden_values(graph, program, q_in)
-    for index, layer in enumerate(program.layers):
+    layers = program.layers
+    for index, layer in enumerate(layers):
+        # a tensor is read once its last band is written; one in the external memory is not
+        # read (its next readers show a difference)
+        if layer.output not in program.placements or (
+                index + 1 < len(layers) and layers[index + 1].output == layer.output):
+            continue
         partial = program.truncated(index)
         got, _ = execute_program(partial, _placed(program, q_in), [layer.output], log=log)
         want = env[layer.output]

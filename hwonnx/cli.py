@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override-initializer", action="append", default=[],
                    metavar="NAME=file.npy",
                    help="use this value for an initializer that is also a graph input")
+    p.add_argument("--plot", type=Path, metavar="OUT.png",
+                   help="also write the chart of where each layer's cycles go (a build's "
+                        "report.png) to this file")
 
     p = commands.add_parser("sim", help="run a build on inputs (RTL on Verilator by default)")
     p.add_argument("out", type=Path, help="a build folder written by 'hwonnx build'")
@@ -111,6 +114,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("bitstream", help="build the bitstream of a board build folder")
     p.add_argument("out", type=Path, help="a folder written by 'hwonnx build --board B'")
+
+    p = commands.add_parser("explore", help="sweep array sizes of a model on a board (on "
+                                            "Dask): cycles, fit, latency, Pareto front")
+    p.add_argument("model", type=Path, help="the .onnx model, or the name of a bundled "
+                   "example (digits_mlp, digits_cnn: its calibration data is bundled too)")
+    p.add_argument("--board", required=True, choices=sorted(BOARDS), help="target board")
+    p.add_argument("--calib", type=Path, help="calibration samples (as for build)")
+    p.add_argument("--rows", default="4..16", metavar="SIZES",
+                   help="array rows to try: a list (4,8,12) and ranges of powers of two "
+                        "(4..16: 4, 8, 16) (default: %(default)s)")
+    p.add_argument("--cols", default="4..16", metavar="SIZES",
+                   help="array columns to try, as --rows (default: %(default)s)")
+    p.add_argument("--depths", default="auto", metavar="auto|BUF=WORDS,...",
+                   help="buffer depths: auto sizes them to the model (as build does); "
+                        "act=4096,wgt=2048 fixes those for every point (default: auto)")
+    p.add_argument("--bitstream", action="store_true",
+                   help="build each point's bitstream: Fmax and resources from nextpnr "
+                        "(minutes to an hour per point)")
+    p.add_argument("--sim", type=int, default=0, metavar="N",
+                   help="run N samples per point on the RTL and check them against the "
+                        "golden model (a Verilator build per point)")
+    p.add_argument("--input", type=Path,
+                   help="samples for --sim (default: the calibration samples)")
+    p.add_argument("-o", "--out", type=Path, default=Path("explore"),
+                   help="folder for explore.json/.md/.png and the points (default: "
+                        "%(default)s)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the points of the folder that finished (ok, does not fit); run "
+                        "the others")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="stop a point after this long (default: 600; 1800 with --sim, 14400 "
+                        "with --bitstream)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="send the points to this Dask scheduler (tcp://host:8786) instead of "
+                        "a local cluster")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="workers of the local cluster (default: one per CPU, at most one per "
+                        "point)")
+    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
+                   metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
 
     commands.add_parser("boards", help="list the known boards")
     return parser
@@ -285,8 +328,11 @@ def _run(args, output: _Output) -> int:
     elif args.command == "inspect":
         from .boards import get_board
         from .frontend import read_overrides
-        from .inspect import format_inspection, format_placement, load_for_inspection
+        from .inspect import (check_plot_path, format_inspection, format_placement,
+                              load_for_inspection)
         model, _ = _model_path(args.model)
+        if args.plot:
+            check_plot_path(args.plot)          # before the model is read
         config = api.configure_arch(get_board(args.board).default_config, rows=args.rows,
                                     cols=args.cols)
         shapes = dict(args.input_shape) or None
@@ -295,8 +341,11 @@ def _run(args, output: _Output) -> int:
             graph = load_for_inspection(model, shapes, overrides)
         print(format_inspection(graph, str(model)))
         with output.steps(f"Placing {model.name} on the {config.name} array ..."):
-            placement = format_placement(graph, config, size=args.board)
+            placement = format_placement(graph, config, size=args.board, plot=args.plot,
+                                         model=str(model))
         print(f"\n{placement}")
+        if args.plot:
+            print(f"\nChart written to {args.plot}")
     elif args.command == "sim":
         if args.output:
             _check_output(args.output)          # before a simulation that may take long
@@ -345,6 +394,28 @@ def _run(args, output: _Output) -> int:
     elif args.command == "bitstream":
         with output.steps():
             api.bitstream(args.out, log=log)
+    elif args.command == "explore":
+        from .examples import example_calibration
+        from .explore import explore, parse_sizes
+        from .explore.outputs import text_summary
+        from .explore.progress import SweepProgress
+        model, example = _model_path(args.model)
+        calib = args.calib
+        if calib is None and example:                   # its calibration data is bundled
+            calib = example_calibration(example)
+        if args.workers is not None and args.workers < 1:
+            raise UsageError(f"--workers takes a positive number, not {args.workers}")
+        progress = SweepProgress()
+        with progress.shown():
+            summary = explore(
+                model, args.board, rows=parse_sizes(args.rows, "--rows"),
+                cols=parse_sizes(args.cols, "--cols"), calib=calib, depths=args.depths,
+                input_shapes=dict(args.input_shape) or None, bitstream=args.bitstream,
+                sim=args.sim, inputs=args.input, out_dir=args.out, scheduler=args.scheduler,
+                workers=args.workers, timeout=args.timeout, resume=args.resume,
+                model_label=str(args.model), calib_label=str(args.calib) if args.calib else None,
+                log=progress.log, on_start=progress.start, on_point=progress.point)
+        print(text_summary(summary, args.out))
     elif args.command == "boards":
         from .boards import BOARDS
         rows = []

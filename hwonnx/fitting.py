@@ -93,11 +93,15 @@ def fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool 
             log(f"The {start.name} array and this model's buffers do not fit board "
                 f"'{target.name}'; using a {other.config.name} array")
             return other
-    default = target.default_config.wgt_depth
-    if target.ext_memory and not program.config.ext_memory and program.words["wgt"] > default:
-        raise ResourceError(f"{first}; --ext-memory {target.ext_memory} streams the weights "
-                            f"beyond {default} words from the board's external memory") \
-            from first
+    default = target.default_config
+    if target.ext_memory and not program.config.ext_memory:
+        if program.words["wgt"] > default.wgt_depth:
+            raise ResourceError(f"{first}; --ext-memory {target.ext_memory} streams the "
+                                f"weights beyond {default.wgt_depth} words from the board's "
+                                f"external memory") from first
+        if program.words["act"] > default.act_depth:
+            raise ResourceError(f"{first}; with --ext-memory {target.ext_memory} the largest "
+                                f"tensors live in the board's external memory") from first
     raise first
 
 

@@ -13,7 +13,8 @@ from .config import ArchConfig
 from .frontend import load_model
 from .ir.graph import Graph
 
-__all__ = ["inspect_model", "format_inspection", "format_placement", "load_for_inspection"]
+__all__ = ["inspect_model", "format_inspection", "format_placement", "load_for_inspection",
+           "check_plot_path"]
 
 
 def inspect_model(path: "str | os.PathLike", input_shapes: "dict[str, tuple[int, ...]] | None"
@@ -57,21 +58,27 @@ def load_for_inspection(path: "str | os.PathLike", input_shapes:
         logger.removeFilter(hold)
 
 
-def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None) -> str:
+def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None, *,
+                     plot: "str | os.PathLike | None" = None, model: str = "model") -> str:
     """Where each node of the float ``graph`` runs on the ``config`` array, with MACs and
     predicted cycles (as :func:`hwonnx.api.plan_model` plans it, without reading the model
     again, its buffers sized for ``size`` as ``hwonnx build`` sizes them): the report that
-    ``hwonnx inspect`` prints second.
+    ``hwonnx inspect`` prints second. Given ``plot``, also writes there the chart of where
+    each layer's cycles go that a build writes as ``report.png`` (titled ``model``).
 
     Raises
     ------
     ResourceError
         If the model does not fit ``config`` (as :func:`~hwonnx.compiler.lower.lower`).
+    UsageError
+        If ``plot`` cannot be written.
     """
     from .api import plan_model
     from .compiler.timing import predict
     from .report import placement_table
 
+    if plot is not None:
+        check_plot_path(plot)               # before the planning, which may take long
     int_graph, program = plan_model(graph, config=config, size=size)
     programs = program if isinstance(program, list) else [program]
     config = programs[0].config
@@ -89,7 +96,39 @@ def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None
         if size not in (None, "sim"):
             text += (f"\n\nA build for board '{size}' is refused: segmented builds run in "
                      f"simulation only (--board sim)")
+    if plot is not None:
+        _write_plot(int_graph, programs, model, size or "sim", plot)
     return text
+
+
+def check_plot_path(path: "str | os.PathLike") -> None:
+    """Refuse a chart path (``hwonnx inspect --plot``) that cannot be written, before
+    anything runs: :class:`~hwonnx.errors.UsageError`."""
+    from .errors import UsageError
+
+    path = Path(path)
+    why = "Is a directory" if path.is_dir() else None if path.parent.is_dir() else \
+        "Not a directory" if path.parent.exists() else "No such file or directory"
+    if why:
+        raise UsageError(f"Cannot write the chart to '{path}': {why}")
+
+
+def _write_plot(int_graph: Graph, programs: list, model: str, board: str,
+                path: "str | os.PathLike") -> None:
+    """The build's ``report.png`` of the planned ``programs`` (one, or a segmented model's),
+    written to ``path``."""
+    from .errors import UsageError
+    from .plots import write_cycle_chart
+    from .report import build_report
+    from .segmented import segmented_report
+
+    report = segmented_report(programs, model, board, int_graph) if len(programs) > 1 \
+        else build_report(programs[0], model, board, dict(int_graph.meta), int_graph)
+    try:
+        write_cycle_chart(report, path)
+    except OSError as error:
+        raise UsageError(f"Cannot write the chart to '{path}': "
+                         f"{error.strerror or error}") from error
 
 
 def format_inspection(graph: Graph, source: str) -> str:

@@ -42,13 +42,20 @@ takes three instructions instead of one per tile, expanded by the tile walker
            bursts over the external memory port (``hdl/dma.py``). Accepted only when the DMA
            is idle and the weight loader has finished, so a LOADX is also the fence that
            makes the words of the one before it visible to the LOADWs after it.
+``LOADA``  the DMA engine (:data:`ACTX_FIELDS`): copy ``count`` activation words from
+           external-memory word ``ext_addr`` into the activation buffer from ``act_addr``;
+``STOREA`` ... and back: ``count`` activation words from ``act_addr`` into the external memory
+           from ``ext_addr``. Both are accepted only when every engine is idle, and nothing is
+           dispatched until they have finished (a tensor too large for the activation buffer
+           lives in the external memory; a layer reads and writes it in bands of rows through
+           windows in the buffer, :mod:`hwonnx.compiler.spill`).
 
-Op codes 9 to 15 are free for more engines.
+Op codes 11 to 15 are free for more engines.
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "ELTW_MODES", "Field",
+__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "ACTX_FIELDS", "ELTW_MODES", "Field",
            "OP_BITS", "instruction_width", "encode", "decode", "fields_of", "addressable"]
 
 #: Bits of the op code, the first field of every instruction.
@@ -65,8 +72,12 @@ class Op:
     LOOP = 6
     ELTW = 7
     LOADX = 8
+    LOADA = 9
+    STOREA = 10
     NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST",
-             6: "LOOP", 7: "ELTW", 8: "LOADX"}
+             6: "LOOP", 7: "ELTW", 8: "LOADX", 9: "LOADA", 10: "STOREA"}
+    #: The activation transfers of the DMA engine.
+    ACTX = (9, 10)
     #: Instructions the dispatcher hands to the walker, not to an engine.
     WALKER = (4, 5, 6)
 
@@ -187,6 +198,14 @@ LOADX_FIELDS: "tuple[Field, ...]" = (
     Field("ext_addr", 32),   # first external-memory word read (words of cols bytes)
 )
 
+#: The fields of LOADA and STOREA (their own layout of the same word).
+ACTX_FIELDS: "tuple[Field, ...]" = (
+    Field("op", OP_BITS),
+    Field("count", 24),      # activation words copied
+    Field("act_addr", 24),   # first activation-buffer word
+    Field("ext_addr", 32),   # first external-memory word (words of rows = cols bytes)
+)
+
 #: ELTW ``mode`` values (``hwonnx.golden.ops.ELTWISE_MODES`` in this order).
 ELTW_MODES = {"sum": 0, "max": 1, "min": 2}
 
@@ -205,7 +224,8 @@ def addressable(buffer: str) -> int:
 
 def fields_of(op: int) -> "tuple[Field, ...]":
     """The layout of an instruction with op code ``op``."""
-    return {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS, Op.LOADX: LOADX_FIELDS}.get(op, FIELDS)
+    return {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS, Op.LOADX: LOADX_FIELDS,
+            Op.LOADA: ACTX_FIELDS, Op.STOREA: ACTX_FIELDS}.get(op, FIELDS)
 
 
 def encode(**values: int) -> int:
@@ -240,3 +260,4 @@ def decode(word: int) -> "dict[str, int]":
 assert sum(f.width for f in LOOP_FIELDS) <= instruction_width(), "LOOP must fit the word"
 assert sum(f.width for f in ELTW_FIELDS) <= instruction_width(), "ELTW must fit the word"
 assert sum(f.width for f in LOADX_FIELDS) <= instruction_width(), "LOADX must fit the word"
+assert sum(f.width for f in ACTX_FIELDS) <= instruction_width(), "LOADA must fit the word"

@@ -1,6 +1,8 @@
 """The build report: per layer MACs, tiles, weight memory, predicted cycles and utilization
 (JSON and Markdown)."""
 
+import bisect
+import itertools
 import json
 from pathlib import Path
 
@@ -9,8 +11,11 @@ from .isa import Op, instruction_width
 from .compiler.program import Program
 from .compiler.timing import predict
 
-__all__ = ["layer_cycles", "build_report", "write_report", "placement", "placement_table",
-           "ports"]
+__all__ = ["layer_cycles", "cycle_breakdown", "build_report", "write_report", "placement",
+           "placement_table", "ports", "CYCLE_CATEGORIES"]
+
+#: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
+CYCLE_CATEGORIES = ("compute", "weight_loads", "boundaries", "host")
 
 #: Where each integer op runs and why (from the operator registry).
 _WHY = {entry.quantized: (entry.where, entry.why) for entry in IR_OPS.values() if entry.quantized}
@@ -88,6 +93,57 @@ def layer_cycles(program: Program) -> "list[int]":
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 
+def cycle_breakdown(program: Program, cycles: "list[int] | None" = None) -> "list[dict]":
+    """Where each layer's predicted cycles (``cycles``, :func:`layer_cycles`) go, from the
+    cycle model's timeline of the whole program (:func:`~hwonnx.compiler.timing.predict`):
+    layer ``i`` owns the cycles from the end of the program truncated after layer ``i - 1``
+    to the end of the one truncated after ``i``. Each of its cycles counts once, as
+    ``compute`` if the array is fed a word (a MATMUL issues), else ``weight_loads`` if the
+    weight loader (LOADW) or the DMA (LOADX; LOADA, STOREA: activations) is busy, else ``boundaries`` (pipeline drain,
+    post-processing tails, element-wise work, dispatch); ``host`` is 0 (the host's time is
+    not a layer's: see the report's ``round_trips``). The four add up to the layer's cycles."""
+    from .hdl.feeder import drain_cycles
+
+    cycles = layer_cycles(program) if cycles is None else cycles
+    instructions = program.expanded()
+    timing = predict(instructions, program.config)
+    drain = drain_cycles(program.config)
+    fed, loading = [], []
+    for instr, dispatch, done in zip(instructions, timing.dispatch, timing.done):
+        if instr.op == Op.MATMUL:           # done: last word issued + drain - 1
+            end = done + 1 - drain
+            fed.append((end - instr["count"], end))
+        elif instr.op == Op.LOADW:          # the loader is busy from dispatch until done
+            loading.append((dispatch, done))
+        elif instr.op in (Op.LOADX, *Op.ACTX):     # the DMA, from the cycle after dispatch
+            loading.append((dispatch + 1, done + 1))
+    ends = list(itertools.accumulate(cycles))
+    starts = [0] + ends[:-1]
+    compute = _covered(fed, starts, ends)
+    busy = _covered(fed + loading, starts, ends)
+    return [{"compute": c, "weight_loads": b - c, "boundaries": span - b, "host": 0}
+            for c, b, span in zip(compute, busy, cycles)]
+
+
+def _covered(intervals: "list[tuple[int, int]]", starts: "list[int]", ends: "list[int]"
+             ) -> "list[int]":
+    """Cycles of the union of half-open ``intervals`` within each window [start, end)."""
+    merged: "list[list[int]]" = []
+    for low, high in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    lows = [low for low, _ in merged]
+    before = list(itertools.accumulate((high - low for low, high in merged), initial=0))
+
+    def upto(cycle: int) -> int:        # covered cycles before ``cycle``
+        k = bisect.bisect_right(lows, cycle)
+        return before[k] - max(merged[k - 1][1] - cycle, 0) if k else 0
+
+    return [upto(end) - upto(start) for start, end in zip(starts, ends)]
+
+
 def _rounding(program: Program) -> str:
     posts = [i for i in program.expanded() if i["op"] == Op.POST]
     exact = {program.layers[i.layer].name for i in posts if i.get("rne")}
@@ -103,17 +159,26 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
     pes = cfg.rows * cfg.cols
     cycles = layer_cycles(program)
     total = predict(program.expanded(), cfg).total
+    moved: "dict[int, int]" = {}            # layer -> activation words LOADA and STOREA move
+    for instr in program.instructions:
+        if instr.op in Op.ACTX:
+            moved[instr.layer] = moved.get(instr.layer, 0) + instr["count"]
     layers = []
-    for layer, layer_cycles_ in zip(program.layers, cycles):
+    for layer, layer_cycles_, split in zip(program.layers, cycles,
+                                           cycle_breakdown(program, cycles)):
         layers.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
                        "tiles": layer.tiles, "predicted_cycles": layer_cycles_,
+                       "cycle_breakdown": split,
                        "weight_words": layer.wgt_words, "weight_bits": layer.wgt_bits,
                        "weight_bytes": layer.wgt_words * cfg.cols,
                        "utilization": layer.macs / (layer_cycles_ * pes) if layer_cycles_ else 0})
-        if cfg.ext_memory:      # streamed weights: bytes, and the cycles their copy takes
+        if cfg.ext_memory:      # streamed weights: bytes, and the cycles their copy takes;
+            act = moved.get(len(layers) - 1, 0)      # activations in and out (.spill)
             layers[-1].update(external_bytes=layer.ext_words * cfg.cols,
                               transfer_cycles=cfg.ext_timing.transfer_cycles(layer.ext_words,
-                                                                             cfg.cols))
+                                                                             cfg.cols),
+                              activation_bytes=act * cfg.rows,
+                              activation_cycles=cfg.ext_timing.transfer_cycles(act, cfg.rows))
     notes = list(meta.get("notes", ()))
     return {
         "model": model, "board": board, "arch": cfg.to_dict(),
@@ -165,6 +230,8 @@ def _segment_of(port: dict) -> str:
 
 
 def write_report(report: dict, folder: Path) -> None:
+    """Write ``report.json``, ``report.md`` and its chart ``report.png``
+    (:func:`hwonnx.plots.write_cycle_chart`) into ``folder``."""
     folder = Path(folder)
     (folder / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     arch = report["arch"]
@@ -185,16 +252,22 @@ def write_report(report: dict, folder: Path) -> None:
     total = report["total"]
     weights = sum(layer["weight_bytes"] for layer in report["layers"])
     lines += [f"| **total** | | {total['macs']:,} | | | {weights:,} | "
-              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", ""]
+              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", "",
+              "Where each layer's cycles go (array fed, weight loads, boundaries between "
+              "layers, host round trips):", "", "![cycles per layer](report.png)", ""]
     if "external_bytes" in report["layers"][0]:
         lines += [f"External memory `{arch['ext_memory']}`: the weights of the layers below "
                   f"stream into the weight buffer behind the computation (a copy takes its "
-                  f"transfer cycles without refreshes; it overlaps the layers before its own).",
-                  "", "| layer | external bytes | transfer cycles | predicted cycles |",
-                  "|---|---:|---:|---:|"]
+                  f"transfer cycles without refreshes; it overlaps the layers before its own); "
+                  f"their activations move in and out while nothing else runs.",
+                  "", "| layer | weight bytes streamed | transfer cycles | activation bytes "
+                  "moved | transfer cycles | predicted cycles |",
+                  "|---|---:|---:|---:|---:|---:|"]
         lines += [f"| {layer['name']} | {layer['external_bytes']:,} | "
-                  f"{layer['transfer_cycles']:,} | {layer['predicted_cycles']:,} |"
-                  for layer in report["layers"] if layer["external_bytes"]]
+                  f"{layer['transfer_cycles']:,} | {layer.get('activation_bytes', 0):,} | "
+                  f"{layer.get('activation_cycles', 0):,} | {layer['predicted_cycles']:,} |"
+                  for layer in report["layers"]
+                  if layer["external_bytes"] or layer.get("activation_bytes")]
         lines += [""]
     lines += ["| buffer | used words | depth |",
               "|---|---:|---:|"]
@@ -244,3 +317,5 @@ def write_report(report: dict, folder: Path) -> None:
         lines += ["", "Model metadata: " + ", ".join(f"{k} = {v}" for k, v in
                                                      report["metadata_props"].items())]
     (folder / "report.md").write_text("\n".join(lines) + "\n")
+    from .plots import write_cycle_chart
+    write_cycle_chart(report, folder / "report.png")

@@ -170,10 +170,15 @@ _EXT_MODEL = """  wire ext_cmd_valid, ext_cmd_ready, ext_rvalid;
   wire [31:0] ext_cmd_addr;
   wire [{len_bits}-1:0] ext_cmd_len;
   wire [{ww}-1:0] ext_rdata;
+  wire ext_wr_valid, ext_wr_ready;
+  wire [31:0] ext_wr_addr;
+  wire [{ww}-1:0] ext_wr_data;
   {top} ext_memory (
     .clk(clk), .rst(rst), .restart(start),
     .cmd_valid(ext_cmd_valid), .cmd_ready(ext_cmd_ready), .cmd_addr(ext_cmd_addr),
     .cmd_len(ext_cmd_len), .rvalid(ext_rvalid), .rdata(ext_rdata),
+    .wr_valid(ext_wr_valid), .wr_ready(ext_wr_ready), .wr_addr(ext_wr_addr),
+    .wr_data(ext_wr_data),
     .load_we(ext_load_we), .load_addr(ext_load_addr[{addr_bits}-1:0]),
     .load_data(ext_load_data)
   );
@@ -182,7 +187,8 @@ _EXT_MODEL = """  wire ext_cmd_valid, ext_cmd_ready, ext_rvalid;
 _EXT_PORTS = """,
     .ext_cmd_valid(ext_cmd_valid), .ext_cmd_ready(ext_cmd_ready),
     .ext_cmd_addr(ext_cmd_addr), .ext_cmd_len(ext_cmd_len), .ext_rvalid(ext_rvalid),
-    .ext_rdata(ext_rdata)"""
+    .ext_rdata(ext_rdata), .ext_wr_valid(ext_wr_valid), .ext_wr_ready(ext_wr_ready),
+    .ext_wr_addr(ext_wr_addr), .ext_wr_data(ext_wr_data)"""
 
 
 def extmem_verilog(config: ArchConfig) -> str:

@@ -72,15 +72,15 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
 
 class _WithMemoryModel(wiring.Component):
     """A system top with an external memory, and the memory's deterministic model
-    (``hdl/extmem.py: ExternalMemory``) on its read port and the host bridge's writes (which
-    the model takes at once)."""
+    (``hdl/extmem.py: ExternalMemory``) on its read and write ports (the accelerator's and
+    the host bridge's writes)."""
 
     def __init__(self, system, config):
         self._system, self._config = system, config
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
 
     def elaborate(self, platform):
-        from ..hdl.extmem import ExternalMemory, connect_read_port
+        from ..hdl.extmem import WRITE_PORT, ExternalMemory, connect_read_port
 
         m = Module()
         cfg, system = self._config, self._system
@@ -89,9 +89,9 @@ class _WithMemoryModel(wiring.Component):
                                                       cfg.ext_timing)
         m.d.comb += [system.rx.eq(self.rx), self.tx.eq(system.tx),
                      memory.restart.eq(system.ext_restart),
-                     memory.load_we.eq(system.ext_wr_valid), system.ext_wr_ready.eq(1),
-                     memory.load_addr.eq(system.ext_wr_addr), memory.load_data.eq(system.ext_wr_data)]
+                     memory.load_we.eq(0)]
         connect_read_port(m, system, memory, requester_prefix="ext_")
+        connect_read_port(m, system, memory, requester_prefix="ext_", port=WRITE_PORT)
         return m
 
 

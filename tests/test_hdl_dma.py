@@ -1,18 +1,20 @@
 """DmaEngine over the ExternalMemory model (hdl/dma.py, hdl/extmem.py): LOADX copies
 ``count`` words from external word ``ext_addr`` to weight word ``wgt_addr``, each in the cycle
 it arrives, and the engine is idle again in exactly the cycle MemoryTimeline predicts, through
-bursts, the read latency and refreshes that fall due before, between and during transfers."""
+bursts, the read latency and refreshes that fall due before, between and during transfers;
+LOADA and STOREA move activation words in and out the same way, reads and writes sharing the
+memory's timeline."""
 
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
 
 from hwonnx.hdl.dma import DmaEngine
-from hwonnx.hdl.extmem import (ULX3S_SDRAM, ExternalMemory, ExtTiming, MemoryTimeline,
-                               connect_read_port)
+from hwonnx.hdl.extmem import (ULX3S_SDRAM, WRITE_PORT, ExternalMemory, ExtTiming,
+                               MemoryTimeline, connect_read_port)
 from hwonnx.isa import Op
 
-from hdl_helpers import run_cycles, set_instr, small_config
+from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
 
 EXT_DEPTH = 96
 
@@ -27,6 +29,7 @@ class _Pair(Elaboratable):
         m.submodules.dma, m.submodules.mem = self.dma, self.mem
         dma, mem = self.dma, self.mem
         connect_read_port(m, dma, mem)
+        connect_read_port(m, dma, mem, port=WRITE_PORT)
         return m
 
 
@@ -98,6 +101,85 @@ def test_loadx_copies_the_words_in_the_predicted_cycles(name):
     assert [(a, d) for _, a, d in writes] == expected_writes
     # the transfers spanned several refreshes
     assert state["dispatched"][-1] - restart > 4 * timing.refresh_period
+
+
+@pytest.mark.parametrize("name", TIMINGS)
+def test_activation_transfers_in_the_predicted_cycles(name):
+    """Random LOADA, STOREA and LOADX one after another: every word lands where it should
+    (a STOREA's words read back by a later LOADA), and the engine is idle again exactly when
+    MemoryTimeline says, ``act_busy`` high meanwhile for the activation transfers only."""
+    timing = TIMINGS[name]
+    config = small_config(3, 3)                    # 24-bit activation and external words
+    rng = np.random.default_rng(7 + len(name))
+    image = [int(w) for w in rng.integers(0, 1 << 24, EXT_DEPTH)]
+    act = [int(w) for w in rng.integers(0, 1 << 24, config.act_depth)]
+    ops = [Op.STOREA, Op.LOADA, Op.LOADX, Op.STOREA, Op.STOREA, Op.LOADA, Op.LOADA,
+           Op.STOREA, Op.LOADX, Op.LOADA, Op.STOREA, Op.LOADA]
+    transfers = []
+    for op in ops:
+        local = config.wgt_depth if op == Op.LOADX else config.act_depth
+        count = int(rng.integers(0, min(local, max(2 * timing.burst + 3, 12)) + 1))
+        transfers.append((op, count, int(rng.integers(0, EXT_DEPTH - count + 1)),
+                          int(rng.integers(0, local - count + 1)),
+                          int(rng.integers(0, 2 * timing.refresh_period))))
+    pair = _Pair(config, timing)
+    dma, mem = pair.dma, pair.mem
+    reader = SyncReadMemory(act, dma.act_raddr, dma.act_rdata, dma.act_ren)
+    restart = EXT_DEPTH + 1
+    state = {"next": 0, "earliest": restart + 3, "dispatched": []}
+    idle, busy, loaded, stored = {}, {}, [], []
+
+    def step(ctx, cycle):
+        loading = cycle < EXT_DEPTH
+        ctx.set(mem.load_we, loading)
+        if loading:
+            ctx.set(mem.load_addr, cycle)
+            ctx.set(mem.load_data, image[cycle])
+        ctx.set(mem.restart, cycle == restart)
+        idle[cycle], busy[cycle] = ctx.get(dma.idle), ctx.get(dma.act_busy)
+        if ctx.get(dma.act_we):                  # the activation buffer takes the word
+            address, word = ctx.get(dma.act_waddr), ctx.get(dma.act_wdata)
+            reader.contents[address] = word
+            loaded.append((cycle, address, word))
+        if ctx.get(dma.wr_valid) and ctx.get(dma.wr_ready):
+            stored.append((cycle, ctx.get(dma.wr_addr), ctx.get(dma.wr_data)))
+        go = (state["next"] < len(transfers) and cycle >= state["earliest"] and idle[cycle])
+        ctx.set(dma.dispatch, go)
+        if go:
+            op, count, ext, local, gap = transfers[state["next"]]
+            field = "wgt_addr" if op == Op.LOADX else "act_addr"
+            set_instr(ctx, dma.instr, {"op": op, "count": count, "ext_addr": ext,
+                                       field: local})
+            state["dispatched"].append(cycle)
+            state["next"] += 1
+            state["earliest"] = cycle + 1 + gap
+
+    run_cycles(pair, restart + 3000, step, memories=[reader])
+    assert state["next"] == len(transfers)
+
+    timeline = MemoryTimeline(timing, config.cols)
+    ext_words, act_words = list(image), list(act)
+    expect_loaded, expect_stored = [], []
+    for (op, count, ext, local, _), dispatch in zip(transfers, state["dispatched"]):
+        if op == Op.STOREA:
+            last = restart + timeline.write(dispatch - restart + 2, count)
+            for i in range(count):
+                expect_stored.append((ext + i, act_words[local + i]))
+                ext_words[ext + i] = act_words[local + i]
+        else:
+            last = restart + timeline.read(dispatch - restart + 1, count)
+            if op == Op.LOADA:
+                for i in range(count):
+                    expect_loaded.append((local + i, ext_words[ext + i]))
+                    act_words[local + i] = ext_words[ext + i]
+        span = range(dispatch + 1, last + 2)
+        assert [idle[c] for c in span] == [0] * (last - dispatch) + [1], (op, count)
+        assert [busy[c] for c in span] == [int(op != Op.LOADX)] * (last - dispatch) + [0]
+        if op == Op.STOREA and count:
+            assert max(c for c, _, _ in stored if c <= last) == last
+    assert [(a, w) for _, a, w in loaded] == expect_loaded
+    assert [(a, w) for _, a, w in stored] == expect_stored
+    assert len(expect_stored) >= 10 and len(expect_loaded) >= 10
 
 
 def test_timing_needs_a_refresh_period_longer_than_a_read():

@@ -3,7 +3,11 @@
 from ..config import ArchConfig
 from ..errors import ResourceError
 
-__all__ = ["ActAllocator"]
+__all__ = ["ActAllocator", "ActivationBufferFull"]
+
+
+class ActivationBufferFull(ResourceError):
+    """A tensor does not fit the free words of the activation buffer."""
 
 
 class ActAllocator:
@@ -32,13 +36,17 @@ class ActAllocator:
             base = max(base, start + size)
         if base + words > self.depth:
             used = sum(size for _, size in self.regions.values())
-            raise ResourceError(
+            raise ActivationBufferFull(
                 f"{owner} needs {words} activation words, but only "
                 f"{self.depth - used} of {self.depth} are free ({used} hold live tensors); "
                 f"raise --act-depth or use a larger board")
         self.regions[value] = (base, words)
         self.high_water = max(self.high_water, base + words)
         return base
+
+    def free(self, value: str) -> None:
+        """Free ``value``'s words now."""
+        self.regions.pop(value, None)
 
     def release_dead(self, last_use: "dict[str, int]", index: int) -> None:
         """Free every tensor whose last reader is layer ``index`` or earlier."""

@@ -80,6 +80,8 @@ _SHOWN = {
     Op.ELTW: ("wait", "mode", "mul", "count", "acc_addr", "a_addr", "b_addr", "a_stride",
               "b_stride", "za", "zb", "ka", "kb"),
     Op.LOADX: ("count", "wgt_addr", "ext_addr"),
+    Op.LOADA: ("count", "act_addr", "ext_addr"),
+    Op.STOREA: ("count", "act_addr", "ext_addr"),
     Op.END: (),
 }
 

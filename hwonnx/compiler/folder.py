@@ -34,7 +34,8 @@ SEGMENTED_FORMAT = 4
 #: of another build, which a consistent folder does not hold.
 BUILD_NAMES = frozenset({
     "arch.json", "program.json", "program.txt", "placements.npz", "prog.hex", "wgt.hex",
-    "par.hex", "lut.hex", "graph.json", "graph.npz", "report.json", "report.md", "accel.v",
+    "par.hex", "lut.hex", "graph.json", "graph.npz", "report.json", "report.md", "report.png",
+    "accel.v",
     "board", MANIFEST, "manifest.tmp", "segments.json"})
 _CHUNK = 1 << 20
 

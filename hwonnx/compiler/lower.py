@@ -13,11 +13,12 @@ from ..ir import Graph, Node
 from ..ir.ops import LAYER, LAYOUT, integer_ops
 from ..isa import Op, addressable
 from . import depthwise, eltwise
-from .alloc import ActAllocator
+from .alloc import ActAllocator, ActivationBufferFull
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
+from .spill import ExtTensors, band_layer, bandable
 from .stream import plan_streaming
 from .taps import packable_inputs, packed_placement, packed_words
 from .weights import layer_wpack, pack_tile, weight_bits
@@ -53,6 +54,8 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     try:
         plain = _lower(graph, config, loops, {})
     except ResourceError as error:
+        if config.ext_memory and isinstance(error, ActivationBufferFull):
+            return _spilled(graph, config, loops, error)
         if not packable:
             raise
         try:
@@ -68,9 +71,42 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     return packed if packed.words["act"] <= plain.words["act"] * (1 + PACKED_GROWTH) else plain
 
 
-def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]"
-           ) -> Program:
-    """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution."""
+def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError) -> Program:
+    """:func:`lower` with the largest tensors in the external memory (:mod:`.spill`): those
+    of at least a threshold of words, halved until the program fits (``error``: why it does
+    not fit without)."""
+    rows = config.rows
+    if config.cols != rows:
+        raise ResourceError(f"{error}; the tensors that do not fit could live in the external "
+                            f"memory only with a square array (its words are {config.cols} "
+                            f"bytes, activation words {rows})") from None
+    readers: "dict[str, list[Node]]" = {}
+    for node in graph.nodes:
+        for value in node.inputs:
+            readers.setdefault(value, []).append(node)
+    outputs = {n.inputs[0] for n in graph.nodes if n.op == "Dequantize"}
+    words = {}
+    for node in graph.nodes:
+        value = node.outputs[0] if node.outputs else None
+        if (value and value not in outputs and bandable(node, graph)
+                and all(bandable(r, graph) for r in readers.get(value, ()))
+                and graph.types[value].dtype == "int8"):
+            words[value] = natural_placement(0, graph.types[value].shape, rows).words
+    threshold = max(words.values(), default=0)
+    while threshold >= 1:
+        try:
+            return _lower(graph, config, loops, {},
+                          frozenset(v for v, w in words.items() if w >= threshold))
+        except ActivationBufferFull:
+            pass
+        threshold //= 2
+    raise error
+
+
+def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
+           external: "frozenset[str]" = frozenset()) -> Program:
+    """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution,
+    the tensors ``external`` in the external memory (:mod:`.spill`)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -113,9 +149,26 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
 
     builder = _Builder(graph, config)
     layers = []
+    ext = ExtTensors(rows, {})
+    before: "dict[int, list[dict]]" = {}        # LOADA before, STOREA after a layer
+    after: "dict[int, list[dict]]" = {}
+    owners: "dict[int, int]" = {}               # a band -> the band whose weights it reads
     for index, node in enumerate(body):
-        source = placements[node.inputs[0]]
         out = node.outputs[0]
+        sources = _activations(node, graph)
+        if out in external or any(v in ext.where for v in sources):
+            if out in external:
+                ext.place(out, graph.types[out].shape)
+            else:
+                out_shape = graph.types[out].shape
+                words = natural_placement(0, out_shape, rows).words
+                base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
+                placements[out] = natural_placement(base, out_shape, rows)
+            layers += band_layer(builder, alloc, node, graph, sources, placements, ext,
+                                 index, (before, after, owners))
+            alloc.release_dead(last_use, index)
+            continue
+        source = placements[node.inputs[0]]
         if node.op in _LAYOUT:
             placements[out] = source.with_shape(graph.types[out].shape)
             alloc.alias(out, node.inputs[0])
@@ -139,13 +192,16 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
     streaming = plan_streaming(builder.wgt, [layer.wgt_words for layer in layers],
-                               builder.layer_tiles, [layer.name for layer in layers], config)
+                               builder.layer_tiles, [layer.name for layer in layers], config,
+                               owners)
     if streaming is not None:
         builder.wgt = streaming.wgt
         for index, words in streaming.streamed.items():
             layers[index].ext_words = words
-    instructions = builder.finish(loops and config.walker,
-                                  streaming.loadx if streaming else {})
+    ext.relocate(len(streaming.ext) if streaming else 0)
+    for index, records in (streaming.loadx if streaming else {}).items():
+        before[index] = records + before.get(index, [])
+    instructions = builder.finish(loops and config.walker, before, after)
     seen = set()
     for record_index, record in enumerate(instructions[:-1]):
         plan = layers[record.layer]
@@ -162,6 +218,13 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
     program.words = {"prog": len(instructions),
                      "wgt": streaming.words if streaming else len(builder.wgt),
                      "par": len(builder.par), "act": alloc.high_water}
+    if config.ext_memory:
+        program.words["ext"] = len(images.get("ext", ())) + ext.words
+    if ext.words and program.words["ext"] > config.ext_depth:
+        raise ResourceError(f"The tensors in the external memory take {ext.words} words "
+                            f"after the {len(images.get('ext', ()))} of the streamed weights, "
+                            f"but the {config.name} architecture has {config.ext_depth} "
+                            f"(ext_depth)")
     for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit
         used = program.words[name]                  # where a loop's addresses overflow
         depth = getattr(config, f"{name}_depth")
@@ -382,22 +445,24 @@ class _Builder:
                      rne=int(spec.rounding == "ort"), lut=lut)
                 for start, length, k in runs]
 
-    def finish(self, loops: bool = True, loadx: "dict[int, list[dict]] | None" = None
-               ) -> "list[Instr]":
+    def finish(self, loops: bool = True, before: "dict[int, list[dict]] | None" = None,
+               after: "dict[int, list[dict]] | None" = None) -> "list[Instr]":
         """The stored program: each layer looped where its tiles allow it (``loops``), its
-        micro-instructions (:func:`~.loops.schedule`) otherwise, then END; the ``loadx``
-        instructions of a layer index before it (:mod:`.stream`). Weight banks alternate from
-        tile to tile across the whole program."""
+        micro-instructions (:func:`~.loops.schedule`) otherwise, then END; the instructions
+        ``before`` and ``after`` a layer index around it (LOADX: :mod:`.stream`; LOADA,
+        STOREA: :mod:`.spill`). Weight banks alternate from tile to tile across the whole
+        program."""
         program, bank = [], 0
         for index, layer in enumerate(self.layer_tiles):
-            program.extend(Instr(f, index) for f in (loadx or {}).get(index, []))
+            program.extend(Instr(f, index) for f in (before or {}).get(index, []))
             if layer.records is not None:          # not on the array: stored as it is
                 program.extend(Instr(r, index) for r in layer.records)
-                continue
-            looped = compress(layer, bank, self.config) if loops else None
-            records = list(looped) if looped else schedule(layer.tiles, bank)
-            program.extend(Instr(r, index) for r in records)
-            bank = (bank + len(layer.tiles)) % 2
+            else:
+                looped = compress(layer, bank, self.config) if loops else None
+                records = list(looped) if looped else schedule(layer.tiles, bank)
+                program.extend(Instr(r, index) for r in records)
+                bank = (bank + len(layer.tiles)) % 2
+            program.extend(Instr(f, index) for f in (after or {}).get(index, []))
         program.append(Instr({"op": Op.END}, self.layer_count - 1))
         return program
 

@@ -26,10 +26,11 @@ _FIELD = {f.name: f for f in FIELDS}
 def probe(config: ArchConfig, fixed=()) -> ArchConfig:
     """``config`` with every buffer not in ``fixed`` as deep as an instruction can address
     (the accumulators keep their depth: it sets the tiling; with an external memory, the
-    weight buffer keeps its depth too: the weights that do not fit it stream)."""
-    limits = {"act": addressable("act"), "par": addressable("par"), "prog": 1 << 16}
+    weight and activation buffers keep their depths too: the weights that do not fit stream,
+    the tensors that do not fit live in the external memory)."""
+    limits = {"par": addressable("par"), "prog": 1 << 16}
     if not config.ext_memory:
-        limits["wgt"] = addressable("wgt")
+        limits.update(act=addressable("act"), wgt=addressable("wgt"))
     changes = {f"{name}_depth": depth for name, depth in limits.items() if name not in fixed}
     if "lut" not in fixed:
         changes["lut_tables"] = _FIELD["lut"].max
@@ -39,11 +40,11 @@ def probe(config: ArchConfig, fixed=()) -> ArchConfig:
 def needs(program: Program) -> "dict[str, int]":
     """Words each buffer of ``program`` uses; for the accumulators, the depth beyond which
     no M tile grows (twice the largest output tile, both halves in use); ``ext``: the words
-    of the external memory's image."""
+    of the external memory the program uses (its image, and the tensors that live there)."""
     half = max((i["count"] for i in program.expanded() if i.op == Op.POST), default=1)
     return {**program.words, "acc": 2 * half,
             "lut": len(program.images.get("lut", ())) // 256,
-            "ext": len(program.images.get("ext", ()))}
+            "ext": program.words.get("ext", len(program.images.get("ext", ())))}
 
 
 def _pow2(n: int) -> int:

@@ -33,13 +33,19 @@ class StreamPlan:
 
 
 def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[LayerTiles]",
-                   names: "list[str]", config: ArchConfig) -> "StreamPlan | None":
+                   names: "list[str]", config: ArchConfig,
+                   owners: "dict[int, int] | None" = None) -> "StreamPlan | None":
     """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
     the architecture has no external memory); relocates the weight addresses of every tile
     in ``layers`` (each layer's words are ``layer_words[i]`` consecutive words of ``wgt``, in
-    layer order)."""
+    layer order; a layer of ``owners`` has none, it reads those of the layer it maps to,
+    which stay in place until it has run)."""
     if not config.ext_memory or len(wgt) <= config.wgt_depth:
         return None
+    owners = owners or {}
+    last_user = {i: i for i in range(len(layer_words))}
+    for i, owner in owners.items():
+        last_user[owner] = max(last_user[owner], i)
     starts = [sum(layer_words[:i]) for i in range(len(layer_words))]
     resident = {i for i, w in enumerate(layer_words) if w}
     streamed: "set[int]" = set()
@@ -74,8 +80,9 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
                             f"memory, but the {config.name} architecture has "
                             f"{config.ext_depth} (ext_depth)")
     for i, layer in enumerate(layers):
+        owner = owners.get(i, i)
         for tile in layer.tiles:
-            tile.matmul["wgt_addr"] += base.get(i, 0) - starts[i]
+            tile.matmul["wgt_addr"] += base.get(owner, 0) - starts[owner]
 
     loadx: "dict[int, list[dict]]" = {}
 
@@ -83,7 +90,7 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
         loadx.setdefault(before_layer, []).append({"op": Op.LOADX, **fields})
 
     for j, i in enumerate(order + [None]):
-        where = 0 if j < 2 else order[j - 2] + 1
+        where = 0 if j < 2 else last_user[order[j - 2]] + 1
         issue(where, dict(count=0, wgt_addr=0, ext_addr=0) if i is None else dict(
             count=layer_words[i], wgt_addr=base[i], ext_addr=ext_addr[i]))
     return StreamPlan(image, ext, len(image) + 2 * slot, loadx,

@@ -43,9 +43,10 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
+    alone = 0                     # first cycle after an activation transfer (LOADA, STOREA)
     for instr in instructions:
         op = instr["op"]
-        t = previous + 1
+        t = max(previous + 1, alone)
         looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
         if words and not looped:  # its last word arrives at request + words; the instruction
             t = max(t, request + words + 1)     # register is full one cycle later
@@ -78,6 +79,14 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
             t = max(t, dma_idle, loader_free)
             finish = memory.read(t + 1, instr["count"])
             dma_idle = finish + 1
+        elif op in Op.ACTX:       # alone: every engine idle, nothing else dispatched
+            if memory is None:
+                raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
+                                 f"external memory")
+            t = max(t, dma_idle, loader_free, drained, post_idle, eltw_idle)
+            finish = (memory.read(t + 1, instr["count"]) if op == Op.LOADA
+                      else memory.write(t + 2, instr["count"]))
+            dma_idle = alone = finish + 1
         elif op == Op.END:
             t = max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
             total = t

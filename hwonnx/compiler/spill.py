@@ -1,0 +1,206 @@
+"""Activations in the external memory (``ArchConfig.ext_memory``): a tensor too large for the
+activation buffer lives in the external memory, and every layer that reads or writes it runs
+in bands of output rows (``docs/architecture.md``, "Activations in the external memory").
+
+For band ``[o0, o1)`` of a layer, each input's rows that the band reads (the kernel's halo
+included) are either a view of the input in the activation buffer or, for an input in the
+external memory, a copy that LOADA brings into a window of the buffer first; the band is the
+layer itself, as a convolution over those rows with its top and bottom padding cut to what
+falls outside the image, writing its output rows into a view of the output or into an output
+window that STOREA copies out after it. A tensor's rows are consecutive words (pixel-major
+layout), so each copy is one transfer. LOADA and STOREA run alone (``hdl/top.py``), so one
+window per input and one for the output serve every band, and the cycle model stays exact.
+
+The bands of one layer share its weight and parameter words (:func:`share_words`)."""
+
+from dataclasses import dataclass, replace
+
+from ..ir import Graph, Node
+from ..isa import Op
+from .alloc import ActivationBufferFull
+from .layout import Placement, natural_placement
+
+__all__ = ["BANDED", "ExtTensors", "bandable", "band_layer", "share_words"]
+
+#: Integer layers that can run in bands of output rows.
+BANDED = ("QConv", "QAvgPool", "QMaxPool", "QAdd", "QEltwise", "QConcat")
+
+
+def _window(node: Node, graph: Graph) -> "tuple[int, int, int, int, int]":
+    """``(kernel, stride, dilation, pad_top, pad_bottom)`` of ``node`` along the height."""
+    attrs = node.attrs
+    if node.op == "QConv":
+        kh = graph.constants[node.inputs[1]].shape[2]
+    elif node.op in ("QAvgPool", "QMaxPool"):
+        kh = attrs["kernel"][0]
+    else:
+        return 1, 1, 1, 0, 0
+    dilation = tuple(attrs.get("dilations", (1, 1)))[0]
+    pads = tuple(attrs["pads"])
+    return kh, tuple(attrs["strides"])[0], dilation, pads[0], pads[2]
+
+
+def bandable(node: Node, graph: Graph) -> bool:
+    """Whether ``node`` can run in bands of rows: an image layer of :data:`BANDED` whose
+    inputs are images of the same width (or a per-channel ``[1, C, 1, 1]`` operand)."""
+    if node.op not in BANDED:
+        return False
+    shapes = [graph.types[v].shape for v in node.inputs
+              if v and v not in graph.constants]
+    return len(graph.types[node.outputs[0]].shape) == 4 and all(len(s) == 4 for s in shapes)
+
+
+@dataclass
+class ExtTensors:
+    """Where the tensors in the external memory are (word addresses from the start of the
+    activation region, which follows the streamed weights: :meth:`relocate`) and the
+    transfers that move their rows."""
+    rows: int
+    where: "dict[str, tuple[int, tuple[int, ...]]]"     # value -> (address, shape)
+    words: int = 0
+    transfers: "list[dict]" = None                      # every LOADA and STOREA
+
+    def __post_init__(self):
+        self.transfers = []
+
+    def place(self, value: str, shape: "tuple[int, ...]") -> None:
+        self.where[value] = (self.words, tuple(shape))
+        self.words += natural_placement(0, shape, self.rows).words
+
+    def transfer(self, op: int, count: int, act_addr: int, ext_addr: int) -> dict:
+        record = dict(op=op, count=count, act_addr=act_addr, ext_addr=ext_addr)
+        self.transfers.append(record)
+        return record
+
+    def relocate(self, base: int) -> None:
+        """Put the activation region at external word ``base``."""
+        for record in self.transfers:
+            record["ext_addr"] += base
+
+
+def _band_node(node: Node, graph: Graph, o0: int, o1: int, height: int
+               ) -> "tuple[Node, int, int]":
+    """The layer computing output rows ``[o0, o1)`` from the input rows ``[r0, r1)`` it
+    returns, its padding cut to the rows outside the input's ``height``."""
+    kh, stride, dilation, top, _ = _window(node, graph)
+    lo = o0 * stride - top
+    hi = (o1 - 1) * stride - top + (kh - 1) * dilation + 1
+    r0, r1 = max(0, lo), min(height, hi)
+    attrs = dict(node.attrs)
+    if "pads" in attrs:
+        pads = tuple(attrs["pads"])
+        attrs["pads"] = (r0 - lo, pads[1], hi - r1, pads[3])
+    name = f"{node.name} [rows {o0}-{o1 - 1}]"
+    return replace(node, name=name, attrs=attrs), r0, r1
+
+
+def _rows(placement: Placement, r0: int, r1: int, rows: int, base: "int | None" = None
+          ) -> Placement:
+    """Rows ``[r0, r1)`` of an image ``placement``: a view of them, or at ``base``."""
+    _, c, _, w = placement.shape
+    start = placement.base + r0 * w * placement.cb if base is None else base
+    return natural_placement(start, (1, c, r1 - r0, w), rows)
+
+
+def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
+               placements: "dict[str, Placement]", ext: ExtTensors, index: int,
+               into: "tuple[dict, dict, dict]") -> list:
+    """Emit ``node`` in bands (some of its ``inputs`` or its output in ``ext``); returns the
+    bands' layer plans. The bands are layers ``len(builder.layer_tiles)`` on; their LOADA
+    and STOREA go into the first two dictionaries of ``into`` (layer index -> instructions
+    before it, after it), and each band after the first into the third (layer index -> the
+    first band's, whose weight words it reads)."""
+    before, after, owners = into
+    rows, out = builder.config.rows, node.outputs[0]
+    out_shape = graph.types[out].shape
+    out_height = out_shape[2]
+    full = {v: (natural_placement(0, ext.where[v][1], rows) if v in ext.where
+                else placements[v]) for v in inputs}
+    height = max(full[v].shape[2] for v in inputs)
+    target = None if out in ext.where else placements[out]
+    out_px = natural_placement(0, out_shape, rows)
+    for band in range(out_height, 0, -1):          # the tallest bands whose windows fit
+        spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
+        need = {v: max(_band_node(node, graph, o0, o1, height)[2]
+                       - _band_node(node, graph, o0, o1, height)[1] for o0, o1 in spans)
+                for v in inputs if v in ext.where and full[v].shape[2] > 1}
+        words = {v: r * full[v].shape[3] * full[v].cb for v, r in need.items()}
+        if target is None:
+            words[out] = band * out_px.width * out_px.cb
+        windows = {}
+        try:
+            for v, w in words.items():
+                windows[v] = alloc.allocate(f"{v} (window of {node.name})", w, index,
+                                            f"Layer '{node.name}': its window of '{v}'")
+        except ActivationBufferFull:
+            for v in windows:
+                alloc.free(f"{v} (window of {node.name})")
+            if band == 1:
+                raise
+            continue
+        break
+    plans = []
+    first, first_wgt, first_par = len(builder.layer_tiles), len(builder.wgt), len(builder.par)
+    for o0, o1 in spans:
+        band_node, r0, r1 = _band_node(node, graph, o0, o1, height)
+        layer = len(builder.layer_tiles)
+        sources = []
+        for v in inputs:
+            whole = full[v]
+            if whole.shape[2] == 1 and height > 1:        # a per-channel operand
+                sources.append(whole)
+            elif v in windows:
+                (address, _) = ext.where[v]
+                window = _rows(whole, r0, r1, rows, base=windows[v])
+                skip = r0 * whole.shape[3] * whole.cb
+                before.setdefault(layer, []).append(ext.transfer(
+                    Op.LOADA, window.words, window.base, address + skip))
+                sources.append(window)
+            else:
+                sources.append(_rows(whole, r0, r1, rows))
+        if target is None:
+            band_target = _rows(out_px, o0, o1, rows, base=windows[out])
+            after.setdefault(layer, []).append(ext.transfer(
+                Op.STOREA, band_target.words, band_target.base,
+                ext.where[out][0] + o0 * out_px.width * out_px.cb))
+        else:
+            band_target = _rows(target, o0, o1, rows)
+        wgt, par = len(builder.wgt), len(builder.par)
+        plan = builder.layer(band_node, sources, band_target)
+        plan.wgt_words = len(builder.wgt) - wgt
+        if layer > first:
+            plan.wgt_words, _ = share_words(builder, first_wgt, first_par, wgt, par)
+            if plan.wgt_words == 0:
+                owners[layer] = first
+        plans.append(plan)
+    for v in windows:
+        alloc.free(f"{v} (window of {node.name})")
+    return plans
+
+
+def share_words(builder, first_wgt: int, first_par: int, wgt_start: int, par_start: int
+                ) -> "tuple[int, int]":
+    """The last layer ``builder`` emitted is a band of a layer whose first band's weight and
+    parameter words start at ``first_wgt`` and ``first_par``, and its own at ``wgt_start``
+    and ``par_start``: where they are the same words, drop its copies and point its tiles at
+    the first band's. Returns its weight and parameter words left."""
+    def same(image: list, first: int, start: int) -> bool:
+        size = len(image) - start
+        return size > 0 and image[first:first + size] == image[start:]
+
+    layer = builder.layer_tiles[-1]
+    wgt_delta = start_delta = 0
+    if same(builder.wgt, first_wgt, wgt_start):
+        wgt_delta = wgt_start - first_wgt
+        del builder.wgt[wgt_start:]
+    if same(builder.par, first_par, par_start):
+        start_delta = par_start - first_par
+        del builder.par[par_start:]
+    for tile in layer.tiles:
+        tile.matmul["wgt_addr"] -= wgt_delta
+        for post in tile.posts:
+            post["par_addr"] -= start_delta
+    for record in layer.records or []:
+        if record["op"] == Op.POST:
+            record["par_addr"] -= start_delta
+    return len(builder.wgt) - wgt_start, len(builder.par) - par_start

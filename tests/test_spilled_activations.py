@@ -1,0 +1,131 @@
+"""Activations in the external memory (hwonnx/compiler/spill.py, LOADA/STOREA in hdl/dma.py):
+a model whose tensors do not fit the activation buffer keeps the largest ones in the external
+memory model; the layers that read or write them run in bands of rows through windows, on the
+RTL bit-exact with golden in exactly the predicted cycles."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hwonnx.api import build
+from hwonnx.compiler import Op
+from hwonnx.config import ArchConfig
+from hwonnx.errors import ResourceError
+
+from rtl_helpers import he_weight, rtl_matches_golden
+
+H, W = 20, 16
+
+
+def _config(act_depth: int, **changes) -> ArchConfig:
+    fields = dict(act_depth=act_depth, wgt_depth=4096, acc_depth=256, par_depth=64,
+                  prog_depth=512, ext_memory="ulx3s-sdram", ext_depth=1 << 14)
+    return ArchConfig(**{**fields, **changes})
+
+
+def _model() -> onnx.ModelProto:
+    """x [1, 8, 20, 16] -> Conv 3x3 8->16 + Relu -> MaxPool 3x3 stride 2 pad 1 -> Conv 3x3 +
+    Relu -> Conv 3x3 -> Add (the pool's output) + Relu -> depthwise Conv 3x3 stride 2 + Relu ->
+    global average pool -> Gemm 16->10."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(he_weight(rng, 16, 8, 3, 3), "w0"),
+             numpy_helper.from_array(he_weight(rng, 16, 16, 3, 3), "w1"),
+             numpy_helper.from_array(he_weight(rng, 16, 16, 3, 3), "w2"),
+             numpy_helper.from_array(he_weight(rng, 16, 1, 3, 3), "wd"),
+             numpy_helper.from_array(he_weight(rng, 10, 16), "wf"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 10).astype(np.float32), "bf")]
+    same = dict(pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", **same),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("MaxPool", ["r0"], ["m0"], kernel_shape=[3, 3], strides=[2, 2],
+                              name="pool0", **same),
+             helper.make_node("Conv", ["m0", "w1"], ["c1"], name="conv1", **same),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", **same),
+             helper.make_node("Add", ["c2", "m0"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["ra"]),
+             helper.make_node("Conv", ["ra", "wd"], ["d"], strides=[2, 2], group=16,
+                              name="dw", **same),
+             helper.make_node("Relu", ["d"], ["rd"]),
+             helper.make_node("GlobalAveragePool", ["rd"], ["p"], name="gap"),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(
+        nodes, "spilled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, H, W])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _samples(count: int) -> "dict[str, np.ndarray]":
+    return {"x": np.random.default_rng(1).random((count, 8, H, W)).astype(np.float32)}
+
+
+def _quiet(message):
+    pass
+
+
+def _transfers(program) -> list:
+    return [(Op.NAMES[i.op], program.layers[i.layer].name, i["count"], i["ext_addr"])
+            for i in program.instructions if i.op in Op.ACTX]
+
+
+def test_the_largest_tensor_moves_out_in_bands_of_rows():
+    """700 words: the 8-channel input (2 words a pixel... of 8 lanes: 320 words) and the
+    16-channel 20x16 conv0 output (640 words) do not fit together, so conv0's output lives in
+    the external memory; conv0 writes it in two bands (its window and the input fit 700),
+    the pool reads it back in two, each band's rows with the kernel's halo."""
+    program = build(_model(), None, config=_config(700), calib=_samples(8),
+                    log=_quiet).program
+    names = [layer.name for layer in program.layers]
+    assert names[:4] == ["conv0 [rows 0-10]", "conv0 [rows 11-19]", "pool0 [rows 0-7]",
+                         "pool0 [rows 8-9]"]
+    row = W * 2                              # words of one row of a 16-channel tensor
+    assert _transfers(program) == [
+        ("STOREA", "conv0 [rows 0-10]", 11 * row, 0),
+        ("STOREA", "conv0 [rows 11-19]", 9 * row, 11 * row),
+        # output rows 0-7 of a 3x3 stride-2 pool padded by 1 read input rows 0-15 ...
+        ("LOADA", "pool0 [rows 0-7]", 16 * row, 0),
+        # ... rows 8-9 read rows 15-19 (the bottom padding is outside the image)
+        ("LOADA", "pool0 [rows 8-9]", 5 * row, 15 * row)]
+    assert program.words["ext"] == H * row
+    # the bands of a layer share its weights: the second band stores none
+    words = {layer.name: layer.wgt_words for layer in program.layers}
+    assert words["conv0 [rows 0-10]"] == 16 * 9 and words["conv0 [rows 11-19]"] == 0
+    # every transfer runs alone: it is dispatched only when every engine is idle
+    from hwonnx.compiler.timing import predict
+    expanded = program.expanded()
+    timing = predict(expanded, program.config)
+    for index, instr in enumerate(expanded):
+        if instr.op in Op.ACTX:
+            assert all(done < timing.dispatch[index] for done in timing.done[:index])
+            assert timing.dispatch[index + 1] > timing.done[index]
+
+
+def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles():
+    """400 words: every tensor but the input's and the last ones lives in the external memory
+    (the Add reads both of its inputs from there, the depthwise layer strides over one)."""
+    result = build(_model(), None, config=_config(400), calib=_samples(8), log=_quiet)
+    program = result.program
+    transfers = _transfers(program)
+    loaded = {layer for op, layer, _, _ in transfers if op == "LOADA"}
+    stored = {layer for op, layer, _, _ in transfers if op == "STOREA"}
+    assert {name.split(" [")[0] for name in loaded} >= {"pool0", "conv1", "conv2", "add", "dw"}
+    assert {name.split(" [")[0] for name in stored} >= {"conv0", "pool0", "conv1", "add"}
+    assert sum(1 for op, layer, _, _ in transfers if op == "LOADA" and "add" in layer) \
+        == 2 * sum(1 for name in (layer.name for layer in program.layers) if "add" in name)
+    assert program.words["act"] <= 400
+    rtl_matches_golden(result, _samples(3), 3)
+
+
+def test_a_tensor_that_cannot_be_split_is_refused():
+    """The graph input must fit on chip: 320 words in a 300-word buffer."""
+    with pytest.raises(ResourceError, match="Input 'x' needs 320 activation words"):
+        build(_model(), None, config=_config(300), calib=_samples(4), log=_quiet)
+
+
+def test_activations_in_the_external_memory_need_a_square_array():
+    with pytest.raises(ResourceError, match="only with a square array"):
+        build(_model(), None, config=_config(400, cols=16), calib=_samples(4), log=_quiet)
