@@ -33,6 +33,17 @@ class _Pair(Elaboratable):
         return m
 
 
+def _load_then_restart(ctx, mem, cycle: int, image: list, restart: int) -> None:
+    """Load ``image`` into the memory model one word a cycle from cycle 0, then pulse
+    ``restart`` in cycle ``restart`` (cycle 0 of the timeline)."""
+    loading = cycle < EXT_DEPTH
+    ctx.set(mem.load_we, loading)
+    if loading:
+        ctx.set(mem.load_addr, cycle)
+        ctx.set(mem.load_data, image[cycle])
+    ctx.set(mem.restart, cycle == restart)
+
+
 #: With 3-byte words: one cycle a word, three (a byte-wide bus), two (the ULX3S's 16 bits).
 TIMINGS = {
     "refresh_often": ExtTiming(latency=3, burst=4, refresh_period=23, refresh_cycles=3,
@@ -63,12 +74,7 @@ def test_loadx_copies_the_words_in_the_predicted_cycles(name):
     writes, idle = [], {}
 
     def step(ctx, cycle):
-        loading = cycle < EXT_DEPTH
-        ctx.set(mem.load_we, loading)
-        if loading:
-            ctx.set(mem.load_addr, cycle)
-            ctx.set(mem.load_data, image[cycle])
-        ctx.set(mem.restart, cycle == restart)
+        _load_then_restart(ctx, mem, cycle, image, restart)
         idle[cycle] = ctx.get(dma.idle)
         if ctx.get(dma.wgt_we):
             writes.append((cycle, ctx.get(dma.wgt_addr), ctx.get(dma.wgt_data)))
@@ -130,12 +136,7 @@ def test_activation_transfers_in_the_predicted_cycles(name):
     idle, busy, loaded, stored = {}, {}, [], []
 
     def step(ctx, cycle):
-        loading = cycle < EXT_DEPTH
-        ctx.set(mem.load_we, loading)
-        if loading:
-            ctx.set(mem.load_addr, cycle)
-            ctx.set(mem.load_data, image[cycle])
-        ctx.set(mem.restart, cycle == restart)
+        _load_then_restart(ctx, mem, cycle, image, restart)
         idle[cycle], busy[cycle] = ctx.get(dma.idle), ctx.get(dma.act_busy)
         if ctx.get(dma.act_we):                  # the activation buffer takes the word
             address, word = ctx.get(dma.act_waddr), ctx.get(dma.act_wdata)

@@ -15,7 +15,6 @@ import numpy as np
 import onnx
 import pytest
 from matplotlib.image import imread
-from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.api import build, load_build
 from hwonnx.cli import main
@@ -24,8 +23,6 @@ from hwonnx.config import ArchConfig
 from hwonnx.isa import Op
 from hwonnx.plots import MAX_BARS, chart_rows, cycle_figure, write_cycle_chart
 from hwonnx.report import CYCLE_CATEGORIES, layer_cycles
-
-from rtl_helpers import he_weight
 
 #: The colours of the chart's categories (hwonnx.plots): compute, weight loads, boundaries,
 #: host.
@@ -203,27 +200,9 @@ STREAMED = ArchConfig(act_depth=1024, wgt_depth=1280, acc_depth=256, par_depth=6
 
 
 def _streamed_model() -> onnx.ModelProto:
-    """x [1, 8, 6, 6] -> Conv 3x3 8->64, two Conv 1x1 64->64 (each + Relu) -> global
-    average pool -> Gemm 64->10."""
-    rng = np.random.default_rng(5)
-    weights = {"w0": he_weight(rng, 64, 8, 3, 3), "w1": he_weight(rng, 64, 64, 1, 1),
-               "w2": he_weight(rng, 64, 64, 1, 1), "wf": he_weight(rng, 10, 64)}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4, name="conv0"),
-             helper.make_node("Relu", ["c0"], ["r0"]),
-             helper.make_node("Conv", ["r0", "w1"], ["c1"], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "wf"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "streamed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        [numpy_helper.from_array(w, name) for name, w in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    """The model of tests/test_external_weights.py, whose weights stream."""
+    from test_external_weights import _model
+    return _model()
 
 
 def test_streamed_weights_count_as_weight_loads():
