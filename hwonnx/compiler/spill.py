@@ -121,9 +121,10 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
     out_px = natural_placement(0, out_shape, rows)
     for band in range(out_height, 0, -1):          # the tallest bands whose windows fit
         spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
-        need = {v: max(_band_node(node, graph, o0, o1, height)[2]
-                       - _band_node(node, graph, o0, o1, height)[1] for o0, o1 in spans)
-                for v in inputs if v in ext.where and full[v].shape[2] > 1}
+        need = {v: 1 if full[v].shape[2] == 1 else       # a per-channel operand: whole
+                max(_band_node(node, graph, o0, o1, height)[2]
+                    - _band_node(node, graph, o0, o1, height)[1] for o0, o1 in spans)
+                for v in inputs if v in ext.where}
         words = {v: r * full[v].shape[3] * full[v].cb for v, r in need.items()}
         if target is None:
             words[out] = band * out_px.width * out_px.cb
@@ -147,17 +148,16 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
         sources = []
         for v in inputs:
             whole = full[v]
-            if whole.shape[2] == 1 and height > 1:        # a per-channel operand
-                sources.append(whole)
-            elif v in windows:
+            lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)    # per channel: whole
+            if v in windows:
                 (address, _) = ext.where[v]
-                window = _rows(whole, r0, r1, rows, base=windows[v])
-                skip = r0 * whole.shape[3] * whole.cb
+                window = _rows(whole, lo, hi, rows, base=windows[v])
+                skip = lo * whole.shape[3] * whole.cb
                 before.setdefault(layer, []).append(ext.transfer(
                     Op.LOADA, window.words, window.base, address + skip))
                 sources.append(window)
             else:
-                sources.append(_rows(whole, r0, r1, rows))
+                sources.append(_rows(whole, lo, hi, rows))
         if target is None:
             band_target = _rows(out_px, o0, o1, rows, base=windows[out])
             after.setdefault(layer, []).append(ext.transfer(
