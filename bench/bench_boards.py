@@ -23,16 +23,13 @@ from results_io import RESULTS, write_results
 
 from hwonnx.api import build
 from hwonnx.boards import estimate, get_board
+from hwonnx.boards.build import nextpnr_resources
 from hwonnx.compiler import instruction_width
 from hwonnx.examples import example_path, load_digits_data
 from hwonnx.zoo import MLPERF_TINY, random_inputs
 
 SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
 MODELS = list(SHAPES) + list(MLPERF_TINY)
-KEYS = {"ecp5": ("MULT18X18D", "DP16KD", "TRELLIS_COMB", "TRELLIS_FF"),
-        "ice40": ("ICESTORM_DSP", "ICESTORM_RAM", "ICESTORM_LC", "ICESTORM_LC")}
-#: The iCE40 report counts logic cells (a LUT4 and a flip-flop each): the LUT and FF columns
-#: both show them.
 
 
 def _model_and_calib(model: str):
@@ -67,8 +64,7 @@ def measure(board_name: str, model: str, streamed: bool = False) -> dict:
                        calib=calib, log=lambda message: print(message, flush=True), **options)
         seconds = time.monotonic() - started
     report = result.report["bitstream"]
-    dsp, bram, logic, ff = KEYS[board.family]
-    used = report["utilization"]
+    used = nextpnr_resources(board.family, report["utilization"])
     predicted = estimate(result.program.config, board)
     config = result.program.config
     cycles = result.report["total"]["predicted_cycles"]
@@ -84,7 +80,7 @@ def measure(board_name: str, model: str, streamed: bool = False) -> dict:
             "latency_ms_at_fmax": round(cycles / (report["fmax_mhz"] * 1e3), 3)
             if report["fmax_mhz"] else None,
             "fmax_mhz": report["fmax_mhz"], "target_mhz": report["target_mhz"],
-            "dsp": used[dsp], "bram": used[bram], "luts": used[logic], "ffs": used[ff],
+            "dsp": used["dsp"], "bram": used["bram"], "luts": used["luts"], "ffs": used["ffs"],
             "fit_check_estimate": {"dsp": predicted.dsp, "bram": predicted.bram_blocks,
                                    "luts": predicted.luts},
             "build_seconds": round(seconds, 1), "toolchain_seconds": report["seconds"]}

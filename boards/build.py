@@ -21,7 +21,7 @@ from .registry import Board
 from .top import DEFAULT_BAUD, BoardTop
 
 __all__ = ["build_id", "board_images", "write_board_plan", "build_bitstream", "TOP_NAME",
-           "YOWASP_TOOLS"]
+           "YOWASP_TOOLS", "NEXTPNR_CELLS", "nextpnr_resources"]
 
 TOP_NAME = "hwonnx_top"
 
@@ -105,6 +105,32 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
     log(f"Board sources written to {Path(shown or folder) / 'board'}/ in "
         f"{time.monotonic() - started:.0f} s")
     return target
+
+
+#: nextpnr's cell names of the DSP blocks, block RAMs, LUTs and flip-flops by family; a
+#: tuple sums several cell types (Gowin's multipliers of each width). The iCE40 counts logic
+#: cells (a LUT4 and a flip-flop each) for both. Gowin's names come from nextpnr-himbaechel
+#: logs in nextpnr's issues, not from a build here.
+NEXTPNR_CELLS = {
+    "ecp5": {"dsp": ("MULT18X18D",), "bram": ("DP16KD",), "luts": ("TRELLIS_COMB",),
+             "ffs": ("TRELLIS_FF",)},
+    "ice40": {"dsp": ("ICESTORM_DSP",), "bram": ("ICESTORM_RAM",), "luts": ("ICESTORM_LC",),
+              "ffs": ("ICESTORM_LC",)},
+    "gowin": {"dsp": ("MULT9X9", "MULT18X18", "MULT36X36", "MULTALU18X18", "MULTALU36X18",
+                      "MULTADDALU18X18"), "bram": ("BSRAM",), "luts": ("LUT4",)},
+}
+
+
+def nextpnr_resources(family: str, utilization: dict) -> "dict[str, int]":
+    """The DSP blocks, block RAMs, LUTs and flip-flops of nextpnr's utilisation report
+    (``{"DP16KD": {"used": 94, "total": 208}, ...}``) that it names; a resource it does not
+    name is left out."""
+    found = {}
+    for name, cells in NEXTPNR_CELLS.get(family, {}).items():
+        used = [utilization[c]["used"] for c in cells if c in utilization]
+        if used:
+            found[name] = sum(used)
+    return found
 
 
 def _parse_nextpnr(log_text: str) -> dict:

@@ -6,17 +6,23 @@ from amaranth.lib import data
 from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout", "PARAM_BITS"]
+__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout",
+           "PARAM_BITS"]
 
 #: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift (8).
 PARAM_BITS = 72
+
+
+def _members(fields) -> dict:
+    """Struct members of the instruction ``fields`` (:class:`hwonnx.isa.Field`), LSB first."""
+    return {f.name: (signed if f.signed else unsigned)(f.width) for f in fields}
 
 
 class InstrLayout(data.StructLayout):
     """One instruction word; the fields come from :data:`hwonnx.isa.FIELDS`."""
 
     def __init__(self):
-        super().__init__({f.name: (signed if f.signed else unsigned)(f.width) for f in FIELDS})
+        super().__init__(_members(FIELDS))
 
 
 class LoopLayout(data.StructLayout):
@@ -24,8 +30,7 @@ class LoopLayout(data.StructLayout):
     :data:`hwonnx.isa.LOOP_FIELDS`."""
 
     def __init__(self):
-        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
-                          for f in LOOP_FIELDS})
+        super().__init__(_members(LOOP_FIELDS))
 
 
 class EltwLayout(data.StructLayout):
@@ -33,8 +38,7 @@ class EltwLayout(data.StructLayout):
     :data:`hwonnx.isa.ELTW_FIELDS`."""
 
     def __init__(self):
-        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
-                          for f in ELTW_FIELDS})
+        super().__init__(_members(ELTW_FIELDS))
 
 
 class LoadxLayout(data.StructLayout):
@@ -42,8 +46,7 @@ class LoadxLayout(data.StructLayout):
     :data:`hwonnx.isa.LOADX_FIELDS`."""
 
     def __init__(self):
-        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
-                          for f in LOADX_FIELDS})
+        super().__init__(_members(LOADX_FIELDS))
 
 
 class ActxLayout(data.StructLayout):
@@ -51,8 +54,7 @@ class ActxLayout(data.StructLayout):
     :data:`hwonnx.isa.ACTX_FIELDS`."""
 
     def __init__(self):
-        super().__init__({f.name: (signed if f.signed else unsigned)(f.width)
-                          for f in ACTX_FIELDS})
+        super().__init__(_members(ACTX_FIELDS))
 
 
 class ParamLayout(data.ArrayLayout):

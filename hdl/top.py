@@ -284,9 +284,8 @@ class Accelerator(wiring.Component):
         for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         if dma is not None:
-            m.d.comb += [dma.instr.eq(instr), dma.dispatch.eq(
-                fire & ((instr.op == Op.LOADX) | (instr.op == Op.LOADA)
-                        | (instr.op == Op.STOREA)))]
+            m.d.comb += [dma.instr.eq(instr),
+                         dma.dispatch.eq(fire & instr.op.matches(Op.LOADX, *Op.ACTX))]
         post_fire = Signal()
         start_now = Signal()
         start_pending = Signal()

@@ -20,7 +20,8 @@ from hwonnx.examples import example_calibration, example_path
 from hwonnx.explore import dominates, explore, front, parse_depths, parse_sizes
 from hwonnx.explore.outputs import markdown, plot_png, summarize
 from hwonnx.explore.pareto import MARGIN, SLACK, fronts, recommend
-from hwonnx.explore.point import nextpnr_resources, run_task
+from hwonnx.boards.build import nextpnr_resources
+from hwonnx.explore.point import run_task
 from hwonnx.explore.progress import point_line
 
 

@@ -153,6 +153,13 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
     before: "dict[int, list[dict]]" = {}        # LOADA before, STOREA after a layer
     after: "dict[int, list[dict]]" = {}
     owners: "dict[int, int]" = {}               # a band -> the band whose weights it reads
+    def place_output(node: Node, index: int) -> Placement:
+        out, shape = node.outputs[0], graph.types[node.outputs[0]].shape
+        words = natural_placement(0, shape, rows).words
+        base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
+        placements[out] = natural_placement(base, shape, rows)
+        return placements[out]
+
     for index, node in enumerate(body):
         out = node.outputs[0]
         sources = _activations(node, graph)
@@ -160,10 +167,7 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
             if out in external:
                 ext.place(out, graph.types[out].shape)
             else:
-                out_shape = graph.types[out].shape
-                words = natural_placement(0, out_shape, rows).words
-                base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
-                placements[out] = natural_placement(base, out_shape, rows)
+                place_output(node, index)
             layers += band_layer(builder, alloc, node, graph, sources, placements, ext,
                                  index, (before, after, owners))
             alloc.release_dead(last_use, index)
@@ -173,20 +177,16 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
             placements[out] = source.with_shape(graph.types[out].shape)
             alloc.alias(out, node.inputs[0])
         else:
-            out_shape = graph.types[out].shape
-            words = natural_placement(0, out_shape, rows).words
-            base = alloc.allocate(out, words, index, f"Layer '{node.name}': its output")
-            placements[out] = natural_placement(base, out_shape, rows)
-            sources = [placements[v] for v in _activations(node, graph)]
+            target = place_output(node, index)
+            sources = [placements[v] for v in sources]
             parts = _parts(node, sources, graph, rows)
             emitted = len(builder.wgt)
             if parts:          # several layers write the output, each its own pixels
                 for name, spec in parts:
-                    layers.append(builder.emit(node, spec, placements[out],
-                                               f"{node.name} [{name}]"))
+                    layers.append(builder.emit(node, spec, target, f"{node.name} [{name}]"))
                     layers[-1].wgt_words, emitted = len(builder.wgt) - emitted, len(builder.wgt)
             else:
-                layers.append(builder.layer(node, sources, placements[out]))
+                layers.append(builder.layer(node, sources, target))
                 layers[-1].wgt_words = len(builder.wgt) - emitted
         alloc.release_dead(last_use, index)
     if not layers:

@@ -13,7 +13,7 @@ window per input and one for the output serve every band, and the cycle model st
 
 The bands of one layer share its weight and parameter words (:func:`share_words`)."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..ir import Graph, Node
 from ..isa import Op
@@ -41,8 +41,8 @@ def _window(node: Node, graph: Graph) -> "tuple[int, int, int, int, int]":
 
 
 def bandable(node: Node, graph: Graph) -> bool:
-    """Whether ``node`` can run in bands of rows: an image layer of :data:`BANDED` whose
-    inputs are images of the same width (or a per-channel ``[1, C, 1, 1]`` operand)."""
+    """Whether ``node`` can run in bands of rows: a layer of :data:`BANDED` whose output
+    and activation inputs are images (``[1, C, H, W]``)."""
     if node.op not in BANDED:
         return False
     shapes = [graph.types[v].shape for v in node.inputs
@@ -58,10 +58,7 @@ class ExtTensors:
     rows: int
     where: "dict[str, tuple[int, tuple[int, ...]]]"     # value -> (address, shape)
     words: int = 0
-    transfers: "list[dict]" = None                      # every LOADA and STOREA
-
-    def __post_init__(self):
-        self.transfers = []
+    transfers: "list[dict]" = field(default_factory=list)    # every LOADA and STOREA
 
     def place(self, value: str, shape: "tuple[int, ...]") -> None:
         self.where[value] = (self.words, tuple(shape))
@@ -121,9 +118,9 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
     out_px = natural_placement(0, out_shape, rows)
     for band in range(out_height, 0, -1):          # the tallest bands whose windows fit
         spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
-        need = {v: 1 if full[v].shape[2] == 1 else       # a per-channel operand: whole
-                max(_band_node(node, graph, o0, o1, height)[2]
-                    - _band_node(node, graph, o0, o1, height)[1] for o0, o1 in spans)
+        tallest = max(r1 - r0 for _, r0, r1 in (_band_node(node, graph, o0, o1, height)
+                                                 for o0, o1 in spans))
+        need = {v: 1 if full[v].shape[2] == 1 else tallest      # a per-channel operand: whole
                 for v in inputs if v in ext.where}
         words = {v: r * full[v].shape[3] * full[v].cb for v, r in need.items()}
         if target is None:

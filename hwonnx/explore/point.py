@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["STATUSES", "FINISHED", "run_task", "evaluate", "nextpnr_resources"]
+__all__ = ["STATUSES", "FINISHED", "run_task", "evaluate"]
 
 #: ``ok``: built (and bitstream, simulation) as asked; ``does-not-fit``: the fit check refused
 #: it on the board; ``failed``: an error (the reason says which); ``timeout``: stopped at the
@@ -31,28 +31,6 @@ __all__ = ["STATUSES", "FINISHED", "run_task", "evaluate", "nextpnr_resources"]
 STATUSES = ("ok", "does-not-fit", "failed", "timeout")
 #: What ``--resume`` keeps: the outcomes that running the point again would repeat.
 FINISHED = ("ok", "does-not-fit")
-
-#: nextpnr's names of the DSP blocks, block RAMs and LUTs by family (as bench_boards reads
-#: them); a tuple sums several cell types (Gowin's multipliers of each width).
-NEXTPNR_CELLS = {
-    "ecp5": {"dsp": ("MULT18X18D",), "bram": ("DP16KD",), "luts": ("TRELLIS_COMB",)},
-    "ice40": {"dsp": ("ICESTORM_DSP",), "bram": ("ICESTORM_RAM",), "luts": ("ICESTORM_LC",)},
-    "gowin": {"dsp": ("MULT9X9", "MULT18X18", "MULT36X36", "MULTALU18X18", "MULTALU36X18",
-                      "MULTADDALU18X18"), "bram": ("BSRAM",), "luts": ("LUT4",)},
-}
-
-
-def nextpnr_resources(family: str, utilization: dict) -> "dict[str, int]":
-    """The DSP blocks, block RAMs and LUTs of nextpnr's utilisation report (``{"DP16KD":
-    {"used": 94, "total": 208}, ...}``) that it names; a resource it does not name is left
-    out."""
-    found = {}
-    for name, cells in NEXTPNR_CELLS.get(family, {}).items():
-        used = [utilization[c]["used"] for c in cells if c in utilization]
-        if used:
-            found[name] = sum(used)
-    return found
-
 
 def device_capacity(board) -> "dict[str, int] | None":
     """The board's DSP blocks, block RAMs and LUTs (None for the simulation target)."""
@@ -108,6 +86,7 @@ def evaluate(spec: dict, folder: Path, log=print) -> dict:
     built in ``folder/build``. Returns the measured part of the record."""
     from ..api import build, simulate
     from ..boards import get_board
+    from ..boards.build import nextpnr_resources
     from ..errors import ResourceError
 
     board = get_board(spec["board"])
@@ -137,7 +116,9 @@ def evaluate(spec: dict, folder: Path, log=print) -> dict:
     bitstream = result.report.get("bitstream")
     measured = {}
     if bitstream:
-        measured = nextpnr_resources(board.family, bitstream["utilization"])
+        measured = {name: used for name, used in
+                    nextpnr_resources(board.family, bitstream["utilization"]).items()
+                    if name in record["estimate"]}
         record["bitstream"] = {k: bitstream.get(k) for k in ("fmax_mhz", "target_mhz",
                                                             "seconds", "utilization")}
     record["resources"] = {**record["estimate"], **measured}
