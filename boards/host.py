@@ -91,6 +91,21 @@ def send_external(client, config, words: "list[int]") -> None:
         client.write_external(words, config.cols * 8)
 
 
+def require_ports_on_chip(program) -> None:
+    """Refuse a program whose graph inputs or outputs live in the external memory
+    (:mod:`hwonnx.compiler.spill`): the host link writes and reads the activation buffer only.
+
+    Raises
+    ------
+    UsageError
+        Naming the first such value."""
+    for port in (*program.inputs, *program.outputs):
+        if program.placements[port.value].memory != "act":
+            raise UsageError(f"'{port.name}' lives in the external memory (it does not fit the "
+                             f"activation buffer); the board's host link reads and writes "
+                             f"the activation buffer only, so run this build with 'hwonnx sim'")
+
+
 def run_samples(client, in_addrs: "list[int]", reads: "list[tuple[int, int]]",
                 samples: "list[list[bytes]]") -> "tuple[list[list[bytes]], list[int]]":
     """For each sample (the words of each input): write each input's words at its address of

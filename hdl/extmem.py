@@ -101,8 +101,10 @@ class ExternalMemory(wiring.Component):
         ``start``, so that every run of a program takes the same cycles).
     cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the read port.
     wr_valid, wr_ready, wr_addr, wr_data : the write port.
-    load_we, load_addr, load_data : write a word at once (the harness loads the image; never
-        in the same cycle as a write through the port).
+    load_we, load_addr, load_data : write a word at once (the harness loads the image and
+        graph inputs; never in the same cycle as a write through the port).
+    dump_addr, dump_data : read a word at once, ``dump_data`` the cycle after ``dump_addr``
+        (the harness reads graph outputs after a run).
     """
 
     def __init__(self, depth: int, width: int, timing: ExtTiming):
@@ -115,6 +117,7 @@ class ExternalMemory(wiring.Component):
             "rvalid": Out(1), "rdata": Out(width),
             "wr_valid": In(1), "wr_ready": Out(1), "wr_addr": In(32), "wr_data": In(width),
             "load_we": In(1), "load_addr": In(range(depth)), "load_data": In(width),
+            "dump_addr": In(range(depth)), "dump_data": Out(width),
         })
 
     def elaborate(self, platform):
@@ -124,6 +127,8 @@ class ExternalMemory(wiring.Component):
         m.submodules.mem = mem
         load = mem.write_port()
         read = mem.read_port()
+        dump = mem.read_port()
+        m.d.comb += [dump.addr.eq(self.dump_addr), self.dump_data.eq(dump.data)]
         written = self.wr_valid & self.wr_ready
         m.d.comb += [load.en.eq(self.load_we | written),
                      load.addr.eq(Mux(written, self.wr_addr, self.load_addr)),

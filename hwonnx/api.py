@@ -235,7 +235,8 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
     (``hwonnx run``); checks first that the board holds this very build."""
     from .boards.build import build_id
-    from .boards.host import SerialTransport, run_samples, send_external, send_program
+    from .boards.host import (SerialTransport, require_ports_on_chip, run_samples,
+                              send_external, send_program)
     from .boards.protocol import Client
     from .compiler.layout import pack_words, unpack_words
 
@@ -254,6 +255,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
                          f"'{out_dir}'") from error
     samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
+    require_ports_on_chip(program)
     q_in = _quantize_inputs(result.graph, program, samples)
     sources = [program.placements[port.value] for port in program.inputs]
     targets = [program.placements[port.value] for port in program.outputs]

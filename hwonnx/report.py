@@ -71,13 +71,14 @@ def ports(program: Program, graph) -> "dict[str, list[dict]]":
     """Every input and output of the accelerator (``program.inputs``, ``program.outputs``):
     the float value on the host side (``name``), the int8 value on the accelerator's
     (``value``), its shape, the scale and zero point of its ``Quantize`` (``Dequantize``) in
-    the integer ``graph``, and its placement in the activation buffer (first word, words)."""
+    the integer ``graph``, and its placement (first word, words, and ``memory``: ``act``,
+    the activation buffer, or ``ext``, the external memory)."""
     def entry(port, node) -> dict:
         where = program.placements[port.value]
         return {"name": port.name, "value": port.value, "shape": list(where.shape),
                 "scale": float(node.attrs["scale"]),
                 "zero_point": int(node.attrs["zero_point"]),
-                "base": where.base, "words": where.words}
+                "base": where.base, "words": where.words, "memory": where.memory}
 
     dequantize = {n.outputs[0]: n for n in graph.nodes if n.op == "Dequantize"}
     return {"inputs": [entry(p, graph.producer(p.value)) for p in program.inputs],

@@ -32,12 +32,27 @@ def _describer(program: Program):
     return describe
 
 
-def _span(placements) -> "tuple[int, int]":
-    """First word and word count of the span of the activation buffer that holds every one of
-    ``placements`` (the inputs lie side by side; outputs may have other tensors between
-    them, which the span also reads)."""
+def _span(placements, memory: str = "act") -> "tuple[int, int]":
+    """First word and word count of the span of ``memory`` (the activation buffer or the
+    external memory) that holds every one of ``placements`` there ((0, 0) for none; the
+    inputs lie side by side; outputs may have other tensors between them, which the span
+    also reads)."""
+    placements = [p for p in placements if p.memory == memory]
+    if not placements:
+        return 0, 0
     first = min(p.base for p in placements)
     return first, max(p.base + p.words for p in placements) - first
+
+
+def _pack_span(feeds, sources, sample: int, span: "tuple[int, int]", memory: str,
+               rows: int) -> "list[int]":
+    """The words of ``span`` of ``memory`` holding ``sample``'s inputs there."""
+    words = [0] * span[1]
+    for value, source in sources.items():
+        if source.memory == memory:
+            at = source.base - span[0]
+            words[at:at + source.words] = pack_words(feeds[value][sample], source, rows)
+    return words
 
 
 def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
@@ -60,34 +75,31 @@ def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
     targets = {value: program.placements[value] for value in values}
     feeds = {value: np.asarray(feeds[value], dtype=np.int8) for value in sources}
     count = len(next(iter(feeds.values())))
-    in_base, in_words = _span(sources.values())
-    out_base, out_words = _span(targets.values())
+    in_span, out_span = _span(sources.values()), _span(targets.values())
+    inx_span, outx_span = _span(sources.values(), "ext"), _span(targets.values(), "ext")
     limit = default_max_cycles(program) if max_cycles is None else max_cycles
-    per_run = max(1, STAGE_DEPTH // max(in_words, out_words))
+    per_run = max(1, STAGE_DEPTH // max(in_span[1], out_span[1], inx_span[1], outx_span[1]))
     images = {"prog": encode_program(program), **program.images}
     outputs = {value: [] for value in targets}
     cycles, total, wall, steady = [], 0, 0.0, 0.0
     for start in range(0, count, per_run):
         chunk = range(start, min(start + per_run, count))
-        words = []
-        for i in chunk:
-            span = [0] * in_words
-            for value, source in sources.items():
-                at = source.base - in_base
-                span[at:at + source.words] = pack_words(feeds[value][i], source, rows)
-            words += span
-        result = run_rtl(cfg, {**images, "input": words}, in_addr=in_base,
-                         in_words=in_words, out_addr=out_base, out_words=out_words,
+        words = [w for i in chunk for w in _pack_span(feeds, sources, i, in_span, "act", rows)]
+        inx = [w for i in chunk for w in _pack_span(feeds, sources, i, inx_span, "ext", rows)]
+        result = run_rtl(cfg, {**images, "input": words, "inx": inx}, in_addr=in_span[0],
+                         in_words=in_span[1], out_addr=out_span[0], out_words=out_span[1],
                          samples=len(chunk), max_cycles=limit, log=log, first_sample=start,
-                         describe=_describer(program))
-        if len(result.outputs) != len(chunk) * out_words:
-            raise SimulationError(f"The simulation returned {len(result.outputs)} words, "
-                                  f"expected {len(chunk) * out_words}")
+                         describe=_describer(program), ext_in=inx_span, ext_out=outx_span)
+        read = {"act": (result.outputs, out_span), "ext": (result.outputs_ext, outx_span)}
+        for memory, (got, (_, size)) in read.items():
+            if len(got) != len(chunk) * size:
+                raise SimulationError(f"The simulation returned {len(got)} words of the "
+                                      f"{memory} memory, expected {len(chunk) * size}")
         for i in range(len(chunk)):
             for value, target in targets.items():
-                at = i * out_words + target.base - out_base
-                outputs[value].append(unpack_words(result.outputs[at:at + target.words],
-                                                   target, rows))
+                got, (base, size) = read[target.memory]
+                at = i * size + target.base - base
+                outputs[value].append(unpack_words(got[at:at + target.words], target, rows))
         cycles += result.cycles
         total += result.total_cycles
         wall += result.wall_seconds

@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ArchConfig
@@ -224,6 +224,8 @@ class RunResult:
     #: The simulation alone: from the testbench's start to the harness's end, without the
     #: start-up of the process and of the Verilator model (0: not measured).
     run_seconds: float = 0.0
+    #: words read back from the external memory (``ext_out`` of :func:`run_rtl`), all samples
+    outputs_ext: "list[int]" = field(default_factory=list)
 
     @property
     def cycles_per_second(self) -> float:
@@ -279,12 +281,15 @@ def _write_hex(path: Path, words, width: int) -> None:
 def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             in_words: int, out_addr: int, out_words: int, samples: int,
             max_cycles: int = 50_000_000, log=print, first_sample: int = 0,
-            describe=None) -> RunResult:
+            describe=None, ext_in: "tuple[int, int]" = (0, 0),
+            ext_out: "tuple[int, int]" = (0, 0)) -> RunResult:
     """Run ``samples`` inputs back to back on the RTL of ``config``.
 
     ``images`` holds the ``prog``, ``wgt``, ``par`` words and ``input`` (``samples *
     in_words`` activation words). Returns the ``out_words`` words at ``out_addr`` after each
-    sample, and the cycles each sample took.
+    sample, and the cycles each sample took. With an external memory, ``ext_in`` (address,
+    words) is where each sample's ``images["inx"]`` words go in it before the sample runs,
+    ``ext_out`` the words read from it after (:attr:`RunResult.outputs_ext`).
 
     Raises
     ------
@@ -320,11 +325,14 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             _write_hex(tmp / f"{name}.hex", words, widths[name])
             counts[name] = len(words)
         _write_hex(tmp / "input.hex", images.get("input", []), widths["act"])
+        _write_hex(tmp / "inx.hex", images.get("inx", []), widths["ext"])
         plusargs = [f"+IMAGES={tmp}", f"+PROG_WORDS={counts['prog']}",
                     f"+WGT_WORDS={counts['wgt']}", f"+PAR_WORDS={counts['par']}",
                     f"+LUT_WORDS={counts['lut']}", f"+EXT_WORDS={counts['ext']}",
                     f"+IN_ADDR={in_addr}", f"+IN_WORDS={in_words}", f"+OUT_ADDR={out_addr}",
-                    f"+OUT_WORDS={out_words}", f"+SAMPLES={samples}",
+                    f"+OUT_WORDS={out_words}", f"+INX_ADDR={ext_in[0]}",
+                    f"+INX_WORDS={ext_in[1]}", f"+OUTX_ADDR={ext_out[0]}",
+                    f"+OUTX_WORDS={ext_out[1]}", f"+SAMPLES={samples}",
                     f"+MAX_CYCLES={max_cycles}"]
         runner = get_runner("verilator")
         started = time.monotonic()
@@ -350,9 +358,10 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             raise SimulationError(_timeout_message(tmp / "debug.hex", max_cycles, first_sample,
                                                    describe))
         outputs = _read_hex(tmp / "output.hex") if out_words else []
+        outputs_ext = _read_hex(tmp / "outputx.hex") if ext_out[1] else []
         cycles = _read_hex(tmp / "cycles.hex")
         try:
             run_seconds = float((tmp / WALL_FILE).read_text())
         except (OSError, ValueError):   # not measured: the speed then includes start-up
             run_seconds = 0.0
-        return RunResult(outputs, cycles, status[1], wall, min(run_seconds, wall))
+        return RunResult(outputs, cycles, status[1], wall, min(run_seconds, wall), outputs_ext)

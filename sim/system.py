@@ -105,8 +105,10 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
     from ..hdl.convert import verilog
 
     from ..boards.build import board_images
+    from ..boards.host import require_ports_on_chip
     from ..boards.top import SystemTop
 
+    require_ports_on_chip(program)
     cfg = program.config
     top = SystemTop(cfg, board_images(program), divisor, build_id)
     if cfg.ext_memory:

@@ -100,8 +100,10 @@ def test_without_the_external_memory_the_weights_do_not_fit():
 
 
 def test_a_layer_larger_than_half_the_buffer_is_refused_by_name():
-    small = ArchConfig(**{**CONFIG.to_dict(), "wgt_depth": 1024})
-    with pytest.raises(ResourceError, match=r"^Layer 'conv0' has 576 weight words; streaming "
+    """128 words: the convolutions split into parts of one N tile (72 or 64 words), but the
+    average pool's 96 words (a depthwise layer: not split) take two slots of 192."""
+    small = ArchConfig(**{**CONFIG.to_dict(), "wgt_depth": 128})
+    with pytest.raises(ResourceError, match=r"^Layer 'pool' has 96 weight words; streaming "
                                             r"it from the external memory takes two slots"):
         build(_model(), None, config=small, calib=_samples(8), log=_quiet)
 

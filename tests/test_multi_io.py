@@ -189,7 +189,7 @@ def test_build_folder_and_report_list_every_port(tmp_path):
         assert entry == {"name": node.inputs[0], "value": node.outputs[0],
                          "shape": list(shapes[entry["name"]]),
                          "scale": node.attrs["scale"], "zero_point": node.attrs["zero_point"],
-                         "base": where.base, "words": where.words}
+                         "base": where.base, "words": where.words, "memory": "act"}
     (entry,) = report["io"]["outputs"]
     node = next(n for n in graph.nodes if n.op == "Dequantize")
     assert (entry["scale"], entry["zero_point"], entry["shape"]) == \

@@ -18,7 +18,7 @@ from rtl_helpers import he_weight, rtl_matches_golden
 H, W = 20, 16
 
 
-def _config(act_depth: int, **changes) -> ArchConfig:
+def _config(act_depth: int = 400, **changes) -> ArchConfig:
     fields = dict(act_depth=act_depth, wgt_depth=4096, acc_depth=256, par_depth=64,
                   prog_depth=512, ext_memory="ulx3s-sdram", ext_depth=1 << 14)
     return ArchConfig(**{**fields, **changes})
@@ -120,12 +120,76 @@ def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles():
     rtl_matches_golden(result, _samples(3), 3)
 
 
-def test_a_tensor_that_cannot_be_split_is_refused():
-    """The graph input must fit on chip: 320 words in a 300-word buffer."""
-    with pytest.raises(ResourceError, match="Input 'x' needs 320 activation words"):
-        build(_model(), None, config=_config(300), calib=_samples(4), log=_quiet)
+def test_a_window_that_does_not_fit_is_refused():
+    """With every candidate outside, the pool's window of one band of output rows (3 input
+    rows of 16 pixels of 2 words) does not fit 80 words: the error names the window."""
+    with pytest.raises(ResourceError, match="Layer 'pool0': its window of 'r0:q' needs 96 "
+                                            "activation words, but only 80"):
+        build(_model(), None, config=_config(80), calib=_samples(4), log=_quiet)
 
 
 def test_activations_in_the_external_memory_need_a_square_array():
     with pytest.raises(ResourceError, match="only with a square array"):
         build(_model(), None, config=_config(400, cols=16), calib=_samples(4), log=_quiet)
+
+
+def _fully_convolutional() -> onnx.ModelProto:
+    """x [1, 8, 20, 16] -> Conv 3x3 8->16 + Relu -> Conv 3x3 16->8: the output, as large as
+    the input, is an image too."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(he_weight(rng, 16, 8, 3, 3), "w0"),
+             numpy_helper.from_array(he_weight(rng, 8, 16, 3, 3), "w1")]
+    same = dict(pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", **same),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["y"], name="conv1", **same)]
+    graph = helper.make_graph(
+        nodes, "fcn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, H, W])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, H, W])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+#: 300 activation words, 512 weight words: the 320-word input lives in the external memory;
+#: :func:`_model`'s convolutions' weights do not stream whole (two slots of 288 words and the
+#: resident ones exceed 512), so they run in parts of 8 output channels, each part's weights
+#: streamed again for every band.
+SMALL = dict(act_depth=300, wgt_depth=512)
+
+
+def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
+    """The input in the external memory (the host writes it there), every convolution in
+    bands of rows and parts of channels, each band's parts streaming copies of the first
+    band's weights: bit-exact, in the predicted cycles."""
+    result = build(_model(), None, config=_config(**SMALL), calib=_samples(8), log=_quiet)
+    program = result.program
+    x = program.placements["x:q"]
+    assert (x.memory, x.words) == ("ext", 320)
+    names = [layer.name for layer in program.layers]
+    assert "conv0 [rows 0-4] [channels 8-15]" in names, names
+    copies = [layer.name for layer in program.layers if layer.ext_words and not layer.wgt_words]
+    assert "conv0 [rows 5-9] [channels 0-7]" in copies, copies
+    rtl_matches_golden(result, _samples(2), 2)
+
+
+def test_an_output_in_the_external_memory_is_read_back_bit_exact():
+    """Input and output (320 words each) both live in the external memory: the harness writes
+    the one and reads the other there."""
+    result = build(_fully_convolutional(), None, config=_config(**SMALL), calib=_samples(8),
+                   log=_quiet)
+    program = result.program
+    assert [program.placements[v].memory for v in ("x:q", "y:q")] == ["ext", "ext"]
+    rtl_matches_golden(result, _samples(2), 2)
+
+
+def test_the_board_link_refuses_ports_in_the_external_memory():
+    """The UART protocol reads and writes the activation buffer only: a build whose input
+    lives in the external memory is refused by name, before anything is simulated."""
+    from hwonnx.errors import UsageError
+    from hwonnx.sim.system import run_system
+
+    program = build(_fully_convolutional(), None, config=_config(**SMALL), calib=_samples(4),
+                    log=_quiet).program
+    with pytest.raises(UsageError, match="^'x' lives in the external memory"):
+        run_system(program, {"x:q": np.zeros((1, 8, H, W), np.int8)}, build_id=0)

@@ -40,7 +40,8 @@ def save_program(program: Program, folder: Path) -> None:
         "words": program.words,
         "layers": [asdict(layer) for layer in program.layers],
         "placements": {k: {"base": p.base, "height": p.height, "width": p.width, "cb": p.cb,
-                           "shape": list(p.shape), "fill": p.fill, "packed": p.packed}
+                           "shape": list(p.shape), "fill": p.fill, "packed": p.packed,
+                           "memory": p.memory}
                        for k, p in program.placements.items()},
         "instructions": [{k: int(v) for k, v in i.fields.items()}
                          | {"layer": i.layer, "name": Op.NAMES[i.op], "predicted_dispatch": d,
@@ -153,13 +154,16 @@ def _check_program_doc(doc) -> None:
     _require(isinstance(doc["placements"], dict), "program.json: 'placements' must be an "
              "object")
     for name, placement in doc["placements"].items():
-        _require(isinstance(placement, dict) and set(placement) == _PLACEMENT_KEYS
+        _require(isinstance(placement, dict)     # "memory" is new: "act" when absent
+                 and set(placement) - {"memory"} == _PLACEMENT_KEYS
                  and all(is_int(placement[k]) for k in _PLACEMENT_KEYS - {"shape", "packed"})
                  and isinstance(placement["packed"], bool)
+                 and placement.get("memory", "act") in ("act", "ext")
                  and isinstance(placement["shape"], list)
                  and all(is_int(d) and d > 0 for d in placement["shape"]),
                  f"program.json: placement '{name}' must have the integer keys "
-                 f"{', '.join(sorted(_PLACEMENT_KEYS - {'packed'}))} and the bool 'packed'")
+                 f"{', '.join(sorted(_PLACEMENT_KEYS - {'packed'}))}, the bool "
+                 f"'packed' and the 'memory' 'act' or 'ext'")
     for key in ("inputs", "outputs"):
         _require(isinstance(doc[key], list) and doc[key] and all(
             isinstance(p, dict) and set(p) == {"name", "value"} and all(
@@ -226,7 +230,7 @@ def load_program(folder: Path) -> Program:
         raise ModelError(f"'{folder}' is not a complete hwonnx build folder ({error}); "
                          f"run 'hwonnx build' first") from error
     placements = {k: Placement(p["base"], p["height"], p["width"], p["cb"], tuple(p["shape"]),
-                               logical[i], p["fill"], p["packed"])
+                               logical[i], p["fill"], p["packed"], p.get("memory", "act"))
                   for i, (k, p) in enumerate(doc["placements"].items())}
     instructions = [Instr({k: v for k, v in i.items() if k not in _INSTRUCTION_METADATA},
                           i["layer"]) for i in doc["instructions"]]

@@ -8,7 +8,7 @@ Reshape only change the logical shape, never the memory. A graph input read by o
 may be *packed* for it instead (:mod:`.taps`): its logical indices repeat.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,14 +25,16 @@ class Placement:
     logical: np.ndarray = field(repr=False, compare=False)   # [words * rows] -> index or -1
     fill: int = 0                        # what the host writes into the lanes of index -1
     packed: bool = False                 # a graph input packed for its convolution (taps.py)
+    #: ``"act"``: ``base`` is a word of the activation buffer; ``"ext"``: of the external
+    #: memory (a graph input or output too large for the buffer: :mod:`.spill`)
+    memory: str = "act"
 
     @property
     def words(self) -> int:
         return self.height * self.width * self.cb
 
     def with_shape(self, shape: "tuple[int, ...]") -> "Placement":
-        return Placement(self.base, self.height, self.width, self.cb, tuple(shape),
-                         self.logical, self.fill, self.packed)
+        return replace(self, shape=tuple(shape))
 
     def is_natural_image(self, rows: int) -> bool:
         """Whether the logical ``[1, C, H, W]`` shape matches the pixel-major layout."""

@@ -2,6 +2,8 @@
 the order of the instructions is :mod:`.loops`', the program and its encoding :mod:`.program`'s.
 """
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..config import ArchConfig
@@ -19,7 +21,8 @@ from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
 from .spill import ExtTensors, band_layer, bandable
-from .stream import plan_streaming
+from .split import part_spec, part_target, weight_parts
+from .stream import SlotTooSmall, plan_streaming
 from .taps import packable_inputs, packed_placement, packed_words
 from .weights import layer_wpack, pack_tile, weight_bits
 
@@ -74,7 +77,8 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
 def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError) -> Program:
     """:func:`lower` with the largest tensors in the external memory (:mod:`.spill`): those
     of at least a threshold of words, halved until the program fits (``error``: why it does
-    not fit without)."""
+    not fit without). A candidate is an image written by the host (a graph input) or a
+    banded layer and read only by banded layers or the host (a graph output)."""
     rows = config.rows
     if config.cols != rows:
         raise ResourceError(f"{error}; the tensors that do not fit could live in the external "
@@ -84,21 +88,22 @@ def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError
     for node in graph.nodes:
         for value in node.inputs:
             readers.setdefault(value, []).append(node)
-    outputs = {n.inputs[0] for n in graph.nodes if n.op == "Dequantize"}
     words = {}
-    for node in graph.nodes:
+    for node in graph.nodes:        # written by the host or a banded layer, read by them
         value = node.outputs[0] if node.outputs else None
-        if (value and value not in outputs and bandable(node, graph)
-                and all(bandable(r, graph) for r in readers.get(value, ()))
-                and graph.types[value].dtype == "int8"):
+        if (value and graph.types[value].dtype == "int8"
+                and len(graph.types[value].shape) == 4
+                and (node.op == "Quantize" or bandable(node, graph))
+                and all(r.op == "Dequantize" or bandable(r, graph)
+                        for r in readers.get(value, ()))):
             words[value] = natural_placement(0, graph.types[value].shape, rows).words
     threshold = max(words.values(), default=0)
     while threshold >= 1:
         try:
             return _lower(graph, config, loops, {},
                           frozenset(v for v, w in words.items() if w >= threshold))
-        except ActivationBufferFull:
-            pass
+        except ActivationBufferFull as full:    # the last: with every candidate outside
+            error = full
         threshold //= 2
     raise error
 
@@ -106,7 +111,16 @@ def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError
 def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
            external: "frozenset[str]" = frozenset()) -> Program:
     """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution,
-    the tensors ``external`` in the external memory (:mod:`.spill`)."""
+    the tensors ``external`` in the external memory (:mod:`.spill`); the layers whose
+    weights are too many to stream whole run in parts (:mod:`.split`)."""
+    try:
+        return _lower_once(graph, config, loops, packed, external, split=False)
+    except SlotTooSmall:
+        return _lower_once(graph, config, loops, packed, external, split=True)
+
+
+def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
+                external: "frozenset[str]", split: bool) -> Program:
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -133,11 +147,15 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
     # The inputs side by side from word 0 (the host writes them as one span), each placed
     # before any layer runs.
     placements = {}
+    ext = ExtTensors(rows, {})
     for node in quantizers:
         value, shape = node.outputs[0], graph.types[node.outputs[0]].shape
         if len(shape) not in (2, 4) or shape[0] != 1:
             raise ResourceError(f"Input '{node.inputs[0]}' has shape {shape}; the array "
                                 f"takes [1, C, H, W] images or [1, K] vectors")
+        if value in external:        # the host writes it into the external memory
+            ext.place(value, shape)
+            continue
         if value in packed:
             words = packed_words(packed[value], graph, rows)
             base = alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'")
@@ -147,9 +165,8 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
         placements[value] = natural_placement(
             alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'"), shape, rows)
 
-    builder = _Builder(graph, config)
+    builder = _Builder(graph, config, split)
     layers = []
-    ext = ExtTensors(rows, {})
     before: "dict[int, list[dict]]" = {}        # LOADA before, STOREA after a layer
     after: "dict[int, list[dict]]" = {}
     owners: "dict[int, int]" = {}               # a band -> the band whose weights it reads
@@ -186,8 +203,7 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
                     layers.append(builder.emit(node, spec, target, f"{node.name} [{name}]"))
                     layers[-1].wgt_words, emitted = len(builder.wgt) - emitted, len(builder.wgt)
             else:
-                layers.append(builder.layer(node, sources, target))
-                layers[-1].wgt_words = len(builder.wgt) - emitted
+                layers += builder.layer(node, sources, target)
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
@@ -198,7 +214,13 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
         builder.wgt = streaming.wgt
         for index, words in streaming.streamed.items():
             layers[index].ext_words = words
-    ext.relocate(len(streaming.ext) if streaming else 0)
+    ext_base = len(streaming.ext) if streaming else 0
+    ext.relocate(ext_base)
+    for value in [n.outputs[0] for n in quantizers] + [n.inputs[0] for n in dequantizers]:
+        if value in ext.where:      # the host reads or writes it there
+            address, shape = ext.where[value]
+            placements[value] = replace(natural_placement(ext_base + address, shape, rows),
+                                        memory="ext")
     for index, records in (streaming.loadx if streaming else {}).items():
         before[index] = records + before.get(index, [])
     instructions = builder.finish(loops and config.walker, before, after)
@@ -243,8 +265,8 @@ def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Nod
 class _Builder:
     """Accumulates tiles, instructions and memory images layer by layer."""
 
-    def __init__(self, graph: Graph, config: ArchConfig):
-        self.graph, self.config = graph, config
+    def __init__(self, graph: Graph, config: ArchConfig, split: bool = False):
+        self.graph, self.config, self.split = graph, config, split
         self.param_layout = ParamLayout(config)
         self.layer_tiles: "list[LayerTiles]" = []
         self.tiles: "list[Tile]" = []          # of the layer being emitted
@@ -255,16 +277,39 @@ class _Builder:
         self.layer_count = 0
         self.wpack = 0                                # of the layer being emitted
 
-    def layer(self, node: Node, sources: "list[Placement]", target: Placement) -> LayerPlan:
-        """Emit the tiles of one array layer. Every layer is a convolution over one or more
-        sources: a K tile reads one channel block of one source at one kernel tap, so a
-        residual Add is a 1x1 convolution over both inputs, and pooling a depthwise
-        convolution with weights of one; depthwise layers may stream instead (a K tile is
-        then a kernel row: :mod:`.depthwise`)."""
+    def layer(self, node: Node, sources: "list[Placement]", target: Placement
+              ) -> "list[LayerPlan]":
+        """Emit the tiles of one array layer, in parts whose weights stream on their own
+        where they are too many for one streamed slot and ``split`` is on (:mod:`.split`;
+        the plans' ``wgt_words`` are set). Every layer is a convolution over one or more sources: a K
+        tile reads one channel block of one source at one kernel tap, so a residual Add is a
+        1x1 convolution over both inputs, and pooling a depthwise convolution with weights of
+        one; depthwise layers may stream instead (a K tile is then a kernel row:
+        :mod:`.depthwise`)."""
+        return [emit() for emit in self.layer_parts(node, sources, target)]
+
+    def layer_parts(self, node: Node, sources: "list[Placement]", target: Placement):
+        """A function per part of the layer (:meth:`layer`) that emits it and returns its
+        plan."""
+        def counted(emit):
+            def run() -> LayerPlan:
+                start = len(self.wgt)
+                plan = emit()
+                plan.wgt_words = len(self.wgt) - start
+                return plan
+            return run
+
         if node.op == "QEltwise":
-            return eltwise.emit_eltwise(self, node, sources, target)
-        return self.emit(node, _layer_spec(node, sources, self.graph, self.config.rows),
-                         target)
+            return [counted(lambda: eltwise.emit_eltwise(self, node, sources, target))]
+        rows = self.config.rows
+        spec = _layer_spec(node, sources, self.graph, rows)
+        parts = weight_parts(spec, self.config) if self.split else [(0, spec.phys.shape[0])]
+        if len(parts) == 1:
+            return [counted(lambda: self.emit(node, spec, target))]
+        return [counted(lambda c0=c0, c1=c1: self.emit(
+                    node, part_spec(spec, c0, c1), part_target(target, c0, rows),
+                    f"{node.name} [channels {c0}-{c1 - 1}]"))
+                for c0, c1 in parts]
 
     def emit(self, node: Node, spec: "_LayerSpec", target: Placement,
              name: "str | None" = None) -> LayerPlan:

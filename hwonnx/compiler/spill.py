@@ -103,10 +103,11 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
                placements: "dict[str, Placement]", ext: ExtTensors, index: int,
                into: "tuple[dict, dict, dict]") -> list:
     """Emit ``node`` in bands (some of its ``inputs`` or its output in ``ext``); returns the
-    bands' layer plans. The bands are layers ``len(builder.layer_tiles)`` on; their LOADA
-    and STOREA go into the first two dictionaries of ``into`` (layer index -> instructions
-    before it, after it), and each band after the first into the third (layer index -> the
-    first band's, whose weight words it reads)."""
+    bands' layer plans (each band one layer per part: :mod:`.split`). The bands are layers
+    ``len(builder.layer_tiles)`` on; their LOADA and STOREA go into the first two
+    dictionaries of ``into`` (layer index -> instructions before it, after it), and each
+    part of a band after the first into the third (layer index -> the first band's same
+    part, whose weight words it reads)."""
     before, after, owners = into
     rows, out = builder.config.rows, node.outputs[0]
     out_shape = graph.types[out].shape
@@ -138,7 +139,7 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
             continue
         break
     plans = []
-    first, first_wgt, first_par = len(builder.layer_tiles), len(builder.wgt), len(builder.par)
+    firsts = []             # the first band's parts: (layer, first weight word, parameter)
     for o0, o1 in spans:
         band_node, r0, r1 = _band_node(node, graph, o0, o1, height)
         layer = len(builder.layer_tiles)
@@ -157,19 +158,23 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
                 sources.append(_rows(whole, lo, hi, rows))
         if target is None:
             band_target = _rows(out_px, o0, o1, rows, base=windows[out])
-            after.setdefault(layer, []).append(ext.transfer(
-                Op.STOREA, band_target.words, band_target.base,
-                ext.where[out][0] + o0 * out_px.width * out_px.cb))
+            store = ext.transfer(Op.STOREA, band_target.words, band_target.base,
+                                 ext.where[out][0] + o0 * out_px.width * out_px.cb)
         else:
             band_target = _rows(target, o0, o1, rows)
-        wgt, par = len(builder.wgt), len(builder.par)
-        plan = builder.layer(band_node, sources, band_target)
-        plan.wgt_words = len(builder.wgt) - wgt
-        if layer > first:
-            plan.wgt_words, _ = share_words(builder, first_wgt, first_par, wgt, par)
-            if plan.wgt_words == 0:
-                owners[layer] = first
-        plans.append(plan)
+        for part, emit in enumerate(builder.layer_parts(band_node, sources, band_target)):
+            wgt, par = len(builder.wgt), len(builder.par)
+            plan = emit()
+            if len(firsts) == part:
+                firsts.append((len(builder.layer_tiles) - 1, wgt, par))
+            else:
+                first, first_wgt, first_par = firsts[part]
+                plan.wgt_words, _ = share_words(builder, first_wgt, first_par, wgt, par)
+                if plan.wgt_words == 0:
+                    owners[len(builder.layer_tiles) - 1] = first
+            plans.append(plan)
+        if target is None:
+            after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
     for v in windows:
         alloc.free(f"{v} (window of {node.name})")
     return plans

@@ -20,7 +20,11 @@ from ..errors import ResourceError
 from ..isa import Op
 from .loops import LayerTiles
 
-__all__ = ["StreamPlan", "plan_streaming"]
+__all__ = ["StreamPlan", "SlotTooSmall", "plan_streaming"]
+
+
+class SlotTooSmall(ResourceError):
+    """Two slots of the largest streamed layer do not fit the weight buffer."""
 
 
 @dataclass
@@ -38,14 +42,11 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
     """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
     the architecture has no external memory); relocates the weight addresses of every tile
     in ``layers`` (each layer's words are ``layer_words[i]`` consecutive words of ``wgt``, in
-    layer order; a layer of ``owners`` has none, it reads those of the layer it maps to,
-    which stay in place until it has run)."""
+    layer order; a layer of ``owners`` has none, it reads those of the layer it maps to:
+    in place if that layer's are resident, else from a copy streamed into a slot for it)."""
     if not config.ext_memory or len(wgt) <= config.wgt_depth:
         return None
     owners = owners or {}
-    last_user = {i: i for i in range(len(layer_words))}
-    for i, owner in owners.items():
-        last_user[owner] = max(last_user[owner], i)
     starts = [sum(layer_words[:i]) for i in range(len(layer_words))]
     resident = {i for i, w in enumerate(layer_words) if w}
     streamed: "set[int]" = set()
@@ -60,7 +61,7 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
         streamed.add(largest)
     if needed() > config.wgt_depth:
         largest = max(streamed, key=lambda i: layer_words[i])
-        raise ResourceError(f"Layer '{names[largest]}' has {layer_words[largest]} weight "
+        raise SlotTooSmall(f"Layer '{names[largest]}' has {layer_words[largest]} weight "
                             f"words; streaming it from the external memory takes two slots "
                             f"of that size, more than the {config.wgt_depth} words of the "
                             f"weight buffer; raise --wgt-depth or use a larger array")
@@ -69,10 +70,16 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
     for i in sorted(resident):
         base[i] = len(image)
         image += wgt[starts[i]:starts[i] + layer_words[i]]
-    order = sorted(streamed)
+    # a layer reading a streamed layer's words gets a copy of them in a slot of its own
+    copies = {i: owner for i, owner in owners.items() if owner in streamed}
+    order = sorted(streamed | set(copies))
+    words = {i: layer_words[copies.get(i, i)] for i in order}
     ext, ext_addr = [], {}
     for j, i in enumerate(order):
         base[i] = len(image) + (j % 2) * slot
+        if i in copies:             # the owner comes first
+            ext_addr[i] = ext_addr[copies[i]]
+            continue
         ext_addr[i] = len(ext)
         ext += wgt[starts[i]:starts[i] + layer_words[i]]
     if len(ext) > config.ext_depth:
@@ -82,7 +89,7 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
     for i, layer in enumerate(layers):
         owner = owners.get(i, i)
         for tile in layer.tiles:
-            tile.matmul["wgt_addr"] += base.get(owner, 0) - starts[owner]
+            tile.matmul["wgt_addr"] += base.get(i if i in copies else owner, 0) - starts[owner]
 
     loadx: "dict[int, list[dict]]" = {}
 
@@ -90,8 +97,7 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
         loadx.setdefault(before_layer, []).append({"op": Op.LOADX, **fields})
 
     for j, i in enumerate(order + [None]):
-        where = 0 if j < 2 else last_user[order[j - 2]] + 1
+        where = 0 if j < 2 else order[j - 2] + 1
         issue(where, dict(count=0, wgt_addr=0, ext_addr=0) if i is None else dict(
-            count=layer_words[i], wgt_addr=base[i], ext_addr=ext_addr[i]))
-    return StreamPlan(image, ext, len(image) + 2 * slot, loadx,
-                      {i: layer_words[i] for i in order})
+            count=words[i], wgt_addr=base[i], ext_addr=ext_addr[i]))
+    return StreamPlan(image, ext, len(image) + 2 * slot, loadx, words)

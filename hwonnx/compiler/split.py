@@ -1,0 +1,65 @@
+"""Layers whose weights are too many for a streamed slot (``ArchConfig.ext_memory``): the
+layer runs as *parts*, each a group of its output channels with its own weights, so that each
+part's weights stream on their own (:mod:`.stream`). A part is the layer's spec restricted to
+its channels (:func:`part_spec`) writing a view of the output that starts at its first
+channel's word (:func:`part_target`): parts start at multiples of the words' lanes, so every
+part's posts write whole lanes of their own words and the parts together write each word
+once per lane.
+
+The compiler splits only when a layer's weights whole do not stream (two slots of them do not
+fit the weight buffer: :class:`~.stream.SlotTooSmall`), and then every layer whose weights
+exceed :func:`part_budget`; without an external memory a layer is one part."""
+
+from dataclasses import replace
+from math import lcm
+
+from ..config import ArchConfig
+from ..hdl.loader import tile_words
+from .layout import Placement
+from .specs import _LayerSpec
+
+__all__ = ["part_budget", "weight_parts", "part_spec", "part_target"]
+
+
+def part_budget(config: ArchConfig) -> int:
+    """Weight words a part may take: a quarter of the weight buffer, so that the two slots
+    of the streamed layers (:mod:`.stream`) leave half of it to the resident ones."""
+    return config.wgt_depth // 4
+
+
+def _words_per_group(spec: _LayerSpec, config: ArchConfig) -> int:
+    """Weight words of one N tile of ``spec`` (``cols`` output channels), at most: every K
+    tile kept (a dense layer keeps them all), in 8-bit packing."""
+    kh, kw = spec.phys.shape[1:3]
+    blocks = sum(source.cb for source in spec.sources)
+    return kh * kw * blocks * tile_words(config, 0)
+
+
+def weight_parts(spec: _LayerSpec, config: ArchConfig) -> "list[tuple[int, int]]":
+    """The output channels ``[c0, c1)`` of each part of the layer ``spec``: one part unless the
+    architecture has an external memory and the layer's weights exceed :func:`part_budget`;
+    then groups of whole N tiles (and whole words: multiples of ``lcm(rows, cols)``
+    channels), as many per part as the budget holds, at least one group."""
+    channels = spec.phys.shape[0]
+    if (not config.ext_memory or spec.depthwise or spec.scatter is not None
+            or spec.counts is not None or spec.pool_max):
+        return [(0, channels)]
+    step = lcm(config.rows, config.cols)
+    per_group = _words_per_group(spec, config) * (step // config.cols)
+    if -(-channels // step) * per_group <= part_budget(config):
+        return [(0, channels)]
+    width = step * max(1, part_budget(config) // per_group)
+    return [(c0, min(c0 + width, channels)) for c0 in range(0, channels, width)]
+
+
+def part_spec(spec: _LayerSpec, c0: int, c1: int) -> _LayerSpec:
+    """``spec`` restricted to its output channels ``[c0, c1)``."""
+    channels = spec.phys.shape[0]
+    return replace(spec, phys=spec.phys[c0:c1], bias=spec.bias[c0:c1], mult=spec.mult[c0:c1],
+                   shift=spec.shift[c0:c1], macs=spec.macs * (c1 - c0) // channels)
+
+
+def part_target(target: Placement, c0: int, rows: int) -> Placement:
+    """The output ``target`` seen from channel ``c0`` (a multiple of ``rows``) on: its words
+    per pixel stay the pixel stride, so channel ``c`` of the part is channel ``c0 + c``."""
+    return replace(target, base=target.base + c0 // rows)
