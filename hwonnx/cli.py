@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop a sample that runs longer than N cycles on the RTL and show "
                         "the accelerator's state (default: twice the predicted cycles plus "
                         "10,000)")
+    p.add_argument("--trace", type=Path, metavar="OUT.vcd|OUT.fst",
+                   help="dump the waveforms of the RTL run (every input sample: trace a few) "
+                        "into this file, VCD or FST by its suffix, with a GTKWave save file "
+                        "OUT.gtkw that groups the signals by engine and marks each layer")
 
     p = commands.add_parser("demo", help="build and simulate the bundled trained examples")
     p.add_argument("--model", default="all", choices=["all", "digits_mlp", "digits_cnn"])
@@ -354,7 +358,7 @@ def _run(args, output: _Output) -> int:
                  "compare": "Simulating on the RTL, then on the golden model ..."}[mode]
         with output.steps(first):
             result = api.simulate(args.out, args.input, mode=mode, max_cycles=args.max_cycles,
-                                  log=log)
+                                  log=log, trace=args.trace)
         count = len(next(iter(result.outputs.values())))
         if result.cycles:
             print(f"{count} sample(s) on RTL: {int(np.mean(result.cycles)):,} cycles per sample "
@@ -371,6 +375,9 @@ def _run(args, output: _Output) -> int:
                 print(f"  segment {index + 1}: predicted {predicted:,} cycles per sample")
         if mode == "compare":
             print("RTL equals the golden model bit for bit")
+        if args.trace:
+            print(f"Trace written to {args.trace}; view it with: gtkwave "
+                  f"{args.trace.with_suffix('.gtkw')}")
         if args.output:
             _save_outputs(args.output, result.outputs)
             print(f"Outputs written to {args.output}")

@@ -11,8 +11,8 @@ from .isa import Op, instruction_width
 from .compiler.program import Program
 from .compiler.timing import predict
 
-__all__ = ["layer_cycles", "cycle_breakdown", "build_report", "write_report", "placement",
-           "placement_table", "ports", "CYCLE_CATEGORIES"]
+__all__ = ["layer_cycles", "cycle_windows", "cycle_breakdown", "build_report", "write_report",
+           "placement", "placement_table", "ports", "CYCLE_CATEGORIES"]
 
 #: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
 CYCLE_CATEGORIES = ("compute", "weight_loads", "boundaries", "host")
@@ -94,6 +94,19 @@ def layer_cycles(program: Program) -> "list[int]":
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 
+def cycle_windows(program: Program, cycles: "list[int] | None" = None
+                  ) -> "list[tuple[int, int]]":
+    """Each layer's window of the timeline, ``(first, end)``: its cycles (``cycles``,
+    :func:`layer_cycles`) follow the previous layer's, from the program's start. The
+    accelerator's ``cycles`` counter reads ``first`` to ``end - 1`` during the layer's window
+    (it reads 0 from the clock edge at which the accelerator takes ``start``), so a trace of
+    the run (``hwonnx sim --trace``) shows the layer there; the last window ends at the
+    predicted total, when ``done`` rises."""
+    cycles = layer_cycles(program) if cycles is None else cycles
+    ends = list(itertools.accumulate(cycles))
+    return list(zip([0] + ends[:-1], ends))
+
+
 def cycle_breakdown(program: Program, cycles: "list[int] | None" = None) -> "list[dict]":
     """Where each layer's predicted cycles (``cycles``, :func:`layer_cycles`) go, from the
     cycle model's timeline of the whole program (:func:`~hwonnx.compiler.timing.predict`):
@@ -118,8 +131,8 @@ def cycle_breakdown(program: Program, cycles: "list[int] | None" = None) -> "lis
             loading.append((dispatch, done))
         elif instr.op in (Op.LOADX, *Op.ACTX):     # the DMA, from the cycle after dispatch
             loading.append((dispatch + 1, done + 1))
-    ends = list(itertools.accumulate(cycles))
-    starts = [0] + ends[:-1]
+    windows = cycle_windows(program, cycles)
+    starts, ends = [first for first, _ in windows], [end for _, end in windows]
     compute = _covered(fed, starts, ends)
     busy = _covered(fed + loading, starts, ends)
     return [{"compute": c, "weight_loads": b - c, "boundaries": span - b, "host": 0}
@@ -165,11 +178,12 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
         if instr.op in Op.ACTX:
             moved[instr.layer] = moved.get(instr.layer, 0) + instr["count"]
     layers = []
-    for layer, layer_cycles_, split in zip(program.layers, cycles,
-                                           cycle_breakdown(program, cycles)):
+    for layer, layer_cycles_, split, window in zip(program.layers, cycles,
+                                                   cycle_breakdown(program, cycles),
+                                                   cycle_windows(program, cycles)):
         layers.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
                        "tiles": layer.tiles, "predicted_cycles": layer_cycles_,
-                       "cycle_breakdown": split,
+                       "cycle_window": list(window), "cycle_breakdown": split,
                        "weight_words": layer.wgt_words, "weight_bits": layer.wgt_bits,
                        "weight_bytes": layer.wgt_words * cfg.cols,
                        "utilization": layer.macs / (layer_cycles_ * pes) if layer_cycles_ else 0})
@@ -230,6 +244,15 @@ def _segment_of(port: dict) -> str:
     return f" (segment {port['segment']})" if "segment" in port else ""
 
 
+def _window(layer: dict) -> str:
+    """A layer's ``cycle_window`` for people: its first and last cycle (a report written
+    before windows existed has none)."""
+    if "cycle_window" not in layer:
+        return ""
+    first, end = layer["cycle_window"]
+    return f"{first:,}–{end - 1:,}" if end > first else "-"
+
+
 def write_report(report: dict, folder: Path) -> None:
     """Write ``report.json``, ``report.md`` and its chart ``report.png``
     (:func:`hwonnx.plots.write_cycle_chart`) into ``folder``."""
@@ -243,17 +266,22 @@ def write_report(report: dict, folder: Path) -> None:
                                          report["quantization"].items() if v is not None),
              "", f"Rounding: {report['rounding']}", "",
              "| layer | op | MACs | tiles | weight bits | weight bytes | predicted cycles | "
-             "utilization |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "utilization | cycle window |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for layer in report["layers"]:
         lines.append(f"| {layer['name']} | {layer['op']} | {layer['macs']:,} | "
                      f"{layer['tiles']} | {layer['weight_bits'] if layer['weight_words'] else '-'} | "
                      f"{layer['weight_bytes']:,} | "
-                     f"{layer['predicted_cycles']:,} | {layer['utilization']:.1%} |")
+                     f"{layer['predicted_cycles']:,} | {layer['utilization']:.1%} | "
+                     f"{_window(layer)} |")
     total = report["total"]
     weights = sum(layer["weight_bytes"] for layer in report["layers"])
     lines += [f"| **total** | | {total['macs']:,} | | | {weights:,} | "
-              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} |", "",
+              f"{total['predicted_cycles']:,} | {total['utilization']:.1%} | |", "",
+              "Cycle window: the values of the accelerator's `cycles` counter during the "
+              "layer (it reads 0 from the clock edge at which the accelerator takes `start`"
+              + ("; each segment's from its own start" if report.get("segments") else "")
+              + "): where to look in a trace of the run (`hwonnx sim --trace`).", "",
               "Where each layer's cycles go (array fed, weight loads, boundaries between "
               "layers, host round trips):", "", "![cycles per layer](report.png)", ""]
     if "external_bytes" in report["layers"][0]:

@@ -80,6 +80,7 @@ def rtl_segments(graph: Graph, programs: "list[Program]", inputs, log=print,
     from .sim import execute_program
 
     def run(index, program, q_in):
+        log(f"Simulating segment {index + 1}/{len(programs)} on the RTL ...")
         placed = {v: q.reshape((-1,) + program.placements[v].shape) for v, q in q_in.items()}
         return execute_program(program, placed, log=log, max_cycles=max_cycles)
 

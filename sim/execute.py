@@ -6,7 +6,7 @@ from ..isa import Op
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.program import Program, encode_program
 from ..compiler.timing import predict
-from ..errors import SimulationError
+from ..errors import SimulationError, UsageError
 from .harness import STAGE_DEPTH
 from .runner import RunResult, run_rtl
 
@@ -57,7 +57,7 @@ def _pack_span(feeds, sources, sample: int, span: "tuple[int, int]", memory: str
 
 def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
                     values: "list[str] | None" = None, log=print,
-                    max_cycles: "int | None" = None
+                    max_cycles: "int | None" = None, trace=None
                     ) -> "tuple[dict[str, np.ndarray], RunResult]":
     """Run every sample of ``feeds`` (int8 input value of the program -> ``[S, *shape]``, one
     per input) back to back on the RTL and return the int8 tensors ``values`` (default: the
@@ -67,6 +67,11 @@ def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
     value (:func:`_span`). ``max_cycles``: the cycles a sample may take (default:
     :func:`default_max_cycles`); beyond them :func:`~hwonnx.sim.run_rtl` raises
     :class:`SimulationError` with the accelerator's state.
+
+    The samples run in batches of as many as the harness stages (one simulator run each,
+    announced when there are several). ``trace``: a ``.vcd`` or ``.fst`` file to dump the
+    run's waveforms into, with a GTKWave save file whose markers are the layers' first cycles
+    (:mod:`hwonnx.sim.trace`); the samples must then fit one batch.
     """
     cfg = program.config
     rows = cfg.rows
@@ -79,17 +84,27 @@ def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
     inx_span, outx_span = _span(sources.values(), "ext"), _span(targets.values(), "ext")
     limit = default_max_cycles(program) if max_cycles is None else max_cycles
     per_run = max(1, STAGE_DEPTH // max(in_span[1], out_span[1], inx_span[1], outx_span[1]))
+    batches = -(-count // per_run)
+    if trace is not None and batches > 1:
+        raise UsageError(f"--trace records one simulator run, of at most {per_run:,} samples of "
+                         f"this model; trace fewer than these {count:,}")
+    markers = _layer_markers(program) if trace is not None else ()
     images = {"prog": encode_program(program), **program.images}
     outputs = {value: [] for value in targets}
     cycles, total, wall, steady = [], 0, 0.0, 0.0
     for start in range(0, count, per_run):
         chunk = range(start, min(start + per_run, count))
+        if batches > 1:
+            which = f"{start + 1:,} to {chunk[-1] + 1:,}" if len(chunk) > 1 else f"{start + 1:,}"
+            log(f"Simulating batch {start // per_run + 1}/{batches} (sample(s) {which} of "
+                f"{count:,}) on the RTL ...")
         words = [w for i in chunk for w in _pack_span(feeds, sources, i, in_span, "act", rows)]
         inx = [w for i in chunk for w in _pack_span(feeds, sources, i, inx_span, "ext", rows)]
         result = run_rtl(cfg, {**images, "input": words, "inx": inx}, in_addr=in_span[0],
                          in_words=in_span[1], out_addr=out_span[0], out_words=out_span[1],
                          samples=len(chunk), max_cycles=limit, log=log, first_sample=start,
-                         describe=_describer(program), ext_in=inx_span, ext_out=outx_span)
+                         describe=_describer(program), ext_in=inx_span, ext_out=outx_span,
+                         trace=trace, markers=markers)
         read = {"act": (result.outputs, out_span), "ext": (result.outputs_ext, outx_span)}
         for memory, (got, (_, size)) in read.items():
             if len(got) != len(chunk) * size:
@@ -106,6 +121,16 @@ def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
         steady += result.run_seconds or result.wall_seconds
     return ({value: np.stack(arrays) for value, arrays in outputs.items()},
             RunResult([], cycles, total, wall, steady))
+
+
+def _layer_markers(program: Program) -> "list[tuple[str, int]]":
+    """The save file's markers of a traced run: each layer's first cycle and its window
+    (:func:`hwonnx.report.cycle_windows`)."""
+    from ..report import cycle_windows
+
+    return [(f"layer '{layer.name}', cycles {first} to {end - 1}" if end > first else
+             f"layer '{layer.name}', no cycle of its own", first)
+            for layer, (first, end) in zip(program.layers, cycle_windows(program))]
 
 
 def execute_rtl(program: Program, inputs: np.ndarray, value: "str | None" = None,

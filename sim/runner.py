@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import ArchConfig
 from ..errors import SimulationError, ToolchainError
+from . import trace as _trace
 from .harness import ACCEL_TOP, HARNESS_TOP, control_file, extmem_verilog, harness_verilog
 from .tb_accel import WALL_FILE
 
@@ -122,12 +123,15 @@ def _hdl_digest(config: ArchConfig, *extra: str):
     return digest
 
 
-def _build_key(config: ArchConfig) -> str:
-    digest = _hdl_digest(config, _MAKEFLAGS, *_BUILD_ARGS)
-    for source in (_HERE / "harness.py", _HERE / "tb_accel.py"):
-        digest.update(source.read_bytes())
+def _build_key(config: ArchConfig, trace: "str | None" = None) -> str:
+    """The cache key of ``config``'s build; a traced build (``trace``: ``"vcd"`` or
+    ``"fst"``) has a key of its own, which also covers :mod:`hwonnx.sim.trace`."""
+    extra = (f"trace={trace}", *_trace.BUILD_ARGS[trace]) if trace else ()
+    digest = _hdl_digest(config, _MAKEFLAGS, *_BUILD_ARGS, *extra)
+    for source in ("harness.py", "tb_accel.py") + (("trace.py",) if trace else ()):
+        digest.update((_HERE / source).read_bytes())
     digest.update(toolchain_fingerprint().encode())
-    return f"{config.name}-{digest.hexdigest()[:16]}"
+    return f"{config.name}{'-' + trace if trace else ''}-{digest.hexdigest()[:16]}"
 
 
 def accelerator_verilog(config: ArchConfig, log=print) -> str:
@@ -144,6 +148,7 @@ def accelerator_verilog(config: ArchConfig, log=print) -> str:
         if path.exists():
             return path.read_text()
         started = time.monotonic()
+        log(f"Generating the {config.name} accelerator's Verilog (once per configuration) ...")
         text = verilog(Accelerator(config), name=ACCEL_TOP)
         partial = path.with_name(path.name + f".{os.getpid()}.tmp")
         partial.write_text(text)
@@ -153,37 +158,47 @@ def accelerator_verilog(config: ArchConfig, log=print) -> str:
     return text
 
 
-def rtl_build(config: ArchConfig, log=print) -> Path:
+def rtl_build(config: ArchConfig, log=print, trace: "str | None" = None) -> Path:
     """Return the Verilator build directory for ``config``, building it once if needed.
 
     Builds are keyed by the architecture config and the HDL sources, so every model and every
     test of one config reuses the same simulator binary. Processes sharing the cache build
-    each config once: the others wait for it (:func:`build_lock`).
+    each config once: the others wait for it (:func:`build_lock`). ``trace`` (``"vcd"`` or
+    ``"fst"``): the build that dumps waveforms in that format (:mod:`hwonnx.sim.trace`).
     """
     setup_verilator()
-    build_dir = cache_root() / "rtl" / _build_key(config)
+    build_dir = cache_root() / "rtl" / _build_key(config, trace)
     binary = build_dir / HARNESS_TOP
     # A complete build appears at once (a rename), so a binary that exists is whole.
     if binary.exists():
         return build_dir
-    with build_lock(build_dir, f"the {config.name} accelerator", log=log):
+    what = f"the {config.name} accelerator" + (f" with {trace.upper()} tracing" if trace else "")
+    with build_lock(build_dir, what, log=log):
         if binary.exists():     # another process built it while this one waited
             return build_dir
-        _build_accelerator(config, build_dir, log)
+        _build_accelerator(config, build_dir, log, trace)
     return build_dir
 
 
-def _build_accelerator(config: ArchConfig, build_dir: Path, log) -> None:
+def _build_accelerator(config: ArchConfig, build_dir: Path, log,
+                       trace: "str | None" = None) -> None:
     """Build ``config``'s simulator in a temporary folder, then rename it to ``build_dir``
     (called with the entry's :func:`build_lock` held)."""
     from cocotb_tools.runner import get_runner
 
+    if trace == "fst":
+        _trace.check_fst_toolchain()
+    accel, harness = accelerator_verilog(config, log), harness_verilog(config)
     started = time.monotonic()
-    log(f"Building the {config.name} accelerator for Verilator (once per architecture) ...")
+    traced = f" with {trace.upper()} tracing" if trace else ""
+    log(f"Building the {config.name} accelerator for Verilator{traced} (once per "
+        f"architecture) ...")
     work = Path(tempfile.mkdtemp(prefix=f"{build_dir.name}.", dir=build_dir.parent
                                  if build_dir.parent.exists() else _mkdir(build_dir.parent)))
-    (work / "accel.v").write_text(accelerator_verilog(config, log))
-    (work / "harness.v").write_text(harness_verilog(config))
+    if trace:
+        accel, harness = _trace.traced_sources(accel, harness)
+    (work / "accel.v").write_text(accel)
+    (work / "harness.v").write_text(harness)
     sources = [work / "public.vlt", work / "accel.v", work / "harness.v"]
     if config.ext_memory:
         (work / "extmem.v").write_text(extmem_verilog(config))
@@ -193,8 +208,8 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log) -> None:
     try:
         runner.build(sources=sources,
                      hdl_toplevel=HARNESS_TOP, build_dir=work / "obj",
-                     build_args=_BUILD_ARGS,
-                     timescale=("1ns", "1ps"), log_file=work / "build.log")
+                     build_args=_BUILD_ARGS + list(_trace.BUILD_ARGS[trace] if trace else ()),
+                     waves=bool(trace), timescale=("1ns", "1ps"), log_file=work / "build.log")
     except (SystemExit, Exception) as error:
         raise ToolchainError(f"Verilator build of the {config.name} accelerator failed; see "
                              f"'{work / 'build.log'}'") from error
@@ -282,7 +297,8 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             in_words: int, out_addr: int, out_words: int, samples: int,
             max_cycles: int = 50_000_000, log=print, first_sample: int = 0,
             describe=None, ext_in: "tuple[int, int]" = (0, 0),
-            ext_out: "tuple[int, int]" = (0, 0)) -> RunResult:
+            ext_out: "tuple[int, int]" = (0, 0), trace: "Path | None" = None,
+            markers: "list[tuple[str, int]]" = ()) -> RunResult:
     """Run ``samples`` inputs back to back on the RTL of ``config``.
 
     ``images`` holds the ``prog``, ``wgt``, ``par`` words and ``input`` (``samples *
@@ -290,6 +306,10 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
     sample, and the cycles each sample took. With an external memory, ``ext_in`` (address,
     words) is where each sample's ``images["inx"]`` words go in it before the sample runs,
     ``ext_out`` the words read from it after (:attr:`RunResult.outputs_ext`).
+
+    ``trace``: dump the waveforms of the whole run into this ``.vcd`` or ``.fst`` file, with
+    a GTKWave save file beside it whose markers A, B, ... are the first sample's ``markers``
+    (``[(label, cycle)]``), even when a sample runs out of cycles (:mod:`hwonnx.sim.trace`).
 
     Raises
     ------
@@ -307,7 +327,8 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
 
     from ..hdl.top import Accelerator
 
-    build_dir = rtl_build(config, log=log)
+    trace = None if trace is None else Path(trace)
+    build_dir = rtl_build(config, log=log, trace=trace and _trace.trace_kind(trace))
     with tempfile.TemporaryDirectory(prefix="hwonnx-sim-") as tmp:
         tmp = Path(tmp)
         widths = {name: Accelerator.buffer_shape(config, name)[1]
@@ -342,8 +363,9 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
                         hdl_toplevel_lang="verilog",
                         build_dir=build_dir, test_dir=tmp, plusargs=plusargs,
                         results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
-                        extra_env={"COCOTB_LOG_LEVEL": "WARNING"})
+                        extra_env={"COCOTB_LOG_LEVEL": "WARNING"}, **_trace.run_options(trace))
         except (SystemExit, Exception) as error:
+            _trace.discard(trace)
             log_text = (tmp / "sim.log").read_text() if (tmp / "sim.log").exists() else ""
             raise SimulationError(f"Verilator simulation failed: "
                                   f"{log_text.strip().splitlines()[-1:] or error}") from error
@@ -352,8 +374,14 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
         wall = time.monotonic() - started
         status_file = tmp / "status.hex"
         if not status_file.exists():
+            _trace.discard(trace)
             raise SimulationError("The simulation ended before the harness finished")
         status = _read_hex(status_file)
+        if trace is not None:       # also of a run out of cycles: it shows where it stopped
+            save = _trace.finish(trace, build_dir, tmp, _read_hex(tmp / "cycles.hex")[0]
+                                 if status[0] == 0 else max_cycles, markers)
+            if status[0] != 0:
+                log(f"The trace of the stopped run is in {trace} (GTKWave: {save})")
         if status[0] != 0:
             raise SimulationError(_timeout_message(tmp / "debug.hex", max_cycles, first_sample,
                                                    describe))

@@ -94,6 +94,26 @@ def test_categories_add_up_to_each_layers_cycles(cnn_build):
                for n in ("conv1_Conv", "conv2_Conv"))
 
 
+def test_each_layer_has_its_window_of_the_timeline(cnn_build):
+    """report.json's ``cycle_window`` of each layer: from the end of the program truncated
+    before it to the end of the one truncated after it (the END's dispatch in the cycle
+    model), so the windows follow one another from 0 to the total; report.md shows each as
+    its first and last cycle."""
+    report = json.loads((cnn_build / "report.json").read_text())
+    program = load_build(cnn_build).program
+    ends = [predict(program.truncated(i).expanded(), program.config).total
+            for i in range(len(program.layers))]
+    windows = [layer["cycle_window"] for layer in report["layers"]]
+    assert windows == [[first, end] for first, end in zip([0] + ends[:-1], ends)]
+    assert len(windows) == 3 and all(first < end for first, end in windows)
+    assert windows[-1][1] == report["total"]["predicted_cycles"]
+    markdown = (cnn_build / "report.md").read_text()
+    assert "| predicted cycles | utilization | cycle window |" in markdown
+    for layer, (first, end) in zip(report["layers"], windows):
+        assert re.search(rf"^\| {re.escape(layer['name'])} \|.* \| {first:,}–{end - 1:,} \|$",
+                         markdown, re.M), layer["name"]
+
+
 def test_build_writes_the_chart_into_the_manifest(cnn_build):
     png = (cnn_build / "report.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")

@@ -77,8 +77,9 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
 def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError) -> Program:
     """:func:`lower` with the largest tensors in the external memory (:mod:`.spill`): those
     of at least a threshold of words, halved until the program fits (``error``: why it does
-    not fit without). A candidate is an image written by the host (a graph input) or a
-    banded layer and read only by banded layers or the host (a graph output)."""
+    not fit without; the candidates larger than the whole buffer go out first). A candidate
+    is an image written by the host (a graph input) or a banded layer and read only by
+    banded layers or the host (a graph output)."""
     rows = config.rows
     if config.cols != rows:
         raise ResourceError(f"{error}; the tensors that do not fit could live in the external "
@@ -97,14 +98,19 @@ def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError
                 and all(r.op == "Dequantize" or bandable(r, graph)
                         for r in readers.get(value, ()))):
             words[value] = natural_placement(0, graph.types[value].shape, rows).words
-    threshold = max(words.values(), default=0)
+    # a candidate larger than the buffer goes out in every attempt
+    must = frozenset(v for v, w in words.items() if w > config.act_depth)
+    thresholds = [None] if must else []
+    threshold = max((w for v, w in words.items() if v not in must), default=0)
     while threshold >= 1:
+        thresholds.append(threshold)
+        threshold //= 2
+    for threshold in thresholds:
         try:
-            return _lower(graph, config, loops, {},
-                          frozenset(v for v, w in words.items() if w >= threshold))
+            return _lower(graph, config, loops, {}, must | frozenset(
+                v for v, w in words.items() if threshold is not None and w >= threshold))
         except ActivationBufferFull as full:    # the last: with every candidate outside
             error = full
-        threshold //= 2
     raise error
 
 

@@ -41,12 +41,13 @@ _REPO = "https://github.com/mlcommons/tiny/blob/master/"
 class _Net:
     """Eager graph builder: appends ONNX nodes and computes each value on calibration data."""
 
-    def __init__(self, name: str, seed: int, input_shape: "tuple[int, ...]", doc: str):
+    def __init__(self, name: str, seed: int, input_shape: "tuple[int, ...]", doc: str,
+                 samples: int = _CALIB_SAMPLES):
         self.name, self.doc = name, doc
         self.rng = np.random.default_rng([seed, 0])
         self.input_shape = tuple(input_shape)
-        data = _plausible(self.input_shape, _CALIB_SAMPLES, np.random.default_rng([seed, 1]))
-        self.values = {"input": data.reshape((_CALIB_SAMPLES,) + self.input_shape[1:])}
+        data = _plausible(self.input_shape, samples, np.random.default_rng([seed, 1]))
+        self.values = {"input": data.reshape((samples,) + self.input_shape[1:])}
         self.nodes: "list[onnx.NodeProto]" = []
         self.inits: "list[onnx.TensorProto]" = []
         self.counts: "dict[str, int]" = {}
@@ -116,6 +117,25 @@ class _Net:
         y = win[:, :, ::kernel[0], ::kernel[1]].mean(axis=(-2, -1))
         return self._emit("average_pooling2d", "AveragePool", [x], y, kernel_shape=list(kernel),
                           strides=list(kernel), pads=[0, 0, 0, 0])
+
+    def maxpool(self, x: str, kernel: int, stride: int, pad: int) -> str:
+        """``MaxPool`` with symmetric padding ``pad`` (PyTorch ``nn.MaxPool2d``)."""
+        v = np.pad(self.values[x], ((0, 0), (0, 0), (pad, pad), (pad, pad)),
+                   constant_values=-np.inf)
+        y = sliding_window_view(v, (kernel, kernel), axis=(2, 3))[:, :, ::stride, ::stride]
+        return self._emit("max_pooling2d", "MaxPool", [x], y.max(axis=(-2, -1)),
+                          kernel_shape=[kernel, kernel], strides=[stride, stride],
+                          pads=[pad] * 4)
+
+    def concat(self, xs: "list[str]") -> str:
+        """``Concat`` along the channels."""
+        return self._emit("concatenate", "Concat", list(xs),
+                          np.concatenate([self.values[x] for x in xs], axis=1), axis=1)
+
+    def leaky_relu(self, x: str, alpha: float = 0.1) -> str:
+        v = self.values[x]
+        return self._emit("leaky_relu", "LeakyRelu", [x], np.where(v >= 0, v, v * alpha),
+                          alpha=alpha)
 
     def flatten(self, x: str) -> str:
         v = self.values[x]
