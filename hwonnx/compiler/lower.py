@@ -20,7 +20,7 @@ from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
-from .spill import ExtTensors, band_layer, bandable
+from .spill import ExtTensors, band_layer, spill_attempts
 from .split import part_spec, part_target, weight_parts
 from .stream import SlotTooSmall, plan_streaming
 from .taps import packable_inputs, packed_placement, packed_words
@@ -75,40 +75,16 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
 
 
 def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError) -> Program:
-    """:func:`lower` with the largest tensors in the external memory (:mod:`.spill`): those
-    of at least a threshold of words, halved until the program fits (``error``: why it does
-    not fit without; the candidates larger than the whole buffer go out first). A candidate
-    is an image written by the host (a graph input) or a banded layer and read only by
-    banded layers or the host (a graph output)."""
-    rows = config.rows
-    if config.cols != rows:
+    """:func:`lower` with tensors in the external memory, in the order of
+    :func:`~.spill.spill_attempts` until one fits (``error``: why it does not fit without;
+    after them, the last attempt's)."""
+    if config.cols != config.rows:
         raise ResourceError(f"{error}; the tensors that do not fit could live in the external "
                             f"memory only with a square array (its words are {config.cols} "
-                            f"bytes, activation words {rows})") from None
-    readers: "dict[str, list[Node]]" = {}
-    for node in graph.nodes:
-        for value in node.inputs:
-            readers.setdefault(value, []).append(node)
-    words = {}
-    for node in graph.nodes:        # written by the host or a banded layer, read by them
-        value = node.outputs[0] if node.outputs else None
-        if (value and graph.types[value].dtype == "int8"
-                and len(graph.types[value].shape) == 4
-                and (node.op == "Quantize" or bandable(node, graph))
-                and all(r.op == "Dequantize" or bandable(r, graph)
-                        for r in readers.get(value, ()))):
-            words[value] = natural_placement(0, graph.types[value].shape, rows).words
-    # a candidate larger than the buffer goes out in every attempt
-    must = frozenset(v for v, w in words.items() if w > config.act_depth)
-    thresholds = [None] if must else []
-    threshold = max((w for v, w in words.items() if v not in must), default=0)
-    while threshold >= 1:
-        thresholds.append(threshold)
-        threshold //= 2
-    for threshold in thresholds:
+                            f"bytes, activation words {config.rows})") from None
+    for external in spill_attempts(graph, config):
         try:
-            return _lower(graph, config, loops, {}, must | frozenset(
-                v for v, w in words.items() if threshold is not None and w >= threshold))
+            return _lower(graph, config, loops, {}, external)
         except ActivationBufferFull as full:    # the last: with every candidate outside
             error = full
     raise error

@@ -20,7 +20,7 @@ from ..isa import Op
 from .alloc import ActivationBufferFull
 from .layout import Placement, natural_placement
 
-__all__ = ["BANDED", "ExtTensors", "bandable", "band_layer", "share_words"]
+__all__ = ["BANDED", "ExtTensors", "bandable", "band_layer", "share_words", "spill_attempts"]
 
 #: Integer layers that can run in bands of output rows.
 BANDED = ("QConv", "QAvgPool", "QMaxPool", "QAdd", "QEltwise", "QConcat")
@@ -48,6 +48,34 @@ def bandable(node: Node, graph: Graph) -> bool:
     shapes = [graph.types[v].shape for v in node.inputs
               if v and v not in graph.constants]
     return len(graph.types[node.outputs[0]].shape) == 4 and all(len(s) == 4 for s in shapes)
+
+
+def spill_attempts(graph: Graph, config) -> "list[frozenset[str]]":
+    """The sets of tensors to try in the external memory, in order: the candidates larger
+    than the whole activation buffer, then with them those of at least a threshold of words,
+    halved from the largest of the others down to one word. A candidate is an image written by
+    the host (a graph input) or a banded layer and read only by banded layers or the host (a
+    graph output)."""
+    readers: "dict[str, list[Node]]" = {}
+    for node in graph.nodes:
+        for value in node.inputs:
+            readers.setdefault(value, []).append(node)
+    words = {}
+    for node in graph.nodes:
+        value = node.outputs[0] if node.outputs else None
+        if (value and graph.types[value].dtype == "int8"
+                and len(graph.types[value].shape) == 4
+                and (node.op == "Quantize" or bandable(node, graph))
+                and all(r.op == "Dequantize" or bandable(r, graph)
+                        for r in readers.get(value, ()))):
+            words[value] = natural_placement(0, graph.types[value].shape, config.rows).words
+    must = frozenset(v for v, w in words.items() if w > config.act_depth)
+    attempts = [must] if must else []
+    threshold = max((w for v, w in words.items() if v not in must), default=0)
+    while threshold >= 1:
+        attempts.append(must | frozenset(v for v, w in words.items() if w >= threshold))
+        threshold //= 2
+    return attempts
 
 
 @dataclass
