@@ -88,9 +88,17 @@ def ports(program: Program, graph) -> "dict[str, list[dict]]":
 def layer_cycles(program: Program) -> "list[int]":
     """Predicted cycles of each layer: the total of the program truncated after the layer
     minus the total truncated after the previous one (layers overlap in the hardware, so
-    this is each layer's share of the timeline)."""
-    totals = [predict(program.truncated(i).expanded(), program.config).total
-              for i in range(len(program.layers))]
+    this is each layer's share of the timeline). One pass of the cycle model: the truncated
+    programs are prefixes of the whole one (instructions are in layer order)."""
+    instructions = program.expanded()
+    assert all(a.layer <= b.layer for a, b in zip(instructions, instructions[1:]))
+    last, stops = -1, []
+    for i in range(len(program.layers)):
+        while last + 1 < len(instructions) and instructions[last + 1].layer <= i \
+                and instructions[last + 1].op != Op.END:
+            last += 1
+        stops.append(last)
+    totals = predict(instructions, program.config, stops).stops
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 

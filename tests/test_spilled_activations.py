@@ -193,3 +193,22 @@ def test_the_board_link_refuses_ports_in_the_external_memory():
                     log=_quiet).program
     with pytest.raises(UsageError, match="^'x' lives in the external memory"):
         run_system(program, {"x:q": np.zeros((1, 8, H, W), np.int8)}, build_id=0)
+
+
+@pytest.mark.parametrize("prog_width", [0, 32], ids=["wide", "narrow-fetch"])
+def test_per_layer_cycles_are_those_of_the_truncated_programs(prog_width):
+    """The report's per-layer cycles come from one pass of the cycle model over the whole
+    program; on a program with LOADX, LOADA and STOREA, bands and parts (and a narrow program
+    memory), they equal those of the programs truncated after each layer, each predicted on
+    its own."""
+    from hwonnx.compiler.timing import predict
+    from hwonnx.report import layer_cycles
+
+    program = build(_model(), None, config=_config(**SMALL, prog_width=prog_width),
+                    calib=_samples(4), log=_quiet).program
+    ops = {instr.op for instr in program.instructions}
+    assert {Op.LOADX, Op.LOADA, Op.STOREA} <= ops
+    totals = [predict(program.truncated(i).expanded(), program.config).total
+              for i in range(len(program.layers))]
+    assert layer_cycles(program) == [t - ([0] + totals)[i] for i, t in enumerate(totals)]
+    assert sum(layer_cycles(program)) == predict(program.expanded(), program.config).total

@@ -23,10 +23,15 @@ class Timing:
     dispatch: "list[int]"     # cycle each instruction leaves the dispatcher
     done: "list[int]"         # cycle by which its effect is complete
     total: int                # cycles from start to done (the ``cycles`` counter)
+    stops: "list[int]"        # the total of the program stopping after each of ``stops``
 
 
-def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
-    """Timing of ``instructions`` as the dispatcher issues them (``Program.expanded()``)."""
+def predict(instructions: "list[dict]", config: ArchConfig,
+            stops: "list[int]" = ()) -> Timing:
+    """Timing of ``instructions`` as the dispatcher issues them (``Program.expanded()``).
+    ``Timing.stops`` has, for each index ``k`` of ``stops`` (increasing; -1: before the first
+    instruction), the total of the program of ``instructions[:k + 1]`` and END, from the same
+    pass: a program's prefix runs as it does in the whole program."""
     dispatch, done = [], []
     previous = 0
     loader_free = 0               # first cycle the loader accepts a LOADW
@@ -44,7 +49,16 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
     alone = 0                     # first cycle after an activation transfer (LOADA, STOREA)
-    for instr in instructions:
+    stopped, pending = [], list(reversed(stops))
+
+    def stop():                   # END's dispatch rule, were END the next instruction
+        t = max(previous + 1, alone, request + words + 1 if words else 0)
+        return max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
+
+    while pending and pending[-1] < 0:
+        stopped.append(stop())
+        pending.pop()
+    for index, instr in enumerate(instructions):
         op = instr["op"]
         t = max(previous + 1, alone)
         looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
@@ -98,4 +112,7 @@ def predict(instructions: "list[dict]", config: ArchConfig) -> Timing:
         previous = t
         if not looped:
             request = t           # the next fetch starts as this instruction leaves
-    return Timing(dispatch, done, total)
+        while pending and pending[-1] == index:
+            stopped.append(stop())
+            pending.pop()
+    return Timing(dispatch, done, total, stopped)
