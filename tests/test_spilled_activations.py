@@ -212,3 +212,47 @@ def test_per_layer_cycles_are_those_of_the_truncated_programs(prog_width):
               for i in range(len(program.layers))]
     assert layer_cycles(program) == [t - ([0] + totals)[i] for i, t in enumerate(totals)]
     assert sum(layer_cycles(program)) == predict(program.expanded(), program.config).total
+
+
+def _upsampling(kernel: int, pads: int, output_padding: int) -> onnx.ModelProto:
+    """x [1, 8, 10, 8] -> Conv 3x3 8->16 + Relu -> ConvTranspose ``kernel`` stride 2 16->8 +
+    Relu -> Conv 3x3 8->8: the transposed convolution's output and the graph's ([1, 8, 20,
+    16], 320 words each) are the largest tensors."""
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(he_weight(rng, 16, 8, 3, 3), "w0"),
+             numpy_helper.from_array(he_weight(rng, 16, 8, kernel, kernel), "wt"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "bt"),
+             numpy_helper.from_array(he_weight(rng, 8, 8, 3, 3), "w1")]
+    same = dict(pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", **same),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("ConvTranspose", ["r0", "wt", "bt"], ["t"], name="up",
+                              kernel_shape=[kernel, kernel], strides=[2, 2],
+                              pads=[pads] * 4, output_padding=[output_padding] * 2),
+             helper.make_node("Relu", ["t"], ["rt"]),
+             helper.make_node("Conv", ["rt", "w1"], ["y"], name="conv1", **same)]
+    graph = helper.make_graph(
+        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, H, W])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("kernel, pads, output_padding", [(2, 0, 0), (3, 1, 1)],
+                         ids=["2x2", "3x3-overlapping"])
+def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_padding):
+    """A transposed convolution (U-Net's up-sampling) writing a tensor in the external memory
+    runs in bands of output rows, each reading the input rows whose kernel rows reach it
+    (with a 3x3 kernel at stride 2, neighbouring bands share an input row): bit-exact."""
+    model = _upsampling(kernel, pads, output_padding)
+    xs = {"x": np.random.default_rng(1).random((8, 8, 10, 8)).astype(np.float32)}
+    result = build(model, None, config=_config(**SMALL), calib=xs, log=_quiet)
+    program = result.program
+    assert program.placements["y:q"].memory == "ext"
+    bands = [layer.name for layer in program.layers if layer.name.startswith("up [rows")]
+    assert len({name.split("]")[0] for name in bands}) > 1, bands
+    firsts = {int(name.split()[2].split("-")[0]) for name in bands}
+    assert len(firsts) > 1 and any(first % 2 for first in firsts), bands  # odd: phases swap
+    assert any(op == "STOREA" and layer in bands for op, layer, *_ in _transfers(program))
+    rtl_matches_golden(result, {"x": xs["x"][:2]}, 2)

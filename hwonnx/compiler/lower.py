@@ -21,7 +21,7 @@ from .loops import LayerTiles, Tile, compress, schedule
 from .program import Instr, LayerPlan, Port, Program
 from .specs import _LayerSpec, _layer_spec, _parts
 from .spill import ExtTensors, band_layer, spill_attempts
-from .split import part_spec, part_target, weight_parts
+from .split import concat_parts, part_spec, part_target, weight_parts
 from .stream import SlotTooSmall, plan_streaming
 from .taps import packable_inputs, packed_placement, packed_words
 from .weights import layer_wpack, pack_tile, weight_bits
@@ -177,15 +177,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             alloc.alias(out, node.inputs[0])
         else:
             target = place_output(node, index)
-            sources = [placements[v] for v in sources]
-            parts = _parts(node, sources, graph, rows)
-            emitted = len(builder.wgt)
-            if parts:          # several layers write the output, each its own pixels
-                for name, spec in parts:
-                    layers.append(builder.emit(node, spec, target, f"{node.name} [{name}]"))
-                    layers[-1].wgt_words, emitted = len(builder.wgt) - emitted, len(builder.wgt)
-            else:
-                layers += builder.layer(node, sources, target)
+            layers += builder.layer(node, [placements[v] for v in sources], target)
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
@@ -284,8 +276,15 @@ class _Builder:
         if node.op == "QEltwise":
             return [counted(lambda: eltwise.emit_eltwise(self, node, sources, target))]
         rows = self.config.rows
+        several = _parts(node, sources, self.graph, rows)
+        if several:            # several layers write the output, each its own pixels
+            return [counted(lambda name=name, spec=spec: self.emit(
+                        node, spec, target, f"{node.name} [{name}]"))
+                    for name, spec in several]
         spec = _layer_spec(node, sources, self.graph, rows)
         parts = weight_parts(spec, self.config) if self.split else [(0, spec.phys.shape[0])]
+        if node.op == "QConcat" and target.is_natural_image(rows):
+            parts = concat_parts(spec, rows) or parts
         if len(parts) == 1:
             return [counted(lambda: self.emit(node, spec, target))]
         return [counted(lambda c0=c0, c1=c1: self.emit(
@@ -394,6 +393,8 @@ class _Builder:
         m_total = oh * ow
         m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else ow * _tile_rows(
             oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
+        if spec.scatter is not None and 1 < ow <= cfg.acc_half:
+            m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
         for m0 in range(0, m_total, m_tile):
             mt = min(m_tile, m_total - m0)
             oy0, ox0 = divmod(m0, ow)

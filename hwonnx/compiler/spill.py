@@ -23,13 +23,13 @@ from .layout import Placement, natural_placement
 __all__ = ["BANDED", "ExtTensors", "bandable", "band_layer", "share_words", "spill_attempts"]
 
 #: Integer layers that can run in bands of output rows.
-BANDED = ("QConv", "QAvgPool", "QMaxPool", "QAdd", "QEltwise", "QConcat")
+BANDED = ("QConv", "QConvTranspose", "QAvgPool", "QMaxPool", "QAdd", "QEltwise", "QConcat")
 
 
 def _window(node: Node, graph: Graph) -> "tuple[int, int, int, int, int]":
     """``(kernel, stride, dilation, pad_top, pad_bottom)`` of ``node`` along the height."""
     attrs = node.attrs
-    if node.op == "QConv":
+    if node.op in ("QConv", "QConvTranspose"):
         kh = graph.constants[node.inputs[1]].shape[2]
     elif node.op in ("QAvgPool", "QMaxPool"):
         kh = attrs["kernel"][0]
@@ -42,8 +42,9 @@ def _window(node: Node, graph: Graph) -> "tuple[int, int, int, int, int]":
 
 def bandable(node: Node, graph: Graph) -> bool:
     """Whether ``node`` can run in bands of rows: a layer of :data:`BANDED` whose output
-    and activation inputs are images (``[1, C, H, W]``)."""
-    if node.op not in BANDED:
+    and activation inputs are images (``[1, C, H, W]``); a concatenation along the channels
+    only (along the height or width its sources' rows are not the band's)."""
+    if node.op not in BANDED or (node.op == "QConcat" and node.attrs.get("axis", 1) != 1):
         return False
     shapes = [graph.types[v].shape for v in node.inputs
               if v and v not in graph.constants]
@@ -106,15 +107,25 @@ class ExtTensors:
 def _band_node(node: Node, graph: Graph, o0: int, o1: int, height: int
                ) -> "tuple[Node, int, int]":
     """The layer computing output rows ``[o0, o1)`` from the input rows ``[r0, r1)`` it
-    returns, its padding cut to the rows outside the input's ``height``."""
+    returns, its padding cut to the rows outside the input's ``height``. A transposed
+    convolution's output row ``o`` takes input row ``i`` through kernel row ``o + pad_top - i
+    stride``: the band reads the rows with a kernel row for one of its own, and its top
+    padding puts its first row at ``o0`` (``o - o0 = (i - r0) stride + k - pad'``)."""
     kh, stride, dilation, top, _ = _window(node, graph)
-    lo = o0 * stride - top
-    hi = (o1 - 1) * stride - top + (kh - 1) * dilation + 1
-    r0, r1 = max(0, lo), min(height, hi)
     attrs = dict(node.attrs)
-    if "pads" in attrs:
+    if node.op == "QConvTranspose":
+        r0 = min(height - 1, max(0, -(-(o0 + top - kh + 1) // stride)))
+        r1 = max(r0 + 1, min(height, (o1 - 1 + top) // stride + 1))   # a row of bias: any
         pads = tuple(attrs["pads"])
-        attrs["pads"] = (r0 - lo, pads[1], hi - r1, pads[3])
+        attrs["pads"] = (top + o0 - r0 * stride, pads[1], 0, pads[3])
+        attrs["out_hw"] = (o1 - o0, tuple(attrs["out_hw"])[1])
+    else:
+        lo = o0 * stride - top
+        hi = (o1 - 1) * stride - top + (kh - 1) * dilation + 1
+        r0, r1 = max(0, lo), min(height, hi)
+        if "pads" in attrs:
+            pads = tuple(attrs["pads"])
+            attrs["pads"] = (r0 - lo, pads[1], hi - r1, pads[3])
     name = f"{node.name} [rows {o0}-{o1 - 1}]"
     return replace(node, name=name, attrs=attrs), r0, r1
 

@@ -8,17 +8,21 @@ once per lane.
 
 The compiler splits only when a layer's weights whole do not stream (two slots of them do not
 fit the weight buffer: :class:`~.stream.SlotTooSmall`), and then every layer whose weights
-exceed :func:`part_budget`; without an external memory a layer is one part."""
+exceed :func:`part_budget`; without an external memory a layer is one part. A channel
+concatenation runs as one part per source whenever the sources start at whole words
+(:func:`concat_parts`), so that each part is one looped nest."""
 
 from dataclasses import replace
 from math import lcm
+
+import numpy as np
 
 from ..config import ArchConfig
 from ..hdl.loader import tile_words
 from .layout import Placement
 from .specs import _LayerSpec
 
-__all__ = ["part_budget", "weight_parts", "part_spec", "part_target"]
+__all__ = ["part_budget", "weight_parts", "concat_parts", "part_spec", "part_target"]
 
 
 def part_budget(config: ArchConfig) -> int:
@@ -50,6 +54,20 @@ def weight_parts(spec: _LayerSpec, config: ArchConfig) -> "list[tuple[int, int]]
         return [(0, channels)]
     width = step * max(1, part_budget(config) // per_group)
     return [(c0, min(c0 + width, channels)) for c0 in range(0, channels, width)]
+
+
+def concat_parts(spec: _LayerSpec, rows: int) -> "list[tuple[int, int]] | None":
+    """The output channels ``[c0, c1)`` of each source of a channel concatenation ``spec``
+    (a 1x1 convolution with one weight per output channel), when each starts at a multiple
+    of ``rows``: a part reads one source, so its N tiles step through that source's words by
+    a constant and the part is one looped nest, where the whole layer's tiles jump from
+    source to source. None otherwise."""
+    lanes = spec.phys[:, 0, 0, :].argmax(axis=1)
+    source = np.searchsorted(spec.offsets, lanes, side="right") - 1
+    starts = [0] + [c for c in range(1, len(source)) if source[c] != source[c - 1]]
+    if len(starts) == 1 or any(c % rows for c in starts):
+        return None
+    return list(zip(starts, starts[1:] + [len(source)]))
 
 
 def part_spec(spec: _LayerSpec, c0: int, c1: int) -> _LayerSpec:
