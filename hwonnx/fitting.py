@@ -10,9 +10,12 @@ from .compiler.lower import lower
 from .compiler.program import Program
 from .compiler.segments import is_segmented, lower_segments
 from .compiler.sizing import needs, probe, sized
+from .compiler.alloc import ActivationBufferFull
+from .compiler.stream import SlotTooSmall
 from .config import ArchConfig
 from .errors import ResourceError
 from .ir import Graph
+from .isa import Op, addressable
 
 __all__ = ["FALLBACK_ARRAYS", "configure_arch", "fit_board", "for_architecture", "lower_sized"]
 
@@ -34,8 +37,25 @@ def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
 def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
                   loops: bool = True) -> ArchConfig:
     """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
-    lowering with every buffer as deep as the instructions address)."""
-    first = lower(int_graph, probe(config, fixed), loops)
+    lowering with every buffer as deep as the instructions address). With an external
+    memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
+    or part's weights, or an activation buffer too small for a band's windows, doubles
+    until they fit; a program that streams weights keeps its weight buffer's depth (the
+    parts and slots are cut to it), one that moves activations its activation buffer's."""
+    while True:
+        try:
+            first = lower(int_graph, probe(config, fixed), loops)
+            break
+        except (SlotTooSmall, ActivationBufferFull) as error:
+            name = "wgt" if isinstance(error, SlotTooSmall) else "act"
+            depth = getattr(config, f"{name}_depth")
+            if not config.ext_memory or name in fixed or 2 * depth > addressable(name):
+                raise
+            config = replace(config, **{f"{name}_depth": 2 * depth})
+    if any(layer.ext_words for layer in first.layers):
+        fixed = set(fixed) | {"wgt"}
+    if any(instr.op in Op.ACTX for instr in first.instructions):
+        fixed = set(fixed) | {"act"}
     return sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
 
 

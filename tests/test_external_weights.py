@@ -108,6 +108,25 @@ def test_a_layer_larger_than_half_the_buffer_is_refused_by_name():
         build(_model(), None, config=small, calib=_samples(8), log=_quiet)
 
 
+def test_a_sized_build_doubles_a_weight_buffer_too_small_for_two_slots():
+    """When the depths are sized to the model (a board or ``--board sim`` build without
+    --wgt-depth), a weight buffer too small for two slots of a streamed layer doubles until
+    they fit, and keeps that depth: the program streams, and with half of it the same
+    lowering is refused."""
+    from hwonnx.api import compile_model
+    from hwonnx.compiler.lower import lower
+    from hwonnx.compiler.sizing import probe
+    from hwonnx.compiler.stream import SlotTooSmall
+
+    small = ArchConfig(**{**CONFIG.to_dict(), "wgt_depth": 128})
+    graph, program = compile_model(_model(), _samples(8), config=small, size="sim",
+                                   log=_quiet)
+    depth = program.config.wgt_depth
+    assert depth in (256, 512, 1024) and any(layer.ext_words for layer in program.layers)
+    with pytest.raises(SlotTooSmall):
+        lower(graph, probe(ArchConfig(**{**small.to_dict(), "wgt_depth": depth // 2})))
+
+
 def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
     """``hwonnx build --ext-memory``: the weight buffer keeps the depth given and the memory
     model is sized to the streamed words; ``hwonnx sim --compare`` runs the build folder on the
