@@ -6,11 +6,11 @@ takes when the model and the array do not fit the device together (``docs/archit
 from dataclasses import replace
 
 from .boards import check_board_fit, check_fits, get_board
+from .compiler.alloc import ActivationBufferFull
 from .compiler.lower import lower
 from .compiler.program import Program
 from .compiler.segments import is_segmented, lower_segments
 from .compiler.sizing import needs, probe, sized
-from .compiler.alloc import ActivationBufferFull
 from .compiler.stream import SlotTooSmall
 from .config import ArchConfig
 from .errors import ResourceError
