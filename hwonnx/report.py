@@ -92,12 +92,9 @@ def layer_cycles(program: Program) -> "list[int]":
     programs are prefixes of the whole one (instructions are in layer order)."""
     instructions = program.expanded()
     assert all(a.layer <= b.layer for a, b in zip(instructions, instructions[1:]))
-    last, stops = -1, []
-    for i in range(len(program.layers)):
-        while last + 1 < len(instructions) and instructions[last + 1].layer <= i \
-                and instructions[last + 1].op != Op.END:
-            last += 1
-        stops.append(last)
+    ends = {instr.layer: k for k, instr in enumerate(instructions) if instr.op != Op.END}
+    stops = list(itertools.accumulate((ends.get(i, -1) for i in range(len(program.layers))),
+                                      max))      # a layer without instructions: the last's
     totals = predict(instructions, program.config, stops).stops
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 

@@ -253,9 +253,8 @@ class _Builder:
 
     def layer(self, node: Node, sources: "list[Placement]", target: Placement
               ) -> "list[LayerPlan]":
-        """Emit the tiles of one array layer, in parts whose weights stream on their own
-        where they are too many for one streamed slot and ``split`` is on (:mod:`.split`;
-        the plans' ``wgt_words`` are set). Every layer is a convolution over one or more sources: a K
+        """Emit the tiles of one array layer, in parts (:meth:`layer_parts`; the plans'
+        ``wgt_words`` are set). Every layer is a convolution over one or more sources: a K
         tile reads one channel block of one source at one kernel tap, so a residual Add is a
         1x1 convolution over both inputs, and pooling a depthwise convolution with weights of
         one; depthwise layers may stream instead (a K tile is then a kernel row:
@@ -264,7 +263,10 @@ class _Builder:
 
     def layer_parts(self, node: Node, sources: "list[Placement]", target: Placement):
         """A function per part of the layer (:meth:`layer`) that emits it and returns its
-        plan."""
+        plan: the phases of a transposed convolution or the pieces of a height/width
+        concatenation (:func:`~.specs._parts`), the sources of a channel concatenation
+        (:func:`~.split.concat_parts`), groups of output channels whose weights stream on
+        their own where ``split`` is on (:func:`~.split.weight_parts`), else the layer whole."""
         def counted(emit):
             def run() -> LayerPlan:
                 start = len(self.wgt)
