@@ -1,14 +1,15 @@
 """The DMA engine: LOADX copies weight words from the external memory into the weight buffer
-over the burst read port of ``hdl/extmem.py``, while the array computes; LOADA copies
-activation words into the activation buffer the same way, and STOREA copies them back over
-the write port (both while every other engine is idle: ``hdl/top.py``)."""
+over the burst read port of ``hdl/extmem.py``, while the array computes; LOADP copies a page
+of a paged program into the program memory the same way; LOADA copies activation words into
+the activation buffer, and STOREA copies them back over the write port (both while every
+other engine is idle: ``hdl/top.py``)."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from ..isa import Op
+from ..isa import Op, ext_words_per_instruction, instruction_width
 from .extmem import ExtTiming
 from .layouts import ActxLayout, InstrLayout, LoadxLayout
 
@@ -16,13 +17,15 @@ __all__ = ["DmaEngine"]
 
 
 class DmaEngine(wiring.Component):
-    """Executes LOADX (:data:`hwonnx.isa.LOADX_FIELDS`), LOADA and STOREA
-    (:data:`hwonnx.isa.ACTX_FIELDS`).
+    """Executes LOADX (:data:`hwonnx.isa.LOADX_FIELDS`), LOADP (the same layout), LOADA and
+    STOREA (:data:`hwonnx.isa.ACTX_FIELDS`).
 
-    A read (LOADX, LOADA) dispatched in cycle ``t`` makes the first read command valid from
-    ``t + 1``; every next one (``timing.burst`` words at most) is valid from the cycle after
+    A read (LOADX, LOADP, LOADA) dispatched in cycle ``t`` makes the first read command valid
+    from ``t + 1``; every next one (``timing.burst`` words at most) is valid from the cycle after
     the one before it was taken. Each word is written into the weight or activation buffer in
-    the cycle it arrives.
+    the cycle it arrives; a LOADP gathers :func:`~hwonnx.isa.ext_words_per_instruction`
+    words, least significant first, and writes the instruction into the program memory in the
+    cycle its last word arrives (only with ``ArchConfig.prog_page``).
 
     A STOREA dispatched in cycle ``t`` presents its first activation address in ``t + 1``;
     the word is on the write port (``wr_valid``) from ``t + 2`` until the memory takes it,
@@ -41,6 +44,7 @@ class DmaEngine(wiring.Component):
     wgt_we, wgt_addr, wgt_data : the weight buffer's write port.
     act_we, act_waddr, act_wdata : the activation buffer's write port.
     act_ren, act_raddr, act_rdata : its read port (data one cycle after the address).
+    prog_we, prog_addr, prog_data : the program memory's write port (LOADP).
     """
 
     def __init__(self, config: ArchConfig, timing: ExtTiming):
@@ -56,6 +60,8 @@ class DmaEngine(wiring.Component):
             "wgt_we": Out(1), "wgt_addr": Out(config.wgt_addr_bits), "wgt_data": Out(width),
             "act_we": Out(1), "act_waddr": Out(act_bits), "act_wdata": Out(act_width),
             "act_ren": Out(1), "act_raddr": Out(act_bits), "act_rdata": In(act_width),
+            "prog_we": Out(1), "prog_addr": Out(range(config.prog_depth)),
+            "prog_data": Out(instruction_width()),
         })
 
     def elaborate(self, platform):
@@ -69,37 +75,42 @@ class DmaEngine(wiring.Component):
         to_put = Signal(24)          # words not yet written (STOREA)
         have = Signal()              # the word at ``local`` is on the activation read port
         to_act = Signal()            # the words read go to the activation buffer
+        to_prog = Signal()           # ... to the program memory (LOADP)
         ext = Signal(32)
-        local = Signal(max(self._config.wgt_addr_bits, self._config.act_addr_bits))
+        local = Signal(max(self._config.wgt_addr_bits, self._config.act_addr_bits,
+                           self._config.prog_addr_bits))
         m.d.comb += [self.idle.eq((to_get == 0) & (to_put == 0)),
                      self.act_busy.eq(((to_get != 0) & to_act) | (to_put != 0)),
                      self.cmd_valid.eq(to_ask != 0), self.cmd_addr.eq(ext),
                      self.cmd_len.eq(Mux(to_ask > burst, burst, to_ask)),
-                     self.wgt_we.eq(self.rvalid & ~to_act), self.wgt_addr.eq(local),
+                     self.wgt_we.eq(self.rvalid & ~to_act & ~to_prog), self.wgt_addr.eq(local),
                      self.wgt_data.eq(self.rdata),
                      self.act_we.eq(self.rvalid & to_act), self.act_waddr.eq(local),
                      self.act_wdata.eq(self.rdata),
                      self.act_ren.eq(to_put != 0), self.act_raddr.eq(local),
                      self.wr_valid.eq((to_put != 0) & have), self.wr_addr.eq(ext),
                      self.wr_data.eq(self.act_rdata)]
+        step = self._program_words(m, local, to_prog)
         with m.If(self.dispatch):
             with m.Switch(as_loadx.op):
-                with m.Case(Op.LOADX):
+                with m.Case(Op.LOADX, Op.LOADP):
                     m.d.sync += [to_ask.eq(as_loadx.count), to_get.eq(as_loadx.count),
                                  ext.eq(as_loadx.ext_addr), local.eq(as_loadx.wgt_addr),
-                                 to_act.eq(0)]
+                                 to_act.eq(0), to_prog.eq(as_loadx.op == Op.LOADP)]
                 with m.Case(Op.LOADA):
                     m.d.sync += [to_ask.eq(as_actx.count), to_get.eq(as_actx.count),
                                  ext.eq(as_actx.ext_addr), local.eq(as_actx.act_addr),
-                                 to_act.eq(1)]
+                                 to_act.eq(1), to_prog.eq(0)]
                 with m.Case(Op.STOREA):
                     m.d.sync += [to_put.eq(as_actx.count), ext.eq(as_actx.ext_addr),
-                                 local.eq(as_actx.act_addr), have.eq(0)]
+                                 local.eq(as_actx.act_addr), have.eq(0), to_prog.eq(0)]
         with m.Else():
             with m.If(self.cmd_valid & self.cmd_ready):
                 m.d.sync += [to_ask.eq(to_ask - self.cmd_len), ext.eq(ext + self.cmd_len)]
             with m.If(self.rvalid):
-                m.d.sync += [to_get.eq(to_get - 1), local.eq(local + 1)]
+                m.d.sync += to_get.eq(to_get - 1)
+                with m.If(step):
+                    m.d.sync += local.eq(local + 1)
             with m.If(to_put != 0):
                 with m.If(self.wr_valid & self.wr_ready):
                     m.d.sync += [to_put.eq(to_put - 1), local.eq(local + 1), ext.eq(ext + 1),
@@ -107,3 +118,25 @@ class DmaEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += have.eq(1)
         return m
+
+    def _program_words(self, m, local, to_prog):
+        """The LOADP path; returns ``step``, high when an arriving word advances the buffer
+        address: every word, but in a LOADP only an instruction's last (without
+        ``prog_page`` there is no LOADP and no path)."""
+        if not self._config.prog_page:
+            return Const(1)
+        width = len(self.rdata)
+        words = ext_words_per_instruction(self._config.cols)
+        gathered = Signal((words - 1) * width)      # the instruction's words so far
+        part = Signal(range(words))
+        last = to_prog & (part == words - 1)
+        step = Signal()
+        m.d.comb += [step.eq(~to_prog | last), self.prog_we.eq(self.rvalid & last),
+                     self.prog_addr.eq(local),
+                     self.prog_data.eq(Cat(gathered, self.rdata)[:instruction_width()])]
+        with m.If(self.rvalid & to_prog):
+            m.d.sync += [gathered.eq(Cat(gathered[width:], self.rdata)),
+                         part.eq(Mux(last, 0, part + 1))]
+        with m.If(self.dispatch):
+            m.d.sync += part.eq(0)
+        return step

@@ -42,8 +42,8 @@ class EltwLayout(data.StructLayout):
 
 
 class LoadxLayout(data.StructLayout):
-    """A LOADX instruction (the low bits of the word); the fields come from
-    :data:`hwonnx.isa.LOADX_FIELDS`."""
+    """A LOADX or LOADP instruction (the low bits of the word); the fields come from
+    :data:`hwonnx.isa.LOADX_FIELDS` (LOADP's ``prog_addr`` is LOADX's ``wgt_addr``)."""
 
     def __init__(self):
         super().__init__(_members(LOADX_FIELDS))

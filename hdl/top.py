@@ -5,7 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..isa import Op
+from ..isa import Op, encode, ext_words_per_instruction, instruction_width
 from ..config import ArchConfig
 from .array import SystolicArray
 from .dma import DmaEngine
@@ -141,14 +141,16 @@ class Accelerator(wiring.Component):
 
         # Host writes into program, weight and parameter buffers (a narrow program memory is
         # written through the fetch unit's port: see below); the DMA engine's into the weight
-        # buffer (only while the program runs, when the host does not write).
+        # buffer and, paging a program, the program memory (only while the program runs, when
+        # the host does not write).
         dma = self._dma(m)
         for name, mem in (("prog", prog), ("wgt", wgt), ("par", par))[cfg.runtime_program:]:
             port = mem.write_port()
             addr, data_, we = (getattr(self, f"host_{name}_{x}") for x in ("addr", "data", "we"))
-            if name == "wgt" and dma is not None:
-                addr, data_, we = (Mux(dma.wgt_we, dma.wgt_addr, addr),
-                                   Mux(dma.wgt_we, dma.wgt_data, data_), dma.wgt_we | we)
+            if name in ("wgt", "prog") and dma is not None:
+                ours = [getattr(dma, f"{name}_{x}") for x in ("we", "addr", "data")]
+                addr, data_, we = (Mux(ours[0], ours[1], addr), Mux(ours[0], ours[2], data_),
+                                   ours[0] | we)
             m.d.comb += [port.addr.eq(addr), port.data.eq(data_), port.en.eq(we)]
 
         # Activation buffer: the post-processor, the DMA engine (LOADA, while the other
@@ -217,6 +219,7 @@ class Accelerator(wiring.Component):
         # stored instruction, or while the tile walker walks a LOOP, the walker's.
         fire = Signal()
         fetched_fire = Signal()       # the dispatcher takes the stored instruction
+        pc = None
         if cfg.runtime_program:
             stored, stored_valid = self._narrow_fetch(m, running, fetched_fire)
         else:
@@ -228,7 +231,7 @@ class Accelerator(wiring.Component):
             with m.If(self.start):
                 m.d.sync += [stored_valid.eq(1), pc.eq(0)]
             with m.Elif(fetched_fire):
-                m.d.sync += pc.eq(pc + 1)
+                m.d.sync += pc.eq(pc + 1)       # paged: 2 * prog_page, so it wraps
                 with m.If(stored.op == Op.END):
                     m.d.sync += stored_valid.eq(0)
         instr = Signal(InstrLayout())
@@ -273,6 +276,8 @@ class Accelerator(wiring.Component):
             if dma is not None:     # also a fence: the words of the LOADX before are in
                 with m.Case(Op.LOADX):
                     m.d.comb += accept.eq(dma.idle & ~loader.busy)
+                with m.Case(Op.LOADP):
+                    m.d.comb += accept.eq(dma.idle)
                 with m.Case(*Op.ACTX):          # alone: every engine idle
                     m.d.comb += accept.eq(ready & dma.idle)
             with m.Case(*Op.WALKER):
@@ -280,12 +285,15 @@ class Accelerator(wiring.Component):
         if dma is None:
             m.d.comb += fire.eq(instr_valid & accept)
         else:                       # nothing runs beside an activation transfer
-            m.d.comb += fire.eq(instr_valid & accept & ~dma.act_busy)
+            page_ready, boot = self._paging(m, dma, pc, walker.active if cfg.walker else
+                                            Const(0))
+            m.d.comb += fire.eq(instr_valid & accept & ~dma.act_busy & page_ready)
         for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         if dma is not None:
-            m.d.comb += [dma.instr.eq(instr),
-                         dma.dispatch.eq(fire & instr.op.matches(Op.LOADX, *Op.ACTX))]
+            m.d.comb += [dma.instr.eq(Mux(boot, Const(self._boot_word(), instruction_width()),
+                                              instr.as_value())),
+                         dma.dispatch.eq(boot | (fire & instr.op.matches(*Op.DMA)))]
         post_fire = Signal()
         start_now = Signal()
         start_pending = Signal()
@@ -330,6 +338,29 @@ class Accelerator(wiring.Component):
         connect_read_port(m, dma, self, memory_prefix="ext_")
         connect_read_port(m, dma, self, memory_prefix="ext_", port=WRITE_PORT)
         return dma
+
+    def _paging(self, m, dma, pc, walking):
+        """A paged program's rules (``prog_page``; otherwise none): ``ready`` is low while
+        the stored instruction at the start of a page waits for it (the DMA engine, its
+        LOADP, idle in this cycle and the one before, so that the read port shows what the
+        LOADP wrote: its last word may write the address read in the cycle before the engine
+        is idle); ``boot`` is high in the cycle after ``start``, when the DMA engine takes
+        the LOADP of the first two pages (:meth:`_boot_word`) and nothing is dispatched."""
+        page = self.config.prog_page
+        if not page:
+            return Const(1), Const(0)
+        seen = Signal(init=1)          # the engine was idle in the cycle before
+        boot = Signal()
+        m.d.sync += [seen.eq(dma.idle), boot.eq(self.start)]
+        ready = ~boot & (walking | (pc[:page.bit_length() - 1] != 0) | (dma.idle & seen))
+        return ready, boot
+
+    def _boot_word(self) -> int:
+        """The LOADP a paged program starts with: its first two pages from external word 0
+        into the program memory (``hwonnx.compiler.paging``)."""
+        cfg = self.config
+        return encode(op=Op.LOADP, count=cfg.prog_depth * ext_words_per_instruction(cfg.cols),
+                      prog_addr=0, ext_addr=0)
 
     def _eltwise(self, m):
         """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose

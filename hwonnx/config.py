@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from .isa import instruction_width
+from .isa import ext_words_per_instruction, instruction_width
 
 if TYPE_CHECKING:
     from .hdl.extmem import ExtTiming
@@ -16,6 +16,11 @@ __all__ = ["ArchConfig", "PRESETS"]
 
 def _bits(depth: int) -> int:
     return max(1, (depth - 1).bit_length())
+
+
+def _max_page(cols: int) -> int:
+    """The largest ``prog_page`` whose two pages one LOADP copies."""
+    return 1 << ((((1 << 16) - 1) // (2 * ext_words_per_instruction(cols))).bit_length() - 1)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,12 @@ class ArchConfig:
         that the fetch unit reads one per cycle (documented in ``docs/architecture.md``); the
         memory is then single-ported without initial contents, so that it maps onto iCE40
         SPRAM, and the host loads the program over the host link at run time.
+    prog_page : 0 (the default: the whole program is in the program memory) or, with an
+        external memory, the instructions of one page of a *paged* program, a power of two:
+        the program memory holds two pages (``prog_depth = 2 * prog_page``) and the program
+        loads each next page from the external memory while it runs the one before
+        (``LOADP``, :mod:`hwonnx.compiler.paging`), so a program of any length takes a few
+        block RAMs.
     ort_rounding : the post-processor can also round as onnxruntime's int8 kernels do (a
         float32 multiply, ties to even: ``hdl/rounding.py``), chosen per layer; it adds three
         pipeline stages and about 400 logic cells per column.
@@ -70,6 +81,7 @@ class ArchConfig:
     par_depth: int = 256
     prog_depth: int = 4096
     prog_width: int = 0
+    prog_page: int = 0
     ort_rounding: bool = False
     lut_tables: int = 4
     walker: bool = True
@@ -115,6 +127,19 @@ class ArchConfig:
                              f"{MEMORIES[self.ext_memory].words(self.cols)} words of "
                              f"{self.cols} bytes that {self.ext_memory!r} holds, not "
                              f"{self.ext_depth}")
+        if self.prog_page and (not isinstance(self.prog_page, int) or self.prog_page < 2
+                               or self.prog_page & (self.prog_page - 1)
+                               or self.prog_depth != 2 * self.prog_page
+                               or not self.ext_memory or self.prog_width):
+            raise ValueError(f"ArchConfig.prog_page must be 0 or a power of two of at least 2 "
+                             f"with prog_depth twice as deep, an external memory and no "
+                             f"prog_width, not {self.prog_page!r} (prog_depth "
+                             f"{self.prog_depth}, ext_memory {self.ext_memory!r}, prog_width "
+                             f"{self.prog_width})")
+        if self.prog_page and self.prog_depth * ext_words_per_instruction(self.cols) >= 1 << 16:
+            raise ValueError(f"ArchConfig.prog_page must be at most {_max_page(self.cols)} "
+                             f"for {self.cols} columns (a LOADP copies at most 65,535 "
+                             f"words), not {self.prog_page}")
         if self.acc_depth < 2 or self.acc_depth % 2:
             raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
                              f"{self.acc_depth}")

@@ -49,14 +49,20 @@ takes three instructions instead of one per tile, expanded by the tile walker
            dispatched until they have finished (a tensor too large for the activation buffer
            lives in the external memory; a layer reads and writes it in bands of rows through
            windows in the buffer, :mod:`hwonnx.compiler.spill`).
+``LOADP``  the DMA engine (:data:`LOADP_FIELDS`, LOADX's layout): copy ``count`` external
+           words from ``ext_addr`` into the program memory from instruction ``prog_addr``,
+           each instruction :func:`ext_words_per_instruction` words, least significant
+           first: a paged program (``ArchConfig.prog_page``, :mod:`hwonnx.compiler.paging`)
+           loads its next page while it runs this one. Accepted when the DMA is idle.
 
-Op codes 11 to 15 are free for more engines.
+Op codes 12 to 15 are free for more engines.
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "ACTX_FIELDS", "ELTW_MODES", "Field",
-           "OP_BITS", "instruction_width", "encode", "decode", "fields_of", "addressable"]
+__all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "LOADP_FIELDS",
+           "ACTX_FIELDS", "ELTW_MODES", "Field", "OP_BITS", "instruction_width",
+           "ext_words_per_instruction", "encode", "decode", "fields_of", "addressable"]
 
 #: Bits of the op code, the first field of every instruction.
 OP_BITS = 4
@@ -74,10 +80,13 @@ class Op:
     LOADX = 8
     LOADA = 9
     STOREA = 10
+    LOADP = 11
     NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST",
-             6: "LOOP", 7: "ELTW", 8: "LOADX", 9: "LOADA", 10: "STOREA"}
+             6: "LOOP", 7: "ELTW", 8: "LOADX", 9: "LOADA", 10: "STOREA", 11: "LOADP"}
     #: The activation transfers of the DMA engine.
     ACTX = (9, 10)
+    #: Every instruction of the DMA engine.
+    DMA = (8, 9, 10, 11)
     #: Instructions the dispatcher hands to the walker, not to an engine.
     WALKER = (4, 5, 6)
 
@@ -198,6 +207,15 @@ LOADX_FIELDS: "tuple[Field, ...]" = (
     Field("ext_addr", 32),   # first external-memory word read (words of cols bytes)
 )
 
+#: The fields of LOADP: LOADX's layout, so that the DMA engine decodes both alike.
+LOADP_FIELDS: "tuple[Field, ...]" = (
+    Field("op", OP_BITS),
+    Field("count", 16),      # external words copied (whole instructions)
+    Field("prog_addr", 16),  # first program-memory instruction written
+    Field("ext_addr", 32),   # first external-memory word read
+)
+assert [f.width for f in LOADP_FIELDS] == [f.width for f in LOADX_FIELDS]
+
 #: The fields of LOADA and STOREA (their own layout of the same word).
 ACTX_FIELDS: "tuple[Field, ...]" = (
     Field("op", OP_BITS),
@@ -214,6 +232,11 @@ def instruction_width() -> int:
     return sum(f.width for f in FIELDS)
 
 
+def ext_words_per_instruction(cols: int) -> int:
+    """External-memory words (``cols`` bytes) that hold one instruction (LOADP)."""
+    return -(-instruction_width() // (8 * cols))
+
+
 def addressable(buffer: str) -> int:
     """Words of buffer ``wgt``, ``par`` or ``act`` that instructions can address."""
     field = {f.name: f for f in FIELDS}
@@ -225,7 +248,7 @@ def addressable(buffer: str) -> int:
 def fields_of(op: int) -> "tuple[Field, ...]":
     """The layout of an instruction with op code ``op``."""
     return {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS, Op.LOADX: LOADX_FIELDS,
-            Op.LOADA: ACTX_FIELDS, Op.STOREA: ACTX_FIELDS}.get(op, FIELDS)
+            Op.LOADP: LOADP_FIELDS, Op.LOADA: ACTX_FIELDS, Op.STOREA: ACTX_FIELDS}.get(op, FIELDS)
 
 
 def encode(**values: int) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .ir.ops import IR_OPS, LAYOUT, integer_ops
 from .isa import Op, instruction_width
+from .compiler.paging import pages_words
 from .compiler.program import Program
 from .compiler.timing import predict
 
@@ -223,7 +224,8 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
         "program": {"instructions": len(program.instructions),
                     "bits": len(program.instructions) * instruction_width(),
                     "issued": len(program.expanded()),
-                    "looped_layers": sum(i["op"] == Op.LOOP for i in program.instructions)},
+                    "looped_layers": sum(i["op"] == Op.LOOP for i in program.instructions),
+                    "page_bytes": pages_words(program) * cfg.cols},
         "resources": _resources(cfg, board),
         "notes": notes,
     }
@@ -310,6 +312,9 @@ def write_report(report: dict, folder: Path) -> None:
     lines += ["", f"Program: {program['instructions']} instructions ({program['bits']:,} bits), "
                   f"{program['looped_layers']} layer(s) looped; the dispatcher issues "
                   f"{program['issued']:,} with the tile walker's."]
+    if program.get("page_bytes"):
+        lines[-1] += (f" Paged: pages of {report['arch']['prog_page']} instructions from the "
+                      f"external memory ({program['page_bytes']:,} bytes, read once per run).")
     if report.get("resources"):
         res = report["resources"]
         lines += ["", "Resources (hwonnx's estimate before synthesis; the bitstream build's "

@@ -13,7 +13,7 @@ from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, ResourceError
 from hwonnx.golden import evaluate
 from hwonnx.ir import Graph, Node, TensorType
-from hwonnx.isa import ACTX_FIELDS, ELTW_FIELDS, LOADX_FIELDS
+from hwonnx.isa import ACTX_FIELDS, ELTW_FIELDS, LOADP_FIELDS, LOADX_FIELDS
 
 
 def ceil_div(a, b):
@@ -40,11 +40,12 @@ def test_fields_tile_the_instruction_word():
 
 
 @pytest.mark.parametrize("layout", [FIELDS, LOOP_FIELDS, ELTW_FIELDS, LOADX_FIELDS,
-                                    ACTX_FIELDS], ids=["micro", "loop", "eltw", "loadx", "actx"])
+                                    LOADP_FIELDS, ACTX_FIELDS],
+                         ids=["micro", "loop", "eltw", "loadx", "loadp", "actx"])
 def test_encode_decode_round_trip(layout):
     rng = np.random.default_rng(0)
     own = {Op.LOOP: LOOP_FIELDS, Op.ELTW: ELTW_FIELDS, Op.LOADX: LOADX_FIELDS,
-           Op.LOADA: ACTX_FIELDS, Op.STOREA: ACTX_FIELDS}
+           Op.LOADP: LOADP_FIELDS, Op.LOADA: ACTX_FIELDS, Op.STOREA: ACTX_FIELDS}
     ops = [o for o in Op.NAMES if own.get(o, FIELDS) is layout]
     for _ in range(300):
         values = {}
@@ -406,9 +407,9 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
 
 
 def test_unknown_opcode_is_a_bug():
-    with pytest.raises(ValueError, match=r"^Unknown opcode 11$"):
-        predict([dict(op=11), END], ArchConfig())
-    for op in ("LOADX", "LOADA", "STOREA"):
+    with pytest.raises(ValueError, match=r"^Unknown opcode 12$"):
+        predict([dict(op=12), END], ArchConfig())
+    for op in ("LOADX", "LOADP", "LOADA", "STOREA"):
         with pytest.raises(ValueError, match=rf"^{op}, but the 8x8 architecture has no external"):
             predict([dict(op=getattr(Op, op), count=1), END], ArchConfig())
 

@@ -12,8 +12,9 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError
 from ..hdl.top import Accelerator
-from ..isa import ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, Op
+from ..isa import ELTW_FIELDS, FIELDS, LOADP_FIELDS, LOADX_FIELDS, LOOP_FIELDS, Op
 from .layout import Placement
+from .paging import ext_pages, pages_words
 from .program import Instr, LayerPlan, Port, Program, encode_program
 from .timing import Timing, predict
 
@@ -81,6 +82,7 @@ _SHOWN = {
     Op.ELTW: ("wait", "mode", "mul", "count", "acc_addr", "a_addr", "b_addr", "a_stride",
               "b_stride", "za", "zb", "ka", "kb"),
     Op.LOADX: ("count", "wgt_addr", "ext_addr"),
+    Op.LOADP: ("count", "prog_addr", "ext_addr"),
     Op.LOADA: ("count", "act_addr", "ext_addr"),
     Op.STOREA: ("count", "act_addr", "ext_addr"),
     Op.END: (),
@@ -110,8 +112,8 @@ _PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "plac
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape", "fill", "packed"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
-_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS + LOADX_FIELDS} | set(
-    _INSTRUCTION_METADATA)
+_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS + LOADX_FIELDS
+                     + LOADP_FIELDS} | set(_INSTRUCTION_METADATA)
 
 
 _LOOP_COUNTS = ("m_count", "n_count", "k1", "k2", "k3")
@@ -244,9 +246,11 @@ def load_program(folder: Path) -> Program:
         raise ModelError(f"'{folder}' is not a consistent hwonnx build folder: program.json "
                          f"holds an instruction that cannot be encoded ({error}); rebuild "
                          f"it") from error
-    if encoded != prog:
-        raise ModelError(f"'{folder}' is not a consistent hwonnx build folder: prog.hex "
-                         f"differs from the instructions of program.json; rebuild it")
+    pages = pages_words(program)
+    if encoded != prog or (pages and ext_pages(program) != images.get("ext", [])[:pages]):
+        raise ModelError(f"'{folder}' is not a consistent hwonnx build folder: "
+                         f"{'prog.hex' if encoded != prog else 'the pages in ext.hex'} "
+                         f"differ from the instructions of program.json; rebuild it")
     return program
 
 

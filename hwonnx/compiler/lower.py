@@ -18,7 +18,8 @@ from . import depthwise, eltwise
 from .alloc import ActAllocator, ActivationBufferFull
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
-from .program import Instr, LayerPlan, Port, Program
+from .paging import paged
+from .program import Instr, LayerPlan, Port, Program, mark_layers
 from .specs import _LayerSpec, _layer_spec, _parts
 from .spill import ExtTensors, band_layer, spill_attempts
 from .split import concat_parts, part_spec, part_target, weight_parts
@@ -51,7 +52,12 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     A graph input of few channels read by one convolution is written packed for it
     (:mod:`.taps`) when that takes little more of the activation buffer: the program is
     lowered both ways and the packed one kept if its high-water mark is at most
-    :data:`PACKED_GROWTH` higher (its first layer takes fewer cycles in every case)."""
+    :data:`PACKED_GROWTH` higher (its first layer takes fewer cycles in every case).
+    With ``prog_page``, the program is paged (:func:`~.paging.paged`)."""
+    return paged(_lower_any(graph, config, loops))
+
+
+def _lower_any(graph: Graph, config: ArchConfig, loops: bool) -> Program:
     inputs = [n.outputs[0] for n in graph.nodes if n.op == "Quantize"]
     packable = packable_inputs(graph, inputs, config.rows)
     try:
@@ -198,13 +204,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
     for index, records in (streaming.loadx if streaming else {}).items():
         before[index] = records + before.get(index, [])
     instructions = builder.finish(loops and config.walker, before, after)
-    seen = set()
-    for record_index, record in enumerate(instructions[:-1]):
-        plan = layers[record.layer]
-        if record.layer not in seen:
-            seen.add(record.layer)
-            plan.first = record_index
-        plan.last = record_index
+    mark_layers(instructions, layers)
     images = builder.images()
     if streaming is not None:
         images["ext"] = streaming.ext
@@ -229,7 +229,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             raise ResourceError(f"The model needs {used} words of the {name} buffer, more than "
                                 f"the {limit} an instruction can address; use a larger array "
                                 f"(--rows/--cols: wider words, fewer of them)")
-        if used > depth:
+        if used > depth and not (name == "prog" and config.prog_page):    # pages: any length
             raise ResourceError(f"The model needs {used} words of the {name} buffer, but the "
                                 f"{config.name} architecture has {depth}; raise "
                                 f"--{name}-depth or use a larger board")

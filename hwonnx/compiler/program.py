@@ -10,7 +10,8 @@ from ..isa import Op, encode
 from .layout import Placement
 from .loops import expand
 
-__all__ = ["Instr", "LayerPlan", "Port", "Program", "encode_program"]
+__all__ = ["Instr", "LayerPlan", "Port", "Program", "encode_program", "encode_instructions",
+           "mark_layers"]
 
 
 @dataclass(frozen=True)
@@ -123,27 +124,49 @@ class Program:
     def truncated(self, layer: int) -> "Program":
         """The program that stops after layer ``layer``, whose output it then reads: used to
         measure per-layer cycles and to find the first layer whose output differs."""
-        instructions = [i for i in self.instructions if i.op != Op.END and i.layer <= layer]
+        from .paging import paged, unpaged      # (it builds on this module)
+
+        whole = unpaged(self)
+        instructions = [i for i in whole.instructions if i.op != Op.END and i.layer <= layer]
         instructions.append(Instr({"op": Op.END}, layer))
         output = self.layers[layer].output
-        return replace(self, instructions=instructions, outputs=(Port(output, output),))
+        return paged(replace(whole, instructions=instructions, outputs=(Port(output, output),),
+                             words={**whole.words, "prog": len(instructions)}))
+
+
+def mark_layers(instructions: "list[Instr]", layers: "list[LayerPlan]") -> None:
+    """Set each layer's ``first`` and ``last`` to the indices of its first and last stored
+    instruction in ``instructions`` (END, the last, belongs to none)."""
+    seen = set()
+    for index, instr in enumerate(instructions[:-1]):
+        if instr.layer not in seen:
+            seen.add(instr.layer)
+            layers[instr.layer].first = index
+        layers[instr.layer].last = index
 
 
 def encode_program(program: Program) -> "list[int]":
     """Program-memory words of ``program``: one per instruction, or ``fetch_words`` per
-    instruction, least significant first, for a narrow program memory."""
+    instruction, least significant first, for a narrow program memory; none for a paged
+    program (``prog_page``: it is in its ``ext`` image, :mod:`.paging`)."""
     cfg = program.config
+    words = encode_instructions(program, [] if cfg.prog_page else program.instructions)
+    if not cfg.runtime_program:
+        return words
+    mask = (1 << cfg.prog_width) - 1
+    return [(word >> (cfg.prog_width * k)) & mask for word in words
+            for k in range(cfg.fetch_words)]
+
+
+def encode_instructions(program: Program, instructions: "list[Instr]") -> "list[int]":
+    """The instruction words of ``instructions`` (some of ``program``'s, from the first);
+    raises :class:`ResourceError` naming the layer of one whose field is out of range."""
     words = []
-    for index, instr in enumerate(program.instructions):
+    for index, instr in enumerate(instructions):
         try:
-            word = encode(**instr.fields)
+            words.append(encode(**instr.fields))
         except ValueError as error:
             layer = program.layers[instr.layer].name
             raise ResourceError(f"Layer '{layer}': instruction {index} cannot be encoded: "
                                 f"{error}") from error
-        if not cfg.runtime_program:
-            words.append(word)
-            continue
-        mask = (1 << cfg.prog_width) - 1
-        words.extend((word >> (cfg.prog_width * k)) & mask for k in range(cfg.fetch_words))
     return words

@@ -7,12 +7,15 @@ it again for :func:`sized` depths. A simulation keeps the default depths where t
 (so that models share cached simulator builds) and grows the others to the next power of
 two; a board build takes each buffer to what the model needs, in whole block-RAM depths
 (the depth of one block at its widest port), so that the fit check counts only what is used.
+With an external memory, a program longer than two pages of :data:`~.paging.PAGE`
+instructions is paged (:mod:`.paging`): its memory is those two pages.
 """
 
 from dataclasses import replace
 
 from ..config import ArchConfig
 from ..isa import FIELDS, Op, addressable
+from .paging import PAGE, page_words
 from .program import Program
 
 __all__ = ["BUFFERS", "probe", "needs", "sized"]
@@ -28,7 +31,9 @@ def probe(config: ArchConfig, fixed=()) -> ArchConfig:
     (the accumulators keep their depth: it sets the tiling; with an external memory, the
     weight and activation buffers keep their depths too: the weights that do not fit stream,
     the tensors that do not fit live in the external memory)."""
-    limits = {"par": addressable("par"), "prog": 1 << 16}
+    limits = {"par": addressable("par")}
+    if not config.prog_page:            # a paged program's memory is two pages of any program
+        limits["prog"] = 1 << 16
     if not config.ext_memory:
         limits.update(act=addressable("act"), wgt=addressable("wgt"))
     changes = {f"{name}_depth": depth for name, depth in limits.items() if name not in fixed}
@@ -59,8 +64,13 @@ def sized(config: ArchConfig, words: "dict[str, int]", fixed=(),
     most ``config``'s; the activation tables: those used); otherwise ``config``'s depth or,
     where that is short, the next power of two (the tables: as many as used)."""
     changes = {}
+    extra = 0                           # external words of the program's pages
+    if "prog" not in fixed and config.ext_memory and not config.runtime_program \
+            and not config.prog_page and words["prog"] > 2 * PAGE:
+        changes.update(prog_page=PAGE, prog_depth=2 * PAGE)
+        extra = page_words(words["prog"], PAGE, config.cols)
     for name in BUFFERS:
-        if name in fixed:
+        if name in fixed or (name == "prog" and (config.prog_page or "prog_page" in changes)):
             continue
         board = block_depth is not None
         if name == "lut":
@@ -76,5 +86,6 @@ def sized(config: ArchConfig, words: "dict[str, int]", fixed=(),
             depth = max(current, _pow2(need))
         changes[f"{name}_depth"] = depth
     if config.ext_memory and block_depth is None:     # a simulation's memory model: what is
-        changes["ext_depth"] = min(config.ext_depth, _pow2(max(1, words.get("ext", 0))))   # used
+        changes["ext_depth"] = min(config.ext_depth,
+                                   _pow2(max(1, words.get("ext", 0) + extra)))   # used
     return replace(config, **changes)

@@ -1,6 +1,7 @@
 """The cycle model: predicts, for every instruction, when the accelerator dispatches, starts
 and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/fetch.py``,
 ``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py``, ``hdl/eltwise.py`` and ``hdl/dma.py``
+(with a paged program, the page rule of ``hdl/top.py``)
 with the external memory model of ``hdl/extmem.py`` exactly, so the
 prediction equals the simulated cycle count (tested in ``tests/test_rtl.py``,
 ``tests/test_examples_rtl.py`` and ``tests/test_eltwise_rtl.py``)."""
@@ -13,7 +14,7 @@ from ..hdl.extmem import MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
-from ..isa import Op
+from ..isa import Op, ext_words_per_instruction
 
 __all__ = ["Timing", "predict"]
 
@@ -49,12 +50,20 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
     alone = 0                     # first cycle after an activation transfer (LOADA, STOREA)
+    page = config.prog_page       # paged: a page's first instruction waits for the DMA
+    page_free = 0                 # first cycle the DMA was idle in that cycle and the one before
+    stored = 0                    # index of the next stored instruction
     stopped, pending = [], list(reversed(stops))
 
     def stop():                   # END's dispatch rule, were END the next instruction
-        t = max(previous + 1, alone, request + words + 1 if words else 0)
+        t = max(previous + 1, alone, request + words + 1 if words else 0,
+                page_free if page and stored % page == 0 else 0)
         return max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
 
+    if page:                      # the LOADP of the first two pages, in cycle 1 (hdl/top.py)
+        previous = 1
+        boot = memory.read(2, config.prog_depth * ext_words_per_instruction(config.cols))
+        dma_idle, page_free = boot + 1, boot + 2
     while pending and pending[-1] < 0:
         stopped.append(stop())
         pending.pop()
@@ -64,6 +73,8 @@ def predict(instructions: "list[dict]", config: ArchConfig,
         looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
         if words and not looped:  # its last word arrives at request + words; the instruction
             t = max(t, request + words + 1)     # register is full one cycle later
+        if page and not looped and stored % page == 0:
+            t = max(t, page_free)
         if op in Op.WALKER:       # taken by the walker in the cycle it is presented
             finish = t
         elif op == Op.LOADW:
@@ -86,11 +97,11 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             start = max(t, drained)
             post_idle = start + 1 + latency + instr["count"] * instr["nw"]
             finish = post_idle - 1
-        elif op == Op.LOADX:      # waits for the DMA and the loader: a fence for LOADWs
-            if memory is None:
-                raise ValueError(f"LOADX, but the {config.name} architecture has no external "
-                                 f"memory")
-            t = max(t, dma_idle, loader_free)
+        elif op in (Op.LOADX, Op.LOADP):    # LOADX waits for the DMA and the loader: a
+            if memory is None:                # fence for LOADWs; LOADP for the DMA only
+                raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
+                                 f"external memory")
+            t = max(t, dma_idle, loader_free if op == Op.LOADX else 0)
             finish = memory.read(t + 1, instr["count"])
             dma_idle = finish + 1
         elif op in Op.ACTX:       # alone: every engine idle, nothing else dispatched
@@ -110,8 +121,11 @@ def predict(instructions: "list[dict]", config: ArchConfig,
         dispatch.append(t)
         done.append(finish)
         previous = t
+        if op in Op.DMA and instr["count"]:   # (a transfer of nothing leaves it idle)
+            page_free = finish + 2
         if not looped:
             request = t           # the next fetch starts as this instruction leaves
+            stored += 1
         while pending and pending[-1] == index:
             stopped.append(stop())
             pending.pop()
