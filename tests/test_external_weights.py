@@ -2,6 +2,8 @@
 whose weights do not fit the weight buffer runs on the RTL with its largest layers' weights in
 the external memory model, bit-exact with golden in exactly the predicted cycles."""
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
@@ -10,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from hwonnx.api import build
 from hwonnx.cli import main
 from hwonnx.compiler import Op
+from hwonnx.compiler.timing import predict
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 
@@ -75,6 +78,22 @@ def test_streamed_layers_run_bit_exact_in_the_predicted_cycles():
                      (3, 0, 0, 0)]                 # the fence before fc's LOADWs
     _check_fences(program)
     rtl_matches_golden(result, _samples(3), 3)
+
+
+def test_the_cycle_model_takes_another_memory_timing():
+    """``predict(..., memory_timing=T)`` runs the program with memory ``T`` behind the DMA
+    engine (bench/bench_imagenet.py's memory-bound share): the memory's own timing gives the
+    prediction, one that delivers a word every cycle with the shortest latency and no refresh
+    fewer cycles, a slower one more."""
+    program = build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet).program
+    config, expanded = program.config, program.expanded()
+    own = predict(expanded, config).total
+    assert predict(expanded, config, memory_timing=config.ext_timing).total == own
+    fast = replace(config.ext_timing, latency=2, refresh_cycles=1, refresh_period=1 << 40,
+                   bus_bytes=config.cols)
+    slow = replace(config.ext_timing, latency=40, refresh_period=400)
+    assert predict(expanded, config, memory_timing=fast).total < own
+    assert predict(expanded, config, memory_timing=slow).total > own
 
 
 def _check_fences(program) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..config import ArchConfig
 from ..hdl.eltwise import eltwise_cycles
-from ..hdl.extmem import MemoryTimeline
+from ..hdl.extmem import ExtTiming, MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
@@ -28,11 +28,13 @@ class Timing:
 
 
 def predict(instructions: "list[dict]", config: ArchConfig,
-            stops: "list[int]" = ()) -> Timing:
+            stops: "list[int]" = (), memory_timing: "ExtTiming | None" = None) -> Timing:
     """Timing of ``instructions`` as the dispatcher issues them (``Program.expanded()``).
     ``Timing.stops`` has, for each index ``k`` of ``stops`` (increasing; -1: before the first
     instruction), the total of the program of ``instructions[:k + 1]`` and END, from the same
-    pass: a program's prefix runs as it does in the whole program."""
+    pass: a program's prefix runs as it does in the whole program. ``memory_timing`` replaces
+    the external memory's timing (``config.ext_timing``): what the same program would take
+    with another memory behind the DMA engine."""
     dispatch, done = [], []
     previous = 0
     loader_free = 0               # first cycle the loader accepts a LOADW
@@ -43,7 +45,8 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     post_idle = 0                 # first cycle the post-processor is idle
     eltw_idle = 0                 # first cycle the element-wise engine is idle
     dma_idle = 0                  # first cycle the DMA engine is idle
-    memory = MemoryTimeline(config.ext_timing, config.cols) if config.ext_memory else None
+    memory = (MemoryTimeline(memory_timing or config.ext_timing, config.cols)
+              if config.ext_memory else None)
     total = 0
     latency = post_latency(config)
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)

@@ -1,0 +1,181 @@
+"""ImageNet-class models on the ULX3S-85F with its SDRAM (issue 16): ResNet-18, MobileNetV2, the
+YOLO-style detector and the U-Net of :mod:`hwonnx.zoo.imagenet` (seeded weights), each sized by
+the board build (``hwonnx build --board ulx3s-85f --ext-memory ulx3s-sdram``), checked against
+the board's block RAM, and run on the Verilator RTL with the SDRAM's deterministic memory model:
+bit-exact with golden, simulated cycles = predicted.
+
+Writes ``bench/results/imagenet.json`` and ``.md``: cycles (predicted and simulated), external
+bytes per inference (streamed weights, activations moved in and out, program pages), the share
+of the cycles bound by the memory (the cycles beyond what the same program takes with a memory
+that delivers a word every cycle), and latency at the board's 25 MHz and, with
+``--bitstream``, at the Fmax of the model's own bitstream (Yosys + nextpnr-ecp5, LiteDRAM's
+controller in it; minutes to an hour each). Tensil's published figures stand beside them.
+``python bench/bench_imagenet.py [--models ...] [--bitstream]``.
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+from math import prod
+from dataclasses import replace
+from pathlib import Path
+
+from bench_extmem import TENSIL
+from results_io import RESULTS, write_results
+
+from hwonnx.api import build, compile_model, simulate
+from hwonnx.boards import check_board_fit, estimate, get_board
+from hwonnx.boards.build import nextpnr_resources
+from hwonnx.compiler.paging import pages_words
+from hwonnx.compiler.timing import predict
+from hwonnx.errors import ResourceError
+from hwonnx.fitting import configure_arch
+from hwonnx.hdl.extmem import ExtTiming
+from hwonnx.isa import Op
+from hwonnx.zoo import random_inputs
+from hwonnx.zoo.imagenet import IMAGENET
+
+BOARD = "ulx3s-85f"
+
+
+def quiet(message):
+    pass
+
+
+def fast_memory(timing: ExtTiming, word_bytes: int) -> ExtTiming:
+    """The counterfactual memory of the memory-bound share: as large as ``timing``'s and read
+    in bursts as long, but a word of ``word_bytes`` every cycle, the shortest latency the DMA
+    engine takes, and no refresh."""
+    return replace(timing, latency=2, refresh_cycles=1, refresh_period=1 << 40,
+                   bus_bytes=word_bytes)
+
+
+def traffic(program) -> dict:
+    """External bytes one inference moves: streamed weights (LOADX), activations (LOADA,
+    STOREA) and the program's pages (each read once per run)."""
+    cfg = program.config
+    moved = {"weights": 0, "activations": 0}
+    for instr in program.instructions:
+        if instr.op == Op.LOADX:
+            moved["weights"] += instr["count"] * cfg.cols
+        elif instr.op in Op.ACTX:
+            moved["activations"] += instr["count"] * cfg.rows
+    moved["program"] = pages_words(program) * cfg.cols
+    return moved
+
+
+def measure(name: str, bitstream: bool) -> dict:
+    model = IMAGENET[name](0)
+    calib, inputs = random_inputs(model, 4, 0), random_inputs(model, 1, 1)
+    board = get_board(BOARD)
+    config = configure_arch(replace(board.default_config, clock_hz=board.clock_hz),
+                            board.ext_memory)
+    started = time.monotonic()
+    _, sized = compile_model(model, calib, config=config, size=board.name, log=quiet)
+    config = sized.config
+    try:
+        check_board_fit(sized, board)
+        refusal = None
+    except ResourceError as error:
+        refusal = str(error)
+    result = build(model, None, config=config, calib=calib, log=quiet)
+    compile_seconds = time.monotonic() - started
+    program = result.program
+    started = time.monotonic()
+    rtl = simulate(result, inputs, mode="compare", log=quiet)    # raises on any difference
+    sim_seconds = time.monotonic() - started
+    assert list(rtl.cycles) == [rtl.predicted_cycles]
+    fast = predict(program.expanded(), config,
+                   memory_timing=fast_memory(config.ext_timing, config.cols)).total
+    moved = traffic(program)
+    used = estimate(config, board)
+    row = {
+        "model": name, "parameters": sum(prod(init.dims) for init in model.graph.initializer),
+        "macs": rtl.macs, "array": config.name,
+        "depths": {b: getattr(config, f"{b}_depth") for b in ("act", "wgt", "par", "prog")},
+        "prog_page": config.prog_page, "instructions": len(program.instructions),
+        "fits": refusal is None, "refusal": refusal,
+        "bram_estimate": used.bram_blocks, "dsp_estimate": used.dsp, "luts_estimate": used.luts,
+        "external_bytes": sum(moved.values()), "external_bytes_by_kind": moved,
+        "predicted_cycles": rtl.predicted_cycles, "simulated_cycles": int(rtl.cycles[0]),
+        "fast_memory_cycles": fast,
+        "memory_bound_fraction": round(1 - fast / rtl.predicted_cycles, 4),
+        "ms_at_25MHz": round(rtl.predicted_cycles / config.clock_hz * 1e3, 2),
+        "bit_exact_with_golden": True,
+        "compile_seconds": round(compile_seconds, 1), "simulation_seconds": round(sim_seconds, 1),
+        "simulated_cycles_per_second": round(rtl.steady_cycles_per_second),
+    }
+    if bitstream and refusal is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            started = time.monotonic()
+            built = build(model, tmp, board=BOARD, config=config, calib=calib, verilog=False,
+                          bitstream=True, log=lambda message: print(message, flush=True))
+            seconds = time.monotonic() - started
+        report = built.report["bitstream"]
+        row.update(fmax_mhz=report["fmax_mhz"], bitstream_seconds=round(seconds, 1),
+                   resources=nextpnr_resources(board.family, report["utilization"]),
+                   ms_at_fmax=round(rtl.predicted_cycles / (report["fmax_mhz"] * 1e3), 2))
+    return row
+
+
+def markdown(results) -> str:
+    lines = [
+        "# ImageNet-class models with the external memory", "",
+        "Generated by `python bench/bench_imagenet.py`: the models of `hwonnx.zoo.imagenet` "
+        "(seeded weights) built for `ulx3s-85f` with `--ext-memory ulx3s-sdram` (8x8 array, "
+        "25 MHz; buffers sized by the board build, the program paged from the SDRAM), one "
+        "sample each on the Verilator RTL with the SDRAM's deterministic memory model (8 cycles "
+        "latency, bursts of 16 words, a 16-bit bus: 4 cycles per 8-byte word, a 4-cycle "
+        "refresh every 195 cycles), bit-exact with golden, simulated = predicted cycles. "
+        "*Memory-bound* is the share of the cycles beyond what the same program takes with a "
+        "memory that delivers a word every cycle (latency 2, no refresh), from the cycle "
+        "model. The external bytes are one inference's: streamed weights, activations moved "
+        "in and out of the activation buffer, and the program's pages.", "",
+        "| model | parameters | MACs | fits the 85F (block RAMs, estimate) | instructions | "
+        "external MB / inference (weights, activations, program) | cycles predicted "
+        "(simulated) | memory-bound | ms at 25 MHz | Fmax | ms at Fmax |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        mb = {k: v / 1e6 for k, v in r["external_bytes_by_kind"].items()}
+        fmax = f"{r['fmax_mhz']} MHz" if r.get("fmax_mhz") else "not built"
+        lines.append(
+            f"| {r['model']} | {r['parameters'] / 1e6:.2f} M | {r['macs'] / 1e9:.3f} G | "
+            f"{'yes' if r['fits'] else 'no'} ({r['bram_estimate']} of 208) | "
+            f"{r['instructions']:,} | {r['external_bytes'] / 1e6:.2f} ({mb['weights']:.2f}, "
+            f"{mb['activations']:.2f}, {mb['program']:.3f}) | {r['predicted_cycles']:,} "
+            f"({r['simulated_cycles']:,}) | {r['memory_bound_fraction']:.1%} | "
+            f"{r['ms_at_25MHz']:,} | {fmax} | {r.get('ms_at_fmax', '-')} |")
+    refused = [r for r in results if not r["fits"]]
+    if refused:
+        lines += ["", "Refused by the fit check (they run on the RTL all the same):", ""]
+        lines += [f"- **{r['model']}**: {r['refusal']}" for r in refused]
+    lines += ["", "Tensil's published figures, on other boards (both larger and faster than "
+                  "the ULX3S: DSPs, DDR3 or DDR4 and clocks of 100 MHz and more), for scale:",
+              "", "| model | board | latency |", "|---|---|---:|"]
+    lines += [f"| {m} | {b} | {t} |" for m, b, t in TENSIL]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--models", nargs="*", default=list(IMAGENET), choices=list(IMAGENET))
+    parser.add_argument("--bitstream", action="store_true",
+                        help="build each fitting model's bitstream for its Fmax")
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.models:
+        results.append(measure(name, args.bitstream))
+        r = results[-1]
+        print(f"{name}: {r['predicted_cycles']:,} cycles ({r['simulated_cycles']:,} simulated), "
+              f"{r['external_bytes']:,} external bytes, {r['memory_bound_fraction']:.1%} "
+              f"memory-bound, compile {r['compile_seconds']} s, simulation "
+              f"{r['simulation_seconds']} s", flush=True)
+        write_results(args.out, "imagenet", results, markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
