@@ -423,6 +423,13 @@ def _run(args, output: _Output) -> int:
                 model_label=str(args.model), calib_label=str(args.calib) if args.calib else None,
                 log=progress.log, on_start=progress.start, on_point=progress.point)
         print(text_summary(summary, args.out))
+        if not summary["counts"].get("ok"):         # nothing to recommend: not a success
+            from .errors import SweepError
+            said = {"does-not-fit": "do not fit", "failed": "failed", "timeout": "timed out"}
+            counts = ", ".join(f"{n} {said[status]}" for status, n
+                               in summary["counts"].items() if n)
+            raise SweepError(f"No point of the sweep succeeded ({counts}); "
+                             f"{Path(args.out) / 'explore.md'} gives each point's reason")
     elif args.command == "boards":
         from .boards import BOARDS
         rows = []

@@ -3,6 +3,7 @@
 __all__ = [
     "HwonnxError", "ModelError", "UnsupportedOperatorError", "QuantizationError",
     "ResourceError", "SimulationError", "ToolchainError", "MismatchError", "UsageError",
+    "SweepError",
 ]
 
 
@@ -61,3 +62,7 @@ class SimulationError(HwonnxError):
 class MismatchError(HwonnxError):
     """Hardware and golden model disagree; the message names the first differing layer and
     index."""
+
+
+class SweepError(HwonnxError):
+    """No point of a design-space sweep (``hwonnx explore``) succeeded; its outputs say why."""

@@ -391,6 +391,21 @@ def test_cli(tmp_path, capsys):
     assert stderr == "Resuming: 2 of 2 point(s) finished before, 0 to run\n"
 
 
+def test_cli_fails_when_no_point_succeeds(tmp_path, capsys):
+    """A sweep with nothing to recommend exits with status 2 and says why, after writing its
+    outputs (here: the only point times out)."""
+    out = tmp_path / "none"
+    code = main(["explore", "digits_mlp", "--board", "sim", "--rows", "4", "--cols", "4",
+                 "--timeout", "0.2", "--workers", "1", "-o", str(out)])
+    stdout, stderr = capsys.readouterr()
+    assert code == 2
+    assert stderr.splitlines()[-1] == (f"hwonnx: error: No point of the sweep succeeded (1 "
+                                       f"timed out); {out / 'explore.md'} gives each point's "
+                                       f"reason")
+    assert "nothing to recommend" in stdout and "Traceback" not in stderr
+    assert "stopped after 0.2 s" in (out / "explore.md").read_text()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["missing.onnx"], r"Cannot read model 'missing\.onnx': No such file or directory"),
     (["digits_mlp", "--rows", "5..7"], r"--rows: the range '5\.\.7' holds no power of two"),
