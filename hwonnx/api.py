@@ -108,6 +108,15 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
     return int_graph, program
 
 
+def model_label(model) -> str:
+    """How reports name ``model``: its path, or for a ``ModelProto`` given in memory its
+    graph's name (not the whole message)."""
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    name = getattr(getattr(model, "graph", None), "name", "")
+    return f"in-memory model (graph '{name}')" if name else "in-memory model"
+
+
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
           override_initializers=None, ext_memory: "str | None" = None,
@@ -154,11 +163,11 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
                                        size=size, fixed=fixed)
         if isinstance(program, list):
             from .segmented import segmented_build
-            return segmented_build(graph, program, str(model), target)
+            return segmented_build(graph, program, model_label(model), target)
         if not target.is_simulation:
             program = fit_board(graph, program, target, fixed,
                                  choose_array=array_free, log=log)
-        return graph, program, build_report(program, str(model), board, dict(graph.meta),
+        return graph, program, build_report(program, model_label(model), board, dict(graph.meta),
                                             graph)
 
     if out_dir is None:

@@ -69,6 +69,20 @@ def sim_golden(capsys, out, files):
     return run(capsys, "sim", out, "--input", files / "x.npy", "--golden")
 
 
+def test_a_model_given_in_memory_is_named_by_its_graph(tmp_path, digits):
+    """A ``ModelProto`` passed to ``build`` is named in the report by its graph's name, not
+    by the text of the whole message; a path by itself."""
+    import onnx
+    proto = onnx.load(MLP)
+    result = api.build(proto, tmp_path / "out", calib={"image": digits["calib"]}, log=quiet,
+                       verilog=False)
+    name = f"in-memory model (graph '{proto.graph.name}')"
+    assert proto.graph.name and result.report["model"] == name
+    assert (tmp_path / "out" / "report.md").read_text().splitlines()[0] == (
+        f"# hwonnx build report: {name}")
+    assert build(tmp_path / "path", digits).report["model"] == MLP
+
+
 # The manifest --------------------------------------------------------------------------------
 
 def test_build_writes_a_manifest_of_every_file(tmp_path, digits):
