@@ -103,7 +103,7 @@ def cycle_figure(report: dict):
     figure.legend(loc="outside lower center", ncols=len(parts) if len(parts) <= 4 else 3,
                   fontsize=font, frameon=False)
     arch, total = report["arch"], report["total"]
-    model = str(report["model"])        # a path; of a model given in memory, its text
+    model = str(report["model"])        # a path, or "in-memory model (graph ...)" (api)
     name = _label(Path(model).name, 60) if "\n" not in model else "model"
     title = (f"{name} ({report['board']}): "
              f"{total['predicted_cycles']:,} predicted cycles per inference on a "
