@@ -18,7 +18,8 @@ from . import trace as _trace
 from .harness import ACCEL_TOP, HARNESS_TOP, control_file, extmem_verilog, harness_verilog
 from .tb_accel import WALL_FILE
 
-__all__ = ["setup_verilator", "rtl_build", "run_rtl", "RunResult", "cache_root", "build_lock"]
+__all__ = ["setup_verilator", "cocotb_runner", "rtl_build", "run_rtl", "RunResult", "cache_root",
+           "build_lock"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -56,6 +57,22 @@ def setup_verilator() -> Path:
     # cocotb's runner logs every command at INFO; hwonnx reports progress itself.
     logging.getLogger("Verilator").setLevel(logging.WARNING)
     return root
+
+
+@contextlib.contextmanager
+def cocotb_runner():
+    """cocotb's Verilator runner, with the environment's ``WAVES`` set aside while it is
+    used: the runner lets ``WAVES`` override the ``waves`` it is given, so a user's
+    ``WAVES=1`` would ask an untraced build for a trace. Whether a run is traced is
+    ``--trace``'s alone (its own cached build)."""
+    from cocotb_tools.runner import get_runner
+
+    saved = os.environ.pop("WAVES", None)
+    try:
+        yield get_runner("verilator")
+    finally:
+        if saved is not None:
+            os.environ["WAVES"] = saved
 
 
 def cache_root() -> Path:
@@ -184,8 +201,6 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log,
                        trace: "str | None" = None) -> None:
     """Build ``config``'s simulator in a temporary folder, then rename it to ``build_dir``
     (called with the entry's :func:`build_lock` held)."""
-    from cocotb_tools.runner import get_runner
-
     if trace == "fst":
         _trace.check_fst_toolchain()
     accel, harness = accelerator_verilog(config, log), harness_verilog(config)
@@ -204,12 +219,13 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log,
         (work / "extmem.v").write_text(extmem_verilog(config))
         sources.append(work / "extmem.v")
     (work / "public.vlt").write_text(control_file())
-    runner = get_runner("verilator")
     try:
-        runner.build(sources=sources,
-                     hdl_toplevel=HARNESS_TOP, build_dir=work / "obj",
-                     build_args=_BUILD_ARGS + list(_trace.BUILD_ARGS[trace] if trace else ()),
-                     waves=bool(trace), timescale=("1ns", "1ps"), log_file=work / "build.log")
+        with cocotb_runner() as runner:
+            runner.build(sources=sources, hdl_toplevel=HARNESS_TOP, build_dir=work / "obj",
+                         build_args=_BUILD_ARGS + list(_trace.BUILD_ARGS[trace] if trace
+                                                       else ()),
+                         waves=bool(trace), timescale=("1ns", "1ps"),
+                         log_file=work / "build.log")
     except (SystemExit, Exception) as error:
         raise ToolchainError(f"Verilator build of the {config.name} accelerator failed; see "
                              f"'{work / 'build.log'}'") from error
@@ -323,8 +339,6 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
         def describe(index):
             return f"#{index}"
 
-    from cocotb_tools.runner import get_runner
-
     from ..hdl.top import Accelerator
 
     trace = None if trace is None else Path(trace)
@@ -355,15 +369,16 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
                     f"+INX_WORDS={ext_in[1]}", f"+OUTX_ADDR={ext_out[0]}",
                     f"+OUTX_WORDS={ext_out[1]}", f"+SAMPLES={samples}",
                     f"+MAX_CYCLES={max_cycles}"]
-        runner = get_runner("verilator")
         started = time.monotonic()
         sys_path = list(sys.path)
         try:
-            runner.test(test_module="hwonnx.sim.tb_accel", hdl_toplevel=HARNESS_TOP,
-                        hdl_toplevel_lang="verilog",
-                        build_dir=build_dir, test_dir=tmp, plusargs=plusargs,
-                        results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
-                        extra_env={"COCOTB_LOG_LEVEL": "WARNING"}, **_trace.run_options(trace))
+            with cocotb_runner() as runner:
+                runner.test(test_module="hwonnx.sim.tb_accel", hdl_toplevel=HARNESS_TOP,
+                            hdl_toplevel_lang="verilog",
+                            build_dir=build_dir, test_dir=tmp, plusargs=plusargs,
+                            results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
+                            extra_env={"COCOTB_LOG_LEVEL": "WARNING"},
+                            **_trace.run_options(trace))
         except (SystemExit, Exception) as error:
             _trace.discard(trace)
             log_text = (tmp / "sim.log").read_text() if (tmp / "sim.log").exists() else ""

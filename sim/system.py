@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.program import Program, encode_program
 from ..errors import SimulationError, ToolchainError
-from .runner import (_BUILD_ARGS, build_lock, cache_root, setup_verilator,
+from .runner import (_BUILD_ARGS, build_lock, cache_root, cocotb_runner, setup_verilator,
                      toolchain_fingerprint)
 
 __all__ = ["SYSTEM_TOP", "run_system"]
@@ -41,8 +41,6 @@ def _system_build(verilog: str, log=print) -> Path:
 def _build_system(verilog: str, build_dir: Path, log) -> None:
     """Build the system simulator in a temporary folder beside ``build_dir``, then rename it
     into place (called with the entry's :func:`build_lock` held)."""
-    from cocotb_tools.runner import get_runner
-
     log("Building the full-system design for Verilator ...")
     started = time.monotonic()
     build_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -52,10 +50,11 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
         "`verilator_config\n" + "".join(f'public_flat_rw -module "{SYSTEM_TOP}" -var "{p}"\n'
                                         for p in ("clk", "rst", "rx", "tx")))
     try:
-        get_runner("verilator").build(
-            sources=[work / "public.vlt", work / "system.v"], hdl_toplevel=SYSTEM_TOP,
-            build_dir=work / "obj", build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
-            log_file=work / "build.log")
+        with cocotb_runner() as runner:
+            runner.build(
+                sources=[work / "public.vlt", work / "system.v"], hdl_toplevel=SYSTEM_TOP,
+                build_dir=work / "obj", build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
+                log_file=work / "build.log")
     except (SystemExit, Exception) as error:
         raise ToolchainError(f"Verilator build of the system design failed; see "
                              f"'{work / 'build.log'}'") from error
@@ -100,10 +99,7 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
     """Simulate the system top of ``program`` and run the int8 ``inputs`` (input value ->
     ``[S, *shape]``, one per ``program.inputs``) over the UART. Returns the int8 outputs (output
     value -> ``[S, *shape]``) and the cycles the board reported per sample."""
-    from cocotb_tools.runner import get_runner
-
     from ..hdl.convert import verilog
-
     from ..boards.build import board_images
     from ..boards.host import require_ports_on_chip
     from ..boards.top import SystemTop
@@ -131,12 +127,13 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
         }
         (tmp / "job.json").write_text(json.dumps(job))
         try:
-            get_runner("verilator").test(
-                test_module="hwonnx.sim.tb_system", hdl_toplevel=SYSTEM_TOP,
-                hdl_toplevel_lang="verilog", build_dir=build_dir, test_dir=tmp,
-                results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
-                extra_env={"HWONNX_SYSTEM_JOB": str(tmp / "job.json"),
-                           "COCOTB_LOG_LEVEL": "WARNING"})
+            with cocotb_runner() as runner:
+                runner.test(
+                    test_module="hwonnx.sim.tb_system", hdl_toplevel=SYSTEM_TOP,
+                    hdl_toplevel_lang="verilog", build_dir=build_dir, test_dir=tmp,
+                    results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
+                    extra_env={"HWONNX_SYSTEM_JOB": str(tmp / "job.json"),
+                               "COCOTB_LOG_LEVEL": "WARNING"})
         except (SystemExit, Exception) as error:
             raise SimulationError(f"The full-system simulation failed: {error}") from error
         if not (tmp / "results.json").exists():

@@ -10,6 +10,7 @@ traced build."""
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -50,6 +51,21 @@ def build(tmp_path_factory, digits):
     assert run("build", "digits_mlp", "-o", folder / "build", "--rows", 3, "--cols", 5)[0] == 0
     report = json.loads((folder / "build" / "report.json").read_text())
     return folder, report
+
+
+@pytest.mark.rtl
+def test_waves_in_the_environment_does_not_trace_a_run(build, monkeypatch):
+    """cocotb's runner lets ``WAVES`` override whether it traces; hwonnx sets it aside, so a
+    user's ``WAVES=1`` runs the untraced build as it is (it failed: "--trace requires the
+    design to be built with trace support") and only ``--trace`` traces."""
+    folder, report = build
+    monkeypatch.setenv("WAVES", "1")
+    before = set(folder.rglob("*"))
+    code, stdout, stderr = run("sim", folder / "build", "--input", folder / "x.npy")
+    assert code == 0, stderr
+    assert f"{report['total']['predicted_cycles']:,} cycles per sample (predicted" in stdout
+    assert os.environ["WAVES"] == "1"
+    assert set(folder.rglob("*")) == before            # no trace written
 
 
 @pytest.fixture(scope="module")

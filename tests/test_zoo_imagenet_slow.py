@@ -5,8 +5,9 @@ or 256x256 input among them) lives in the SDRAM, every layer whose weights do no
 streams them (in parts of output channels where a layer's are too many for a slot), and one
 sample's outputs equal golden's bit for bit in exactly the predicted cycles. The board build
 sizes the buffers (4,096 words each by default; doubled where a band's windows or two weight
-slots do not fit); the YOLO-style model then fits the board's block RAM, the others are
-refused for their program's size but run on the RTL all the same.
+slots do not fit) and pages the program from the SDRAM; the YOLO-style model, MobileNetV2
+and the U-Net then fit the board's block RAM, ResNet-18 is refused by the fit check (:data:`FITS`)
+but runs on the RTL all the same. ``bench/bench_imagenet.py`` measures the same builds.
 
 The default suite runs the same mechanisms on small models (test_spilled_activations.py,
 test_external_weights.py). Each model here takes minutes to compile and to simulate."""
