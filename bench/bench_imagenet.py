@@ -10,10 +10,11 @@ of the cycles bound by the memory (the cycles beyond what the same program takes
 that delivers a word every cycle), and latency at the board's 25 MHz and, with
 ``--bitstream``, at the Fmax of the model's own bitstream (Yosys + nextpnr-ecp5, LiteDRAM's
 controller in it; minutes to an hour each). Tensil's published figures stand beside them.
-``python bench/bench_imagenet.py [--models ...] [--bitstream]``.
+``python bench/bench_imagenet.py [--models ...] [--bitstream] [--resume]``.
 """
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -65,14 +66,23 @@ def traffic(program) -> dict:
     return moved
 
 
-def measure(name: str, bitstream: bool) -> dict:
+def sized_build(name: str):
+    """The model, its calibration samples, and its program compiled as the board build sizes
+    it (as ``tests/test_zoo_imagenet_slow.py`` does)."""
     model = IMAGENET[name](0)
-    calib, inputs = random_inputs(model, 4, 0), random_inputs(model, 1, 1)
+    calib = random_inputs(model, 4, 0)
     board = get_board(BOARD)
     config = configure_arch(replace(board.default_config, clock_hz=board.clock_hz),
                             board.ext_memory)
-    started = time.monotonic()
     _, sized = compile_model(model, calib, config=config, size=board.name, log=quiet)
+    return model, calib, sized
+
+
+def measure(name: str) -> dict:
+    board = get_board(BOARD)
+    started = time.monotonic()
+    model, calib, sized = sized_build(name)
+    inputs = random_inputs(model, 1, 1)
     config = sized.config
     try:
         check_board_fit(sized, board)
@@ -106,17 +116,25 @@ def measure(name: str, bitstream: bool) -> dict:
         "compile_seconds": round(compile_seconds, 1), "simulation_seconds": round(sim_seconds, 1),
         "simulated_cycles_per_second": round(rtl.steady_cycles_per_second),
     }
-    if bitstream and refusal is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            started = time.monotonic()
-            built = build(model, tmp, board=BOARD, config=config, calib=calib, verilog=False,
-                          bitstream=True, log=lambda message: print(message, flush=True))
-            seconds = time.monotonic() - started
-        report = built.report["bitstream"]
-        row.update(fmax_mhz=report["fmax_mhz"], bitstream_seconds=round(seconds, 1),
-                   resources=nextpnr_resources(board.family, report["utilization"]),
-                   ms_at_fmax=round(rtl.predicted_cycles / (report["fmax_mhz"] * 1e3), 2))
     return row
+
+
+def add_bitstream(row: dict) -> None:
+    """Build the bitstream of ``row``'s model (its sized configuration, LiteDRAM's controller
+    in it) and add its Fmax, nextpnr's resources and the latency at that Fmax."""
+    board = get_board(BOARD)
+    model, calib, sized = sized_build(row["model"])
+    assert {b: getattr(sized.config, f"{b}_depth") for b in row["depths"]} == row["depths"]
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.monotonic()
+        built = build(model, tmp, board=BOARD, config=sized.config, calib=calib, verilog=False,
+                      bitstream=True, log=lambda message: print(message, flush=True))
+        seconds = time.monotonic() - started
+    assert built.report["total"]["predicted_cycles"] == row["predicted_cycles"]
+    report = built.report["bitstream"]
+    row.update(fmax_mhz=report["fmax_mhz"], bitstream_seconds=round(seconds, 1),
+               resources=nextpnr_resources(board.family, report["utilization"]),
+               ms_at_fmax=round(row["predicted_cycles"] / (report["fmax_mhz"] * 1e3), 2))
 
 
 def markdown(results) -> str:
@@ -163,15 +181,23 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="*", default=list(IMAGENET), choices=list(IMAGENET))
     parser.add_argument("--bitstream", action="store_true",
                         help="build each fitting model's bitstream for its Fmax")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the models already in imagenet.json (adding the bitstream "
+                             "with --bitstream) instead of running them again")
     args = parser.parse_args(argv)
-    results = []
+    saved = args.out / "imagenet.json"
+    kept = {r["model"]: r for r in json.loads(saved.read_text())} \
+        if args.resume and saved.exists() else {}
+    results = [kept[name] for name in kept if name not in args.models]
     for name in args.models:
-        results.append(measure(name, args.bitstream))
-        r = results[-1]
+        r = kept.get(name) or measure(name)
         print(f"{name}: {r['predicted_cycles']:,} cycles ({r['simulated_cycles']:,} simulated), "
               f"{r['external_bytes']:,} external bytes, {r['memory_bound_fraction']:.1%} "
               f"memory-bound, compile {r['compile_seconds']} s, simulation "
               f"{r['simulation_seconds']} s", flush=True)
+        if args.bitstream and r["fits"] and not r.get("fmax_mhz"):
+            add_bitstream(r)
+        results.append(r)
         write_results(args.out, "imagenet", results, markdown(results))
     print(markdown(results))
     return 0

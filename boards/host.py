@@ -91,31 +91,31 @@ def send_external(client, config, words: "list[int]") -> None:
         client.write_external(words, config.cols * 8)
 
 
-def require_ports_on_chip(program) -> None:
-    """Refuse a program whose graph inputs or outputs live in the external memory
-    (:mod:`hwonnx.compiler.spill`): the host link writes and reads the activation buffer only.
+def run_samples(client, config, in_places: "list[tuple[str, int]]",
+                reads: "list[tuple[str, int, int]]", samples: "list[list[bytes]]"
+                ) -> "tuple[list[list[bytes]], list[int]]":
+    """For each sample (the words of each input): write each input's words at its place of
+    ``in_places`` (``(memory, address)``: ``act`` the activation buffer, ``ext`` the external
+    memory), run, read each output's ``(memory, address, words)`` of ``reads``. Returns the
+    raw bytes of each output per sample and the cycles the board counted per sample. Used by
+    ``hwonnx run`` over a serial port and by the full-system simulation.
 
-    Raises
-    ------
-    UsageError
-        Naming the first such value."""
-    for port in (*program.inputs, *program.outputs):
-        if program.placements[port.value].memory != "act":
-            raise UsageError(f"'{port.name}' lives in the external memory (it does not fit the "
-                             f"activation buffer); the board's host link reads and writes "
-                             f"the activation buffer only, so run this build with 'hwonnx sim'")
-
-
-def run_samples(client, in_addrs: "list[int]", reads: "list[tuple[int, int]]",
-                samples: "list[list[bytes]]") -> "tuple[list[list[bytes]], list[int]]":
-    """For each sample (the words of each input): write each input's words at its address of
-    ``in_addrs``, run, read each output's ``(address, words)`` of ``reads``. Returns the raw
-    bytes of each output per sample and the cycles the board counted per sample. Used by
-    ``hwonnx run`` over a serial port and by the full-system simulation."""
+    A tensor in the external memory (``hwonnx.compiler.spill``) goes over WRITEX and READX;
+    its words are as wide as the activation buffer's there (only square arrays put tensors
+    in the external memory)."""
+    width = config.cols * 8
+    if any(memory == "ext" for memory, *_ in (*in_places, *reads)) \
+            and config.rows != config.cols:
+        raise ValueError(f"A {config.name} array keeps no tensor in the external memory")
     outputs, cycles = [], []
     for sample in samples:
-        for addr, data in zip(in_addrs, sample, strict=True):
-            client.write_words(addr, data)
+        for (memory, addr), data in zip(in_places, sample, strict=True):
+            if memory == "ext":
+                client.write_external([int.from_bytes(data[i:i + config.cols], "little")
+                                       for i in range(0, len(data), config.cols)], width, addr)
+            else:
+                client.write_words(addr, data)
         cycles.append(client.run())
-        outputs.append([client.read_words(addr, words) for addr, words in reads])
+        outputs.append([client.read_external(addr, words, width) if memory == "ext"
+                        else client.read_words(addr, words) for memory, addr, words in reads])
     return outputs, cycles

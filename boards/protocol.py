@@ -38,6 +38,7 @@ class Command(enum.IntEnum):
     STATUS = 0x04
     LOAD = 0x05
     WRITEX = 0x06
+    READX = 0x07
 
 
 class Status(enum.IntEnum):
@@ -245,6 +246,24 @@ class Client:
         for first in range(0, len(words), per_frame):
             chunk = data[first * size:(first + per_frame) * size]
             self.command(Command.WRITEX, struct.pack("<I", addr + first) + chunk)
+
+    def read_external(self, addr: int, count: int, width: int) -> bytes:
+        """Read ``count`` external-memory words of ``width`` bits from word ``addr`` on
+        (``READX``; only builds with an external memory accept it): ``count * width // 8``
+        bytes, each word least significant byte first."""
+        size = width // 8
+        if not 0 <= addr or not 0 <= count or addr + count > 1 << 32:
+            raise ValueError(f"Words [{addr}, {addr + count}) must lie within the 32-bit "
+                             f"address space")
+        per_frame = MAX_PAYLOAD // size
+        data = b""
+        for first in range(0, count, per_frame):
+            n = min(per_frame, count - first)
+            data += self.command(Command.READX, struct.pack("<IH", addr + first, n))
+            if len(data) != (first + n) * size:
+                raise ProtocolError(f"READX reply must carry {n * size} bytes, not "
+                                    f"{len(data) - first * size}")
+        return data
 
     def read_words(self, addr: int, count: int) -> bytes:
         """Read ``count`` activation words from word ``addr`` on (``count * rows`` bytes)."""

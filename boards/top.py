@@ -27,8 +27,9 @@ class SystemTop(wiring.Component):
     Members
     -------
     rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
-    ext_cmd_*, ext_rvalid, ext_rdata : the accelerator's external-memory read port, and
-    ext_wr_* : its writes and the host bridge's into it, and ext_restart : ``Out(1)`` the
+    ext_cmd_*, ext_rvalid, ext_rdata : the external memory's read port, the accelerator's
+    and the host bridge's (READX), and ext_wr_* : its writes and the host bridge's into it
+    (WRITEX), and ext_restart : ``Out(1)`` the
     accelerator's ``start`` (a memory model's refresh schedule starts over): with
     ``ArchConfig.ext_memory`` only, for the memory or its model outside.
     """
@@ -53,10 +54,18 @@ class SystemTop(wiring.Component):
         bridge.connect_accelerator(m, accel)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
         if self._config.ext_memory:
-            for name in _EXT_READ_PORTS:
-                ours, theirs = getattr(self, name), getattr(accel, name)
-                flow = self.signature.members[name].flow
-                m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
+            # One read port: the accelerator's (its DMA engine, while it runs) or the host's
+            # (READX, while it does not); a word read for the host is the host's alone.
+            host = bridge.ext_cmd_valid
+            m.d.comb += [
+                self.ext_cmd_valid.eq(accel.ext_cmd_valid | host),
+                self.ext_cmd_addr.eq(Mux(host, bridge.ext_cmd_addr, accel.ext_cmd_addr)),
+                self.ext_cmd_len.eq(Mux(host, bridge.ext_cmd_len, accel.ext_cmd_len)),
+                accel.ext_cmd_ready.eq(self.ext_cmd_ready & ~host),
+                bridge.ext_cmd_ready.eq(self.ext_cmd_ready),
+                accel.ext_rvalid.eq(self.ext_rvalid & ~bridge.ext_reading),
+                bridge.ext_rvalid.eq(self.ext_rvalid),
+                accel.ext_rdata.eq(self.ext_rdata), bridge.ext_rdata.eq(self.ext_rdata)]
             # One write port: the accelerator's (STOREA, while it runs) or else the host's
             # (WRITEX, while it does not).
             dma = accel.ext_wr_valid

@@ -16,6 +16,10 @@ _HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr"
 _PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
 #: The external memory's write port (``ArchConfig.ext_memory``), outside the accelerator.
 EXT_WRITE_PORTS = ("ext_wr_valid", "ext_wr_ready", "ext_wr_addr", "ext_wr_data")
+#: The bridge's read port into the external memory (READX; ``hdl/extmem.py: READ_PORT``),
+#: and ``ext_reading``: a read of the bridge's is in flight (its data is the bridge's).
+EXT_READ_PORTS = ("ext_cmd_valid", "ext_cmd_ready", "ext_cmd_addr", "ext_cmd_len",
+                  "ext_rvalid", "ext_rdata", "ext_reading")
 
 
 class HostBridge(wiring.Component):
@@ -27,10 +31,12 @@ class HostBridge(wiring.Component):
     ``WRITE`` writes nothing, but the checksum can only be checked at the end: a ``WRITE``
     with a bad checksum has already written its words when it replies ``BAD_CHECKSUM``.
     ``LOAD`` writes program words the same way; it exists only when the program memory is
-    loaded at run time (``ArchConfig.prog_width``). ``WRITEX`` writes weight words into the
-    external memory, each held on ``ext_wr_*`` until the memory takes it; it exists only with
-    an external memory (``ArchConfig.ext_memory``), which must take a word within the time
-    the next one takes to arrive. ``RUN`` pulses ``start`` and replies when
+    loaded at run time (``ArchConfig.prog_width``). ``WRITEX`` writes words into the
+    external memory, each held on ``ext_wr_*`` until the memory takes it, and ``READX`` reads
+    them back, one read of one word at a time on ``ext_cmd_*`` (``ext_reading`` high from the
+    command until its word arrives); both exist only with an external memory
+    (``ArchConfig.ext_memory``), which must take a written word within the time the next one
+    takes to arrive. ``RUN`` pulses ``start`` and replies when
     ``done`` rises. One command is outstanding at a time: bytes that arrive while a command
     executes or its reply is being sent are discarded. A frame that stops arriving for
     ``timeout_bits`` bit times, or has a UART framing error, is abandoned without a reply.
@@ -59,6 +65,9 @@ class HostBridge(wiring.Component):
         To the accelerator's program-memory host ports, with ``prog_width`` only.
     ext_wr_valid, ext_wr_addr, ext_wr_data : ``Out``. ext_wr_ready : ``In``
         A write of one external-memory word, with ``ext_memory`` only.
+    ext_cmd_valid, ext_cmd_addr, ext_cmd_len, ext_reading : ``Out``. ext_cmd_ready, ext_rvalid,
+    ext_rdata : ``In``
+        A read of the external memory (``hdl/extmem.py``), with ``ext_memory`` only.
 
     Raises
     ------
@@ -106,7 +115,10 @@ class HostBridge(wiring.Component):
                            host_prog_data=Out(config.prog_width))
         if config.ext_memory:
             members.update(ext_wr_valid=Out(1), ext_wr_ready=In(1), ext_wr_addr=Out(32),
-                           ext_wr_data=Out(config.cols * 8))
+                           ext_wr_data=Out(config.cols * 8),
+                           ext_cmd_valid=Out(1), ext_cmd_ready=In(1), ext_cmd_addr=Out(32),
+                           ext_cmd_len=Out(range(config.ext_timing.burst + 1)),
+                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8), ext_reading=Out(1))
         super().__init__(members)
 
     @property
@@ -126,7 +138,7 @@ class HostBridge(wiring.Component):
         p, cfg, rows = self._protocol, self.config, self.config.rows
         load, ext = cfg.runtime_program, bool(cfg.ext_memory)
         pbytes = cfg.prog_width // 8            # bytes per program word (LOAD)
-        xbytes = cfg.cols if ext else 0         # bytes per external word (WRITEX)
+        xbytes = cfg.cols if ext else 0         # bytes per external word (WRITEX, READX)
         widest = max(rows, pbytes, xbytes)
         Cmd, St = p.Command, p.Status
         m = Module()
@@ -144,20 +156,23 @@ class HostBridge(wiring.Component):
         lane = Signal(range(widest))
         wbuf = Signal(widest * 8)
         rem, it = Signal(range(2 * widest)), Signal(range(16))
-        is_load, is_ext = Signal(), Signal()
+        is_load, is_ext, is_readx = Signal(), Signal(), Signal()
+        wide = Signal()                         # a 32-bit address: WRITEX, READX
         unit = Signal(range(widest + 1))        # bytes per word of the command's buffer
         head = Signal(3)                        # address bytes before the data
         m.d.comb += [is_load.eq(cmd == Cmd.LOAD) if load else is_load.eq(0),
                      is_ext.eq(cmd == Cmd.WRITEX) if ext else is_ext.eq(0),
+                     is_readx.eq(cmd == Cmd.READX) if ext else is_readx.eq(0),
+                     wide.eq(is_ext | is_readx),
                      unit.eq(Mux(is_ext, xbytes, Mux(is_load, pbytes, rows))),
                      head.eq(Mux(is_ext, 4, 2))]
         writes = Signal()                       # WRITE, LOAD or WRITEX
         m.d.comb += writes.eq((cmd == Cmd.WRITE) | is_load | is_ext)
         known = Signal()
-        m.d.comb += known.eq((cmd <= Cmd.STATUS) | is_load | is_ext)
+        m.d.comb += known.eq((cmd <= Cmd.STATUS) | is_load | is_ext | is_readx)
         reply_len, tsum = Signal(16), Signal(8)
-        kind = Signal(range(5))                 # reply payload source
-        K_NONE, K_INFO, K_READ, K_RUN, K_STATUS = range(5)
+        kind = Signal(range(6))                 # reply payload source
+        K_NONE, K_INFO, K_READ, K_RUN, K_STATUS, K_READX = range(6)
         flags, cyc = Signal(8), Signal(32)
         stale = Signal()
         timer = Signal(range(self._timeout + 1))
@@ -181,6 +196,14 @@ class HostBridge(wiring.Component):
                 m.d.sync += xvalid.eq(0)
             with m.If(word_done & is_ext):
                 m.d.sync += [xvalid.eq(1), xaddr.eq(addr), xdata.eq(shifted[-xbytes * 8:])]
+            # READX: one word at a time, read when its first byte is to be sent
+            xword, xhave, xasked = Signal(xbytes * 8), Signal(), Signal()
+            m.d.comb += [self.ext_cmd_addr.eq(addr), self.ext_cmd_len.eq(1),
+                         self.ext_reading.eq(self.ext_cmd_valid | xasked)]
+            with m.If(self.ext_cmd_valid & self.ext_cmd_ready):
+                m.d.sync += xasked.eq(1)
+            with m.If(xasked & self.ext_rvalid):
+                m.d.sync += [xword.eq(self.ext_rdata), xhave.eq(1), xasked.eq(0)]
         with m.If(data_byte):
             m.d.sync += [wbuf.eq(shifted), lane.eq(lane + 1)]
             with m.If(lane == unit - 1):
@@ -217,6 +240,9 @@ class HostBridge(wiring.Component):
                 m.d.comb += payload.eq(cyc.word_select(index[:2], 8))
             with m.Case(K_STATUS):
                 m.d.comb += payload.eq(Cat(flags, cyc).word_select(index[:3], 8))
+            if ext:
+                with m.Case(K_READX):
+                    m.d.comb += payload.eq(xword.word_select(lane, 8))
 
         sent = Signal()
         m.d.comb += sent.eq(utx.data.valid & utx.data.ready)
@@ -242,9 +268,9 @@ class HostBridge(wiring.Component):
             with m.State("HEADER"):
                 with m.If(~known):
                     fail(St.UNKNOWN_COMMAND)
-                with m.Elif(((cmd == Cmd.READ) & (length != 4)) |
+                with m.Elif(((cmd == Cmd.READ) & (length != 4)) | (is_readx & (length != 6)) |
                           (writes & (length < head)) |
-                          ((cmd != Cmd.READ) & ~writes & (length != 0))):
+                          ((cmd != Cmd.READ) & ~is_readx & ~writes & (length != 0))):
                     fail(St.BAD_LENGTH)
                 # words, rem = divmod(length - head, unit), one quotient bit per cycle
                 m.d.sync += [words.eq(length - head), rem.eq(0), it.eq(0)]
@@ -280,14 +306,15 @@ class HostBridge(wiring.Component):
                             with m.If(writes & ~is_ext & (Cat(addr[:8], byte) + words > depth)):
                                 fail(St.ADDRESS_RANGE)
                         with m.Case(2):
-                            with m.If(is_ext):
+                            with m.If(wide):
                                 m.d.sync += addr[16:24].eq(byte)
                             with m.Else():
                                 m.d.sync += count[:8].eq(byte)
                         with m.Case(3):
-                            with m.If(is_ext):
+                            with m.If(wide):
                                 m.d.sync += addr[24:].eq(byte)
-                                with m.If(Cat(addr[:24], byte) + words > cfg.ext_depth):
+                                with m.If(is_ext & (Cat(addr[:24], byte) + words
+                                                    > cfg.ext_depth)):
                                     fail(St.ADDRESS_RANGE)
                             with m.Else():
                                 m.d.sync += [count[8:].eq(byte), reply_len.eq(reply_bytes)]
@@ -296,6 +323,18 @@ class HostBridge(wiring.Component):
                                     fail(St.BAD_LENGTH)
                                 with m.Elif(addr + count_in > cfg.act_depth):
                                     fail(St.ADDRESS_RANGE)
+                        if ext:                 # READX: the count after the address
+                            with m.Case(4):
+                                with m.If(is_readx):
+                                    m.d.sync += count[:8].eq(byte)
+                            with m.Case(5):
+                                with m.If(is_readx):
+                                    m.d.sync += [count[8:].eq(byte),
+                                                 reply_len.eq(count_in * xbytes)]
+                                    with m.If(count_in * xbytes > p.MAX_PAYLOAD):
+                                        fail(St.BAD_LENGTH)
+                                    with m.Elif(addr + count_in > cfg.ext_depth):
+                                        fail(St.ADDRESS_RANGE)
                     m.d.comb += data_byte.eq(writes & (index >= head))
                     with m.If(index == length - 1):
                         m.next = "CHECK"
@@ -319,6 +358,10 @@ class HostBridge(wiring.Component):
                             with m.Case(Cmd.READ):
                                 reply(K_READ, reply_len)
                                 m.d.sync += lane.eq(0)
+                            if ext:
+                                with m.Case(Cmd.READX):
+                                    reply(K_READX, reply_len)
+                                    m.d.sync += [lane.eq(0), xhave.eq(0)]
                             with m.Case(Cmd.RUN):
                                 m.next = "START"
                             with m.Case(Cmd.STATUS):
@@ -354,11 +397,20 @@ class HostBridge(wiring.Component):
                 with m.Else():
                     m.d.comb += [utx.data.payload.eq(payload),
                                  utx.data.valid.eq(~((kind == K_READ) & stale))]
+                    if ext:                     # READX: a word must be read first
+                        with m.If(kind == K_READX):
+                            m.d.comb += [utx.data.valid.eq(xhave),
+                                         self.ext_cmd_valid.eq(~xhave & ~xasked)]
                     with m.If(sent):
                         m.d.sync += index.eq(index + 1)
                         with m.If(kind == K_READ):
                             m.d.sync += lane.eq(lane + 1)
                             with m.If(lane == rows - 1):
                                 m.d.sync += [lane.eq(0), addr.eq(addr + 1), stale.eq(1)]
+                        if ext:
+                            with m.If(kind == K_READX):
+                                m.d.sync += lane.eq(lane + 1)
+                                with m.If(lane == xbytes - 1):
+                                    m.d.sync += [lane.eq(0), addr.eq(addr + 1), xhave.eq(0)]
             send("CHECK_OUT", -tsum, "IDLE")
         return m

@@ -244,8 +244,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
     (``hwonnx run``); checks first that the board holds this very build."""
     from .boards.build import build_id
-    from .boards.host import (SerialTransport, require_ports_on_chip, run_samples,
-                              send_external, send_program)
+    from .boards.host import SerialTransport, run_samples, send_external, send_program
     from .boards.protocol import Client
     from .compiler.layout import pack_words, unpack_words
 
@@ -264,7 +263,6 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
                          f"'{out_dir}'") from error
     samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
-    require_ports_on_chip(program)
     q_in = _quantize_inputs(result.graph, program, samples)
     sources = [program.placements[port.value] for port in program.inputs]
     targets = [program.placements[port.value] for port in program.outputs]
@@ -279,8 +277,8 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
         send_external(client, cfg, program.images.get("ext", []))
         log(f"Board on {port} holds build 0x{build_id(program):08X}; running {count} "
             f"sample(s) ...")
-        raw, cycles = run_samples(client, [s.base for s in sources],
-                                  [(t.base, t.words) for t in targets], words)
+        raw, cycles = run_samples(client, cfg, [(s.memory, s.base) for s in sources],
+                                  [(t.memory, t.base, t.words) for t in targets], words)
     q_out = {port.value: np.stack([unpack_words(
         [int.from_bytes(r[k][i:i + cfg.rows], "little") for i in range(0, len(r[k]), cfg.rows)],
         target, cfg.rows) for r in raw]).reshape((-1,) + target.shape[1:])

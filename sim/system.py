@@ -101,10 +101,8 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
     value -> ``[S, *shape]``) and the cycles the board reported per sample."""
     from ..hdl.convert import verilog
     from ..boards.build import board_images
-    from ..boards.host import require_ports_on_chip
     from ..boards.top import SystemTop
 
-    require_ports_on_chip(program)
     cfg = program.config
     top = SystemTop(cfg, board_images(program), divisor, build_id)
     if cfg.ext_memory:
@@ -117,7 +115,8 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
         tmp = Path(tmp)
         job = {
             "config": cfg.to_json(), "divisor": divisor, "build_id": build_id,
-            "in_addrs": [p.base for p in sources], "reads": [(p.base, p.words) for p in targets],
+            "in_places": [(p.memory, p.base) for p in sources],
+            "reads": [(p.memory, p.base, p.words) for p in targets],
             "inputs": [[b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
                 array[i], source, cfg.rows)).hex() for array, source in zip(arrays, sources)]
                 for i in range(len(arrays[0]))],

@@ -85,7 +85,7 @@ async def system_run(dut):
         info = client.verify(config, job["build_id"])
         send_program(client, config, [int(w, 16) for w in job["program"]])
         send_external(client, config, [int(w, 16) for w in job["ext"]])
-        outputs, cycles = run_samples(client, job["in_addrs"], job["reads"],
+        outputs, cycles = run_samples(client, config, job["in_places"], job["reads"],
                                       [[bytes.fromhex(s) for s in sample]
                                        for sample in job["inputs"]])
         status = client.status()

@@ -218,17 +218,17 @@ def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
     assert board_top_cycles(result) == [10573] * 2
 
 
-def board_top_cycles(result) -> "list[int]":
-    """Run two samples of ``result`` on its system top over the UART with the memory model;
-    checks the outputs against golden and the board's cycle counts against the prediction,
-    and returns those counts."""
+def board_top_cycles(result, x: "dict | None" = None) -> "list[int]":
+    """Run two samples of ``result`` (``x``, default: :func:`_samples`) on its system top over
+    the UART with the memory model; checks the outputs against golden and the board's cycle
+    counts against the prediction, and returns those counts."""
     from hwonnx.api import simulate
     from hwonnx.boards.build import build_id
     from hwonnx.golden import quantize
     from hwonnx.sim.system import run_system
 
     program = result.program
-    x = _samples(2)
+    x = _samples(2) if x is None else x
     quantizer = next(n for n in result.graph.nodes if n.op == "Quantize")
     q_in = {program.input_value: quantize(x["x"], **dict(quantizer.attrs))}
     outputs, cycles = run_system(program, q_in, divisor=4, build_id=build_id(program),

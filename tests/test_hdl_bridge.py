@@ -84,8 +84,13 @@ class SimTransport:
         self.levels: "deque[int]" = deque()
         self.received = bytearray()
         self.reply_cycles: "list[int]" = []
-        # The external memory's writes, taken when its ready (random) is high.
+        # The external memory's writes, taken when its ready (random) is high, and its reads:
+        # each taken when ready (random), its word returned 2 to 6 cycles later; while none is
+        # outstanding, rvalid also rises with another requester's words.
         self.ext_writes = [] if config.ext_memory else None
+        self.ext_mem: "dict[int, int]" = {}
+        self.ext_reads: "list[int]" = []
+        self.pending: "deque[tuple[int, int]]" = deque()
         self.cycle = 0
         self.sim = Simulator(top)
         self.sim.add_clock(1e-6)
@@ -108,8 +113,27 @@ class SimTransport:
                 ctx.set(dut.ext_wr_ready, ready)
                 if ready and ctx.get(dut.ext_wr_valid):
                     self.ext_writes.append((ctx.get(dut.ext_wr_addr), ctx.get(dut.ext_wr_data)))
+                    self.ext_mem[self.ext_writes[-1][0]] = self.ext_writes[-1][1]
+                self._read_port(ctx, dut)
             await ctx.tick()
             self.cycle += 1
+
+    def _read_port(self, ctx, dut):
+        ready = int(self.rng.random() < 0.5)
+        ctx.set(dut.ext_cmd_ready, ready)
+        if ready and ctx.get(dut.ext_cmd_valid):
+            assert ctx.get(dut.ext_cmd_len) == 1
+            addr = ctx.get(dut.ext_cmd_addr)
+            self.ext_reads.append(addr)
+            self.pending.append((self.cycle + int(self.rng.integers(2, 7)), addr))
+        if self.pending:
+            assert ctx.get(dut.ext_reading)     # from the command until its word
+        if self.pending and self.pending[0][0] <= self.cycle:
+            ctx.set(dut.ext_rvalid, 1)
+            ctx.set(dut.ext_rdata, self.ext_mem.get(self.pending.popleft()[1], 0))
+        else:           # nothing, or while nothing is asked a word for someone else
+            ctx.set(dut.ext_rvalid, int(not self.pending and self.rng.random() < 0.2))
+            ctx.set(dut.ext_rdata, int(self.rng.integers(0, 1 << 16)))
 
     def run(self, cycles: int):
         self.sim.run_until((self.cycle + cycles) * 1e-6)
@@ -347,8 +371,39 @@ def test_writex_is_checked_like_write():
     assert transport.ext_writes == [] and transport.model.writes == []
 
 
+def test_readx_reads_external_words_back():
+    """READX returns the words WRITEX wrote, each read on the memory's read port when its
+    first byte is due; words the port returns that the bridge did not ask for are ignored."""
+    transport = SimTransport(ext_config(), seed=5)
+    client = Client(transport)
+    words = [int(w) for w in transport.rng.integers(0, 1 << 16, 7)]
+    client.write_external(words[:4], 16, addr=99_996)
+    client.write_external(words[4:], 16, addr=5)
+
+    def raw(ws):
+        return b"".join(w.to_bytes(2, "little") for w in ws)
+    assert client.read_external(99_996, 4, 16) == raw(words[:4])
+    assert client.read_external(4, 5, 16) == raw([0] + words[4:] + [0])
+    assert transport.ext_reads == [99_996, 99_997, 99_998, 99_999, 4, 5, 6, 7, 8]
+    assert client.read_words(0, 2) == transport.model.word(0) + transport.model.word(1)
+
+
+def test_readx_is_checked_like_read():
+    transport = SimTransport(ext_config())
+    client = Client(transport)
+    message = r"^Device rejected READX: status 0x{:02X} \(the {}\)$"
+    with pytest.raises(ProtocolError, match=message.format(4, "words are outside the buffer")):
+        client.read_external(99_999, 2, 16)
+    for payload in (bytes(5), struct.pack("<IH", 0, 40_000)):     # 80,000 bytes to reply
+        with pytest.raises(ProtocolError, match=message.format(
+                3, "payload length is wrong for the command")):
+            client.command(Command.READX, payload)
+    assert transport.ext_reads == []
+
+
 def test_writex_and_load_exist_only_where_the_build_has_them():
-    for config, cmd in ((bridge_config(3), Command.WRITEX), (ext_config(), Command.LOAD)):
+    for config, cmd in ((bridge_config(3), Command.WRITEX), (bridge_config(3), Command.READX),
+                        (ext_config(), Command.LOAD)):
         transport = SimTransport(config)
         assert raw_command(transport, encode_frame(cmd, bytes(4) + bytes(6))) == (
             Status.UNKNOWN_COMMAND, b"")

@@ -183,16 +183,18 @@ def test_an_output_in_the_external_memory_is_read_back_bit_exact():
     rtl_matches_golden(result, _samples(2), 2)
 
 
-def test_the_board_link_refuses_ports_in_the_external_memory():
-    """The UART protocol reads and writes the activation buffer only: a build whose input
-    lives in the external memory is refused by name, before anything is simulated."""
-    from hwonnx.errors import UsageError
-    from hwonnx.sim.system import run_system
+@pytest.mark.rtl
+def test_the_board_link_writes_and_reads_ports_in_the_external_memory():
+    """Through the board top and its UART with the memory model: the host writes the input,
+    which lives in the external memory, with WRITEX and reads the output there with READX;
+    bit-exact with golden in the predicted cycles."""
+    from test_external_weights import board_top_cycles
 
-    program = build(_fully_convolutional(), None, config=_config(**SMALL), calib=_samples(4),
-                    log=_quiet).program
-    with pytest.raises(UsageError, match="^'x' lives in the external memory"):
-        run_system(program, {"x:q": np.zeros((1, 8, H, W), np.int8)}, build_id=0)
+    result = build(_fully_convolutional(), None, config=_config(**SMALL), calib=_samples(4),
+                   log=_quiet)
+    program = result.program
+    assert [program.placements[v].memory for v in ("x:q", "y:q")] == ["ext", "ext"]
+    board_top_cycles(result, _samples(2))
 
 
 @pytest.mark.parametrize("prog_width", [0, 32], ids=["wide", "narrow-fetch"])
