@@ -255,28 +255,26 @@ class Client:
         if not 0 <= addr or not 0 <= count or addr + count > 1 << 32:
             raise ValueError(f"Words [{addr}, {addr + count}) must lie within the 32-bit "
                              f"address space")
-        per_frame = MAX_PAYLOAD // size
-        data = b""
-        for first in range(0, count, per_frame):
-            n = min(per_frame, count - first)
-            data += self.command(Command.READX, struct.pack("<IH", addr + first, n))
-            if len(data) != (first + n) * size:
-                raise ProtocolError(f"READX reply must carry {n * size} bytes, not "
-                                    f"{len(data) - first * size}")
-        return data
+        return self._read_words(Command.READX, "<IH", addr, count, size)
 
     def read_words(self, addr: int, count: int) -> bytes:
         """Read ``count`` activation words from word ``addr`` on (``count * rows`` bytes)."""
         rows = self._rows()
         _check_address(addr, count)
-        per_frame = MAX_PAYLOAD // rows
+        return self._read_words(Command.READ, "<HH", addr, count, rows)
+
+    def _read_words(self, cmd: Command, layout: str, addr: int, count: int,
+                    size: int) -> bytes:
+        """``count`` words of ``size`` bytes from ``addr`` on, in as many ``cmd`` frames
+        (payload: address and count packed as ``layout``) as the replies' length needs."""
+        per_frame = MAX_PAYLOAD // size
         data = b""
         for first in range(0, count, per_frame):
             n = min(per_frame, count - first)
-            data += self.command(Command.READ, struct.pack("<HH", addr + first, n))
-            if len(data) != (first + n) * rows:
-                raise ProtocolError(f"READ reply must carry {n * rows} bytes, not "
-                                    f"{len(data) - first * rows}")
+            data += self.command(cmd, struct.pack(layout, addr + first, n))
+            if len(data) != (first + n) * size:
+                raise ProtocolError(f"{cmd.name} reply must carry {n * size} bytes, not "
+                                    f"{len(data) - first * size}")
         return data
 
     def run(self) -> int:
