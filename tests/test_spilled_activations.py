@@ -153,23 +153,38 @@ def _fully_convolutional() -> onnx.ModelProto:
 
 #: 300 activation words, 512 weight words: the 320-word input lives in the external memory;
 #: :func:`_model`'s convolutions' weights do not stream whole (two slots of 288 words and the
-#: resident ones exceed 512), so they run in parts of 8 output channels, each part's weights
-#: streamed again for every band.
+#: resident ones exceed 512), so they run in parts of 8 output channels; a band's part
+#: streams a copy of the first band's weights, unless no other streamed layer runs in between.
 SMALL = dict(act_depth=300, wgt_depth=512)
 
 
 def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     """The input in the external memory (the host writes it there), every convolution in
-    bands of rows and parts of channels, each band's parts streaming copies of the first
-    band's weights: bit-exact, in the predicted cycles."""
+    bands of rows and parts of channels. conv0's part 8-15 is resident and its part 0-7
+    streams once: its later bands read the same slot, loaded by one LOADX before the first
+    (only resident layers run between them); conv1's bands alternate its two streamed parts,
+    so the second band's parts stream copies of the first's. Bit-exact, in the predicted
+    cycles."""
     result = build(_model(), None, config=_config(**SMALL), calib=_samples(8), log=_quiet)
     program = result.program
     x = program.placements["x:q"]
     assert (x.memory, x.words) == ("ext", 320)
-    names = [layer.name for layer in program.layers]
-    assert "conv0 [rows 0-4] [channels 8-15]" in names, names
-    copies = [layer.name for layer in program.layers if layer.ext_words and not layer.wgt_words]
-    assert "conv0 [rows 5-9] [channels 0-7]" in copies, copies
+    layers = {layer.name: layer for layer in program.layers}
+    first, later = (layers[f"conv0 [rows {r}] [channels 0-7]"] for r in ("0-4", "15-19"))
+    assert (first.ext_words, later.ext_words, later.wgt_words) == (72, 0, 0)
+    assert layers["conv0 [rows 0-4] [channels 8-15]"].ext_words == 0        # resident
+    index = {layer.name: i for i, layer in enumerate(program.layers)}
+    conv0 = [i for i in program.instructions if i.op == Op.LOADX and i["count"] == 72]
+    assert len(conv0) == 1 and conv0[0].layer == index[first.name] == 0     # at the start
+    loads = {}                  # layer -> the weight words its LOADWs read
+    for i in program.expanded():
+        if i.op == Op.LOADW:
+            loads.setdefault(i.layer, set()).add(i["wgt_addr"])
+    slot = conv0[0]["wgt_addr"]
+    assert loads[index[later.name]] == loads[index[first.name]]
+    assert min(loads[index[first.name]]) == slot and max(loads[index[first.name]]) < slot + 72
+    copy = layers["conv1 [rows 8-9] [channels 0-7]"]
+    assert (copy.ext_words, copy.wgt_words) == (144, 0)
     rtl_matches_golden(result, _samples(2), 2)
 
 

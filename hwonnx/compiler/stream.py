@@ -7,7 +7,9 @@ When a model's weight words do not fit the weight buffer, the largest layers str
 the rest (resident, from word 0) and two slots as large as the largest streamed layer fit.
 Streamed layer ``j`` (in program order) lives in slot ``j % 2``; its LOADX is issued right
 after the last instruction of streamed layer ``j - 2``, the slot's previous user (the first
-two at the start), so the copy overlaps the layers in between. A LOADX is accepted only when
+two at the start), so the copy overlaps the layers in between. Layers that read another's
+words (the bands of a layer) count as one streamed layer with it when they run right after
+it: they read its slot as it is. A LOADX is accepted only when
 the DMA is idle and the weight loader has finished, so the LOADX after streamed layer
 ``j``'s own (or a LOADX of no words after the last) is also the fence that makes its words
 visible to its LOADWs.
@@ -33,7 +35,7 @@ class StreamPlan:
     ext: "list[int]"              # the external memory's image: the streamed layers' words
     words: int                    # weight-buffer words used: resident and both slots
     loadx: "dict[int, list[dict]]"     # LOADX instructions issued before layer index i
-    streamed: "dict[int, int]"    # layer index -> its words in the external memory
+    streamed: "dict[int, int]"    # layer index -> the words its LOADX streams
 
 
 def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[LayerTiles]",
@@ -70,13 +72,22 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
     for i in sorted(resident):
         base[i] = len(image)
         image += wgt[starts[i]:starts[i] + layer_words[i]]
-    # a layer reading a streamed layer's words gets a copy of them in a slot of its own
+    # a layer reading a streamed layer's words gets a copy of them in a slot of its own,
+    # unless it runs right after the owner (or another such reader): the bands of a layer
+    # of one part share the slot and its one copy
     copies = {i: owner for i, owner in owners.items() if owner in streamed}
-    order = sorted(streamed | set(copies))
-    words = {i: layer_words[copies.get(i, i)] for i in order}
+    groups: "list[list[int]]" = []      # streamed layers in order, by slot and copy
+    for i in sorted(streamed | set(copies)):
+        if groups and copies.get(groups[-1][0], groups[-1][0]) == copies.get(i, i):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    words = {group[0]: layer_words[copies.get(group[0], group[0])] for group in groups}
     ext, ext_addr = [], {}
-    for j, i in enumerate(order):
-        base[i] = len(image) + (j % 2) * slot
+    for g, group in enumerate(groups):
+        for i in group:
+            base[i] = len(image) + (g % 2) * slot
+        i = group[0]
         if i in copies:             # the owner comes first
             ext_addr[i] = ext_addr[copies[i]]
             continue
@@ -96,8 +107,9 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
     def issue(before_layer: int, fields: dict) -> None:
         loadx.setdefault(before_layer, []).append({"op": Op.LOADX, **fields})
 
-    for j, i in enumerate(order + [None]):
-        where = 0 if j < 2 else order[j - 2] + 1
+    for g, group in enumerate(groups + [None]):
+        where = 0 if g < 2 else groups[g - 2][-1] + 1
+        i = None if group is None else group[0]
         issue(where, dict(count=0, wgt_addr=0, ext_addr=0) if i is None else dict(
             count=words[i], wgt_addr=base[i], ext_addr=ext_addr[i]))
     return StreamPlan(image, ext, len(image) + 2 * slot, loadx, words)
