@@ -16,10 +16,6 @@ _HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr"
 _PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
 #: The external memory's write port (``ArchConfig.ext_memory``), outside the accelerator.
 EXT_WRITE_PORTS = ("ext_wr_valid", "ext_wr_ready", "ext_wr_addr", "ext_wr_data")
-#: The bridge's read port into the external memory (READX; ``hdl/extmem.py: READ_PORT``),
-#: and ``ext_reading``: a read of the bridge's is in flight (its data is the bridge's).
-EXT_READ_PORTS = ("ext_cmd_valid", "ext_cmd_ready", "ext_cmd_addr", "ext_cmd_len",
-                  "ext_rvalid", "ext_rdata", "ext_reading")
 
 
 class HostBridge(wiring.Component):
