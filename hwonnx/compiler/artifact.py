@@ -248,9 +248,9 @@ def load_program(folder: Path) -> Program:
                          f"it") from error
     pages = pages_words(program)
     if encoded != prog or (pages and ext_pages(program) != images.get("ext", [])[:pages]):
-        raise ModelError(f"'{folder}' is not a consistent hwonnx build folder: "
-                         f"{'prog.hex' if encoded != prog else 'the pages in ext.hex'} "
-                         f"differ from the instructions of program.json; rebuild it")
+        what = "prog.hex differs" if encoded != prog else "the pages in ext.hex differ"
+        raise ModelError(f"'{folder}' is not a consistent hwonnx build folder: {what} from "
+                         f"the instructions of program.json; rebuild it")
     return program
 
 
