@@ -15,6 +15,7 @@ controller in it; minutes to an hour each). Tensil's published figures stand bes
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +79,14 @@ def sized_build(name: str):
     return model, calib, sized
 
 
+def commit() -> str:
+    """The commit the measurement runs at (``+`` when the tree has changes)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True,
+                              text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain") else "")
+
+
 def measure(name: str) -> dict:
     board = get_board(BOARD)
     started = time.monotonic()
@@ -112,7 +121,7 @@ def measure(name: str) -> dict:
         "fast_memory_cycles": fast,
         "memory_bound_fraction": round(1 - fast / rtl.predicted_cycles, 4),
         "ms_at_25MHz": round(rtl.predicted_cycles / config.clock_hz * 1e3, 2),
-        "bit_exact_with_golden": True,
+        "bit_exact_with_golden": True, "commit": commit(),
         "compile_seconds": round(compile_seconds, 1), "simulation_seconds": round(sim_seconds, 1),
         "simulated_cycles_per_second": round(rtl.steady_cycles_per_second),
     }
@@ -149,7 +158,8 @@ def markdown(results) -> str:
         "*Memory-bound* is the share of the cycles beyond what the same program takes with a "
         "memory that delivers a word every cycle (latency 2, no refresh), from the cycle "
         "model. The external bytes are one inference's: streamed weights, activations moved "
-        "in and out of the activation buffer, and the program's pages.", "",
+        "in and out of the activation buffer, and the program's pages. Measured at commit "
+        + ", ".join(sorted({r.get("commit", "?") for r in results})) + ".", "",
         "| model | parameters | MACs | fits the 85F (block RAMs, estimate) | instructions | "
         "external MB / inference (weights, activations, program) | cycles predicted "
         "(simulated) | memory-bound | ms at 25 MHz | Fmax | ms at Fmax |",
