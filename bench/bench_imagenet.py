@@ -80,11 +80,14 @@ def sized_build(name: str):
 
 
 def commit() -> str:
-    """The commit the measurement runs at (``+`` when the tree has changes)."""
+    """The commit the measurement runs at (``+`` when the tree has changes other than in
+    ``bench/results``)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True,
                               text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                  ":(top,exclude)bench/results")
+    return git("rev-parse", "--short", "HEAD") + ("+" if changed else "")
 
 
 def measure(name: str) -> dict:
@@ -196,20 +199,21 @@ def main(argv=None) -> int:
                              "with --bitstream) instead of running them again")
     args = parser.parse_args(argv)
     saved = args.out / "imagenet.json"
-    kept = {r["model"]: r for r in json.loads(saved.read_text())} \
+    rows = {r["model"]: r for r in json.loads(saved.read_text())} \
         if args.resume and saved.exists() else {}
-    results = [kept[name] for name in kept if name not in args.models]
-    for name in args.models:
-        r = kept.get(name) or measure(name)
+    kept = set(rows)
+    for name in args.models:            # every row is written as soon as it changes
+        r = rows[name] if name in kept else measure(name)
+        rows[name] = r
         print(f"{name}: {r['predicted_cycles']:,} cycles ({r['simulated_cycles']:,} simulated), "
               f"{r['external_bytes']:,} external bytes, {r['memory_bound_fraction']:.1%} "
               f"memory-bound, compile {r['compile_seconds']} s, simulation "
               f"{r['simulation_seconds']} s", flush=True)
+        write_results(args.out, "imagenet", list(rows.values()), markdown(rows.values()))
         if args.bitstream and r["fits"] and not r.get("fmax_mhz"):
             add_bitstream(r)
-        results.append(r)
-        write_results(args.out, "imagenet", results, markdown(results))
-    print(markdown(results))
+            write_results(args.out, "imagenet", list(rows.values()), markdown(rows.values()))
+    print(markdown(rows.values()))
     return 0
 
 
