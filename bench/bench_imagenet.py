@@ -33,7 +33,6 @@ from hwonnx.compiler.paging import pages_words
 from hwonnx.compiler.timing import predict
 from hwonnx.errors import ResourceError
 from hwonnx.fitting import configure_arch
-from hwonnx.hdl.extmem import ExtTiming
 from hwonnx.isa import Op
 from hwonnx.zoo import random_inputs
 from hwonnx.zoo.imagenet import IMAGENET
@@ -43,14 +42,6 @@ BOARD = "ulx3s-85f"
 
 def quiet(message):
     pass
-
-
-def fast_memory(timing: ExtTiming, word_bytes: int) -> ExtTiming:
-    """The counterfactual memory of the memory-bound share: as large as ``timing``'s and read
-    in bursts as long, but a word of ``word_bytes`` every cycle, the shortest latency the DMA
-    engine takes, and no refresh."""
-    return replace(timing, latency=2, refresh_cycles=1, refresh_period=1 << 40,
-                   bus_bytes=word_bytes)
 
 
 def traffic(program) -> dict:
@@ -109,7 +100,7 @@ def measure(name: str) -> dict:
     sim_seconds = time.monotonic() - started
     assert list(rtl.cycles) == [rtl.predicted_cycles]
     fast = predict(program.expanded(), config,
-                   memory_timing=fast_memory(config.ext_timing, config.cols)).total
+                   memory_timing=config.ext_timing.fastest(config.cols)).total
     moved = traffic(program)
     used = estimate(config, board)
     row = {

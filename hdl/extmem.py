@@ -20,7 +20,7 @@ the memory refreshes for ``refresh_cycles`` cycles as soon as no read or write i
 Python, for the cycle model.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
@@ -75,6 +75,13 @@ class ExtTiming:
         falls in it."""
         return -(-words // self.burst) * self.latency + words * self.beats(word_bytes)
 
+
+    def fastest(self, word_bytes: int) -> "ExtTiming":
+        """This memory as fast as the DMA engine takes it: a word of ``word_bytes`` every
+        cycle, the shortest latency (2) and no refresh (the counterfactual of the
+        memory-bound share, ``bench/bench_imagenet.py``)."""
+        return replace(self, latency=2, refresh_cycles=1, refresh_period=1 << 40,
+                       bus_bytes=word_bytes)
 
     def words(self, word_bytes: int) -> int:
         """The words of ``word_bytes`` bytes the memory holds."""

@@ -89,8 +89,9 @@ def test_the_cycle_model_takes_another_memory_timing():
     config, expanded = program.config, program.expanded()
     own = predict(expanded, config).total
     assert predict(expanded, config, memory_timing=config.ext_timing).total == own
-    fast = replace(config.ext_timing, latency=2, refresh_cycles=1, refresh_period=1 << 40,
-                   bus_bytes=config.cols)
+    fast = config.ext_timing.fastest(config.cols)
+    assert (fast.latency, fast.bus_bytes, fast.size_bytes) == (2, config.cols,
+                                                               config.ext_timing.size_bytes)
     slow = replace(config.ext_timing, latency=40, refresh_period=400)
     assert predict(expanded, config, memory_timing=fast).total < own
     assert predict(expanded, config, memory_timing=slow).total > own
