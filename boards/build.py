@@ -133,16 +133,30 @@ def nextpnr_resources(family: str, utilization: dict) -> "dict[str, int]":
     return found
 
 
+#: The instance name of the external memory's controller in the board top: nextpnr names
+#: the clocks it makes ``dram.<net>`` (``boards/dram.py``).
+_CONTROLLER_PREFIX = "dram."
+
+
 def _parse_nextpnr(log_text: str) -> dict:
+    """Fmax (the accelerator's clock: the slowest clock outside the memory controller), each
+    constrained clock's Fmax and target, and the utilisation, from nextpnr's log."""
     fmax = [float(f) for f in re.findall(r"Max frequency for clock[^:]*: ([\d.]+) MHz",
                                          log_text)]
+    clocks = {}         # nextpnr reports after placement and again after routing: the last
+    for name, mhz, target in re.findall(r"Max frequency for clock\s+'([^']+)': ([\d.]+) MHz "
+                                        r"\((?:PASS|FAIL) at ([\d.]+) MHz\)", log_text):
+        clocks[name.removeprefix("$glbnet$")] = {"fmax_mhz": float(mhz),
+                                                  "target_mhz": float(target)}
+    ours = [c["fmax_mhz"] for n, c in clocks.items() if not n.startswith(_CONTROLLER_PREFIX)]
     usage = {}
     section = log_text.split("Device utilisation:")[-1] if "Device utilisation:" in log_text \
         else ""
     for name, used, total in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)", section):
         usage.setdefault(name, {"used": int(used), "total": int(total)})
     # nextpnr reports Fmax after placement and again after routing: the last one counts.
-    return {"fmax_mhz": fmax[-1] if fmax else None, "utilization": usage}
+    return {"fmax_mhz": min(ours) if ours else fmax[-1] if fmax else None, "clocks": clocks,
+            "utilization": usage}
 
 
 #: The steps of the build script, by the environment variable naming their tool.
@@ -227,6 +241,11 @@ def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" 
     if parsed["fmax_mhz"] is not None and parsed["fmax_mhz"] < target_mhz:
         raise ToolchainError(f"The design reaches {parsed['fmax_mhz']:.1f} MHz but board "
                              f"'{board.name}' runs it at {target_mhz:.1f} MHz")
+    for name, clock in parsed["clocks"].items():
+        if name.startswith(_CONTROLLER_PREFIX) and clock["fmax_mhz"] < clock["target_mhz"]:
+            raise ToolchainError(f"The external memory's controller clock '{name}' reaches "
+                                 f"{clock['fmax_mhz']:.1f} MHz but needs "
+                                 f"{clock['target_mhz']:.1f} MHz")
     bitstream = final / bitstream.name if bitstream else None
     result = {"board": board.name, "bitstream": str(bitstream) if bitstream else None,
               "seconds": round(seconds, 1), "target_mhz": target_mhz, **parsed}

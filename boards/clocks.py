@@ -7,14 +7,15 @@ from amaranth.lib.cdc import ResetSynchronizer
 __all__ = ["pll_domain"]
 
 
-def pll_domain(m: Module, platform, family: str, clock_hz: int) -> None:
+def pll_domain(m: Module, platform, family: str, clock_hz: int) -> Signal:
     """Create the ``sync`` domain at ``clock_hz`` from the board's default clock through the
-    family's PLL, held in reset until the PLL locks."""
+    family's PLL, held in reset until the PLL locks; return the oscillator's clock (another
+    PLL may take it too: a DDR memory controller's)."""
     pin = platform.request(platform.default_clk, dir="-")
     m.submodules.clk_buf = buf = io.Buffer("i", pin)
     source_hz = int(platform.default_clk_frequency)
     m.domains.sync = ClockDomain("sync")
-    clk_out, locked = Signal(), Signal()
+    clk_out, locked = Signal(name="pll_clk"), Signal(name="pll_locked")
     if family == "ecp5":
         # fout = fin / CLKI_DIV * CLKFB_DIV; VCO = fout * CLKOP_DIV must lie in 400..800 MHz.
         fb_div, clki_div = _ratio(clock_hz, source_hz)
@@ -47,6 +48,7 @@ def pll_domain(m: Module, platform, family: str, clock_hz: int) -> None:
     m.d.comb += ClockSignal("sync").eq(clk_out)
     m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
     platform.add_clock_constraint(clk_out, clock_hz)
+    return buf.i
 
 
 def _ratio(target: int, source: int) -> "tuple[int, int]":

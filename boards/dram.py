@@ -1,69 +1,17 @@
-"""The board side of the external memory: the sequencer that initializes a LiteDRAM core over
-its Wishbone control bus (the core has no CPU to run LiteDRAM's BIOS), and the bridge from the
-accelerator's burst read port (``hdl/extmem.py``) and the host's word writes to the core's
-native user port (LiteDRAM ``LiteDRAMNativePort``: ``cmd`` valid/ready/we/addr, ``wdata``
+"""The board side of the external memory: the LiteDRAM core, brought up by its sequencer
+(``boards/dram_init.py``), and the bridge from the accelerator's burst read port
+(``hdl/extmem.py``) and the host's word writes to the core's native user port (LiteDRAM ``LiteDRAMNativePort``: ``cmd`` valid/ready/we/addr, ``wdata``
 valid/ready/data/we, ``rdata`` valid/ready/data; read data returns in command order)."""
 
-from amaranth.hdl import ClockSignal, Instance, Module, Signal
+from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Module,
+                          ResetSignal, Signal)
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..hdl.extmem import connect_read_port
 
-__all__ = ["DramInit", "NativeBridge", "attach_litedram"]
-
-
-class DramInit(wiring.Component):
-    """Performs ``writes`` (``(word address, data, cycles to wait after it)``, from
-    :func:`hwonnx.boards.litedram.init_writes`) on a Wishbone bus in order after reset, each a
-    classic single write held until ``ack``; the next begins ``wait + 2`` cycles after that
-    ``ack``. Then raises ``done``.
-
-    Members
-    -------
-    cyc, stb, we, adr, dat_w, sel, ack : the Wishbone master (32-bit data, word addresses).
-    done : ``Out(1)`` the last write and its wait are over.
-    """
-
-    def __init__(self, writes: "list[tuple[int, int, int]]"):
-        if not writes:
-            raise ValueError("DramInit needs at least one write")
-        self._writes = list(writes)
-        super().__init__({
-            "cyc": Out(1), "stb": Out(1), "we": Out(1), "adr": Out(30), "dat_w": Out(32),
-            "sel": Out(4), "ack": In(1), "done": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        writes = self._writes
-        longest = max(delay for _, _, delay in writes)
-        rom = Memory(shape=30 + 32 + 32, depth=len(writes), init=[
-            adr | (data << 30) | (delay << 62) for adr, data, delay in writes])
-        m.submodules.rom = rom
-        read = rom.read_port(domain="comb")
-        index = Signal(range(len(writes) + 1))
-        wait = Signal(range(longest + 1))
-        m.d.comb += [read.addr.eq(index), self.adr.eq(read.data[:30]),
-                     self.dat_w.eq(read.data[30:62]), self.sel.eq(0b1111), self.we.eq(1)]
-        with m.FSM():
-            with m.State("WRITE"):
-                m.d.comb += [self.cyc.eq(1), self.stb.eq(1)]
-                with m.If(self.ack):
-                    m.d.sync += wait.eq(read.data[62:])
-                    m.next = "WAIT"
-            with m.State("WAIT"):
-                with m.If(wait != 0):
-                    m.d.sync += wait.eq(wait - 1)
-                with m.Elif(index == len(writes) - 1):
-                    m.next = "DONE"
-                with m.Else():
-                    m.d.sync += index.eq(index + 1)
-                    m.next = "WRITE"
-            with m.State("DONE"):
-                m.d.comb += self.done.eq(1)
-        return m
+__all__ = ["NativeBridge", "NativePortCDC", "attach_litedram"]
 
 
 class NativeBridge(wiring.Component):
@@ -130,44 +78,125 @@ class NativeBridge(wiring.Component):
         return m
 
 
-def attach_litedram(m: Module, platform, system, core, burst: int) -> None:
-    """Add to ``m`` the LiteDRAM ``core`` (:class:`hwonnx.boards.litedram.DramCore`, its
-    Verilog added to ``platform``'s build) on the board's ``sdram`` pins, initialized by a
-    :class:`DramInit` and joined to ``system``'s (:class:`~hwonnx.boards.top.SystemTop`)
-    external-memory ports through a :class:`NativeBridge`.
+#: A LiteDRAM native port's members, as its user (the master) drives them.
+NATIVE_PORT = {"cmd_valid": Out, "cmd_ready": In, "cmd_we": Out, "cmd_addr": Out,
+               "wdata_valid": Out, "wdata_ready": In, "wdata_data": Out, "wdata_we": Out,
+               "rdata_valid": In, "rdata_ready": Out, "rdata_data": In}
 
-    The core drives its pins through its own I/O registers (and the data pins through its own
-    TRELLIS_IO), so they connect to the pads directly, at the core's polarity (active-low
-    command pins). The memory's clock is the system clock inverted (an ODDRX1F that outputs 0
-    in the clock's high half, 1 in its low half): the SDRAM samples in the middle of each
-    command and data cycle."""
-    from .litedram import init_writes
+
+class NativePortCDC(wiring.Component):
+    """A native port in the ``dram`` domain (``down_*``, the controller's) offered in ``sync``
+    (``up_*``, :class:`NativeBridge`'s ``port_*``) through three asynchronous FIFOs: commands
+    and write data down, read data up. A read command is taken only while fewer than
+    ``depth`` read words are in flight or unclaimed, so the read-data FIFO never overflows
+    and the controller's ``rdata_ready`` stays high.
+
+    Members
+    -------
+    up_* : :data:`NATIVE_PORT` flipped, in ``sync``. down_* : :data:`NATIVE_PORT`, in ``dram``.
+    """
+
+    def __init__(self, width: int, addr_bits: int, depth: int = 32):
+        shapes = {"cmd_addr": addr_bits, "wdata_data": width, "wdata_we": width // 8,
+                  "rdata_data": width}
+        members = {}
+        for name, flow in NATIVE_PORT.items():
+            members[f"up_{name}"] = flow.flip()(shapes.get(name, 1))
+            members[f"down_{name}"] = flow(shapes.get(name, 1))
+        super().__init__(members)
+        self._width, self._addr_bits, self._depth = width, addr_bits, depth
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Cat
+        from amaranth.lib.fifo import AsyncFIFO
+        m = Module()
+        w, a, depth = self._width, self._addr_bits, self._depth
+        m.submodules.cmd = cmd = AsyncFIFO(width=a + 1, depth=4, w_domain="sync",
+                                           r_domain="dram")
+        m.submodules.wdata = wdata = AsyncFIFO(width=w + w // 8, depth=4, w_domain="sync",
+                                               r_domain="dram")
+        m.submodules.rdata = rdata = AsyncFIFO(width=w, depth=depth, w_domain="dram",
+                                               r_domain="sync")
+        in_flight = Signal(range(depth + 1))
+        accept = cmd.w_rdy & (self.up_cmd_we | (in_flight < depth))
+        issued = self.up_cmd_valid & accept & ~self.up_cmd_we
+        taken = rdata.r_rdy & self.up_rdata_ready
+        m.d.sync += in_flight.eq(in_flight + issued - taken)
+        m.d.comb += [
+            self.up_cmd_ready.eq(accept), cmd.w_en.eq(self.up_cmd_valid & accept),
+            cmd.w_data.eq(Cat(self.up_cmd_addr, self.up_cmd_we)),
+            self.down_cmd_valid.eq(cmd.r_rdy), cmd.r_en.eq(self.down_cmd_ready),
+            self.down_cmd_addr.eq(cmd.r_data[:a]), self.down_cmd_we.eq(cmd.r_data[a]),
+            self.up_wdata_ready.eq(wdata.w_rdy), wdata.w_en.eq(self.up_wdata_valid),
+            wdata.w_data.eq(Cat(self.up_wdata_data, self.up_wdata_we)),
+            self.down_wdata_valid.eq(wdata.r_rdy), wdata.r_en.eq(self.down_wdata_ready),
+            self.down_wdata_data.eq(wdata.r_data[:w]), self.down_wdata_we.eq(wdata.r_data[w:]),
+            rdata.w_en.eq(self.down_rdata_valid), rdata.w_data.eq(self.down_rdata_data),
+            self.down_rdata_ready.eq(1),
+            self.up_rdata_valid.eq(rdata.r_rdy), self.up_rdata_data.eq(rdata.r_data),
+            rdata.r_en.eq(self.up_rdata_ready)]
+        return m
+
+
+def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=None) -> None:
+    """Add to ``m`` the LiteDRAM ``core`` (:class:`hwonnx.boards.litedram.DramCore`, its
+    Verilog added to ``platform``'s build) on the board's memory pins, brought up by a
+    :class:`~hwonnx.boards.dram_init.DramInit` and joined to ``system``'s
+    (:class:`~hwonnx.boards.top.SystemTop`) external-memory ports through a
+    :class:`NativeBridge`.
+
+    The core drives its pins through its own I/O registers and buffers, so they connect to
+    the pads directly, at the core's polarity (active-low command pins).
+
+    - SDR (``ulx3s-sdram``): the core runs on the accelerator's clock; the memory's clock is
+      that clock inverted (an ODDRX1F that outputs 0 in the clock's high half, 1 in its low
+      half): the SDRAM samples in the middle of each command and data cycle.
+    - DDR3 (``ecpix5-ddr3``): the core makes its clocks from ``oscillator`` (the board's
+      oscillator) and runs in the ``dram`` domain, its sequencer too; the bridge reaches it
+      through a :class:`NativePortCDC`."""
+    from .dram_init import DramInit
+    from .litedram import handover_writes, init_writes, read_leveling
 
     platform.add_file(core.verilog.name, core.verilog.read_text())
-    pins = platform.request("sdram", 0, dir="-")
     width = core.port_data_bits
-    m.submodules.dram_init = init = DramInit(init_writes(core))
     m.submodules.dram_bridge = bridge = NativeBridge(width, core.port_addr_bits, burst)
     connect_read_port(m, system, bridge, requester_prefix="ext_")
     m.d.comb += [bridge.wr_valid.eq(system.ext_wr_valid), system.ext_wr_ready.eq(bridge.wr_ready),
                  bridge.wr_addr.eq(system.ext_wr_addr), bridge.wr_data.eq(system.ext_wr_data)]
-    m.submodules.sdram_clock = Instance("ODDRX1F", i_SCLK=ClockSignal(), i_RST=0, i_D0=0,
-                                        i_D1=1, o_Q=pins.clk.io)
+    if core.own_clock:
+        init = DramInit(init_writes(core, handover=False), read_leveling(core),
+                        handover_writes(core), handover_writes(core, error=True))
+        m.submodules.dram_init = DomainRenamer({"sync": "dram"})(init)
+        m.submodules.dram_cdc = cdc = NativePortCDC(width, core.port_addr_bits)
+        for name, flow in NATIVE_PORT.items():
+            ours, theirs = getattr(bridge, f"port_{name}"), getattr(cdc, f"up_{name}")
+            m.d.comb += theirs.eq(ours) if flow == Out else ours.eq(theirs)
+        port = {name: getattr(cdc, f"down_{name}") for name in NATIVE_PORT}
+        m.domains.dram = ClockDomain("dram")
+        user_clk, user_rst = Signal(), Signal()
+        m.d.comb += [ClockSignal("dram").eq(user_clk), ResetSignal("dram").eq(user_rst)]
+        pins = platform.request("ddr3", 0, dir="-")
+        memory = dict(i_clk=oscillator, i_rst=0, o_user_clk=user_clk, o_user_rst=user_rst,
+                      o_ddram_a=pins.a.io, o_ddram_ba=pins.ba.io, o_ddram_cas_n=pins.cas.io,
+                      o_ddram_cke=pins.clk_en.io, o_ddram_clk_p=pins.clk.p,
+                      o_ddram_dm=pins.dm.io, io_ddram_dq=pins.dq.io, io_ddram_dqs_p=pins.dqs.p,
+                      o_ddram_odt=pins.odt.io, o_ddram_ras_n=pins.ras.io,
+                      o_ddram_we_n=pins.we.io)
+    else:
+        m.submodules.dram_init = init = DramInit(init_writes(core))
+        port = {name: getattr(bridge, f"port_{name}") for name in NATIVE_PORT}
+        pins = platform.request("sdram", 0, dir="-")
+        m.submodules.sdram_clock = Instance("ODDRX1F", i_SCLK=ClockSignal(), i_RST=0, i_D0=0,
+                                            i_D1=1, o_Q=pins.clk.io)
+        memory = dict(i_clk=ClockSignal(), i_rst=0,     # holds its state through a reset
+                      o_sdram_a=pins.a.io, o_sdram_ba=pins.ba.io, o_sdram_cas_n=pins.cas.io,
+                      o_sdram_cke=pins.clk_en.io, o_sdram_cs_n=pins.cs.io,
+                      o_sdram_dm=pins.dqm.io, io_sdram_dq=pins.dq.io,
+                      o_sdram_ras_n=pins.ras.io, o_sdram_we_n=pins.we.io)
+    user = {f"{'i' if flow == Out else 'o'}_user_port_dma_{name}": port[name]
+            for name, flow in NATIVE_PORT.items()}
     m.submodules.dram = Instance(
-        core.module, i_clk=ClockSignal(), i_rst=0,    # holds its state through a reset
-        o_sdram_a=pins.a.io, o_sdram_ba=pins.ba.io, o_sdram_cas_n=pins.cas.io,
-        o_sdram_cke=pins.clk_en.io, o_sdram_cs_n=pins.cs.io, o_sdram_dm=pins.dqm.io,
-        io_sdram_dq=pins.dq.io, o_sdram_ras_n=pins.ras.io, o_sdram_we_n=pins.we.io,
+        core.module, **memory, **user,
         i_wb_ctrl_adr=init.adr, i_wb_ctrl_dat_w=init.dat_w, i_wb_ctrl_sel=init.sel,
         i_wb_ctrl_cyc=init.cyc, i_wb_ctrl_stb=init.stb, i_wb_ctrl_we=init.we,
-        i_wb_ctrl_cti=0, i_wb_ctrl_bte=0, o_wb_ctrl_ack=init.ack,
-        i_user_port_dma_cmd_valid=bridge.port_cmd_valid,
-        o_user_port_dma_cmd_ready=bridge.port_cmd_ready,
-        i_user_port_dma_cmd_we=bridge.port_cmd_we, i_user_port_dma_cmd_addr=bridge.port_cmd_addr,
-        i_user_port_dma_wdata_valid=bridge.port_wdata_valid,
-        o_user_port_dma_wdata_ready=bridge.port_wdata_ready,
-        i_user_port_dma_wdata_data=bridge.port_wdata_data,
-        i_user_port_dma_wdata_we=bridge.port_wdata_we,
-        o_user_port_dma_rdata_valid=bridge.port_rdata_valid,
-        i_user_port_dma_rdata_ready=bridge.port_rdata_ready,
-        o_user_port_dma_rdata_data=bridge.port_rdata_data)
+        i_wb_ctrl_cti=0, i_wb_ctrl_bte=0, o_wb_ctrl_ack=init.ack, o_wb_ctrl_dat_r=init.dat_r)

@@ -8,6 +8,7 @@ from math import ceil
 from ..config import ArchConfig
 from ..errors import ResourceError
 from ..hdl.top import Accelerator
+from .litedram import CONTROLLERS
 from .registry import Board
 
 __all__ = ["Usage", "estimate", "check_fits", "check_board_fit"]
@@ -23,10 +24,6 @@ _WALKER_LUTS = 1500
 #: Logic cells of one lane of the element-wise engine beside its two multipliers (zero
 #: points, the combination, the accumulator write multiplexer), and its controller.
 _ELTWISE_LUTS_PER_LANE, _ELTWISE_LUTS = 120, 300
-#: Logic cells of the external memory's path: the DMA engine, the LiteDRAM SDR controller,
-#: its init sequencer and port bridge (KWS on the ULX3S-85F: 18,514 with it, 17,125 without;
-#: bench/results/boards.md).
-_EXT_LUTS = 1400
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
             + config.cols * 300 + (_WALKER_LUTS if config.walker else 0)
             + (_ELTWISE_LUTS + lanes * _ELTWISE_LUTS_PER_LANE if lanes else 0)
-            + (_EXT_LUTS if config.ext_memory else 0))
+            + (CONTROLLERS[config.ext_memory]["luts"] if config.ext_memory else 0))
     return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge)
 
 

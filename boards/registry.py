@@ -148,7 +148,8 @@ BOARDS = {board.name: board for board in [
     Board("ulx3s-85f", "Radiona ULX3S, Lattice ECP5 LFE5U-85F", "ulx3s:ULX3S_85F_Platform",
           "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000, ext_memory="ulx3s-sdram"),
     Board("ecpix5-85", "LambdaConcept ECPIX-5, Lattice ECP5 LFE5UM5G-85F",
-          "ecpix5:ECPIX585Platform", "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000, pll=True),
+          "ecpix5:ECPIX585Platform", "ecp5", 156, 3744, 83640, _ECP5_85F, 25_000_000, pll=True,
+          ext_memory="ecpix5-ddr3"),
     Board("orangecrab-85f", "Good Stuff Department OrangeCrab r0.2, Lattice ECP5 LFE5U-85F "
           "(UART on Feather pins 0/1)", "hwonnx.boards.platforms:OrangeCrab85FUARTPlatform",
           "ecp5", 156, 3744, 83640, replace(_ECP5_85F, clock_hz=24_000_000), 24_000_000,

