@@ -83,7 +83,9 @@ def measure(board_name: str, model: str, streamed: bool = False) -> dict:
             "dsp": used["dsp"], "bram": used["bram"], "luts": used["luts"], "ffs": used["ffs"],
             "fit_check_estimate": {"dsp": predicted.dsp, "bram": predicted.bram_blocks,
                                    "luts": predicted.luts},
-            "build_seconds": round(seconds, 1), "toolchain_seconds": report["seconds"]}
+            "build_seconds": round(seconds, 1), "toolchain_seconds": report["seconds"],
+            **({"controller_clocks": {n: c for n, c in report["clocks"].items()
+                                      if n.startswith("dram.")}} if streamed else {})}
 
 
 #: Published latencies of the same MLPerf Tiny reference models on FPGAs (MLPerf Tiny v1.1,
@@ -115,10 +117,12 @@ def markdown(results) -> str:
              "fit-check columns are hwonnx's estimate made before synthesis. Latency is the "
              "predicted cycles (equal to the simulated ones) at the board's clock and at "
              "Fmax. Rows without a program size were measured before the looped ISA and its "
-             "tile walker. Rows `<model>+ulx3s-sdram` (`--streamed`) stream the weights from "
-             "the ULX3S's SDRAM through a weight buffer of two slots as large as the largest "
-             "layer, with LiteDRAM's controller in the bitstream; their cycles are predicted "
-             "with the SDRAM's memory model (not yet measured on a board).", "",
+             "tile walker. Rows `<model>+<memory>` (`--streamed`) stream the weights from "
+             "the board's external memory (`ulx3s-sdram`, `ecpix5-ddr3`) through a weight "
+             "buffer of two slots as large as the largest layer, with LiteDRAM's controller "
+             "in the bitstream; their cycles are predicted with the memory's model (not yet "
+             "measured on a board). Fmax is the accelerator's clock; the DDR3 controller runs "
+             "in its own clock domain (its clocks below the table).", "",
              "| board | model | array | Fmax MHz | target MHz | DSP | block RAM | LUTs | FFs | "
              "estimate DSP / BRAM / LUT | instructions (bits) | cycles | ms at target / "
              "Fmax | build s |",
@@ -135,6 +139,12 @@ def markdown(results) -> str:
                      f"{r['luts']['used']}/{r['luts']['total']} | {r['ffs']['used']} | "
                      f"{e['dsp']} / {e['bram']} / {e['luts']} | {program} | "
                      f"{r.get('predicted_cycles', '')} | {latency} | {r['build_seconds']} |")
+    clocked = [r for r in results if r.get("controller_clocks")]
+    if clocked:
+        lines += ["", "The memory controllers' own clocks (nextpnr, post-route):", ""]
+        lines += [f"- {r['board']} {r['model']}: " + ", ".join(
+            f"`{name}` {c['fmax_mhz']} MHz (needs {c['target_mhz']})"
+            for name, c in r["controller_clocks"].items()) for r in clocked]
     return "\n".join(lines + anchors(results)) + "\n"
 
 

@@ -87,9 +87,11 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
         dram = None
         if config.ext_memory:
             from .litedram import generate_controller
+            part = (f"{platform.device}{platform.package}-{platform.speed}"
+                    if board.family == "xilinx7" else
+                    f"{platform.device}-{platform.speed}{platform.package}C")
             dram = generate_controller(config.ext_memory, board.clock_hz, config.cols * 8,
-                                       f"{platform.device}-{platform.speed}{platform.package}C",
-                                       Path(scratch))
+                                       part, Path(scratch))
         top = BoardTop(board, config, board_images(program), build_id(program), dram=dram)
         with fast_memories():            # hdl/convert.py: seconds, not minutes
             plan = platform.build(top, name=TOP_NAME, do_build=False,

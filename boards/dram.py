@@ -11,13 +11,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..hdl.extmem import connect_read_port
 
-__all__ = ["NativeBridge", "NativePortCDC", "attach_litedram"]
+__all__ = ["NativeBridge", "NativePortCDC", "attach_litedram", "PINS", "XDC", "NATIVE_PORT"]
 
 
 class NativeBridge(wiring.Component):
     """The accelerator's burst reads (``cmd_*``, ``rvalid``, ``rdata``: ``hdl/extmem.py``) and
     the host's single-word writes (``wr_valid`` held until ``wr_ready``) on a LiteDRAM native
-    port of words as wide as the accelerator's (``port_*``). A read of ``cmd_len`` words is
+    port (``port_*``) of words as wide as the accelerator's or wider (``port_width``: a power
+    of two; a word written is zero-extended, a word read truncated). A read of ``cmd_len`` words is
     taken when no other is being issued and becomes ``cmd_len`` port commands; the port
     returns their data in order, passed on as it comes. A write waits until no read command
     is left to issue. The port's address is ``addr_bits`` wide: the memory's size in words.
@@ -31,16 +32,18 @@ class NativeBridge(wiring.Component):
     port_rdata_data : the native port.
     """
 
-    def __init__(self, width: int, addr_bits: int, burst: int):
+    def __init__(self, width: int, addr_bits: int, burst: int, port_width: "int | None" = None):
+        port_width = port_width or width
         super().__init__({
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_addr": In(32),
             "cmd_len": In(range(burst + 1)), "rvalid": Out(1), "rdata": Out(width),
             "wr_valid": In(1), "wr_ready": Out(1), "wr_addr": In(32), "wr_data": In(width),
             "port_cmd_valid": Out(1), "port_cmd_ready": In(1), "port_cmd_we": Out(1),
             "port_cmd_addr": Out(addr_bits),
-            "port_wdata_valid": Out(1), "port_wdata_ready": In(1), "port_wdata_data": Out(width),
-            "port_wdata_we": Out(width // 8),
-            "port_rdata_valid": In(1), "port_rdata_ready": Out(1), "port_rdata_data": In(width),
+            "port_wdata_valid": Out(1), "port_wdata_ready": In(1),
+            "port_wdata_data": Out(port_width), "port_wdata_we": Out(port_width // 8),
+            "port_rdata_valid": In(1), "port_rdata_ready": Out(1),
+            "port_rdata_data": In(port_width),
         })
         self._burst = burst
 
@@ -77,6 +80,28 @@ class NativeBridge(wiring.Component):
                     m.next = "IDLE"
         return m
 
+
+#: Each memory's pins: the amaranth-boards resource, and the core's pin -> its subsignal (a
+#: differential pair's ``.p`` or ``.n``). The core drives them at its own polarity, so the
+#: raw pads are used (the resources' active-low pins included).
+_DDR3 = {"ddram_a": "a", "ddram_ba": "ba", "ddram_cas_n": "cas", "ddram_cke": "clk_en",
+         "ddram_clk_p": "clk.p", "ddram_dm": "dm", "ddram_dq": "dq", "ddram_dqs_p": "dqs.p",
+         "ddram_odt": "odt", "ddram_ras_n": "ras", "ddram_we_n": "we"}
+PINS = {
+    "ulx3s-sdram": ("sdram", {
+        "sdram_a": "a", "sdram_ba": "ba", "sdram_cas_n": "cas", "sdram_cke": "clk_en",
+        "sdram_cs_n": "cs", "sdram_dm": "dqm", "sdram_dq": "dq", "sdram_ras_n": "ras",
+        "sdram_we_n": "we"}),
+    # The ECP5's differential outputs and inputs take their P pad only.
+    "ecpix5-ddr3": ("ddr3", _DDR3),
+    # The Xilinx PHY drives both pads of its pairs (OBUFDS, IOBUFDS), chip select and reset.
+    "arty-ddr3": ("ddr3", {**_DDR3, "ddram_clk_n": "clk.n", "ddram_dqs_n": "dqs.n",
+                           "ddram_cs_n": "cs", "ddram_reset_n": "rst"}),
+}
+
+#: Vivado constraints a memory's pins need beyond the resource's: the Arty's DDR3 bank (34)
+#: takes its SSTL135 reference from the FPGA (as LiteX's Arty platform sets it).
+XDC = {"arty-ddr3": "set_property INTERNAL_VREF 0.675 [get_iobanks 34]\n"}
 
 #: A LiteDRAM native port's members, as its user (the master) drives them.
 NATIVE_PORT = {"cmd_valid": Out, "cmd_ready": In, "cmd_we": Out, "cmd_addr": Out,
@@ -159,7 +184,8 @@ def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=No
 
     platform.add_file(core.verilog.name, core.verilog.read_text())
     width = core.port_data_bits
-    m.submodules.dram_bridge = bridge = NativeBridge(width, core.port_addr_bits, burst)
+    m.submodules.dram_bridge = bridge = NativeBridge(len(system.ext_rdata), core.port_addr_bits,
+                                                     burst, width)
     connect_read_port(m, system, bridge, requester_prefix="ext_")
     m.d.comb += [bridge.wr_valid.eq(system.ext_wr_valid), system.ext_wr_ready.eq(bridge.wr_ready),
                  bridge.wr_addr.eq(system.ext_wr_addr), bridge.wr_data.eq(system.ext_wr_data)]
@@ -175,24 +201,24 @@ def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=No
         m.domains.dram = ClockDomain("dram")
         user_clk, user_rst = Signal(), Signal()
         m.d.comb += [ClockSignal("dram").eq(user_clk), ResetSignal("dram").eq(user_rst)]
-        pins = platform.request("ddr3", 0, dir="-")
-        memory = dict(i_clk=oscillator, i_rst=0, o_user_clk=user_clk, o_user_rst=user_rst,
-                      o_ddram_a=pins.a.io, o_ddram_ba=pins.ba.io, o_ddram_cas_n=pins.cas.io,
-                      o_ddram_cke=pins.clk_en.io, o_ddram_clk_p=pins.clk.p,
-                      o_ddram_dm=pins.dm.io, io_ddram_dq=pins.dq.io, io_ddram_dqs_p=pins.dqs.p,
-                      o_ddram_odt=pins.odt.io, o_ddram_ras_n=pins.ras.io,
-                      o_ddram_we_n=pins.we.io)
+        memory = dict(i_clk=oscillator, i_rst=0, o_user_clk=user_clk, o_user_rst=user_rst)
     else:
         m.submodules.dram_init = init = DramInit(init_writes(core))
         port = {name: getattr(bridge, f"port_{name}") for name in NATIVE_PORT}
-        pins = platform.request("sdram", 0, dir="-")
+        memory = dict(i_clk=ClockSignal(), i_rst=0)     # holds its state through a reset
+    resource, connections = PINS[core.memory]
+    pins = platform.request(resource, 0, dir="-")
+    for name, path in connections.items():
+        pin = pins
+        for part in path.split("."):
+            pin = getattr(pin, part)
+        inout = name.endswith(("_dq", "_dqs_p", "_dqs_n"))
+        memory[f"{'io' if inout else 'o'}_{name}"] = getattr(pin, "io", pin)
+    if core.memory == "ulx3s-sdram":
         m.submodules.sdram_clock = Instance("ODDRX1F", i_SCLK=ClockSignal(), i_RST=0, i_D0=0,
                                             i_D1=1, o_Q=pins.clk.io)
-        memory = dict(i_clk=ClockSignal(), i_rst=0,     # holds its state through a reset
-                      o_sdram_a=pins.a.io, o_sdram_ba=pins.ba.io, o_sdram_cas_n=pins.cas.io,
-                      o_sdram_cke=pins.clk_en.io, o_sdram_cs_n=pins.cs.io,
-                      o_sdram_dm=pins.dqm.io, io_sdram_dq=pins.dq.io,
-                      o_sdram_ras_n=pins.ras.io, o_sdram_we_n=pins.we.io)
+    if core.memory in XDC:
+        platform.add_file(f"{core.module}.xdc", XDC[core.memory])
     user = {f"{'i' if flow == Out else 'o'}_user_port_dma_{name}": port[name]
             for name, flow in NATIVE_PORT.items()}
     m.submodules.dram = Instance(

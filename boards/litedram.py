@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ToolchainError
+from ..hdl.extmem import port_bytes
 
 __all__ = ["CONTROLLERS", "DramCore", "generate_controller", "init_writes",
            "handover_writes", "read_leveling", "DFII"]
@@ -23,6 +24,9 @@ __all__ = ["CONTROLLERS", "DramCore", "generate_controller", "init_writes",
 #:   (``sys_clk_freq``; the DDR3 runs at 100 MHz, as LiteX's ECPIX-5 target at 50 MHz),
 #:   crossed to the accelerator's clock (``boards/dram.py: NativePortCDC``). The board ties
 #:   the DDR3's ``cs_n`` and ``reset_n``; ODT and drive strength as LiteX's ECP5 targets.
+#: - the Arty A7's MT41K128M16 (256 MB DDR3, 16 bits) on LiteDRAM's Artix-7 PHY (1:4, its
+#:   ISERDES/OSERDES and IDELAYs: Vivado builds it), at 100 MHz from the board's 100 MHz
+#:   oscillator as LiteX's Arty target, crossed to the accelerator's clock likewise.
 #: ``luts``: logic cells of the external memory's path: the DMA engine, the controller, its
 #: sequencer and bridge (``boards/fit.py``; ULX3S: KWS on the 85F has 18,514 with it, 17,125
 #: without, bench/results/boards.md).
@@ -30,6 +34,11 @@ CONTROLLERS = {
     "ulx3s-sdram": {"memtype": "SDR", "sdram_module": "IS42S16160", "sdram_module_nb": 2,
                     "sdram_rank_nb": 1, "sdram_phy": "GENSDRPHY", "cmd_buffer_depth": 16,
                     "luts": 1400},
+    "arty-ddr3": {"memtype": "DDR3", "sdram_module": "MT41K128M16", "sdram_module_nb": 2,
+                  "sdram_rank_nb": 1, "sdram_phy": "A7DDRPHY", "cmd_buffer_depth": 16,
+                  "sys_clk_freq": 100_000_000, "input_clk_freq": 100_000_000,
+                  "iodelay_clk_freq": 200_000_000, "cmd_latency": 0, "speedgrade": -1,
+                  "rtt_nom": "60ohm", "rtt_wr": "60ohm", "ron": "34ohm", "luts": 5000},
     "ecpix5-ddr3": {"memtype": "DDR3", "sdram_module": "MT41K256M16", "sdram_module_nb": 2,
                     "sdram_rank_nb": 1, "sdram_phy": "ECP5DDRPHY", "cmd_buffer_depth": 16,
                     "sys_clk_freq": 50_000_000, "input_clk_freq": 100_000_000,
@@ -48,12 +57,14 @@ DFII = {"DFII_CONTROL_SEL": 0x01, "DFII_CONTROL_CKE": 0x02, "DFII_CONTROL_ODT": 
 @dataclass(frozen=True)
 class DramCore:
     """A generated controller: its Verilog module and what the design around it needs."""
+    memory: str                      # the memory's name (CONTROLLERS)
     module: str
     verilog: Path
     registers: "dict[str, int]"      # control register -> byte address on the control bus
     init: "list[list]"               # LiteDRAM's init steps: comment, a, ba, command, delay
     port_addr_bits: int              # the native user port: address in words of ...
-    port_data_bits: int              # ... this many bits
+    port_data_bits: int              # ... this many bits (a weight word, padded to a power
+    #                                  of two: hdl/extmem.py, port_bytes)
     phy: "dict[str, object]"         # the PHY's settings (``PhySettings``): type, data bits,
     #                                  phases, read/write phase, read leveling's bitslips, delays
     register_words: "dict[str, int]"  # control register -> its 32-bit words (most significant
@@ -78,8 +89,9 @@ def generate_controller(memory: str, clock_hz: int, word_bits: int, device: str,
                              "pip install -e \".[bitstream]\" (litedram, litex, migen)")
     folder.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in CONTROLLERS[memory].items() if k != "luts"}
+    port_bits = 8 * port_bytes(word_bits // 8)       # a word each, padded to a power of two
     config = {"name": name, "sys_clk_freq": clock_hz, **settings, "device": device,
-              "user_ports": {"dma": {"type": "native", "data_width": word_bits}}}
+              "user_ports": {"dma": {"type": "native", "data_width": port_bits}}}
     (folder / "litedram.json").write_text(json.dumps(config, indent=1))
     done = subprocess.run([sys.executable, "-m", "hwonnx.boards.litedram_gen",
                            str(folder / "litedram.json"), str(folder)],
@@ -89,7 +101,7 @@ def generate_controller(memory: str, clock_hz: int, word_bits: int, device: str,
         raise ToolchainError(f"LiteDRAM could not generate the controller of '{memory}': "
                              f"{tail}")
     core = json.loads((folder / "core.json").read_text())
-    return DramCore(core["module"], folder / f"{name}.v", core["registers"], core["init"],
+    return DramCore(memory, core["module"], folder / f"{name}.v", core["registers"], core["init"],
                     core["port_addr_bits"], core["port_data_bits"], core["phy"],
                     core["register_words"])
 
@@ -108,6 +120,8 @@ def init_writes(core: DramCore, handover: bool = True) -> "list[tuple[int, int, 
     controller takes the memory over."""
     reg = {name: address // 4 for name, address in core.registers.items()}
     writes = []
+    if "ddrphy_rst" in reg:              # the BIOS's sdram_init() resets such a PHY first
+        writes += [(reg["ddrphy_rst"], 1, 1000), (reg["ddrphy_rst"], 0, 1000)]
     for _, a, ba, command, delay in core.init:
         writes += [(reg["sdram_dfii_pi0_address"], a, 0),
                    (reg["sdram_dfii_pi0_baddress"], ba, 0)]
@@ -126,6 +140,9 @@ def read_leveling(core: DramCore) -> "ReadLeveling | None":
     phy = core.phy
     if not phy.get("read_leveling"):
         return None
+    if phy.get("write_leveling") or phy.get("write_latency_calibration"):
+        raise ToolchainError(f"The {phy['phytype']} PHY needs its writes calibrated, which "
+                             f"hwonnx's sequencer does not do (boards/dram_init.py)")
     return ReadLeveling(
         reg={name: address // 4 for name, address in core.registers.items()},
         words=dict(core.register_words), modules=phy["databits"] // 8,

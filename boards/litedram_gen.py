@@ -36,7 +36,11 @@ def main(config_path: str, out_dir: str) -> None:
                    "sdram_phy": getattr(phy, config["sdram_phy"]),
                    "sys_clk_freq": float(config["sys_clk_freq"])}
     out = Path(out_dir)
-    platform = LatticePlatform(core_config["device"], io=[], toolchain="trellis")
+    if core_config["device"].startswith("xc7"):
+        from litex.build.xilinx import XilinxPlatform
+        platform = XilinxPlatform(core_config["device"], io=[], toolchain="vivado")
+    else:
+        platform = LatticePlatform(core_config["device"], io=[], toolchain="trellis")
     soc = LiteDRAMCore(platform, core_config, integrated_rom_size=0)
     builder = Builder(soc, output_dir=str(out / "litex"), compile_gateware=False,
                       compile_software=False, csr_csv=str(out / "csr.csv"))
@@ -46,7 +50,7 @@ def main(config_path: str, out_dir: str) -> None:
     # inputs.
     verilog, changed = re.subn(r"\binput(\s+wire\s+\[\d+:0\]\s+(sdram_dq|ddram_dq|ddram_dqs_p),)",
                                r"inout\1", verilog)
-    if changed != {"SDR": 1}.get(config["memtype"], 2):
+    if changed != {"SDR": 1}.get(config["memtype"], 2) and not platform.device.startswith("xc7"):
         raise RuntimeError("litedram_gen: no data pins in the generated core")
     (out / f"{name}.v").write_text(verilog)
 
@@ -68,10 +72,18 @@ def main(config_path: str, out_dir: str) -> None:
         "init": [[comment, a, ba, cmd, delay] for comment, a, ba, cmd, delay in sequence],
         "port_addr_bits": port_bits("cmd_addr"), "port_data_bits": port_bits("rdata_data"),
         "cl": phy_settings.cl,
-        "phy": {key: getattr(phy_settings, key, None) for key in (
+        "phy": {key: _value(getattr(phy_settings, key, None)) for key in (
             "phytype", "databits", "dfi_databits", "nphases", "rdphase", "wrphase",
-            "read_leveling", "bitslips", "delays")},
+            "read_leveling", "write_leveling", "write_latency_calibration", "bitslips",
+            "delays")},
     }, indent=1))
+
+
+def _value(setting):
+    """A PHY setting's value: a register's reset value for the ones software may change
+    (the Xilinx PHYs' read and write phases)."""
+    reset = getattr(setting, "reset", None)
+    return getattr(reset, "value", reset) if reset is not None else setting
 
 
 if __name__ == "__main__":

@@ -173,10 +173,12 @@ BOARDS = {board.name: board for board in [
     # Xilinx 7 series and Zynq-7000 (the programmable logic only)
     Board("arty-a7-35", "Digilent Arty A7-35T, Xilinx Artix-7 XC7A35T",
           "arty_a7:ArtyA7_35Platform", "xilinx7", 90, 1800, 20800,
-          _cfg(8, 6, 2048, 2048, 512, 64, 512, 40_000_000), 40_000_000, pll=True),
+          _cfg(8, 6, 2048, 2048, 512, 64, 512, 40_000_000), 40_000_000, pll=True,
+          ext_memory="arty-ddr3"),
     Board("arty-a7-100", "Digilent Arty A7-100T, Xilinx Artix-7 XC7A100T",
           "arty_a7:ArtyA7_100Platform", "xilinx7", 240, 4860, 63400,
-          _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 40_000_000), 40_000_000, pll=True),
+          _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 40_000_000), 40_000_000, pll=True,
+          ext_memory="arty-ddr3"),
     Board("arty-z7-20", "Digilent Arty Z7-20 (Pynq-Z1 class), Xilinx Zynq XC7Z020 (UART: "
           "Pmod USBUART on JA)", "hwonnx.boards.platforms:ArtyZ720UARTPlatform", "xilinx7",
           220, 5040, 53200, _cfg(12, 12, 4096, 4096, 1024, 128, 1024, 40_000_000), 40_000_000,

@@ -28,7 +28,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM",
-           "ECPIX5_DDR3",
+           "ECPIX5_DDR3", "ARTY_DDR3", "port_bytes",
            "READ_PORT", "WRITE_PORT", "connect_read_port"]
 
 #: The read port's members and their flow as the memory sees them.
@@ -85,8 +85,15 @@ class ExtTiming:
                        bus_bytes=word_bytes)
 
     def words(self, word_bytes: int) -> int:
-        """The words of ``word_bytes`` bytes the memory holds."""
-        return self.size_bytes // word_bytes
+        """The words of ``word_bytes`` bytes the memory holds: each takes a whole power of two
+        of bytes (:func:`port_bytes`) on the controller's port."""
+        return self.size_bytes // port_bytes(word_bytes)
+
+
+def port_bytes(word_bytes: int) -> int:
+    """Bytes a word of ``word_bytes`` takes in the memory: the next power of two (LiteDRAM's
+    ports convert between power-of-two ratios of its own width only)."""
+    return 1 << (word_bytes - 1).bit_length()
 
 
 #: The ULX3S's 32 MB SDR SDRAM (16 data bits) behind a controller at 25 MHz: CAS latency 2
@@ -105,8 +112,17 @@ ULX3S_SDRAM = ExtTiming(latency=8, burst=16, refresh_period=195, refresh_cycles=
 ECPIX5_DDR3 = ExtTiming(latency=16, burst=16, refresh_period=195, refresh_cycles=8,
                         size_bytes=512 << 20, bus_bytes=16)
 
+#: The Arty A7's 256 MB DDR3 (MT41K128M16, 16 data bits at 400 MHz: 1.6 GB/s, a word a
+#: cycle at the board's 40 MHz) behind LiteDRAM's Artix-7 controller at 100 MHz and the
+#: crossing. A model, as above: about 20 controller cycles to a read's first word (the PHY's
+#: CL + 6 cycles, activate, the command path), 3 accelerator cycles each way through the
+#: crossing: 14 cycles at 40 MHz; a refresh every 7.8 us (312 cycles) of tRFC 160 ns plus
+#: the precharge: 8 cycles.
+ARTY_DDR3 = ExtTiming(latency=14, burst=16, refresh_period=312, refresh_cycles=8,
+                      size_bytes=256 << 20, bus_bytes=32)
+
 #: External memories by the name ``ArchConfig.ext_memory`` gives.
-MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM, "ecpix5-ddr3": ECPIX5_DDR3}
+MEMORIES = {"ulx3s-sdram": ULX3S_SDRAM, "ecpix5-ddr3": ECPIX5_DDR3, "arty-ddr3": ARTY_DDR3}
 
 
 class ExternalMemory(wiring.Component):

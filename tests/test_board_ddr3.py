@@ -1,10 +1,12 @@
-"""The ECPIX-5's DDR3 (boards/litedram.py, boards/dram_init.py, boards/dram.py): LiteDRAM from
-PyPI generates the ECP5 DDR3 controller for the board's pins; the sequencer levels its reads as
-LiteDRAM's BIOS does, against a model of the PHY whose reads come back right only at some
-bitslips and delays; the clock-domain crossing carries host writes and burst reads between
-the accelerator's clock and the controller's, at unrelated frequencies."""
+"""The DDR3 memories (boards/litedram.py, boards/dram_init.py, boards/dram.py): LiteDRAM from
+PyPI generates the ECPIX-5's ECP5 controller and the Arty A7's Artix-7 one for the boards'
+pins; the sequencer levels their reads as LiteDRAM's BIOS does, against a model of the PHY
+whose reads come back right only at some bitslips and delays; the clock-domain crossing
+carries host writes and burst reads between the accelerator's clock and the controller's,
+at unrelated frequencies."""
 
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -25,6 +27,13 @@ from test_board_dram import _NativePort, _bios_writes
 @pytest.fixture(scope="module")
 def core(tmp_path_factory):
     return generate_controller("ecpix5-ddr3", 25_000_000, 64, "LFE5UM5G-85F-8BG554C",
+                               tmp_path_factory.mktemp("litedram"))
+
+
+@pytest.fixture(scope="module")
+def arty(tmp_path_factory):
+    # The Arty A7-35's 8x6 array: 48-bit words, on a 64-bit port.
+    return generate_controller("arty-ddr3", 40_000_000, 48, "xc7a35ticsg324-1L",
                                tmp_path_factory.mktemp("litedram"))
 
 
@@ -139,8 +148,8 @@ class _PhyModel:
         ctx.set(dut.ack, 1)
 
 
-def _level(core, good, cycles):
-    lv = read_leveling(core)
+def _level(core, good, cycles, **smaller):
+    lv = replace(read_leveling(core), **smaller)
     init = [(a, d, min(w, 20)) for a, d, w in init_writes(core, handover=False)]
     dut = DramInit(init, lv, handover_writes(core), handover_writes(core, error=True))
     phy = _PhyModel(init, lv, good, np.random.default_rng(5))
@@ -178,6 +187,31 @@ def test_read_leveling_without_a_working_delay_keeps_the_port_closed(core):
     reg = read_leveling(core).reg
     assert phy.writes[-3:] == [(reg["sdram_dfii_control"], DFII["DFII_CONTROL_SEL"]),
                                (reg["ddrctrl_init_error"], 1), (reg["ddrctrl_init_done"], 1)]
+
+
+def test_litedram_generates_the_arty_ddr3_controller(arty):
+    verilog = arty.verilog.read_text()
+    for port in (r"inout\s+wire\s+\[1:0\] ddram_dqs_n,", r"output\s+wire\s+ddram_reset_n,",
+                 r"output\s+wire\s+ddram_clk_n,", r"\bISERDESE2\b", r"\bIDELAYE2\b"):
+        assert re.search(port, verilog), port
+    # 256 MB in words of 8 bytes (six of the array's, padded): 25 address bits.
+    assert (arty.port_addr_bits, arty.port_data_bits, arty.own_clock) == (25, 64, True)
+    lv = read_leveling(arty)
+    assert (lv.modules, lv.nphases, lv.phase_bits, lv.rdphase, lv.wrphase, lv.bitslips,
+            lv.delays, lv.burst_detect) == (2, 4, 32, 2, 3, 8, 32, False)
+    bios, csr, _ = _bios_writes(arty.verilog.parent)
+    # The BIOS's sdram_init() pulses the PHY's reset before init_sequence().
+    assert init_writes(arty, handover=False) == [
+        (csr["ddrphy_rst"], 1, 1000), (csr["ddrphy_rst"], 0, 1000)] + bios
+
+
+def test_read_leveling_of_the_artix7_phy(arty):
+    """Four phases of one 32-bit word, read phase 2, write phase 3, no burst detection
+    (fewer bitslips and delays than its 8 and 32, for the simulator's sake)."""
+    good = [{1: {2, 3, 4}, 3: {0, 5}}, {2: {5, 6, 7}}]
+    phy, error = _level(arty, good, 200_000, bitslips=4, delays=8)
+    assert not error
+    assert (phy.bitslip, phy.delay) == ([1, 2], [3, 6])
 
 
 class _Crossing(Elaboratable):

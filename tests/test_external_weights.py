@@ -268,3 +268,26 @@ def test_ecpix5_board_sources_carry_the_ddr3_controller_across_clocks(tmp_path):
     for pin, site in (("ddr3_0__clk__p", "H3"), ("ddr3_0__dq__io[0]", "T4"),
                       ("ddr3_0__dqs__p[1]", "V1"), ("ddr3_0__a__io[14]", "H1")):
         assert f'LOCATE COMP "{pin}" SITE "{site}"' in constraints
+
+
+def test_arty_board_sources_carry_the_ddr3_controller_for_vivado(tmp_path):
+    """An Arty A7-35 build with its DDR3 (the 8x6 array: 48-bit words on the controller's
+    64-bit port): sources for Vivado, which builds the Artix-7 PHY; both pads of the
+    differential pairs, chip select and reset on the board's pins, the bank's reference
+    voltage set."""
+    out = tmp_path / "out"
+    result = build(_model(), out, board="arty-a7-35", ext_memory="arty-ddr3", wgt_depth=2560,
+                   calib=_samples(8), log=_quiet)
+    assert result.program.config.ext_depth == (256 << 20) // 8      # 6-byte words, 8 each
+    assert any(layer.ext_words for layer in result.program.layers)
+    board = out / "board"
+    top = (board / "hwonnx_top.v").read_text()
+    for needle in (".ddram_clk_n(ddr3_0__clk__n)", ".ddram_dqs_n(ddr3_0__dqs__n)",
+                   ".ddram_reset_n(ddr3_0__rst__io)", ".ddram_cs_n(ddr3_0__cs__io)"):
+        assert needle in top, needle
+    assert "INTERNAL_VREF 0.675 [get_iobanks 34]" in (board / "hwonnx_dram.xdc").read_text()
+    assert 'read_xdc "hwonnx_dram.xdc"' in (board / "hwonnx_top.tcl").read_text()
+    constraints = (board / "hwonnx_top.xdc").read_text()
+    for pin, site in (("ddr3_0__clk__p", "U9"), ("ddr3_0__clk__n", "V9"),
+                      ("ddr3_0__dq__io\\[0]", "K5")):
+        assert f'set_property LOC {site} [get_ports "{pin}"]' in constraints, pin
