@@ -6,6 +6,7 @@ valid/ready/data/we, ``rdata`` valid/ready/data; read data returns in command or
 from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Module,
                           ResetSignal, Signal)
 from amaranth.lib import wiring
+from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -217,6 +218,12 @@ def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=No
     if core.memory == "ulx3s-sdram":
         m.submodules.sdram_clock = Instance("ODDRX1F", i_SCLK=ClockSignal(), i_RST=0, i_D0=0,
                                             i_D1=1, o_Q=pins.clk.io)
+    # STATUS tells the host whether the memory came up (the sequencer's flags, in the
+    # accelerator's clock).
+    done, error = Signal(), Signal()
+    m.submodules.dram_done = FFSynchronizer(init.done, done)
+    m.submodules.dram_error = FFSynchronizer(init.error, error)
+    m.d.comb += [system.ext_ready.eq(done & ~error), system.ext_failed.eq(error)]
     if core.memory in XDC:
         platform.add_file(f"{core.module}.xdc", XDC[core.memory])
     user = {f"{'i' if flow == Out else 'o'}_user_port_dma_{name}": port[name]

@@ -7,7 +7,8 @@ pyserial is imported only when a port is opened, so the rest of hwonnx works wit
 from ..errors import ToolchainError, UsageError
 from .protocol import ProtocolError
 
-__all__ = ["SerialTransport", "run_samples", "send_external", "send_program"]
+__all__ = ["SerialTransport", "run_samples", "send_external", "send_program",
+           "wait_for_memory"]
 
 
 class SerialTransport:
@@ -84,11 +85,38 @@ def send_program(client, config, program_words: "list[int]") -> None:
         client.load_program(program_words, config.prog_width)
 
 
-def send_external(client, config, words: "list[int]") -> None:
+def send_external(client, config, words: "list[int]", wait: float = 1.0) -> None:
     """Load the external memory's image (the streamed weights) over the host link when
-    ``config`` has an external memory: it has no initial contents."""
+    ``config`` has an external memory: it has no initial contents. First wait (up to
+    ``wait`` seconds) until the board reports the memory up (:func:`wait_for_memory`)."""
     if config.ext_memory:
+        wait_for_memory(client, config, wait)
         client.write_external(words, config.cols * 8)
+
+
+def wait_for_memory(client, config, wait: float = 1.0) -> None:
+    """Poll STATUS until the board's external memory is up: its controller initialized and
+    its reads leveled, which takes a few milliseconds after configuration.
+
+    Raises
+    ------
+    ProtocolError
+        If the board reports that the memory failed to come up, or not up after ``wait``
+        seconds."""
+    import time
+    deadline = time.monotonic() + wait
+    while True:
+        status = client.status()
+        if status.memory_failed:
+            raise ProtocolError(f"The board's external memory '{config.ext_memory}' failed to "
+                                f"come up: its read leveling found no working delay for a "
+                                f"byte lane (check the memory and its clock)")
+        if status.memory_ready:
+            return
+        if time.monotonic() > deadline:
+            raise ProtocolError(f"The board's external memory '{config.ext_memory}' is not up "
+                                f"after {wait} s (STATUS reports it neither ready nor failed)")
+        time.sleep(0.01)
 
 
 def run_samples(client, config, in_places: "list[tuple[str, int]]",

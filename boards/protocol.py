@@ -137,11 +137,15 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class DeviceStatus:
-    """What ``STATUS`` reports: the accelerator's ``busy`` and ``done`` flags and the cycle
-    count of its last run."""
+    """What ``STATUS`` reports: the accelerator's ``busy`` and ``done`` flags, the cycle
+    count of its last run, and on a build with an external memory whether the memory is up
+    (``memory_ready``) or failed to come up (``memory_failed``: its reads found no working
+    delay)."""
     busy: bool
     done: bool
     cycles: int
+    memory_ready: bool = False
+    memory_failed: bool = False
 
 
 class Client:
@@ -290,7 +294,8 @@ class Client:
         if len(payload) != 5:
             raise ProtocolError(f"STATUS reply payload must be 5 bytes, not {len(payload)}")
         flags, cycles = struct.unpack("<BI", payload)
-        return DeviceStatus(busy=bool(flags & 1), done=bool(flags & 2), cycles=cycles)
+        return DeviceStatus(busy=bool(flags & 1), done=bool(flags & 2), cycles=cycles,
+                            memory_ready=bool(flags & 4), memory_failed=bool(flags & 8))
 
 
 #: Bits a byte takes on the wire (8N1: a start bit, eight data bits, a stop bit).

@@ -29,7 +29,8 @@ class SystemTop(wiring.Component):
     rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
     ext_cmd_*, ext_rvalid, ext_rdata : the external memory's read port, the accelerator's
     and the host bridge's (READX), and ext_wr_* : its writes and the host bridge's into it
-    (WRITEX), and ext_restart : ``Out(1)`` the
+    (WRITEX), ext_ready and ext_failed : ``In(1)`` the memory is up or failed to come up
+    (STATUS), and ext_restart : ``Out(1)`` the
     accelerator's ``start`` (a memory model's refresh schedule starts over): with
     ``ArchConfig.ext_memory`` only, for the memory or its model outside.
     """
@@ -44,6 +45,7 @@ class SystemTop(wiring.Component):
             accel, bridge = self._accel.signature.members, self._bridge.signature.members
             members.update({name: accel[name] for name in _EXT_READ_PORTS})
             members.update({name: bridge[name] for name in EXT_WRITE_PORTS})
+            members.update(ext_ready=In(1), ext_failed=In(1))
             members["ext_restart"] = Out(1)
         super().__init__(members)
 
@@ -75,7 +77,8 @@ class SystemTop(wiring.Component):
                 self.ext_wr_data.eq(Mux(dma, accel.ext_wr_data, bridge.ext_wr_data)),
                 accel.ext_wr_ready.eq(self.ext_wr_ready),
                 bridge.ext_wr_ready.eq(self.ext_wr_ready & ~dma),
-                self.ext_restart.eq(accel.start)]
+                self.ext_restart.eq(accel.start),
+                bridge.ext_ready.eq(self.ext_ready), bridge.ext_failed.eq(self.ext_failed)]
         return m
 
 

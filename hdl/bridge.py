@@ -64,6 +64,9 @@ class HostBridge(wiring.Component):
     ext_cmd_valid, ext_cmd_addr, ext_cmd_len, ext_reading : ``Out``. ext_cmd_ready, ext_rvalid,
     ext_rdata : ``In``
         A read of the external memory (``hdl/extmem.py``), with ``ext_memory`` only.
+    ext_ready, ext_failed : ``In(1)``
+        The external memory is up (its controller initialized, its reads leveled) or failed
+        to come up: STATUS flags bits 2 and 3, with ``ext_memory`` only.
 
     Raises
     ------
@@ -114,7 +117,8 @@ class HostBridge(wiring.Component):
                            ext_wr_data=Out(config.cols * 8),
                            ext_cmd_valid=Out(1), ext_cmd_ready=In(1), ext_cmd_addr=Out(32),
                            ext_cmd_len=Out(range(config.ext_timing.burst + 1)),
-                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8), ext_reading=Out(1))
+                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8), ext_reading=Out(1),
+                           ext_ready=In(1), ext_failed=In(1))
         super().__init__(members)
 
     @property
@@ -361,7 +365,9 @@ class HostBridge(wiring.Component):
                             with m.Case(Cmd.RUN):
                                 m.next = "START"
                             with m.Case(Cmd.STATUS):
-                                m.d.sync += [flags.eq(Cat(self.busy, self.done)),
+                                memory = (Cat(self.ext_ready, self.ext_failed) if ext
+                                          else Const(0, 2))
+                                m.d.sync += [flags.eq(Cat(self.busy, self.done, memory)),
                                              cyc.eq(self.cycles)]
                                 reply(K_STATUS, 5)
                 receiving()

@@ -88,7 +88,7 @@ class _WithMemoryModel(wiring.Component):
                                                       cfg.ext_timing)
         m.d.comb += [system.rx.eq(self.rx), self.tx.eq(system.tx),
                      memory.restart.eq(system.ext_restart),
-                     memory.load_we.eq(0)]
+                     memory.load_we.eq(0), system.ext_ready.eq(1)]
         connect_read_port(m, system, memory, requester_prefix="ext_")
         connect_read_port(m, system, memory, requester_prefix="ext_", port=WRITE_PORT)
         return m

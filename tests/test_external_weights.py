@@ -81,6 +81,17 @@ def test_streamed_layers_run_bit_exact_in_the_predicted_cycles():
     rtl_matches_golden(result, _samples(3), 3)
 
 
+@pytest.mark.parametrize("memory", ["ecpix5-ddr3", "arty-ddr3"])
+def test_the_ddr3_memory_models_run_bit_exact_in_the_predicted_cycles(memory):
+    """The ECPIX-5's and the Arty's DDR3 models (a word a cycle, other latencies and refresh
+    periods than the SDRAM's) behind the same program: the RTL with each memory's model
+    equals golden, in the cycles predicted with that memory's timing."""
+    config = replace(CONFIG, ext_memory=memory)
+    result = build(_model(), None, config=config, calib=_samples(8), log=_quiet)
+    assert result.program.config.ext_timing.beats(config.cols) == 1
+    rtl_matches_golden(result, _samples(2), 2)
+
+
 def test_the_cycle_model_takes_another_memory_timing():
     """``predict(..., memory_timing=T)`` runs the program with memory ``T`` behind the DMA
     engine (bench/bench_imagenet.py's memory-bound share): the memory's own timing gives the

@@ -10,6 +10,7 @@ import pytest
 from amaranth.hdl import Elaboratable, Module
 from amaranth.sim import Simulator
 
+from hwonnx.boards.host import send_external
 from hwonnx.boards.protocol import (
     Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, decode_reply, encode_frame,
 )
@@ -88,6 +89,7 @@ class SimTransport:
         # each taken when ready (random), its word returned 2 to 6 cycles later; while none is
         # outstanding, rvalid also rises with another requester's words.
         self.ext_writes = [] if config.ext_memory else None
+        self.memory_up = (1, 0)             # the memory's ext_ready, ext_failed
         self.ext_mem: "dict[int, int]" = {}
         self.ext_reads: "list[int]" = []
         self.pending: "deque[tuple[int, int]]" = deque()
@@ -109,6 +111,8 @@ class SimTransport:
             if model is not None:
                 model.sample(ctx, dut, self.cycle)
             if self.ext_writes is not None:
+                ctx.set(dut.ext_ready, self.memory_up[0])
+                ctx.set(dut.ext_failed, self.memory_up[1])
                 ready = int(self.rng.random() < 0.5)
                 ctx.set(dut.ext_wr_ready, ready)
                 if ready and ctx.get(dut.ext_wr_valid):
@@ -355,6 +359,29 @@ def test_writex_writes_external_words_at_32_bit_addresses():
     assert transport.model.writes == []              # nothing went to the activations
     client.write_words(0, bytes(range(3)))           # and WRITE still does
     assert transport.model.writes == [0] and len(transport.ext_writes) == 7
+
+
+@pytest.mark.parametrize("up, message", [
+    ((1, 0), None),
+    ((0, 1), r"^The board's external memory 'ulx3s-sdram' failed to come up: its read leveling "
+             r"found no working delay for a byte lane \(check the memory and its clock\)$"),
+    ((0, 0), r"^The board's external memory 'ulx3s-sdram' is not up after 0.05 s \(STATUS "
+             r"reports it neither ready nor failed\)$")])
+def test_status_says_whether_the_external_memory_is_up(up, message):
+    """STATUS flags bits 2 and 3: the host loads the external memory only once it is up, and
+    names a memory that failed (or never came up) instead of timing out in a WRITEX."""
+    transport = SimTransport(ext_config())
+    transport.memory_up = up
+    client = Client(transport)
+    status = client.status()
+    assert (status.memory_ready, status.memory_failed) == (bool(up[0]), bool(up[1]))
+    if message is None:
+        send_external(client, ext_config(), [7, 8])
+        assert transport.ext_writes == [(0, 7), (1, 8)]
+    else:
+        with pytest.raises(ProtocolError, match=message):
+            send_external(client, ext_config(), [7, 8], wait=0.05)
+        assert transport.ext_writes == []
 
 
 def test_writex_is_checked_like_write():
