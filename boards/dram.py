@@ -1,7 +1,9 @@
 """The board side of the external memory: the LiteDRAM core, brought up by its sequencer
 (``boards/dram_init.py``), and the bridge from the accelerator's burst read port
-(``hdl/extmem.py``) and the host's word writes to the core's native user port (LiteDRAM ``LiteDRAMNativePort``: ``cmd`` valid/ready/we/addr, ``wdata``
-valid/ready/data/we, ``rdata`` valid/ready/data; read data returns in command order)."""
+(``hdl/extmem.py``) and the host's word writes to the core's native user port (LiteDRAM
+``LiteDRAMNativePort``: ``cmd`` valid/ready/we/addr, ``wdata`` valid/ready/data/we, ``rdata``
+valid/ready/data; read data returns in command order), across clock domains where the core
+has its own clock (DDR3)."""
 
 from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Module,
                           ResetSignal, Signal)

@@ -5,7 +5,7 @@ pyserial is imported only when a port is opened, so the rest of hwonnx works wit
 """
 
 from ..errors import ToolchainError, UsageError
-from .protocol import ProtocolError
+from .protocol import ProtocolError, external_sums
 
 __all__ = ["SerialTransport", "run_samples", "send_external", "send_program",
            "wait_for_memory"]
@@ -85,13 +85,43 @@ def send_program(client, config, program_words: "list[int]") -> None:
         client.load_program(program_words, config.prog_width)
 
 
-def send_external(client, config, words: "list[int]", wait: float = 1.0) -> None:
-    """Load the external memory's image (the streamed weights) over the host link when
-    ``config`` has an external memory: it has no initial contents. First wait (up to
-    ``wait`` seconds) until the board reports the memory up (:func:`wait_for_memory`)."""
-    if config.ext_memory:
-        wait_for_memory(client, config, wait)
-        client.write_external(words, config.cols * 8)
+#: Words one SUMX sums (its count is 16 bits).
+_SUM_WORDS = 65535
+
+
+def send_external(client, config, words: "list[int]", wait: float = 1.0, log=None) -> bool:
+    """Load the external memory's image (the program's pages and the streamed weights) over
+    the host link when ``config`` has an external memory, and check that the board holds it.
+
+    First wait (up to ``wait`` seconds) until the board reports the memory up
+    (:func:`wait_for_memory`). The board sums the image's words (SUMX, a stretch at a time):
+    where they already sum as the image does (the board was loaded before and kept its
+    power), nothing is sent; otherwise those words are written (WRITEX) and summed again.
+    Returns whether anything was written.
+
+    Raises
+    ------
+    ProtocolError
+        If the memory does not come up, or holds other words than were written."""
+    if not config.ext_memory:
+        return False
+    wait_for_memory(client, config, wait)
+    width, wrote = config.cols * 8, False
+    for first in range(0, len(words), _SUM_WORDS):
+        chunk = words[first:first + _SUM_WORDS]
+        want = external_sums(chunk, width)
+        if client.sum_external(first, len(chunk)) == want:
+            continue
+        if log is not None:
+            log(f"Loading words {first:,} to {first + len(chunk):,} of {len(words):,} into the "
+                f"board's external memory '{config.ext_memory}' ...")
+        client.write_external(chunk, width, first)
+        wrote = True
+        if client.sum_external(first, len(chunk)) != want:
+            raise ProtocolError(f"The board's external memory '{config.ext_memory}' holds "
+                                f"other words than were written to words [{first}, "
+                                f"{first + len(chunk)}): it does not keep what it is given")
+    return wrote
 
 
 def wait_for_memory(client, config, wait: float = 1.0) -> None:

@@ -4,8 +4,9 @@ bus and one native user port; writes ``OUT/<name>.v`` and ``OUT/core.json``: the
 registers' addresses and sizes, the memory's initialization sequence as LiteDRAM's own BIOS would
 run it (``litedram.init``), the PHY's read-leveling settings and the user port's widths. The
 config's ``omit_pads`` names memory pins the board does not route (the ECPIX-5 ties its DDR3's
-``cs_n`` and ``reset_n``): the core is generated without them, as LiteDRAM's PHYs allow. A separate process keeps Migen and LiteX out
-of hwonnx's (``boards/litedram.py`` reads the result)."""
+``cs_n`` and ``reset_n``): the core is generated without them, as LiteDRAM's PHYs allow. A
+separate process keeps Migen and LiteX out of hwonnx's (``boards/litedram.py`` reads the
+result)."""
 
 import csv
 import json

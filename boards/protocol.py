@@ -39,6 +39,7 @@ class Command(enum.IntEnum):
     LOAD = 0x05
     WRITEX = 0x06
     READX = 0x07
+    SUMX = 0x08
 
 
 class Status(enum.IntEnum):
@@ -55,6 +56,19 @@ _STATUS_TEXT = {
     Status.BAD_LENGTH: "the payload length is wrong for the command",
     Status.ADDRESS_RANGE: "the words are outside the buffer",
 }
+
+
+def external_sums(words: "list[int]", width: int) -> "tuple[int, int]":
+    """The Fletcher sums SUMX returns for ``words`` of ``width`` bits: each word zero-extended
+    to whole 32-bit chunks, least significant first, and for each chunk ``c``:
+    ``a = (a + c) mod 2**32``, then ``b = (b + a) mod 2**32``, from ``a = b = 0``."""
+    a = b = 0
+    chunks = -(-width // 32)
+    for word in words:
+        for k in range(chunks):
+            a = (a + (int(word) >> (32 * k) & 0xFFFFFFFF)) & 0xFFFFFFFF
+            b = (b + a) & 0xFFFFFFFF
+    return a, b
 
 
 def checksum(data: bytes) -> int:
@@ -260,6 +274,18 @@ class Client:
             raise ValueError(f"Words [{addr}, {addr + count}) must lie within the 32-bit "
                              f"address space")
         return self._read_words(Command.READX, "<IH", addr, count, size)
+
+    def sum_external(self, addr: int, count: int) -> "tuple[int, int]":
+        """The Fletcher sums (:func:`external_sums`) of ``count`` external-memory words from
+        word ``addr`` on, which the board computes (``SUMX``; only builds with an external
+        memory accept it): the host checks the memory without reading it back."""
+        if not 0 <= addr or not 0 <= count < 1 << 16 or addr + count > 1 << 32:
+            raise ValueError(f"Words [{addr}, {addr + count}) must lie within the 32-bit "
+                             f"address space, at most 65535 of them")
+        payload = self.command(Command.SUMX, struct.pack("<IH", addr, count))
+        if len(payload) != 8:
+            raise ProtocolError(f"SUMX reply payload must be 8 bytes, not {len(payload)}")
+        return struct.unpack("<II", payload)
 
     def read_words(self, addr: int, count: int) -> bytes:
         """Read ``count`` activation words from word ``addr`` on (``count * rows`` bytes)."""

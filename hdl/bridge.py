@@ -156,23 +156,24 @@ class HostBridge(wiring.Component):
         lane = Signal(range(widest))
         wbuf = Signal(widest * 8)
         rem, it = Signal(range(2 * widest)), Signal(range(16))
-        is_load, is_ext, is_readx = Signal(), Signal(), Signal()
-        wide = Signal()                         # a 32-bit address: WRITEX, READX
+        is_load, is_ext, is_readx, is_sumx = Signal(), Signal(), Signal(), Signal()
+        wide = Signal()                         # a 32-bit address: WRITEX, READX, SUMX
         unit = Signal(range(widest + 1))        # bytes per word of the command's buffer
         head = Signal(3)                        # address bytes before the data
         m.d.comb += [is_load.eq(cmd == Cmd.LOAD) if load else is_load.eq(0),
                      is_ext.eq(cmd == Cmd.WRITEX) if ext else is_ext.eq(0),
                      is_readx.eq(cmd == Cmd.READX) if ext else is_readx.eq(0),
-                     wide.eq(is_ext | is_readx),
+                     is_sumx.eq(cmd == Cmd.SUMX) if ext else is_sumx.eq(0),
+                     wide.eq(is_ext | is_readx | is_sumx),
                      unit.eq(Mux(is_ext, xbytes, Mux(is_load, pbytes, rows))),
                      head.eq(Mux(is_ext, 4, 2))]
         writes = Signal()                       # WRITE, LOAD or WRITEX
         m.d.comb += writes.eq((cmd == Cmd.WRITE) | is_load | is_ext)
         known = Signal()
-        m.d.comb += known.eq((cmd <= Cmd.STATUS) | is_load | is_ext | is_readx)
+        m.d.comb += known.eq((cmd <= Cmd.STATUS) | is_load | is_ext | is_readx | is_sumx)
         reply_len, tsum = Signal(16), Signal(8)
-        kind = Signal(range(6))                 # reply payload source
-        K_NONE, K_INFO, K_READ, K_RUN, K_STATUS, K_READX = range(6)
+        kind = Signal(range(7))                 # reply payload source
+        K_NONE, K_INFO, K_READ, K_RUN, K_STATUS, K_READX, K_SUMX = range(7)
         flags, cyc = Signal(8), Signal(32)
         stale = Signal()
         timer = Signal(range(self._timeout + 1))
@@ -204,6 +205,12 @@ class HostBridge(wiring.Component):
                 m.d.sync += xasked.eq(1)
             with m.If(xasked & self.ext_rvalid):
                 m.d.sync += [xword.eq(self.ext_rdata), xhave.eq(1), xasked.eq(0)]
+            # SUMX: the words' Fletcher sums (protocol.external_sums), a word at a time
+            sum_a, sum_b = Signal(32), Signal(32)
+            next_a, next_b = sum_a, sum_b
+            for chunk in range(-(-xbytes // 4)):
+                next_a = (next_a + xword[32 * chunk:32 * chunk + 32])[:32]
+                next_b = (next_b + next_a)[:32]
         with m.If(data_byte):
             m.d.sync += [wbuf.eq(shifted), lane.eq(lane + 1)]
             with m.If(lane == unit - 1):
@@ -243,6 +250,8 @@ class HostBridge(wiring.Component):
             if ext:
                 with m.Case(K_READX):
                     m.d.comb += payload.eq(xword.word_select(lane, 8))
+                with m.Case(K_SUMX):
+                    m.d.comb += payload.eq(Cat(sum_a, sum_b).word_select(index[:3], 8))
 
         sent = Signal()
         m.d.comb += sent.eq(utx.data.valid & utx.data.ready)
@@ -268,9 +277,10 @@ class HostBridge(wiring.Component):
             with m.State("HEADER"):
                 with m.If(~known):
                     fail(St.UNKNOWN_COMMAND)
-                with m.Elif(((cmd == Cmd.READ) & (length != 4)) | (is_readx & (length != 6)) |
+                with m.Elif(((cmd == Cmd.READ) & (length != 4)) |
+                          ((is_readx | is_sumx) & (length != 6)) |
                           (writes & (length < head)) |
-                          ((cmd != Cmd.READ) & ~is_readx & ~writes & (length != 0))):
+                          ((cmd != Cmd.READ) & ~is_readx & ~is_sumx & ~writes & (length != 0))):
                     fail(St.BAD_LENGTH)
                 # words, rem = divmod(length - head, unit), one quotient bit per cycle
                 m.d.sync += [words.eq(length - head), rem.eq(0), it.eq(0)]
@@ -323,11 +333,15 @@ class HostBridge(wiring.Component):
                                     fail(St.BAD_LENGTH)
                                 with m.Elif(addr + count_in > cfg.act_depth):
                                     fail(St.ADDRESS_RANGE)
-                        if ext:                 # READX: the count after the address
+                        if ext:                 # READX, SUMX: the count after the address
                             with m.Case(4):
-                                with m.If(is_readx):
+                                with m.If(is_readx | is_sumx):
                                     m.d.sync += count[:8].eq(byte)
                             with m.Case(5):
+                                with m.If(is_sumx):
+                                    m.d.sync += count[8:].eq(byte)
+                                    with m.If(addr + count_in > cfg.ext_depth):
+                                        fail(St.ADDRESS_RANGE)
                                 with m.If(is_readx):
                                     m.d.sync += [count[8:].eq(byte),
                                                  reply_len.eq(count_in * xbytes)]
@@ -362,6 +376,10 @@ class HostBridge(wiring.Component):
                                 with m.Case(Cmd.READX):
                                     reply(K_READX, reply_len)
                                     m.d.sync += [lane.eq(0), xhave.eq(0)]
+                            if ext:
+                                with m.Case(Cmd.SUMX):
+                                    m.d.sync += [sum_a.eq(0), sum_b.eq(0), xhave.eq(0)]
+                                    m.next = "SUM"
                             with m.Case(Cmd.RUN):
                                 m.next = "START"
                             with m.Case(Cmd.STATUS):
@@ -371,6 +389,15 @@ class HostBridge(wiring.Component):
                                              cyc.eq(self.cycles)]
                                 reply(K_STATUS, 5)
                 receiving()
+            if ext:
+                with m.State("SUM"):            # SUMX: read and sum count words, then reply
+                    m.d.comb += [urx.data.ready.eq(1),
+                                 self.ext_cmd_valid.eq(~xhave & ~xasked & (count != 0))]
+                    with m.If(xhave):
+                        m.d.sync += [sum_a.eq(next_a), sum_b.eq(next_b), xhave.eq(0),
+                                     addr.eq(addr + 1), count.eq(count - 1)]
+                    with m.Elif((count == 0) & ~xasked):
+                        reply(K_SUMX, 8)
             with m.State("START"):
                 m.d.comb += [self.start.eq(1), urx.data.ready.eq(1)]
                 m.next = "WAIT"

@@ -13,6 +13,7 @@ from amaranth.sim import Simulator
 from hwonnx.boards.host import send_external
 from hwonnx.boards.protocol import (
     Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, decode_reply, encode_frame,
+    external_sums,
 )
 from hwonnx.compiler import predict
 from hwonnx.isa import Op, encode
@@ -90,6 +91,7 @@ class SimTransport:
         # outstanding, rvalid also rises with another requester's words.
         self.ext_writes = [] if config.ext_memory else None
         self.memory_up = (1, 0)             # the memory's ext_ready, ext_failed
+        self.ext_mem_drops: "set[int]" = set()      # addresses whose writes are lost
         self.ext_mem: "dict[int, int]" = {}
         self.ext_reads: "list[int]" = []
         self.pending: "deque[tuple[int, int]]" = deque()
@@ -117,7 +119,8 @@ class SimTransport:
                 ctx.set(dut.ext_wr_ready, ready)
                 if ready and ctx.get(dut.ext_wr_valid):
                     self.ext_writes.append((ctx.get(dut.ext_wr_addr), ctx.get(dut.ext_wr_data)))
-                    self.ext_mem[self.ext_writes[-1][0]] = self.ext_writes[-1][1]
+                    if self.ext_writes[-1][0] not in self.ext_mem_drops:
+                        self.ext_mem[self.ext_writes[-1][0]] = self.ext_writes[-1][1]
                 self._read_port(ctx, dut)
             await ctx.tick()
             self.cycle += 1
@@ -384,6 +387,52 @@ def test_status_says_whether_the_external_memory_is_up(up, message):
         assert transport.ext_writes == []
 
 
+def test_sumx_sums_external_words_on_the_board():
+    """SUMX's Fletcher sums equal the host's (protocol.external_sums) over any stretch, the
+    words read on the memory's read port one at a time."""
+    transport = SimTransport(ext_config(), seed=6)
+    client = Client(transport)
+    words = [int(w) for w in transport.rng.integers(0, 1 << 16, 9)]
+    client.write_external(words, 16, addr=99_991)
+    assert client.sum_external(99_991, 9) == external_sums(words, 16)
+    assert client.sum_external(99_993, 4) == external_sums(words[2:6], 16)
+    assert client.sum_external(99_990, 2) == external_sums([0, words[0]], 16)
+    assert client.sum_external(5, 0) == (0, 0)
+    assert transport.ext_reads == list(range(99_991, 100_000)) + [99_993, 99_994, 99_995,
+                                                                   99_996, 99_990, 99_991]
+    message = r"^Device rejected SUMX: status 0x{:02X} \(the {}\)$"
+    with pytest.raises(ProtocolError, match=message.format(4, "words are outside the buffer")):
+        client.sum_external(99_999, 2)
+    with pytest.raises(ProtocolError, match=message.format(
+            3, "payload length is wrong for the command")):
+        client.command(Command.SUMX, bytes(4))
+
+
+def test_the_host_loads_the_external_image_once_and_checks_it():
+    """send_external writes only stretches whose sums differ from the image's, and sums them
+    again: a second call writes nothing; a memory that drops a word is named."""
+    config = ext_config()
+    transport = SimTransport(config, seed=7)
+    client = Client(transport)
+    image = [int(w) for w in transport.rng.integers(1, 1 << 16, 12)]
+    logged = []
+    assert send_external(client, config, image, log=logged.append)
+    assert [a for a, _ in transport.ext_writes] == list(range(12))
+    assert logged == ["Loading words 0 to 12 of 12 into the board's external memory "
+                      "'ulx3s-sdram' ..."]
+    assert not send_external(client, config, image)          # already there
+    assert len(transport.ext_writes) == 12
+    image[4] ^= 1                                              # a new build's image
+    assert send_external(client, config, image)
+    assert len(transport.ext_writes) == 24
+    transport.ext_mem_drops = {7}                              # a memory that loses a word
+    image[7] ^= 1
+    with pytest.raises(ProtocolError, match=r"^The board's external memory 'ulx3s-sdram' "
+                                            r"holds other words than were written to words "
+                                            r"\[0, 12\): it does not keep what it is given$"):
+        send_external(client, config, image)
+
+
 def test_writex_is_checked_like_write():
     transport = SimTransport(ext_config())
     client = Client(transport)
@@ -430,7 +479,7 @@ def test_readx_is_checked_like_read():
 
 def test_writex_and_load_exist_only_where_the_build_has_them():
     for config, cmd in ((bridge_config(3), Command.WRITEX), (bridge_config(3), Command.READX),
-                        (ext_config(), Command.LOAD)):
+                        (bridge_config(3), Command.SUMX), (ext_config(), Command.LOAD)):
         transport = SimTransport(config)
         assert raw_command(transport, encode_frame(cmd, bytes(4) + bytes(6))) == (
             Status.UNKNOWN_COMMAND, b"")

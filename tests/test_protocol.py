@@ -10,7 +10,7 @@ import pytest
 from hwonnx.boards.host import SerialTransport
 from hwonnx.boards.protocol import (
     MAX_PAYLOAD, Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, checksum,
-    decode_frame, decode_reply, encode_frame, encode_reply,
+    decode_frame, decode_reply, encode_frame, encode_reply, external_sums,
 )
 from hwonnx.config import ArchConfig
 from hwonnx.errors import HwonnxError, ToolchainError, UsageError
@@ -62,6 +62,15 @@ def test_frame_layout_and_checksum():
     assert encode_reply(Status.OK) == bytes.fromhex("5a 00 00 00 00")
     assert encode_reply(Status.BAD_LENGTH) == bytes.fromhex("5a 03 00 00 fd")
     assert checksum(b"") == 0 and checksum(b"\x01") == 0xFF and checksum(b"\x80\x80") == 0
+
+
+def test_external_sums_are_fletcher_sums_of_32_bit_chunks():
+    """By hand: the 64-bit words 1 and 2 are the chunks 1, 0, 2, 0: a = 1, 1, 3, 3 and
+    b = 1, 2, 5, 8; a 48-bit word's upper chunk is its top 16 bits."""
+    assert external_sums([1, 2], 64) == (3, 8)
+    assert external_sums([(5 << 32) | 7], 48) == (12, 19)
+    assert external_sums([0xFFFFFFFF, 1], 32) == (0, 0xFFFFFFFF)
+    assert external_sums([], 64) == (0, 0)
 
 
 def test_round_trips():
