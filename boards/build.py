@@ -68,10 +68,10 @@ def build_id(program: Program) -> int:
 
 
 def write_board_plan(board: Board, program: Program, folder: Path, log=print,
-                     shown: "Path | None" = None) -> Path:
-    """Check the fit and write the board's complete build sources into ``folder/board``;
-    messages name ``shown`` (the build folder that ``folder``, a temporary folder, becomes)
-    instead of ``folder``."""
+                     shown: "Path | None" = None, baud: int = DEFAULT_BAUD) -> Path:
+    """Check the fit and write the board's complete build sources into ``folder/board``, its
+    UART at ``baud``; messages name ``shown`` (the build folder that ``folder``, a temporary
+    folder, becomes) instead of ``folder``."""
     config = program.config
     check_fits(config, board)
     if config.clock_hz != board.clock_hz:
@@ -92,7 +92,8 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
                     f"{platform.device}-{platform.speed}{platform.package}C")
             dram = generate_controller(config.ext_memory, board.clock_hz, config.cols * 8,
                                        part, Path(scratch))
-        top = BoardTop(board, config, board_images(program), build_id(program), dram=dram)
+        top = BoardTop(board, config, board_images(program), build_id(program), baud=baud,
+                       dram=dram)
         with fast_memories():            # hdl/convert.py: seconds, not minutes
             plan = platform.build(top, name=TOP_NAME, do_build=False,
                                   **SYNTH_OVERRIDES.get(board.family, {}))
@@ -102,7 +103,7 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
     plan.extract(target)
     (target / "hwonnx_board.json").write_text(json.dumps({
         "board": board.name, "family": board.family, "clock_hz": board.clock_hz,
-        "baud": DEFAULT_BAUD, "build_id": build_id(program), "toolchain":
+        "baud": baud, "build_id": build_id(program), "toolchain":
         board.family_info.toolchain, "script": f"build_{TOP_NAME}.sh"}, indent=1) + "\n")
     log(f"Board sources written to {Path(shown or folder) / 'board'}/ in "
         f"{time.monotonic() - started:.0f} s")

@@ -6,15 +6,29 @@ from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from ..errors import UsageError
 from ..hdl.bridge import EXT_WRITE_PORTS, HostBridge
 from ..hdl.extmem import READ_PORT
 from ..hdl.top import Accelerator
 from .clocks import pll_domain
 from .registry import Board
 
-__all__ = ["SystemTop", "BoardTop", "DEFAULT_BAUD"]
+__all__ = ["SystemTop", "BoardTop", "DEFAULT_BAUD", "uart_divisor"]
 
 DEFAULT_BAUD = 115_200
+
+
+def uart_divisor(clock_hz: int, baud: int) -> int:
+    """The UART's clock cycles per bit for ``baud`` at ``clock_hz``: a whole number of at
+    least 4 (``hdl/uart.py``) whose rate is within 2% of ``baud`` (a UART receiver samples
+    each bit in its middle, so the two ends may differ by a few percent over a character)."""
+    divisor = round(clock_hz / baud) if baud > 0 else 0
+    if divisor < 4 or abs(clock_hz / divisor - baud) > 0.02 * baud:
+        near = sorted({round(clock_hz / d) for d in (max(divisor, 4), max(divisor, 4) + 1)})
+        raise UsageError(f"A UART of {baud} baud cannot run from the {clock_hz / 1e6:g} MHz "
+                         f"clock: it divides the clock by a whole number of at least 4, "
+                         f"within 2% (near it: {' or '.join(map(str, near))} baud)")
+    return divisor
 
 #: The accelerator's external-memory read port (``hdl/extmem.py``).
 _EXT_READ_PORTS = tuple(f"ext_{name}" for name in READ_PORT)
@@ -98,7 +112,7 @@ class BoardTop(Elaboratable):
 
     @property
     def divisor(self) -> int:
-        return round(self.board.clock_hz / self.baud)
+        return uart_divisor(self.board.clock_hz, self.baud)
 
     def elaborate(self, platform):
         m = Module()

@@ -120,13 +120,15 @@ def model_label(model) -> str:
 def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig | None" = None,
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
           override_initializers=None, ext_memory: "str | None" = None,
-          verilog: bool = True, bitstream: bool = False, log=print,
-          **depths: int) -> BuildResult:
+          verilog: bool = True, bitstream: bool = False, baud: "int | None" = None,
+          log=print, **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols``, ``<buffer>_depth`` and ``lut_tables`` keywords override the board's default
     configuration; ``ext_memory`` adds an external memory (:data:`hwonnx.hdl.extmem.
-    MEMORIES`) from which the weights that do not fit the weight buffer stream."""
+    MEMORIES`) from which the weights that do not fit the weight buffer stream; ``baud`` sets
+    a board build's UART rate (default 115,200: ``hwonnx run`` loads an external memory's
+    image over it)."""
     unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog")} \
         - {"lut_tables"}
     if unknown:
@@ -148,6 +150,11 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
         check_fits(config, target)          # before any compilation or synthesis
     if bitstream and out_dir is None:
         raise UsageError("--bitstream needs an output folder")
+    if baud is not None:
+        if target.is_simulation:
+            raise UsageError("--baud sets a board's UART: it needs --board")
+        from .boards.top import uart_divisor
+        uart_divisor(target.clock_hz, baud)        # refused before any compilation
     if bitstream and target.is_simulation:
         raise UsageError("--bitstream needs a board: the 'sim' target has no bitstream")
     if bitstream:
@@ -177,7 +184,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     with staged_folder(out) as staging:
         graph, program, report, *segments = compile_()
         _write_build(staging, out, target, graph, segments[0] if segments else program, report,
-                     verilog=verilog, bitstream=bitstream, log=log)
+                     verilog=verilog, bitstream=bitstream, log=log, baud=baud)
     log(f"Build written to {out}/ (report.md: {report['total']['predicted_cycles']:,} predicted "
         f"cycles per inference, {report['total']['utilization']:.1%} utilization)")
     return BuildResult(out, graph, program, report, *segments)
@@ -185,7 +192,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
 
 def _write_build(folder: Path, out: Path, target, graph: Graph,
                  program: "Program | tuple[Program, ...]", report: dict, *, verilog: bool,
-                 bitstream: bool, log) -> None:
+                 bitstream: bool, log, baud: "int | None" = None) -> None:
     """Write the build into ``folder`` (the temporary folder that becomes ``out``), the
     manifest last; ``program``: the program, or a segmented build's programs (always a
     simulation build: a folder of format 4, :mod:`hwonnx.compiler.segments`)."""
@@ -202,7 +209,8 @@ def _write_build(folder: Path, out: Path, target, graph: Graph,
         (folder / "accel.v").write_text(accelerator_verilog(program.config, log))
     if not target.is_simulation:
         from .boards.build import build_bitstream, write_board_plan
-        write_board_plan(target, program, folder, log=log, shown=out)
+        write_board_plan(target, program, folder, log=log, shown=out,
+                         **({"baud": baud} if baud else {}))
         if bitstream:
             report["bitstream"] = build_bitstream(target, folder, log=log, shown=out)
             write_report(report, folder)

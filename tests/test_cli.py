@@ -224,3 +224,33 @@ def test_build_out_is_an_existing_file(tmp_path, capsys, digits):
     assert code == 2
     assert re.fullmatch(r"(?s).*^hwonnx: error: .*" + re.escape(str(target)) + r".*\n",
                         stderr, re.MULTILINE)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--board", "ulx3s-85f", "--baud", "3000000"],
+     "A UART of 3000000 baud cannot run from the 25 MHz clock: it divides the clock by a "
+     "whole number of at least 4, within 2% (near it: 2777778 or 3125000 baud)"),
+    (["--board", "ulx3s-85f", "--baud", "0"],
+     "A UART of 0 baud cannot run from the 25 MHz clock: it divides the clock by a whole "
+     "number of at least 4, within 2% (near it: 5000000 or 6250000 baud)"),
+    (["--baud", "115200"], "--baud sets a board's UART: it needs --board")])
+def test_build_refuses_a_baud_rate_the_board_cannot_make(tmp_path, capsys, args, message):
+    code = main(["build", "digits_mlp", "-o", str(tmp_path / "out"), *args])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err == f"hwonnx: error: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_sets_the_board_uart_rate(tmp_path):
+    """The bitstream's UART divides the 25 MHz clock by 25 for 1 Mbaud, and the board
+    description tells hwonnx run to open the port at that rate."""
+    import json
+
+    from hwonnx.boards.top import uart_divisor
+
+    assert main(["build", "digits_mlp", "-o", str(tmp_path / "out"), "--board", "ulx3s-85f",
+                 "--baud", "1000000"]) == 0
+    info = json.loads((tmp_path / "out" / "board" / "hwonnx_board.json").read_text())
+    assert info["baud"] == 1_000_000
+    assert uart_divisor(25_000_000, 1_000_000) == 25
+    assert uart_divisor(25_000_000, 115_200) == 217          # 0.01% off
