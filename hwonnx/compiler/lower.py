@@ -250,6 +250,11 @@ class _Builder:
         self.output_tiles = 0
         self.layer_count = 0
         self.wpack = 0                                # of the layer being emitted
+        # The bands of a layer (spill.py) emit the same tiles and parameters again: packed
+        # once (Amaranth's Layout.const takes about 2 ms a parameter word), and the tile
+        # cache bounded to the latest _TILE_CACHE tiles.
+        self._param_words: "dict[tuple, int]" = {}
+        self._tiles: "dict[tuple, list[int]]" = {}
 
     def layer(self, node: Node, sources: "list[Placement]", target: Placement
               ) -> "list[LayerPlan]":
@@ -337,7 +342,13 @@ class _Builder:
     def weight_tile(self, tile: np.ndarray) -> int:
         """Store a ``rows x cols`` weight tile of the layer being emitted; its address."""
         address = len(self.wgt)
-        self.wgt.extend(pack_tile(tile, self.wpack))
+        key = (self.wpack, tile.shape, tile.dtype.str, tile.tobytes())
+        words = self._tiles.get(key)
+        if words is None:
+            words = self._tiles[key] = pack_tile(tile, self.wpack)
+            if len(self._tiles) > _TILE_CACHE:
+                del self._tiles[next(iter(self._tiles))]
+        self.wgt.extend(words)
         return address
 
     def table_index(self, node: Node, table: "tuple[int, ...] | None") -> int:
@@ -439,8 +450,10 @@ class _Builder:
                 mult, shift = (spec.mult, spec.shift) if k is None else (spec.mult[k - 1],
                                                                          spec.shift[k - 1])
                 par_addr[n_index, k] = len(self.par)
-                self.par.append(_param_word(folded[n0:n0 + nt], mult[n0:n0 + nt],
-                                            shift[n0:n0 + nt], self.param_layout))
+                key = tuple(tuple(int(v) for v in x[n0:n0 + nt]) for x in (folded, mult, shift))
+                if key not in self._param_words:
+                    self._param_words[key] = _param_word(*key, self.param_layout)
+                self.par.append(self._param_words[key])
         return par_addr
 
     def posts(self, spec: "_LayerSpec", target: Placement, acc_base: int, m_tile, n_tile,
@@ -572,6 +585,10 @@ def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int
     return [(n0, min(cols, block + rows - n0, n_out - n0))
             for block in range(0, n_out, rows)
             for n0 in range(block, min(block + rows, n_out), cols)]
+
+
+#: Packed weight tiles the builder keeps for the next bands of a layer.
+_TILE_CACHE = 1 << 16
 
 
 def _param_word(bias, mult, shift, layout) -> int:
