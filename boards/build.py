@@ -146,7 +146,7 @@ def _parse_nextpnr(log_text: str) -> dict:
     constrained clock's Fmax and target, and the utilisation, from nextpnr's log."""
     fmax = [float(f) for f in re.findall(r"Max frequency for clock[^:]*: ([\d.]+) MHz",
                                          log_text)]
-    clocks = {}         # nextpnr reports after placement and again after routing: the last
+    clocks = {}         # reported after placement and again after routing: the last stays
     for name, mhz, target in re.findall(r"Max frequency for clock\s+'([^']+)': ([\d.]+) MHz "
                                         r"\((?:PASS|FAIL) at ([\d.]+) MHz\)", log_text):
         clocks[name.removeprefix("$glbnet$")] = {"fmax_mhz": float(mhz),

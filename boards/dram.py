@@ -9,7 +9,6 @@ from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Mod
                           ResetSignal, Signal)
 from amaranth.lib import wiring
 from amaranth.lib.cdc import FFSynchronizer
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..hdl.extmem import connect_read_port
@@ -179,9 +178,12 @@ def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=No
     - SDR (``ulx3s-sdram``): the core runs on the accelerator's clock; the memory's clock is
       that clock inverted (an ODDRX1F that outputs 0 in the clock's high half, 1 in its low
       half): the SDRAM samples in the middle of each command and data cycle.
-    - DDR3 (``ecpix5-ddr3``): the core makes its clocks from ``oscillator`` (the board's
-      oscillator) and runs in the ``dram`` domain, its sequencer too; the bridge reaches it
-      through a :class:`NativePortCDC`."""
+    - DDR3 (``ecpix5-ddr3``, ``arty-ddr3``): the core makes its clocks from ``oscillator``
+      (the board's oscillator) and runs in the ``dram`` domain, its sequencer too; the bridge
+      reaches it through a :class:`NativePortCDC`.
+
+    The sequencer's ``done`` and ``error`` reach ``system``'s ``ext_ready`` and
+    ``ext_failed`` (STATUS) through synchronizers."""
     from .dram_init import DramInit
     from .litedram import handover_writes, init_writes, read_leveling
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import ToolchainError
 from ..hdl.extmem import port_bytes
+from .dram_init import ReadLeveling
 
 __all__ = ["CONTROLLERS", "DramCore", "generate_controller", "init_writes",
            "handover_writes", "read_leveling", "DFII"]
@@ -101,8 +102,8 @@ def generate_controller(memory: str, clock_hz: int, word_bits: int, device: str,
         raise ToolchainError(f"LiteDRAM could not generate the controller of '{memory}': "
                              f"{tail}")
     core = json.loads((folder / "core.json").read_text())
-    return DramCore(memory, core["module"], folder / f"{name}.v", core["registers"], core["init"],
-                    core["port_addr_bits"], core["port_data_bits"], core["phy"],
+    return DramCore(memory, core["module"], folder / f"{name}.v", core["registers"],
+                    core["init"], core["port_addr_bits"], core["port_data_bits"], core["phy"],
                     core["register_words"])
 
 
@@ -136,7 +137,6 @@ def init_writes(core: DramCore, handover: bool = True) -> "list[tuple[int, int, 
 def read_leveling(core: DramCore) -> "ReadLeveling | None":
     """What :class:`~hwonnx.boards.dram_init.DramInit` needs to level the reads of ``core``'s
     PHY, or ``None`` for a PHY without read leveling (SDR)."""
-    from .dram_init import ReadLeveling
     phy = core.phy
     if not phy.get("read_leveling"):
         return None
