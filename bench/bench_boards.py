@@ -32,6 +32,14 @@ SHAPES = {"digits_mlp": (-1, 64), "digits_cnn": (-1, 1, 8, 8)}
 MODELS = list(SHAPES) + list(MLPERF_TINY)
 
 
+def resource_counts(family: str, utilization: dict) -> "dict[str, dict[str, int]]":
+    """nextpnr's DSP blocks, block RAMs, LUTs and flip-flops, each used and of the device's
+    total (the rows' ``{"used": ..., "total": ...}``)."""
+    used = nextpnr_resources(family, utilization)
+    totals = nextpnr_resources(family, {c: {"used": u["total"]} for c, u in utilization.items()})
+    return {name: {"used": used[name], "total": totals[name]} for name in used}
+
+
 def _model_and_calib(model: str):
     if model in SHAPES:
         data = load_digits_data()
@@ -64,7 +72,7 @@ def measure(board_name: str, model: str, streamed: bool = False) -> dict:
                        calib=calib, log=lambda message: print(message, flush=True), **options)
         seconds = time.monotonic() - started
     report = result.report["bitstream"]
-    used = nextpnr_resources(board.family, report["utilization"])
+    used = resource_counts(board.family, report["utilization"])
     predicted = estimate(result.program.config, board)
     config = result.program.config
     cycles = result.report["total"]["predicted_cycles"]
@@ -144,7 +152,8 @@ def markdown(results) -> str:
         lines += ["", "The memory controllers' own clocks (nextpnr, post-route):", ""]
         lines += [f"- {r['board']} {r['model']}: " + ", ".join(
             f"`{name}` {c['fmax_mhz']} MHz (needs {c['target_mhz']})"
-            for name, c in r["controller_clocks"].items()) for r in clocked]
+            for name, c in r["controller_clocks"].items()) + (f"; {r['note']}" if r.get("note")
+                                                               else "") for r in clocked]
     return "\n".join(lines + anchors(results)) + "\n"
 
 
