@@ -282,10 +282,10 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
         client = Client(transport)
         client.verify(cfg, build_id(program))
         send_program(client, cfg, encode_program(program))
-        if cfg.ext_memory and not send_external(client, cfg, program.images.get("ext", []),
-                                                 log=log):
-            log(f"The board's external memory already holds this build's "
-                f"{len(program.images.get('ext', [])):,} words (SUMX); not loading them again")
+        image = program.images.get("ext", [])
+        if not send_external(client, cfg, image, log=log) and image:
+            log(f"The board's external memory already holds this build's {len(image):,} "
+                f"words (SUMX); not loading them again")
         log(f"Board on {port} holds build 0x{build_id(program):08X}; running {count} "
             f"sample(s) ...")
         raw, cycles = run_samples(client, cfg, [(s.memory, s.base) for s in sources],
