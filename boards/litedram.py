@@ -29,8 +29,9 @@ __all__ = ["CONTROLLERS", "DramCore", "generate_controller", "init_writes",
 #:   ISERDES/OSERDES and IDELAYs: Vivado builds it), at 100 MHz from the board's 100 MHz
 #:   oscillator as LiteX's Arty target, crossed to the accelerator's clock likewise.
 #: ``luts``: logic cells of the external memory's path: the DMA engine, the controller, its
-#: sequencer and bridge (``boards/fit.py``; ULX3S: KWS on the 85F has 18,514 with it, 17,125
-#: without, bench/results/boards.md).
+#: sequencer and bridge (``boards/fit.py``; bench/results/boards.md: KWS on the ULX3S-85F has
+#: 18,514 with the SDRAM's, 17,125 without; on the ECPIX-5 with the DDR3's, 22,555: 4,041 more
+#: than with the SDRAM's. The Arty's is not measured: Vivado).
 CONTROLLERS = {
     "ulx3s-sdram": {"memtype": "SDR", "sdram_module": "IS42S16160", "sdram_module_nb": 2,
                     "sdram_rank_nb": 1, "sdram_phy": "GENSDRPHY", "cmd_buffer_depth": 16,
@@ -39,12 +40,12 @@ CONTROLLERS = {
                   "sdram_rank_nb": 1, "sdram_phy": "A7DDRPHY", "cmd_buffer_depth": 16,
                   "sys_clk_freq": 100_000_000, "input_clk_freq": 100_000_000,
                   "iodelay_clk_freq": 200_000_000, "cmd_latency": 0, "speedgrade": -1,
-                  "rtt_nom": "60ohm", "rtt_wr": "60ohm", "ron": "34ohm", "luts": 5000},
+                  "rtt_nom": "60ohm", "rtt_wr": "60ohm", "ron": "34ohm", "luts": 5400},
     "ecpix5-ddr3": {"memtype": "DDR3", "sdram_module": "MT41K256M16", "sdram_module_nb": 2,
                     "sdram_rank_nb": 1, "sdram_phy": "ECP5DDRPHY", "cmd_buffer_depth": 16,
                     "sys_clk_freq": 50_000_000, "input_clk_freq": 100_000_000,
                     "init_clk_freq": 25_000_000, "rtt_nom": "60ohm", "rtt_wr": "60ohm",
-                    "ron": "34ohm", "omit_pads": ["cs_n", "reset_n"], "luts": 4000},
+                    "ron": "34ohm", "omit_pads": ["cs_n", "reset_n"], "luts": 5400},
 }
 
 #: Bits of LiteDRAM's DFI injector registers (``litedram/dfii.py``; the BIOS's
