@@ -4,11 +4,13 @@
 pyserial is imported only when a port is opened, so the rest of hwonnx works without it.
 """
 
+import numpy as np
+
 from ..errors import ToolchainError, UsageError
 from .protocol import ProtocolError, external_sums
 
-__all__ = ["SerialTransport", "run_samples", "send_external", "send_program",
-           "wait_for_memory"]
+__all__ = ["SerialTransport", "host_io", "run_samples", "send_external", "send_program",
+           "unpack_outputs", "wait_for_memory"]
 
 
 class SerialTransport:
@@ -177,3 +179,30 @@ def run_samples(client, config, in_places: "list[tuple[str, int]]",
         outputs.append([client.read_external(addr, words, width) if memory == "ext"
                         else client.read_words(addr, words) for memory, addr, words in reads])
     return outputs, cycles
+
+
+def host_io(program, inputs) -> "tuple[list, list, list[list[bytes]]]":
+    """What the host sends and asks for to run ``program`` on the int8 ``inputs`` (input value
+    -> ``[S, *shape]``): each input's ``(memory, address)``, each output's ``(memory, address,
+    words)`` and, per sample, each input's words as bytes (the arguments of
+    :func:`run_samples`; ``hwonnx run`` and the full-system simulation)."""
+    from ..compiler.layout import pack_words
+    rows = program.config.rows
+    sources = [program.placements[port.value] for port in program.inputs]
+    targets = [program.placements[port.value] for port in program.outputs]
+    arrays = [inputs[port.value] for port in program.inputs]
+    samples = [[b"".join(w.to_bytes(rows, "little") for w in pack_words(array[i], source, rows))
+                for array, source in zip(arrays, sources)] for i in range(len(arrays[0]))]
+    return ([(p.memory, p.base) for p in sources], [(p.memory, p.base, p.words) for p in targets],
+            samples)
+
+
+def unpack_outputs(program, raw: "list[list[bytes]]") -> "dict[str, np.ndarray]":
+    """The int8 outputs (output value -> ``[S, *shape]``) of the bytes :func:`run_samples`
+    read per sample and output."""
+    from ..compiler.layout import unpack_words
+    rows = program.config.rows
+    return {port.value: np.stack([unpack_words(
+        [int.from_bytes(sample[k][i:i + rows], "little") for i in range(0, len(sample[k]), rows)],
+        program.placements[port.value], rows) for sample in raw])
+        for k, port in enumerate(program.outputs)}

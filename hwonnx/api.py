@@ -252,9 +252,9 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
     (``hwonnx run``); checks first that the board holds this very build."""
     from .boards.build import build_id
-    from .boards.host import SerialTransport, run_samples, send_external, send_program
+    from .boards.host import (SerialTransport, host_io, run_samples, send_external,
+                              send_program, unpack_outputs)
     from .boards.protocol import Client
-    from .compiler.layout import pack_words, unpack_words
 
     result = load_build(out_dir)
     if result.segments:         # a segmented build is never a board build (build refuses)
@@ -271,13 +271,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
                          f"'{out_dir}'") from error
     samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
-    q_in = _quantize_inputs(result.graph, program, samples)
-    sources = [program.placements[port.value] for port in program.inputs]
-    targets = [program.placements[port.value] for port in program.outputs]
-    count = len(next(iter(q_in.values())))
-    words = [[b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
-        q_in[port.value][i], source, cfg.rows)) for port, source in zip(program.inputs, sources)]
-        for i in range(count)]
+    in_places, reads, words = host_io(program, _quantize_inputs(result.graph, program, samples))
     with SerialTransport(port, baud, timeout) as transport:
         client = Client(transport)
         client.verify(cfg, build_id(program))
@@ -286,14 +280,11 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
         if not send_external(client, cfg, image, log=log) and image:
             log(f"The board's external memory already holds this build's {len(image):,} "
                 f"words (SUMX); not loading them again")
-        log(f"Board on {port} holds build 0x{build_id(program):08X}; running {count} "
+        log(f"Board on {port} holds build 0x{build_id(program):08X}; running {len(words)} "
             f"sample(s) ...")
-        raw, cycles = run_samples(client, cfg, [(s.memory, s.base) for s in sources],
-                                  [(t.memory, t.base, t.words) for t in targets], words)
-    q_out = {port.value: np.stack([unpack_words(
-        [int.from_bytes(r[k][i:i + cfg.rows], "little") for i in range(0, len(r[k]), cfg.rows)],
-        target, cfg.rows) for r in raw]).reshape((-1,) + target.shape[1:])
-        for k, (port, target) in enumerate(zip(program.outputs, targets))}
+        raw, cycles = run_samples(client, cfg, in_places, reads, words)
+    q_out = {value: array.reshape((-1,) + program.placements[value].shape[1:])
+             for value, array in unpack_outputs(program, raw).items()}
     return _result(result, samples, q_out, cycles, 0.0)
 
 

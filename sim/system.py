@@ -13,7 +13,6 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.layout import pack_words, unpack_words
 from ..compiler.program import Program, encode_program
 from ..errors import SimulationError, ToolchainError
 from .runner import (_BUILD_ARGS, build_lock, cache_root, cocotb_runner, setup_verilator,
@@ -101,6 +100,7 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
     value -> ``[S, *shape]``) and the cycles the board reported per sample."""
     from ..hdl.convert import verilog
     from ..boards.build import board_images
+    from ..boards.host import host_io, unpack_outputs
     from ..boards.top import SystemTop
 
     cfg = program.config
@@ -108,18 +108,14 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
     if cfg.ext_memory:
         top = _WithMemoryModel(top, cfg)
     build_dir = _system_build(verilog(top, name=SYSTEM_TOP), log=log)
-    sources = [program.placements[port.value] for port in program.inputs]
-    targets = [program.placements[port.value] for port in program.outputs]
-    arrays = [np.asarray(inputs[port.value], dtype=np.int8) for port in program.inputs]
+    in_places, reads, samples = host_io(program, {
+        port.value: np.asarray(inputs[port.value], dtype=np.int8) for port in program.inputs})
     with tempfile.TemporaryDirectory(prefix="hwonnx-system-") as tmp:
         tmp = Path(tmp)
         job = {
             "config": cfg.to_json(), "divisor": divisor, "build_id": build_id,
-            "in_places": [(p.memory, p.base) for p in sources],
-            "reads": [(p.memory, p.base, p.words) for p in targets],
-            "inputs": [[b"".join(w.to_bytes(cfg.rows, "little") for w in pack_words(
-                array[i], source, cfg.rows)).hex() for array, source in zip(arrays, sources)]
-                for i in range(len(arrays[0]))],
+            "in_places": in_places, "reads": reads,
+            "inputs": [[data.hex() for data in sample] for sample in samples],
             "results": str(tmp / "results.json"),
             "program": [hex(w) for w in encode_program(program)],
             "ext": [hex(w) for w in program.images.get("ext", [])],
@@ -140,11 +136,5 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
             raise SimulationError("The full-system simulation ended without results: "
                                   + " | ".join(log_text.strip().splitlines()[-3:]))
         result = json.loads((tmp / "results.json").read_text())
-    outputs = {port.value: [] for port in program.outputs}
-    for sample in result["outputs"]:
-        for port, target, text in zip(program.outputs, targets, sample):
-            raw = bytes.fromhex(text)
-            words = [int.from_bytes(raw[i:i + cfg.rows], "little")
-                     for i in range(0, len(raw), cfg.rows)]
-            outputs[port.value].append(unpack_words(words, target, cfg.rows))
-    return {value: np.stack(arrays) for value, arrays in outputs.items()}, result["cycles"]
+    raw = [[bytes.fromhex(text) for text in sample] for sample in result["outputs"]]
+    return unpack_outputs(program, raw), result["cycles"]
