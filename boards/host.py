@@ -4,6 +4,8 @@
 pyserial is imported only when a port is opened, so the rest of hwonnx works without it.
 """
 
+import time
+
 import numpy as np
 
 from ..errors import ToolchainError, UsageError
@@ -135,7 +137,6 @@ def wait_for_memory(client, config, wait: float = 1.0) -> None:
     ProtocolError
         If the board reports that the memory failed to come up, or not up after ``wait``
         seconds."""
-    import time
     deadline = time.monotonic() + wait
     while True:
         status = client.status()

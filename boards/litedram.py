@@ -73,6 +73,11 @@ class DramCore:
     #                                   first, LiteX's CSR order)
 
     @property
+    def word_addresses(self) -> "dict[str, int]":
+        """Control register -> its word address (the sequencer's Wishbone addresses)."""
+        return {name: address // 4 for name, address in self.registers.items()}
+
+    @property
     def own_clock(self) -> bool:
         """The core makes its clocks from the board's oscillator (a DDR PHY) instead of
         running on the accelerator's."""
@@ -120,7 +125,7 @@ def init_writes(core: DramCore, handover: bool = True) -> "list[tuple[int, int, 
     wait after it)``: LiteDRAM's BIOS ``init_sequence()`` (``litedram/init.py``), each
     ``cdelay(n)`` taken as ``n`` cycles; then (``handover``: :func:`handover_writes`) the
     controller takes the memory over."""
-    reg = {name: address // 4 for name, address in core.registers.items()}
+    reg = core.word_addresses
     writes = []
     if "ddrphy_rst" in reg:              # the BIOS's sdram_init() resets such a PHY first
         writes += [(reg["ddrphy_rst"], 1, 1000), (reg["ddrphy_rst"], 0, 1000)]
@@ -145,7 +150,7 @@ def read_leveling(core: DramCore) -> "ReadLeveling | None":
         raise ToolchainError(f"The {phy['phytype']} PHY needs its writes calibrated, which "
                              f"hwonnx's sequencer does not do (boards/dram_init.py)")
     return ReadLeveling(
-        reg={name: address // 4 for name, address in core.registers.items()},
+        reg=core.word_addresses,
         words=dict(core.register_words), modules=phy["databits"] // 8,
         databits=phy["databits"], nphases=phy["nphases"], phase_bits=phy["dfi_databits"],
         rdphase=phy["rdphase"], wrphase=phy["wrphase"], bitslips=phy["bitslips"],
@@ -156,7 +161,7 @@ def handover_writes(core: DramCore, error: bool = False) -> "list[tuple[int, int
     """The controller takes the memory over (``DFII_CONTROL_SEL``) and ``ddrctrl_init_done``
     opens the user port; with ``error``, ``ddrctrl_init_error`` first keeps it closed (the
     BIOS's failed memory test)."""
-    reg = {name: address // 4 for name, address in core.registers.items()}
+    reg = core.word_addresses
     return [(reg["sdram_dfii_control"], DFII["DFII_CONTROL_SEL"], 0)] \
         + ([(reg["ddrctrl_init_error"], 1, 0)] if error else []) \
         + [(reg["ddrctrl_init_done"], 1, 0)]

@@ -89,20 +89,17 @@ class _PhyModel:
         lv = self.lv
         self.regs[name] = value
         lanes = [m for m in range(lv.modules) if self.sel >> m & 1]
+        # the selected lanes' delay or bitslip: reset, or one step (wrapping)
+        steps = {"ddrphy_rdly_dq_rst": (self.delay, 0), "ddrphy_rdly_dq_inc": (self.delay, 1),
+                 "ddrphy_rdly_dq_bitslip_rst": (self.bitslip, 0),
+                 "ddrphy_rdly_dq_bitslip": (self.bitslip, 1)}
         if name == "ddrphy_dly_sel":
             self.sel = value
-        elif name == "ddrphy_rdly_dq_rst":
+        elif name in steps:
+            setting, step = steps[name]
+            count = lv.delays if setting is self.delay else lv.bitslips
             for m in lanes:
-                self.delay[m] = 0
-        elif name == "ddrphy_rdly_dq_inc":
-            for m in lanes:
-                self.delay[m] = (self.delay[m] + 1) % lv.delays
-        elif name == "ddrphy_rdly_dq_bitslip_rst":
-            for m in lanes:
-                self.bitslip[m] = 0
-        elif name == "ddrphy_rdly_dq_bitslip":
-            for m in lanes:
-                self.bitslip[m] = (self.bitslip[m] + 1) % lv.bitslips
+                setting[m] = (setting[m] + 1) % count if step else 0
         elif name == "ddrphy_burstdet_clr":
             self.seen = 0
         elif (found := re.fullmatch(r"sdram_dfii_pi(\d)_command_issue", name)):
