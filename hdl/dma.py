@@ -1,8 +1,9 @@
 """The DMA engine: LOADX copies weight words from the external memory into the weight buffer
 over the burst read port of ``hdl/extmem.py``, while the array computes; LOADP copies a page
 of a paged program into the program memory the same way; LOADA copies activation words into
-the activation buffer, and STOREA copies them back over the write port (both while every
-other engine is idle: ``hdl/top.py``)."""
+the input staging buffer, and STOREA copies them from the output staging buffer over the
+write port (``ArchConfig.stage_depth``), also while the array computes. The engine runs one
+transfer at a time and holds one more (a LOADA or STOREA) to start when that one ends."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -31,19 +32,22 @@ class DmaEngine(wiring.Component):
     the word is on the write port (``wr_valid``) from ``t + 2`` until the memory takes it,
     and each next word from two cycles after the one before was taken.
 
-    The engine is idle again from the cycle after the last word arrived or was taken
-    (:class:`~hwonnx.hdl.extmem.MemoryTimeline` predicts it); ``act_busy`` is high while a
-    LOADA or STOREA runs.
+    The engine is free again from the cycle after the last word arrived or was taken
+    (:class:`~hwonnx.hdl.extmem.MemoryTimeline` predicts it). A LOADA or STOREA dispatched
+    while a transfer runs waits in a one-entry slot (``slot_free`` low) and starts in the
+    cycle that transfer's engine is free, as if dispatched then.
 
     Members
     -------
-    dispatch, instr : start (only when ``idle``); ``instr`` is viewed as its op's layout.
-    idle, act_busy : no word outstanding; an activation transfer running.
+    dispatch, instr : start (only when ``idle``; a LOADA or STOREA when ``slot_free``);
+        ``instr`` is viewed as its op's layout.
+    idle : no transfer running or waiting. slot_free : none waiting.
     cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the external memory's read port.
     wr_valid, wr_ready, wr_addr, wr_data : its write port (one word, held until ready).
     wgt_we, wgt_addr, wgt_data : the weight buffer's write port.
-    act_we, act_waddr, act_wdata : the activation buffer's write port.
-    act_ren, act_raddr, act_rdata : its read port (data one cycle after the address).
+    act_we, act_waddr, act_wdata : the input staging buffer's write port (LOADA).
+    act_ren, act_raddr, act_rdata : the output staging buffer's read port (STOREA; data one
+        cycle after the address). Both addressed as activation words (``hdl/top.py``).
     prog_we, prog_addr, prog_data : the program memory's write port (LOADP).
     """
 
@@ -52,7 +56,7 @@ class DmaEngine(wiring.Component):
         width = config.cols * 8
         act_width, act_bits = config.rows * 8, config.act_addr_bits
         super().__init__({
-            "dispatch": In(1), "instr": In(InstrLayout()), "idle": Out(1), "act_busy": Out(1),
+            "dispatch": In(1), "instr": In(InstrLayout()), "idle": Out(1), "slot_free": Out(1),
             "cmd_valid": Out(1), "cmd_ready": In(1), "cmd_addr": Out(32),
             "cmd_len": Out(range(timing.burst + 1)),
             "rvalid": In(1), "rdata": In(width),
@@ -68,19 +72,28 @@ class DmaEngine(wiring.Component):
         m = Module()
         burst = self._timing.burst
         loadx, actx = LoadxLayout(), ActxLayout()
-        word = self.instr.as_value()
+        free = Signal()              # no transfer running
+        waiting = Signal(InstrLayout())
+        waiting_valid = Signal()
+        start = Signal()             # a transfer starts: the dispatched or the waiting one
+        word = Mux(waiting_valid, waiting.as_value(), self.instr.as_value())
         as_loadx, as_actx = loadx(word[:loadx.size]), actx(word[:actx.size])
+        m.d.comb += [self.idle.eq(free & ~waiting_valid), self.slot_free.eq(~waiting_valid),
+                     start.eq(free & (waiting_valid | self.dispatch))]
+        with m.If(self.dispatch & ~free):
+            m.d.sync += [waiting.eq(self.instr), waiting_valid.eq(1)]
+        with m.Elif(free):
+            m.d.sync += waiting_valid.eq(0)
         to_ask = Signal(24)          # words not yet asked for
         to_get = Signal(24)          # words not yet arrived
         to_put = Signal(24)          # words not yet written (STOREA)
         have = Signal()              # the word at ``local`` is on the activation read port
-        to_act = Signal()            # the words read go to the activation buffer
+        to_act = Signal()            # the words read go to the input staging buffer
         to_prog = Signal()           # ... to the program memory (LOADP)
         ext = Signal(32)
         local = Signal(max(self._config.wgt_addr_bits, self._config.act_addr_bits,
                            self._config.prog_addr_bits))
-        m.d.comb += [self.idle.eq((to_get == 0) & (to_put == 0)),
-                     self.act_busy.eq(((to_get != 0) & to_act) | (to_put != 0)),
+        m.d.comb += [free.eq((to_get == 0) & (to_put == 0)),
                      self.cmd_valid.eq(to_ask != 0), self.cmd_addr.eq(ext),
                      self.cmd_len.eq(Mux(to_ask > burst, burst, to_ask)),
                      self.wgt_we.eq(self.rvalid & ~to_act & ~to_prog), self.wgt_addr.eq(local),
@@ -90,8 +103,8 @@ class DmaEngine(wiring.Component):
                      self.act_ren.eq(to_put != 0), self.act_raddr.eq(local),
                      self.wr_valid.eq((to_put != 0) & have), self.wr_addr.eq(ext),
                      self.wr_data.eq(self.act_rdata)]
-        step = self._program_words(m, local, to_prog)
-        with m.If(self.dispatch):
+        step = self._program_words(m, local, to_prog, start)
+        with m.If(start):
             with m.Switch(as_loadx.op):
                 with m.Case(Op.LOADX, Op.LOADP):
                     m.d.sync += [to_ask.eq(as_loadx.count), to_get.eq(as_loadx.count),
@@ -119,7 +132,7 @@ class DmaEngine(wiring.Component):
                     m.d.sync += have.eq(1)
         return m
 
-    def _program_words(self, m, local, to_prog):
+    def _program_words(self, m, local, to_prog, start):
         """The LOADP path; returns ``step``, high when an arriving word advances the buffer
         address: every word, but in a LOADP only an instruction's last (without
         ``prog_page`` there is no LOADP and no path)."""
@@ -137,6 +150,6 @@ class DmaEngine(wiring.Component):
         with m.If(self.rvalid & to_prog):
             m.d.sync += [gathered.eq(Cat(gathered[width:], self.rdata)),
                          part.eq(Mux(last, 0, part + 1))]
-        with m.If(self.dispatch):
+        with m.If(start):
             m.d.sync += part.eq(0)
         return step

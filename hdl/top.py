@@ -14,7 +14,7 @@ from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
-from .layouts import PARAM_BITS, InstrLayout, ParamLayout
+from .layouts import PARAM_BITS, ActxLayout, InstrLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
 from .walker import TileWalker
@@ -153,34 +153,28 @@ class Accelerator(wiring.Component):
                                    ours[0] | we)
             m.d.comb += [port.addr.eq(addr), port.data.eq(data_), port.en.eq(we)]
 
-        # Activation buffer: the post-processor, the DMA engine (LOADA, while the other
-        # engines are idle) or the host writes, the feeder and host read.
+        # Activation buffer: the post-processor or the host writes, the feeder and host read;
+        # addresses from ``act_depth`` on are the staging buffers' (:meth:`_staging`).
+        running = Signal()
+        engine_addr = Mux(eltw.act_en, eltw.act_addr, feeder.act_addr)
+        engine_en = feeder.act_en | eltw.act_en
+        act_r = act.read_port()
+        post_we, engine_data = self._staging(m, dma, post, engine_addr, engine_en,
+                                             act_r.data)
         act_w = act.write_port(granularity=1)
         with m.If(self.host_act_we):
             m.d.comb += [act_w.addr.eq(self.host_act_addr), act_w.data.eq(self.host_act_data),
                          act_w.en.eq(~0)]
-        if dma is not None:
-            with m.Elif(dma.act_we):
-                m.d.comb += [act_w.addr.eq(dma.act_waddr), act_w.data.eq(dma.act_wdata),
-                             act_w.en.eq(~0)]
         with m.Else():
             m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
-                         act_w.en.eq(post.out_we)]
+                         act_w.en.eq(post_we)]
         # One read port: the feeder's or the element-wise engine's (never both at once: the
         # engine starts only when the feeder is drained) while the program runs, the host's
         # otherwise (a second port would double the buffer's block RAMs, its largest user on
-        # a board); the DMA engine's in a STOREA (the others idle).
-        running = Signal()
-        act_r = act.read_port()
-        engine_addr = Mux(eltw.act_en, eltw.act_addr, feeder.act_addr)
-        engine_en = feeder.act_en | eltw.act_en
-        if dma is not None:
-            engine_addr = Mux(dma.act_ren, dma.act_raddr, engine_addr)
-            engine_en = engine_en | dma.act_ren
-            m.d.comb += dma.act_rdata.eq(act_r.data)
+        # a board).
         m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host_act_raddr)),
                      act_r.en.eq(~running | engine_en),
-                     self.host_act_rdata.eq(act_r.data), eltw.act_data.eq(act_r.data)]
+                     self.host_act_rdata.eq(act_r.data), eltw.act_data.eq(engine_data)]
 
         # Weight tiles into the array.
         wgt_r = wgt.read_port()
@@ -192,7 +186,7 @@ class Accelerator(wiring.Component):
         # Activations into the array; padding reads as the zero point.
         for lane in range(cfg.rows):
             m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
-                                                act_r.data[lane]))
+                                                engine_data[lane]))
         m.d.comb += [array.feed_bank.eq(feeder.feed_bank), array.feed_dw.eq(feeder.feed_dw)]
 
         # Accumulators: read-modify-write behind the array, read by the post-processor.
@@ -260,6 +254,11 @@ class Accelerator(wiring.Component):
         m.d.comb += post_idle.eq(post.idle & ~post_pend_valid)
         accept = Signal()
         ready = Signal()            # every engine but the DMA idle
+        dma_ready = Signal()        # the DMA engine takes the LOADA or STOREA presented
+        if dma is not None:
+            actx = ActxLayout()
+            m.d.comb += dma_ready.eq(Mux(actx(instr.as_value()[:actx.size]).fence, dma.idle,
+                                         dma.slot_free))
         m.d.comb += ready.eq(~loader.busy & feeder.drained & post_idle & eltw.idle)
         with m.Switch(instr.op):
             with m.Case(Op.LOADW):
@@ -278,16 +277,21 @@ class Accelerator(wiring.Component):
                     m.d.comb += accept.eq(dma.idle & ~loader.busy)
                 with m.Case(Op.LOADP):
                     m.d.comb += accept.eq(dma.idle)
-                with m.Case(*Op.ACTX):          # alone: every engine idle
-                    m.d.comb += accept.eq(ready & dma.idle)
+                # A transfer when the engines before it are done with its staging buffer
+                # (a LOADA: their reads; a STOREA: their writes) and the DMA engine can take
+                # it: idle if ``fence``, else with its slot free.
+                with m.Case(Op.LOADA):
+                    m.d.comb += accept.eq(feeder.drained & eltw.idle & dma_ready)
+                with m.Case(Op.STOREA):
+                    m.d.comb += accept.eq(post_idle & dma_ready)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
         if dma is None:
             m.d.comb += fire.eq(instr_valid & accept)
-        else:                       # nothing runs beside an activation transfer
+        else:
             page_ready, boot = self._paging(m, dma, pc, walker.active if cfg.walker else
                                             Const(0))
-            m.d.comb += fire.eq(instr_valid & accept & ~dma.act_busy & page_ready)
+            m.d.comb += fire.eq(instr_valid & accept & page_ready)
         for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         if dma is not None:
@@ -338,6 +342,37 @@ class Accelerator(wiring.Component):
         connect_read_port(m, dma, self, memory_prefix="ext_")
         connect_read_port(m, dma, self, memory_prefix="ext_", port=WRITE_PORT)
         return dma
+
+    def _staging(self, m, dma, post, engine_addr, engine_en, act_data):
+        """The staging buffers (``ArchConfig.stage_depth``; without them, none): the input one
+        at activation addresses ``[act_depth, act_depth + stage_depth)``, written by the DMA
+        engine's LOADA and read by the feeder and the element-wise engine, the output one
+        after it, written by the post-processor and read by the DMA engine's STOREA. Each is
+        its own memory, so a transfer never meets another engine at a port. Returns the
+        post-processor's lane enables into the activation buffer and the data the feeder and
+        the element-wise engine read (of the buffer their last enabled read addressed)."""
+        cfg = self.config
+        if not cfg.stage_depth:
+            return post.out_we, act_data
+        word = data.ArrayLayout(signed(8), cfg.rows)
+        stage_in = Memory(shape=word, depth=cfg.stage_depth, init=[])
+        stage_out = Memory(shape=word, depth=cfg.stage_depth, init=[])
+        m.submodules.stage_in_buf, m.submodules.stage_out_buf = stage_in, stage_out
+        in_base, out_base = cfg.stage_bases
+        in_r, in_w = stage_in.read_port(), stage_in.write_port()
+        out_r, out_w = stage_out.read_port(), stage_out.write_port(granularity=1)
+        staged = Signal()               # the last enabled engine read was the input stage's
+        with m.If(engine_en):
+            m.d.sync += staged.eq(engine_addr >= in_base)
+        post_staged = post.out_addr >= out_base
+        m.d.comb += [in_r.addr.eq(engine_addr - in_base), in_r.en.eq(engine_en),
+                     in_w.addr.eq(dma.act_waddr - in_base), in_w.data.eq(dma.act_wdata),
+                     in_w.en.eq(dma.act_we),
+                     out_r.addr.eq(dma.act_raddr - out_base), out_r.en.eq(dma.act_ren),
+                     dma.act_rdata.eq(out_r.data),
+                     out_w.addr.eq(post.out_addr - out_base), out_w.data.eq(post.out_data),
+                     out_w.en.eq(Mux(post_staged, post.out_we, 0))]
+        return Mux(post_staged, 0, post.out_we), word(Mux(staged, in_r.data, act_data))
 
     def _paging(self, m, dma, pc, walking):
         """A paged program's rules (``prog_page``; otherwise none): ``ready`` is low while

@@ -11,6 +11,7 @@ from .compiler.lower import lower
 from .compiler.program import Program
 from .compiler.segments import is_segmented, lower_segments
 from .compiler.sizing import needs, probe, sized
+from .compiler.spill import StageTooSmall
 from .compiler.stream import SlotTooSmall
 from .config import ArchConfig
 from .errors import ResourceError
@@ -39,13 +40,20 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
-    or part's weights, or an activation buffer too small for a band's windows, doubles
-    until they fit; a program that streams weights keeps its weight buffer's depth (the
-    parts and slots are cut to it), one that moves activations its activation buffer's."""
+    or part's weights, or an activation buffer too small for the tensors left on chip,
+    doubles until they fit; staging buffers (``stage_depth``) too small for a band of one
+    row grow to what it needs or a quarter of the activation buffer, the larger, in a power
+    of two; a program that streams weights keeps its weight buffer's depth (the parts and
+    slots are cut to it), one that moves activations its activation and staging buffers'."""
     while True:
         try:
             first = lower(int_graph, probe(config, fixed), loops)
             break
+        except StageTooSmall as error:
+            if not config.ext_memory or "stage" in fixed:
+                raise
+            config = replace(config,
+                             stage_depth=_pow2(max(error.words, config.act_depth // 4)))
         except (SlotTooSmall, ActivationBufferFull) as error:
             name = "wgt" if isinstance(error, SlotTooSmall) else "act"
             depth = getattr(config, f"{name}_depth")
@@ -57,6 +65,10 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     if any(instr.op in Op.ACTX for instr in first.instructions):
         fixed = set(fixed) | {"act"}
     return sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _block_depth(board: str) -> int:

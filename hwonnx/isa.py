@@ -45,10 +45,14 @@ takes three instructions instead of one per tile, expanded by the tile walker
 ``LOADA``  the DMA engine (:data:`ACTX_FIELDS`): copy ``count`` activation words from
            external-memory word ``ext_addr`` into the activation buffer from ``act_addr``;
 ``STOREA`` ... and back: ``count`` activation words from ``act_addr`` into the external memory
-           from ``ext_addr``. Both are accepted only when every engine is idle, and nothing is
-           dispatched until they have finished (a tensor too large for the activation buffer
-           lives in the external memory; a layer reads and writes it in bands of rows through
-           windows in the buffer, :mod:`hwonnx.compiler.spill`).
+           from ``ext_addr``. A LOADA writes only the input staging buffer, a STOREA reads
+           only the output one (``ArchConfig.stage_depth``), so both run beside the other
+           engines: the DMA engine holds one more transfer while it runs one. A LOADA is
+           accepted once the MATMULs and ELTWs before it have read their operands, a STOREA
+           once the POSTs before it have written theirs; with ``fence``, only once the DMA
+           engine is idle (every transfer before it done). A tensor too large for the
+           activation buffer lives in the external memory; a layer reads and writes it in
+           bands of rows through the staging buffers, :mod:`hwonnx.compiler.spill`.
 ``LOADP``  the DMA engine (:data:`LOADP_FIELDS`, LOADX's layout): copy ``count`` external
            words from ``ext_addr`` into the program memory from instruction ``prog_addr``,
            each instruction :func:`ext_words_per_instruction` words, least significant
@@ -219,6 +223,7 @@ assert [f.width for f in LOADP_FIELDS] == [f.width for f in LOADX_FIELDS]
 #: The fields of LOADA and STOREA (their own layout of the same word).
 ACTX_FIELDS: "tuple[Field, ...]" = (
     Field("op", OP_BITS),
+    Field("fence", 1),       # accepted only when the DMA engine is idle
     Field("count", 24),      # activation words copied
     Field("act_addr", 24),   # first activation-buffer word
     Field("ext_addr", 32),   # first external-memory word (words of rows = cols bytes)

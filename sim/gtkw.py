@@ -49,7 +49,7 @@ ENGINES = (
                                       "par_addr", "out_we", "out_addr", "out_data[*]")),
     ("element-wise engine", "accel.eltw", ("dispatch", "idle", "active", "remaining", "act_en",
                                            "act_addr", "acc_we", "acc_addr")),
-    ("DMA engine", "accel.dma", ("dispatch", "idle", "act_busy", "cmd_valid", "cmd_ready",
+    ("DMA engine", "accel.dma", ("dispatch", "idle", "slot_free", "cmd_valid", "cmd_ready",
                                  "cmd_addr", "cmd_len", "rvalid", "wr_valid", "wr_ready",
                                  "wgt_we", "wgt_addr", "act_we", "act_ren")),
     ("external memory", "ext_memory", ("cmd_valid", "cmd_ready", "rvalid", "wr_valid",

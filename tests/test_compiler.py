@@ -409,9 +409,15 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
 def test_unknown_opcode_is_a_bug():
     with pytest.raises(ValueError, match=r"^Unknown opcode 12$"):
         predict([dict(op=12), END], ArchConfig())
-    for op in ("LOADX", "LOADP", "LOADA", "STOREA"):
+    for op in ("LOADX", "LOADP"):
         with pytest.raises(ValueError, match=rf"^{op}, but the 8x8 architecture has no external"):
             predict([dict(op=getattr(Op, op), count=1), END], ArchConfig())
+    external = ArchConfig(ext_memory="ulx3s-sdram", ext_depth=1024)
+    for op in ("LOADA", "STOREA"):              # an external memory, but no staging buffers
+        for config in (ArchConfig(), external):
+            with pytest.raises(ValueError, match=rf"^{op}, but the 8x8 architecture has no "
+                                                 rf"staging buffers"):
+                predict([dict(op=getattr(Op, op), count=1), END], config)
 
 
 # saving ----------------------------------------------------------------------------------------

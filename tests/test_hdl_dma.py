@@ -3,7 +3,7 @@
 it arrives, and the engine is idle again in exactly the cycle MemoryTimeline predicts, through
 bursts, the read latency and refreshes that fall due before, between and during transfers;
 LOADA and STOREA move activation words in and out the same way, reads and writes sharing the
-memory's timeline."""
+memory's timeline, one of them waiting in the engine's slot while the one before runs."""
 
 import numpy as np
 import pytest
@@ -111,46 +111,51 @@ def test_loadx_copies_the_words_in_the_predicted_cycles(name):
 
 @pytest.mark.parametrize("name", TIMINGS)
 def test_activation_transfers_in_the_predicted_cycles(name):
-    """Random LOADA, STOREA and LOADX one after another: every word lands where it should
-    (a STOREA's words read back by a later LOADA), and the engine is idle again exactly when
-    MemoryTimeline says, ``act_busy`` high meanwhile for the activation transfers only."""
+    """Random LOADA, STOREA and LOADX: a LOADX dispatched when the engine is idle, a LOADA or
+    STOREA when its slot is free (with ``fence``, idle), so most wait in the slot behind the
+    one before. Every word lands where it should (a STOREA's words read back by a later
+    LOADA); each transfer starts in the cycle it is dispatched or, waiting, in the cycle the
+    one before is done, and ends when MemoryTimeline says; ``idle`` and ``slot_free``
+    follow."""
     timing = TIMINGS[name]
     config = small_config(3, 3)                    # 24-bit activation and external words
     rng = np.random.default_rng(7 + len(name))
     image = [int(w) for w in rng.integers(0, 1 << 24, EXT_DEPTH)]
     act = [int(w) for w in rng.integers(0, 1 << 24, config.act_depth)]
     ops = [Op.STOREA, Op.LOADA, Op.LOADX, Op.STOREA, Op.STOREA, Op.LOADA, Op.LOADA,
-           Op.STOREA, Op.LOADX, Op.LOADA, Op.STOREA, Op.LOADA]
+           Op.STOREA, Op.LOADX, Op.LOADA, Op.STOREA, Op.LOADA, Op.STOREA, Op.LOADA]
     transfers = []
     for op in ops:
         local = config.wgt_depth if op == Op.LOADX else config.act_depth
         count = int(rng.integers(0, min(local, max(2 * timing.burst + 3, 12)) + 1))
         transfers.append((op, count, int(rng.integers(0, EXT_DEPTH - count + 1)),
                           int(rng.integers(0, local - count + 1)),
-                          int(rng.integers(0, 2 * timing.refresh_period))))
+                          int(rng.integers(0, 8)), int(rng.integers(0, 4) == 0)))
     pair = _Pair(config, timing)
     dma, mem = pair.dma, pair.mem
     reader = SyncReadMemory(act, dma.act_raddr, dma.act_rdata, dma.act_ren)
     restart = EXT_DEPTH + 1
     state = {"next": 0, "earliest": restart + 3, "dispatched": []}
-    idle, busy, loaded, stored = {}, {}, [], []
+    idle, slot_free, loaded, stored = {}, {}, [], []
 
     def step(ctx, cycle):
         _load_then_restart(ctx, mem, cycle, image, restart)
-        idle[cycle], busy[cycle] = ctx.get(dma.idle), ctx.get(dma.act_busy)
+        idle[cycle], slot_free[cycle] = ctx.get(dma.idle), ctx.get(dma.slot_free)
         if ctx.get(dma.act_we):                  # the activation buffer takes the word
             address, word = ctx.get(dma.act_waddr), ctx.get(dma.act_wdata)
             reader.contents[address] = word
             loaded.append((cycle, address, word))
         if ctx.get(dma.wr_valid) and ctx.get(dma.wr_ready):
             stored.append((cycle, ctx.get(dma.wr_addr), ctx.get(dma.wr_data)))
-        go = (state["next"] < len(transfers) and cycle >= state["earliest"] and idle[cycle])
+        go = state["next"] < len(transfers) and cycle >= state["earliest"]
+        if go:
+            op, count, ext, local, gap, fence = transfers[state["next"]]
+            go = idle[cycle] if op == Op.LOADX or fence else slot_free[cycle]
         ctx.set(dma.dispatch, go)
         if go:
-            op, count, ext, local, gap = transfers[state["next"]]
-            field = "wgt_addr" if op == Op.LOADX else "act_addr"
-            set_instr(ctx, dma.instr, {"op": op, "count": count, "ext_addr": ext,
-                                       field: local})
+            fields = {"wgt_addr": local} if op == Op.LOADX else {"act_addr": local,
+                                                                 "fence": fence}
+            set_instr(ctx, dma.instr, {"op": op, "count": count, "ext_addr": ext, **fields})
             state["dispatched"].append(cycle)
             state["next"] += 1
             state["earliest"] = cycle + 1 + gap
@@ -161,26 +166,35 @@ def test_activation_transfers_in_the_predicted_cycles(name):
     timeline = MemoryTimeline(timing, config.cols)
     ext_words, act_words = list(image), list(act)
     expect_loaded, expect_stored = [], []
-    for (op, count, ext, local, _), dispatch in zip(transfers, state["dispatched"]):
+    free, waited = 0, 0             # the cycle the engine is free; transfers that waited
+    busy, held = set(), set()       # cycles not idle; cycles the slot holds one
+    for (op, count, ext, local, _, _), dispatch in zip(transfers, state["dispatched"]):
+        begin = max(dispatch, free)
+        waited += begin > dispatch
+        held.update(range(dispatch + 1, begin + 1))
         if op == Op.STOREA:
-            last = restart + timeline.write(dispatch - restart + 2, count)
+            last = restart + timeline.write(begin - restart + 2, count)
             for i in range(count):
                 expect_stored.append((ext + i, act_words[local + i]))
                 ext_words[ext + i] = act_words[local + i]
         else:
-            last = restart + timeline.read(dispatch - restart + 1, count)
+            last = restart + timeline.read(begin - restart + 1, count)
             if op == Op.LOADA:
                 for i in range(count):
                     expect_loaded.append((local + i, ext_words[ext + i]))
                     act_words[local + i] = ext_words[ext + i]
-        span = range(dispatch + 1, last + 2)
-        assert [idle[c] for c in span] == [0] * (last - dispatch) + [1], (op, count)
-        assert [busy[c] for c in span] == [int(op != Op.LOADX)] * (last - dispatch) + [0]
+        busy.update(range(dispatch + 1, last + 1))
+        free = last + 1
         if op == Op.STOREA and count:
             assert max(c for c, _, _ in stored if c <= last) == last
+        if op == Op.LOADA and count:
+            assert max(c for c, _, _ in loaded if c <= last) == last
+    span = range(restart, free + 2)
+    assert [c for c in span if not idle[c]] == sorted(busy)
+    assert [c for c in span if not slot_free[c]] == sorted(held)
     assert [(a, w) for _, a, w in loaded] == expect_loaded
     assert [(a, w) for _, a, w in stored] == expect_stored
-    assert len(expect_stored) >= 10 and len(expect_loaded) >= 10
+    assert len(expect_stored) >= 10 and len(expect_loaded) >= 10 and waited >= 3
 
 
 def test_timing_needs_a_refresh_period_longer_than_a_read():

@@ -20,7 +20,8 @@ H, W = 20, 16
 
 def _config(act_depth: int = 400, **changes) -> ArchConfig:
     fields = dict(act_depth=act_depth, wgt_depth=4096, acc_depth=256, par_depth=64,
-                  prog_depth=512, ext_memory="ulx3s-sdram", ext_depth=1 << 14)
+                  prog_depth=512, ext_memory="ulx3s-sdram", ext_depth=1 << 14,
+                  stage_depth=256)
     return ArchConfig(**{**fields, **changes})
 
 
@@ -75,33 +76,65 @@ def _transfers(program) -> list:
 def test_the_largest_tensor_moves_out_in_bands_of_rows():
     """700 words: the 8-channel input (2 words a pixel... of 8 lanes: 320 words) and the
     16-channel 20x16 conv0 output (640 words) do not fit together, so conv0's output lives in
-    the external memory; conv0 writes it in two bands (its window and the input fit 700),
-    the pool reads it back in two, each band's rows with the kernel's halo."""
-    program = build(_model(), None, config=_config(700), calib=_samples(8),
+    the external memory. Staging buffers of 704 words take two windows of 352 (11 rows of 32
+    words) from addresses 700 (in) and 1404 (out), slot 1 at each one's end: conv0 writes its
+    output in two bands, the pool reads it back in two, each band's rows with the kernel's
+    halo, the next band's while the one before computes."""
+    program = build(_model(), None, config=_config(700, stage_depth=704), calib=_samples(8),
                     log=_quiet).program
     names = [layer.name for layer in program.layers]
-    assert names[:4] == ["conv0 [rows 0-10]", "conv0 [rows 11-19]", "pool0 [rows 0-7]",
-                         "pool0 [rows 8-9]"]
+    assert names[:4] == ["conv0 [rows 0-10]", "conv0 [rows 11-19]", "pool0 [rows 0-4]",
+                         "pool0 [rows 5-9]"]
     row = W * 2                              # words of one row of a 16-channel tensor
-    assert _transfers(program) == [
-        ("STOREA", "conv0 [rows 0-10]", 11 * row, 0),
-        ("STOREA", "conv0 [rows 11-19]", 9 * row, 11 * row),
-        # output rows 0-7 of a 3x3 stride-2 pool padded by 1 read input rows 0-15 ...
-        ("LOADA", "pool0 [rows 0-7]", 16 * row, 0),
-        # ... rows 8-9 read rows 15-19 (the bottom padding is outside the image)
-        ("LOADA", "pool0 [rows 8-9]", 5 * row, 15 * row)]
-    assert program.words["ext"] == H * row
+    transfers = [(Op.NAMES[i.op], names[i.layer], i["fence"], i["count"], i["act_addr"],
+                  i["ext_addr"]) for i in program.instructions if i.op in Op.ACTX]
+    assert transfers == [
+        # each band's STOREA after it, a fence (the one before it is done)
+        ("STOREA", "conv0 [rows 0-10]", 1, 11 * row, 1404, 0),
+        ("STOREA", "conv0 [rows 11-19]", 1, 9 * row, 1404 + 704 - 11 * row, 11 * row),
+        # output rows 0-4 of a 3x3 stride-2 pool padded by 1 read input rows 0-9, rows 5-9
+        # read rows 9-19 (the bottom padding is outside the image): both before band 0, the
+        # second a fence, so band 0 starts once the first is in ...
+        ("LOADA", "pool0 [rows 0-4]", 0, 10 * row, 700, 0),
+        ("LOADA", "pool0 [rows 0-4]", 1, 11 * row, 700 + 704 - 11 * row, 9 * row),
+        # ... and band 1 once the second is: a fence of no words
+        ("LOADA", "pool0 [rows 5-9]", 1, 0, 700, 0)]
+    assert program.words["ext"] == H * row and program.words["stage"] == 704
     # the bands of a layer share its weights: the second band stores none
     words = {layer.name: layer.wgt_words for layer in program.layers}
     assert words["conv0 [rows 0-10]"] == 16 * 9 and words["conv0 [rows 11-19]"] == 0
-    # every transfer runs alone: it is dispatched only when every engine is idle
+    # the transfers run beside the computation: conv0's first STOREA while its second band
+    # computes, the pool's second LOADA while its first band does
     from hwonnx.compiler.timing import predict
     expanded = program.expanded()
     timing = predict(expanded, program.config)
-    for index, instr in enumerate(expanded):
-        if instr.op in Op.ACTX:
-            assert all(done < timing.dispatch[index] for done in timing.done[:index])
-            assert timing.dispatch[index + 1] > timing.done[index]
+    moves = [k for k, i in enumerate(expanded) if i.op in Op.ACTX]
+    for move, band in ((moves[0], 1), (moves[3], 2)):
+        matmuls = [timing.dispatch[k] for k, i in enumerate(expanded)
+                   if i.op == Op.MATMUL and i.layer == band]
+        assert timing.dispatch[move] < matmuls[0] < timing.done[move], names[band]
+    # and a band's MATMULs start only once its LOADAs are in
+    loaded = {1: timing.done[moves[2]], 2: timing.done[moves[3]]}
+    for k, i in enumerate(expanded):
+        if i.op == Op.MATMUL and i.layer in (2, 3):
+            assert timing.dispatch[k] > loaded[i.layer - 1]
+
+
+def test_staging_buffers_are_sized_to_the_bands_of_one_row():
+    """Without staging buffers (stage_depth 0) a fixed architecture is refused, naming the
+    layer and the words a band of one row needs (the pool's: 3 input rows of 16 pixels of 2
+    words, twice); sized for a simulation, they take the larger of what the layers need and a
+    quarter of the activation buffer, in a power of two."""
+    with pytest.raises(ResourceError, match=r"Layer 'conv0' moves its rows through the staging "
+                                            r"buffers in bands of one row: each needs 64 "
+                                            r"words \(stage_depth\), the architecture has 0"):
+        build(_model(), None, config=_config(400, stage_depth=0), calib=_samples(4),
+              log=_quiet)
+    from hwonnx.api import compile_model
+    _, program = compile_model(_model(), _samples(4), config=_config(400, stage_depth=0),
+                               size="sim", log=_quiet)
+    assert program.config.stage_depth == 256         # conv0 64 -> 128 (400 / 4), pool0 192
+    assert program.words["stage"] <= 256 and Op.LOADA in {i.op for i in program.instructions}
 
 
 def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles():
@@ -121,11 +154,13 @@ def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles():
 
 
 def test_a_window_that_does_not_fit_is_refused():
-    """With every candidate outside, the pool's window of one band of output rows (3 input
-    rows of 16 pixels of 2 words) does not fit 80 words: the error names the window."""
-    with pytest.raises(ResourceError, match="Layer 'pool0': its window of 'r0:q' needs 96 "
-                                            "activation words, but only 80"):
-        build(_model(), None, config=_config(80), calib=_samples(4), log=_quiet)
+    """Staging buffers of 128 words hold conv0's output rows one at a time (32 words, twice),
+    but not the pool's window of one band of output rows (3 input rows of 32 words, twice):
+    the error names the layer."""
+    with pytest.raises(ResourceError, match="Layer 'pool0' moves its rows through the staging "
+                                            "buffers in bands of one row: each needs 192 "):
+        build(_model(), None, config=_config(400, stage_depth=128), calib=_samples(4),
+              log=_quiet)
 
 
 def test_activations_in_the_external_memory_need_a_square_array():
@@ -151,11 +186,12 @@ def _fully_convolutional() -> onnx.ModelProto:
     return model
 
 
-#: 300 activation words, 512 weight words: the 320-word input lives in the external memory;
-#: :func:`_model`'s convolutions' weights do not stream whole (two slots of 288 words and the
-#: resident ones exceed 512), so they run in parts of 8 output channels; a band's part
-#: streams a copy of the first band's weights, unless no other streamed layer runs in between.
-SMALL = dict(act_depth=300, wgt_depth=512)
+#: 300 activation words, 512 weight words, staging buffers of 192: the 320-word input lives
+#: in the external memory; :func:`_model`'s convolutions' weights do not stream whole (two
+#: slots of 288 words and the resident ones exceed 512), so they run in parts of 8 output
+#: channels; a band's part streams a copy of the first band's weights, unless no other
+#: streamed layer runs in between.
+SMALL = dict(act_depth=300, wgt_depth=512, stage_depth=192)
 
 
 def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
@@ -170,9 +206,9 @@ def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     x = program.placements["x:q"]
     assert (x.memory, x.words) == ("ext", 320)
     layers = {layer.name: layer for layer in program.layers}
-    first, later = (layers[f"conv0 [rows {r}] [channels 0-7]"] for r in ("0-4", "15-19"))
+    first, later = (layers[f"conv0 [rows {r}] [channels 0-7]"] for r in ("0-2", "18-19"))
     assert (first.ext_words, later.ext_words, later.wgt_words) == (72, 0, 0)
-    assert layers["conv0 [rows 0-4] [channels 8-15]"].ext_words == 0        # resident
+    assert layers["conv0 [rows 0-2] [channels 8-15]"].ext_words == 0        # resident
     index = {layer.name: i for i, layer in enumerate(program.layers)}
     conv0 = [i for i in program.instructions if i.op == Op.LOADX and i["count"] == 72]
     assert len(conv0) == 1 and conv0[0].layer == index[first.name] == 0     # at the start
@@ -183,7 +219,7 @@ def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     slot = conv0[0]["wgt_addr"]
     assert loads[index[later.name]] == loads[index[first.name]]
     assert min(loads[index[first.name]]) == slot and max(loads[index[first.name]]) < slot + 72
-    copy = layers["conv1 [rows 8-9] [channels 0-7]"]
+    copy = layers["conv1 [rows 5-9] [channels 0-7]"]
     assert (copy.ext_words, copy.wgt_words) == (144, 0)
     rtl_matches_golden(result, _samples(2), 2)
 
@@ -264,7 +300,9 @@ def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_p
     (with a 3x3 kernel at stride 2, neighbouring bands share an input row): bit-exact."""
     model = _upsampling(kernel, pads, output_padding)
     xs = {"x": np.random.default_rng(1).random((8, 8, 10, 8)).astype(np.float32)}
-    result = build(model, None, config=_config(**SMALL), calib=xs, log=_quiet)
+    # staging buffers of 160 words: bands of 5 rows of 16 words, so that some start odd
+    result = build(model, None, config=_config(**{**SMALL, "stage_depth": 160}), calib=xs,
+                   log=_quiet)
     program = result.program
     assert program.placements["y:q"].memory == "ext"
     bands = [layer.name for layer in program.layers if layer.name.startswith("up [rows")]

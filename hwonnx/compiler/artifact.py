@@ -83,8 +83,8 @@ _SHOWN = {
               "b_stride", "za", "zb", "ka", "kb"),
     Op.LOADX: ("count", "wgt_addr", "ext_addr"),
     Op.LOADP: ("count", "prog_addr", "ext_addr"),
-    Op.LOADA: ("count", "act_addr", "ext_addr"),
-    Op.STOREA: ("count", "act_addr", "ext_addr"),
+    Op.LOADA: ("fence", "count", "act_addr", "ext_addr"),
+    Op.STOREA: ("fence", "count", "act_addr", "ext_addr"),
     Op.END: (),
 }
 

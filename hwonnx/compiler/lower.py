@@ -173,8 +173,8 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                 ext.place(out, graph.types[out].shape)
             else:
                 place_output(node, index)
-            layers += band_layer(builder, alloc, node, graph, sources, placements, ext,
-                                 index, (before, after, owners))
+            layers += band_layer(builder, node, graph, sources, placements, ext,
+                                 (before, after, owners))
             alloc.release_dead(last_use, index)
             continue
         source = placements[node.inputs[0]]
@@ -216,6 +216,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                      "par": len(builder.par), "act": alloc.high_water}
     if config.ext_memory:
         program.words["ext"] = len(images.get("ext", ())) + ext.words
+        program.words["stage"] = ext.stage
     if ext.words and program.words["ext"] > config.ext_depth:
         raise ResourceError(f"The tensors in the external memory take {ext.words} words "
                             f"after the {len(images.get('ext', ()))} of the streamed weights, "

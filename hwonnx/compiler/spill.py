@@ -15,12 +15,13 @@ The bands of one layer share its weight and parameter words (:func:`share_words`
 
 from dataclasses import dataclass, field, replace
 
+from ..errors import ResourceError
 from ..ir import Graph, Node
 from ..isa import Op
-from .alloc import ActivationBufferFull
 from .layout import Placement, natural_placement
 
-__all__ = ["BANDED", "ExtTensors", "bandable", "band_layer", "share_words", "spill_attempts"]
+__all__ = ["BANDED", "ExtTensors", "StageTooSmall", "bandable", "band_layer", "share_words",
+           "spill_attempts"]
 
 #: Integer layers that can run in bands of output rows.
 BANDED = ("QConv", "QConvTranspose", "QAvgPool", "QMaxPool", "QAdd", "QEltwise", "QConcat")
@@ -88,13 +89,15 @@ class ExtTensors:
     where: "dict[str, tuple[int, tuple[int, ...]]]"     # value -> (address, shape)
     words: int = 0
     transfers: "list[dict]" = field(default_factory=list)    # every LOADA and STOREA
+    out_parity: int = 0         # the output staging slot of the next band that writes one
+    stage: int = 0              # the staging buffers' words the bands use
 
     def place(self, value: str, shape: "tuple[int, ...]") -> None:
         self.where[value] = (self.words, tuple(shape))
         self.words += natural_placement(0, shape, self.rows).words
 
     def transfer(self, op: int, count: int, act_addr: int, ext_addr: int) -> dict:
-        record = dict(op=op, count=count, act_addr=act_addr, ext_addr=ext_addr)
+        record = dict(op=op, fence=0, count=count, act_addr=act_addr, ext_addr=ext_addr)
         self.transfers.append(record)
         return record
 
@@ -138,17 +141,43 @@ def _rows(placement: Placement, r0: int, r1: int, rows: int, base: "int | None" 
     return natural_placement(start, (1, c, r1 - r0, w), rows)
 
 
-def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
-               placements: "dict[str, Placement]", ext: ExtTensors, index: int,
+class StageTooSmall(ResourceError):
+    """The staging buffers (``ArchConfig.stage_depth``) cannot hold a layer's windows of one
+    band of rows twice over; ``words``: the depth each needs."""
+
+    def __init__(self, message: str, words: int):
+        super().__init__(message)
+        self.words = words
+
+
+def _slot(base: int, stage: int, parity: int, words: int) -> int:
+    """The first word of slot ``parity`` of ``words`` in a staging buffer from ``base`` of
+    ``stage`` words: slot 0 at its start, slot 1 at its end. Two slots of at most half the
+    buffer never meet, whatever sizes two layers give them."""
+    return base if parity == 0 else base + stage - words
+
+
+def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
+               placements: "dict[str, Placement]", ext: ExtTensors,
                into: "tuple[dict, dict, dict]") -> list:
     """Emit ``node`` in bands (some of its ``inputs`` or its output in ``ext``); returns the
     bands' layer plans (each band one layer per part: :mod:`.split`). The bands are layers
     ``len(builder.layer_tiles)`` on; their LOADA and STOREA go into the first two
     dictionaries of ``into`` (layer index -> instructions before it, after it), and each
     part of a band after the first into the third (layer index -> the first band's same
-    part, whose weight words it reads)."""
+    part, whose weight words it reads).
+
+    The windows alternate between two slots of each staging buffer (:func:`_slot`; the
+    output's alternate across layers too). After band ``k`` comes its STOREA, before band
+    ``k + 1`` the LOADAs of band ``k + 2`` (before band 0: of bands 0 and 1), and the DMA
+    engine runs them while band ``k + 1`` computes. The first transfer before a band is a
+    fence (dispatched once every transfer before it is done: the band's own LOADAs and the
+    STOREA of band ``k - 1``, whose output slot band ``k + 1`` writes): the STOREA, or
+    without one the first LOADA of the next band, or a LOADA of no words."""
     before, after, owners = into
-    rows, out = builder.config.rows, node.outputs[0]
+    config = builder.config
+    rows, out, stage = config.rows, node.outputs[0], config.stage_depth
+    in_base, out_base = config.stage_bases
     out_shape = graph.types[out].shape
     out_height = out_shape[2]
     full = {v: (natural_placement(0, ext.where[v][1], rows) if v in ext.where
@@ -156,49 +185,64 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
     height = max(full[v].shape[2] for v in inputs)
     target = None if out in ext.where else placements[out]
     out_px = natural_placement(0, out_shape, rows)
+    needed = None
     for band in range(out_height, 0, -1):          # the tallest bands whose windows fit
         spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
-        tallest = max(r1 - r0 for _, r0, r1 in (_band_node(node, graph, o0, o1, height)
-                                                 for o0, o1 in spans))
+        cuts = [(o0, o1) + _band_node(node, graph, o0, o1, height) for o0, o1 in spans]
+        tallest = max(r1 - r0 for _, _, _, r0, r1 in cuts)
         need = {v: 1 if full[v].shape[2] == 1 else tallest      # a per-channel operand: whole
                 for v in inputs if v in ext.where}
         words = {v: r * full[v].shape[3] * full[v].cb for v, r in need.items()}
-        if target is None:
-            words[out] = band * out_px.width * out_px.cb
-        windows = {}
-        try:
-            for v, w in words.items():
-                windows[v] = alloc.allocate(f"{v} (window of {node.name})", w, index,
-                                            f"Layer '{node.name}': its window of '{v}'")
-        except ActivationBufferFull:
-            for v in windows:
-                alloc.free(f"{v} (window of {node.name})")
-            if band == 1:
-                raise
-            continue
-        break
-    plans = []
-    firsts = []             # the first band's parts: (layer, first weight word, parameter)
-    for o0, o1 in spans:
-        band_node, r0, r1 = _band_node(node, graph, o0, o1, height)
+        in_words = sum(words.values())
+        out_words = 0 if target is not None else band * out_px.width * out_px.cb
+        needed = 2 * max(in_words, out_words)
+        if needed <= stage:
+            break
+    else:
+        raise StageTooSmall(f"Layer '{node.name}' moves its rows through the staging buffers "
+                            f"in bands of one row: each needs {needed} words (stage_depth), "
+                            f"the architecture has {stage}", needed)
+    offsets, offset = {}, 0
+    for v, w in words.items():
+        offsets[v], offset = offset, offset + w
+
+    def loads(k: int) -> list:
+        _, _, _, r0, r1 = cuts[k]
+        base = _slot(in_base, stage, k % 2, in_words)
+        records = []
+        for v in words:
+            whole = full[v]
+            lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)
+            window = _rows(whole, lo, hi, rows, base=base + offsets[v])
+            records.append(ext.transfer(Op.LOADA, window.words, window.base,
+                                        ext.where[v][0] + lo * whole.shape[3] * whole.cb))
+        return records
+
+    plans, firsts = [], []
+    for k, (o0, o1, band_node, r0, r1) in enumerate(cuts):
         layer = len(builder.layer_tiles)
+        first = loads(0) if k == 0 else []
+        transfers = first + (loads(k + 1) if k + 1 < len(cuts) else [])
+        if words and (k == 0 or target is not None):     # else the STOREA before fences
+            if len(first) == len(transfers):
+                transfers.append(ext.transfer(Op.LOADA, 0, in_base, 0))
+            transfers[len(first)]["fence"] = 1
+        if transfers:
+            before.setdefault(layer, []).extend(transfers)
         sources = []
         for v in inputs:
             whole = full[v]
-            lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)    # per channel: whole
-            if v in windows:
-                (address, _) = ext.where[v]
-                window = _rows(whole, lo, hi, rows, base=windows[v])
-                skip = lo * whole.shape[3] * whole.cb
-                before.setdefault(layer, []).append(ext.transfer(
-                    Op.LOADA, window.words, window.base, address + skip))
-                sources.append(window)
-            else:
-                sources.append(_rows(whole, lo, hi, rows))
+            lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)
+            sources.append(_rows(whole, lo, hi, rows, base=_slot(
+                in_base, stage, k % 2, in_words) + offsets[v]) if v in words
+                else _rows(whole, lo, hi, rows))
         if target is None:
-            band_target = _rows(out_px, o0, o1, rows, base=windows[out])
+            band_target = _rows(out_px, o0, o1, rows,
+                                base=_slot(out_base, stage, ext.out_parity, out_words))
+            ext.out_parity ^= 1
             store = ext.transfer(Op.STOREA, band_target.words, band_target.base,
                                  ext.where[out][0] + o0 * out_px.width * out_px.cb)
+            store["fence"] = 1
         else:
             band_target = _rows(target, o0, o1, rows)
         for part, emit in enumerate(builder.layer_parts(band_node, sources, band_target)):
@@ -207,15 +251,14 @@ def band_layer(builder, alloc, node: Node, graph: Graph, inputs: "list[str]",
             if len(firsts) == part:
                 firsts.append((len(builder.layer_tiles) - 1, wgt, par))
             else:
-                first, first_wgt, first_par = firsts[part]
+                first_layer, first_wgt, first_par = firsts[part]
                 plan.wgt_words, _ = share_words(builder, first_wgt, first_par, wgt, par)
                 if plan.wgt_words == 0:
-                    owners[len(builder.layer_tiles) - 1] = first
+                    owners[len(builder.layer_tiles) - 1] = first_layer
             plans.append(plan)
         if target is None:
             after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
-    for v in windows:
-        alloc.free(f"{v} (window of {node.name})")
+    ext.stage = max(ext.stage, needed)
     return plans
 
 

@@ -44,7 +44,8 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     drained = 0                   # first cycle no MATMUL or partial sum is in flight
     post_idle = 0                 # first cycle the post-processor is idle
     eltw_idle = 0                 # first cycle the element-wise engine is idle
-    dma_idle = 0                  # first cycle the DMA engine is idle
+    dma_idle = 0                  # first cycle the DMA engine is idle (nothing running
+    slot_free = 0                 # or waiting); first cycle its slot is empty
     memory = (MemoryTimeline(memory_timing or config.ext_timing, config.cols)
               if config.ext_memory else None)
     total = 0
@@ -52,14 +53,13 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
-    alone = 0                     # first cycle after an activation transfer (LOADA, STOREA)
     page = config.prog_page       # paged: a page's first instruction waits for the DMA
     page_free = 0                 # first cycle the DMA was idle in that cycle and the one before
     stored = 0                    # index of the next stored instruction
     stopped, pending = [], list(reversed(stops))
 
     def stop():                   # END's dispatch rule, were END the next instruction
-        t = max(previous + 1, alone, request + words + 1 if words else 0,
+        t = max(previous + 1, request + words + 1 if words else 0,
                 page_free if page and stored % page == 0 else 0)
         return max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
 
@@ -72,7 +72,7 @@ def predict(instructions: "list[dict]", config: ArchConfig,
         pending.pop()
     for index, instr in enumerate(instructions):
         op = instr["op"]
-        t = max(previous + 1, alone)
+        t = previous + 1
         looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
         if words and not looped:  # its last word arrives at request + words; the instruction
             t = max(t, request + words + 1)     # register is full one cycle later
@@ -107,14 +107,18 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             t = max(t, dma_idle, loader_free if op == Op.LOADX else 0)
             finish = memory.read(t + 1, instr["count"])
             dma_idle = finish + 1
-        elif op in Op.ACTX:       # alone: every engine idle, nothing else dispatched
-            if memory is None:
+        elif op in Op.ACTX:       # once the engines before it are done with its staging
+            if not config.stage_depth:    # buffer and the DMA engine (fence) or its slot free
                 raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
-                                 f"external memory")
-            t = max(t, dma_idle, loader_free, drained, post_idle, eltw_idle)
-            finish = (memory.read(t + 1, instr["count"]) if op == Op.LOADA
-                      else memory.write(t + 2, instr["count"]))
-            dma_idle = alone = finish + 1
+                                 f"staging buffers")
+            t = max(t, (max(drained, eltw_idle) if op == Op.LOADA else post_idle),
+                    dma_idle if instr.get("fence") else slot_free)
+            begin = max(t, dma_idle)            # waits in the slot until the engine is free
+            if begin > t:
+                slot_free = begin + 1
+            finish = (memory.read(begin + 1, instr["count"]) if op == Op.LOADA
+                      else memory.write(begin + 2, instr["count"]))
+            dma_idle = finish + 1
         elif op == Op.END:
             t = max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
             total = t
