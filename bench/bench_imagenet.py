@@ -39,6 +39,11 @@ from hwonnx.zoo.imagenet import IMAGENET
 
 BOARD = "ulx3s-85f"
 
+#: Simulated cycles of each model when activation transfers ran alone (no engine beside a
+#: LOADA or STOREA; bench/results/imagenet.json at commit c390aa6), for the comparison.
+ALONE = {"resnet18": 44_372_700, "mobilenet_v2": 15_817_486, "yolo_tiny": 11_070_141,
+         "unet_tiny": 76_429_000}
+
 
 def quiet(message):
     pass
@@ -106,7 +111,8 @@ def measure(name: str) -> dict:
     row = {
         "model": name, "parameters": sum(prod(init.dims) for init in model.graph.initializer),
         "macs": rtl.macs, "array": config.name,
-        "depths": {b: getattr(config, f"{b}_depth") for b in ("act", "wgt", "par", "prog")},
+        "depths": {b: getattr(config, f"{b}_depth")
+                   for b in ("act", "stage", "wgt", "par", "prog")},
         "prog_page": config.prog_page, "instructions": len(program.instructions),
         "fits": refusal is None, "refusal": refusal,
         "bram_estimate": used.bram_blocks, "dsp_estimate": used.dsp, "luts_estimate": used.luts,
@@ -114,6 +120,7 @@ def measure(name: str) -> dict:
         "predicted_cycles": rtl.predicted_cycles, "simulated_cycles": int(rtl.cycles[0]),
         "fast_memory_cycles": fast,
         "memory_bound_fraction": round(1 - fast / rtl.predicted_cycles, 4),
+        "cycles_transfers_alone": ALONE.get(name),
         "ms_at_25MHz": round(rtl.predicted_cycles / config.clock_hz * 1e3, 2),
         "bit_exact_with_golden": True, "commit": commit(),
         "compile_seconds": round(compile_seconds, 1), "simulation_seconds": round(sim_seconds, 1),
@@ -153,12 +160,14 @@ def markdown(results) -> str:
         "*Memory-bound* is the share of the cycles beyond what the same program takes with a "
         "memory that delivers a word every cycle (latency 2, no refresh), from the cycle "
         "model. The external bytes are one inference's: streamed weights, activations moved "
-        "in and out of the activation buffer, and the program's pages. Measured at commit "
+        "in and out through the staging buffers, and the program's pages. *Transfers alone*: "
+        "the cycles when no engine ran beside a LOADA or STOREA (commit c390aa6, before the "
+        "staging buffers). Measured at commit "
         + ", ".join(sorted({r.get("commit", "?") for r in results})) + ".", "",
         "| model | parameters | MACs | fits the 85F (block RAMs, estimate) | instructions | "
         "external MB / inference (weights, activations, program) | cycles predicted "
-        "(simulated) | memory-bound | ms at 25 MHz | Fmax | ms at Fmax |",
-        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+        "(simulated) | transfers alone | memory-bound | ms at 25 MHz | Fmax | ms at Fmax |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         mb = {k: v / 1e6 for k, v in r["external_bytes_by_kind"].items()}
         fmax = f"{r['fmax_mhz']} MHz" if r.get("fmax_mhz") else "not built"
@@ -167,7 +176,7 @@ def markdown(results) -> str:
             f"{'yes' if r['fits'] else 'no'} ({r['bram_estimate']} of 208) | "
             f"{r['instructions']:,} | {r['external_bytes'] / 1e6:.2f} ({mb['weights']:.2f}, "
             f"{mb['activations']:.2f}, {mb['program']:.3f}) | {r['predicted_cycles']:,} "
-            f"({r['simulated_cycles']:,}) | {r['memory_bound_fraction']:.1%} | "
+            f"({r['simulated_cycles']:,}) | {_alone(r)} | {r['memory_bound_fraction']:.1%} | "
             f"{r['ms_at_25MHz']:,} | {fmax} | {r.get('ms_at_fmax', '-')} |")
     built = [r for r in results if r.get("fmax_mhz")]
     if built:
@@ -188,6 +197,14 @@ def markdown(results) -> str:
               "", "| model | board | latency |", "|---|---|---:|"]
     lines += [f"| {m} | {b} | {t} |" for m, b, t in TENSIL]
     return "\n".join(lines) + "\n"
+
+
+def _alone(row: dict) -> str:
+    """The cycles with the transfers alone, and how many more than now."""
+    alone = row.get("cycles_transfers_alone")
+    if not alone:
+        return "-"
+    return f"{alone:,} (+{alone / row['predicted_cycles'] - 1:.1%})"
 
 
 def main(argv=None) -> int:
