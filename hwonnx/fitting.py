@@ -42,8 +42,8 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
     or part's weights, or an activation buffer too small for the tensors left on chip,
     doubles until they fit; staging buffers (``stage_depth``) too small for a band of one
-    row grow to what it needs or a quarter of the activation buffer, the larger, in a power
-    of two; a program that streams weights keeps its weight buffer's depth (the parts and
+    row grow to what it needs or a quarter of the activation buffer, the larger (a power of
+    two for a simulation, whole block RAMs for a board); a program that streams weights keeps its weight buffer's depth (the parts and
     slots are cut to it), one that moves activations its activation and staging buffers'."""
     while True:
         try:
@@ -52,8 +52,9 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
         except StageTooSmall as error:
             if not config.ext_memory or "stage" in fixed:
                 raise
-            config = replace(config,
-                             stage_depth=_pow2(max(error.words, config.act_depth // 4)))
+            words = max(error.words, config.act_depth // 4)
+            config = replace(config, stage_depth=_pow2(words) if size == "sim" else
+                             -(-words // _block_depth(size)) * _block_depth(size))
         except (SlotTooSmall, ActivationBufferFull) as error:
             name = "wgt" if isinstance(error, SlotTooSmall) else "act"
             depth = getattr(config, f"{name}_depth")

@@ -89,7 +89,6 @@ class ExtTensors:
     where: "dict[str, tuple[int, tuple[int, ...]]]"     # value -> (address, shape)
     words: int = 0
     transfers: "list[dict]" = field(default_factory=list)    # every LOADA and STOREA
-    out_parity: int = 0         # the output staging slot of the next band that writes one
     stage: int = 0              # the staging buffers' words the bands use
 
     def place(self, value: str, shape: "tuple[int, ...]") -> None:
@@ -152,9 +151,34 @@ class StageTooSmall(ResourceError):
 
 def _slot(base: int, stage: int, parity: int, words: int) -> int:
     """The first word of slot ``parity`` of ``words`` in a staging buffer from ``base`` of
-    ``stage`` words: slot 0 at its start, slot 1 at its end. Two slots of at most half the
-    buffer never meet, whatever sizes two layers give them."""
+    ``stage`` words: slot 0 at its start, slot 1 at its end."""
     return base if parity == 0 else base + stage - words
+
+
+def _bands(node: Node, graph: Graph, full: dict, external: list, out_row: int,
+           stage: int) -> "tuple[list, dict, int, int, int]":
+    """The bands of ``node``: ``(cuts, words, in_words, out_words, slots)``, the tallest
+    whose windows fit the staging buffers twice (``slots`` 2: double-buffered), or else once
+    (1); ``cuts`` are ``(o0, o1, band node, r0, r1)``, ``words`` each ``external`` input's
+    window, ``out_row`` the words of an output row in the output staging buffer (0: the
+    output is on chip). Raises :class:`StageTooSmall` when not even bands of one row fit."""
+    out_height = graph.types[node.outputs[0]].shape[2]
+    height = max(placement.shape[2] for placement in full.values())
+    single = None
+    for slots in (2, 1):
+        for band in range(out_height, 0, -1):
+            spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
+            cuts = [(o0, o1) + _band_node(node, graph, o0, o1, height) for o0, o1 in spans]
+            tallest = max(r1 - r0 for _, _, _, r0, r1 in cuts)
+            words = {v: (1 if full[v].shape[2] == 1 else tallest) * full[v].shape[3]
+                     * full[v].cb for v in external}    # a per-channel operand: whole
+            in_words, out_words = sum(words.values()), band * out_row
+            if slots * max(in_words, out_words) <= stage:
+                return cuts, words, in_words, out_words, slots
+            single = max(in_words, out_words)
+    raise StageTooSmall(f"Layer '{node.name}' moves its rows through the staging buffers in "
+                        f"bands of one row: each needs {single} words (stage_depth), the "
+                        f"architecture has {stage}", single)
 
 
 def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
@@ -167,48 +191,35 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     part of a band after the first into the third (layer index -> the first band's same
     part, whose weight words it reads).
 
-    The windows alternate between two slots of each staging buffer (:func:`_slot`; the
-    output's alternate across layers too). After band ``k`` comes its STOREA, before band
-    ``k + 1`` the LOADAs of band ``k + 2`` (before band 0: of bands 0 and 1), and the DMA
-    engine runs them while band ``k + 1`` computes. The first transfer before a band is a
-    fence (dispatched once every transfer before it is done: the band's own LOADAs and the
-    STOREA of band ``k - 1``, whose output slot band ``k + 1`` writes): the STOREA, or
-    without one the first LOADA of the next band, or a LOADA of no words."""
+    Double-buffered (:func:`_bands`), band ``k``'s windows are in slot ``k mod 2`` of each
+    staging buffer (:func:`_slot`): after band ``k`` comes its STOREA, before band ``k + 1``
+    the LOADAs of band ``k + 2``, and the DMA engine runs them while band ``k + 1``
+    computes. The first transfer before band ``k + 1`` is a fence (dispatched once every
+    transfer before it is done: the band's own LOADAs and the STOREA of band ``k - 1``,
+    whose output slot band ``k + 1`` writes): the STOREA, else the next band's first LOADA,
+    else a LOADA of no words. Before band 0 come the LOADAs of bands 0 and 1, and a fence
+    after band 0's (every transfer before the layer done, its output slots free).
+    Single-buffered, each band's LOADAs come before it and then a fence of no words, which
+    also waits for the band before's STOREA."""
     before, after, owners = into
     config = builder.config
     rows, out, stage = config.rows, node.outputs[0], config.stage_depth
     in_base, out_base = config.stage_bases
     out_shape = graph.types[out].shape
-    out_height = out_shape[2]
     full = {v: (natural_placement(0, ext.where[v][1], rows) if v in ext.where
                 else placements[v]) for v in inputs}
-    height = max(full[v].shape[2] for v in inputs)
     target = None if out in ext.where else placements[out]
     out_px = natural_placement(0, out_shape, rows)
-    needed = None
-    for band in range(out_height, 0, -1):          # the tallest bands whose windows fit
-        spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
-        cuts = [(o0, o1) + _band_node(node, graph, o0, o1, height) for o0, o1 in spans]
-        tallest = max(r1 - r0 for _, _, _, r0, r1 in cuts)
-        need = {v: 1 if full[v].shape[2] == 1 else tallest      # a per-channel operand: whole
-                for v in inputs if v in ext.where}
-        words = {v: r * full[v].shape[3] * full[v].cb for v, r in need.items()}
-        in_words = sum(words.values())
-        out_words = 0 if target is not None else band * out_px.width * out_px.cb
-        needed = 2 * max(in_words, out_words)
-        if needed <= stage:
-            break
-    else:
-        raise StageTooSmall(f"Layer '{node.name}' moves its rows through the staging buffers "
-                            f"in bands of one row: each needs {needed} words (stage_depth), "
-                            f"the architecture has {stage}", needed)
+    cuts, words, in_words, out_words, slots = _bands(
+        node, graph, full, [v for v in inputs if v in ext.where],
+        0 if target is not None else out_px.width * out_px.cb, stage)
     offsets, offset = {}, 0
     for v, w in words.items():
         offsets[v], offset = offset, offset + w
 
     def loads(k: int) -> list:
         _, _, _, r0, r1 = cuts[k]
-        base = _slot(in_base, stage, k % 2, in_words)
+        base = _slot(in_base, stage, k % slots, in_words)
         records = []
         for v in words:
             whole = full[v]
@@ -221,25 +232,28 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     plans, firsts = [], []
     for k, (o0, o1, band_node, r0, r1) in enumerate(cuts):
         layer = len(builder.layer_tiles)
-        first = loads(0) if k == 0 else []
-        transfers = first + (loads(k + 1) if k + 1 < len(cuts) else [])
-        if words and (k == 0 or target is not None):     # else the STOREA before fences
-            if len(first) == len(transfers):
+        if slots == 1:
+            transfers = loads(k)
+            fence = len(transfers)
+        else:
+            first = loads(0) if k == 0 else []
+            transfers = first + (loads(k + 1) if k + 1 < len(cuts) else [])
+            fence = len(first) if k == 0 or (words and target is not None) else None
+        if fence is not None:        # (else the STOREA before fences)
+            if fence == len(transfers):
                 transfers.append(ext.transfer(Op.LOADA, 0, in_base, 0))
-            transfers[len(first)]["fence"] = 1
-        if transfers:
-            before.setdefault(layer, []).extend(transfers)
+            transfers[fence]["fence"] = 1
+        before.setdefault(layer, []).extend(transfers)
         sources = []
         for v in inputs:
             whole = full[v]
             lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)
             sources.append(_rows(whole, lo, hi, rows, base=_slot(
-                in_base, stage, k % 2, in_words) + offsets[v]) if v in words
+                in_base, stage, k % slots, in_words) + offsets[v]) if v in words
                 else _rows(whole, lo, hi, rows))
         if target is None:
             band_target = _rows(out_px, o0, o1, rows,
-                                base=_slot(out_base, stage, ext.out_parity, out_words))
-            ext.out_parity ^= 1
+                                base=_slot(out_base, stage, k % slots, out_words))
             store = ext.transfer(Op.STOREA, band_target.words, band_target.base,
                                  ext.where[out][0] + o0 * out_px.width * out_px.cb)
             store["fence"] = 1
@@ -258,7 +272,7 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             plans.append(plan)
         if target is None:
             after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
-    ext.stage = max(ext.stage, needed)
+    ext.stage = max(ext.stage, slots * max(in_words, out_words))
     return plans
 
 
