@@ -25,6 +25,16 @@ def _config(act_depth: int = 400, **changes) -> ArchConfig:
     return ArchConfig(**{**fields, **changes})
 
 
+def _onnx(nodes, name: str, x_shape: list, y_shape: list, inits) -> onnx.ModelProto:
+    """The model of ``nodes`` from float input ``x`` to float output ``y``."""
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def _model() -> onnx.ModelProto:
     """x [1, 8, 20, 16] -> Conv 3x3 8->16 + Relu -> MaxPool 3x3 stride 2 pad 1 -> Conv 3x3 +
     Relu -> Conv 3x3 -> Add (the pool's output) + Relu -> depthwise Conv 3x3 stride 2 + Relu ->
@@ -52,12 +62,7 @@ def _model() -> onnx.ModelProto:
              helper.make_node("GlobalAveragePool", ["rd"], ["p"], name="gap"),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "spilled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, H, W])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _onnx(nodes, "spilled", [1, 8, H, W], [1, 10], inits)
 
 
 def _samples(count: int) -> "dict[str, np.ndarray]":
@@ -186,12 +191,7 @@ def _through_the_memory() -> onnx.ModelProto:
              helper.make_node("GlobalAveragePool", ["r1"], ["p"], name="gap"),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "wf"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "through", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _onnx(nodes, "through", [1, 8, 10, 8], [1, 4], inits)
 
 
 def test_transfers_wait_for_the_engines_that_use_their_slots():
@@ -246,12 +246,7 @@ def _fully_convolutional() -> onnx.ModelProto:
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", **same),
              helper.make_node("Relu", ["c0"], ["r0"]),
              helper.make_node("Conv", ["r0", "w1"], ["y"], name="conv1", **same)]
-    graph = helper.make_graph(
-        nodes, "fcn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, H, W])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, H, W])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _onnx(nodes, "fcn", [1, 8, H, W], [1, 8, H, W], inits)
 
 
 #: 300 activation words, 512 weight words, staging buffers of 192: the 320-word input lives
@@ -352,12 +347,7 @@ def _upsampling(kernel: int, pads: int, output_padding: int) -> onnx.ModelProto:
                               pads=[pads] * 4, output_padding=[output_padding] * 2),
              helper.make_node("Relu", ["t"], ["rt"]),
              helper.make_node("Conv", ["rt", "w1"], ["y"], name="conv1", **same)]
-    graph = helper.make_graph(
-        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, H, W])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _onnx(nodes, "up", [1, 8, 10, 8], [1, 8, H, W], inits)
 
 
 @pytest.mark.parametrize("kernel, pads, output_padding", [(2, 0, 0), (3, 1, 1)],
