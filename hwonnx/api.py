@@ -124,13 +124,13 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
           log=print, **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
-    ``cols``, ``<buffer>_depth`` (``stage_depth`` too) and ``lut_tables`` keywords override the
-    board's default configuration; ``ext_memory`` adds an external memory (:data:`hwonnx.hdl.extmem.
-    MEMORIES`) from which the weights that do not fit the weight buffer stream; ``baud`` sets
-    a board build's UART rate (default 115,200: ``hwonnx run`` loads an external memory's
-    image over it)."""
-    unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog", "stage")} \
-        - {"lut_tables"}
+    ``cols``, ``<buffer>_depth`` (``stage_depth`` too) and ``lut_tables`` keywords override
+    the board's default configuration; ``ext_memory`` adds an external memory
+    (:data:`hwonnx.hdl.extmem.MEMORIES`) from which the weights that do not fit stream;
+    ``baud`` sets a board build's UART rate (default 115,200: ``hwonnx run`` loads an external
+    memory's image over it)."""
+    unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog",
+                                                     "stage")} - {"lut_tables"}
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)

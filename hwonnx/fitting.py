@@ -43,8 +43,9 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     or part's weights, or an activation buffer too small for the tensors left on chip,
     doubles until they fit; staging buffers (``stage_depth``) too small for a band of one
     row grow to what it needs or a quarter of the activation buffer, the larger (a power of
-    two for a simulation, whole block RAMs for a board); a program that streams weights keeps its weight buffer's depth (the parts and
-    slots are cut to it), one that moves activations its activation and staging buffers'."""
+    two for a simulation, whole block RAMs for a board); a program that streams weights
+    keeps its weight buffer's depth (the parts and slots are cut to it), one that moves
+    activations its activation and staging buffers'."""
     while True:
         try:
             first = lower(int_graph, probe(config, fixed), loops)

@@ -4,12 +4,14 @@ in bands of output rows (``docs/architecture.md``, "Activations in the external 
 
 For band ``[o0, o1)`` of a layer, each input's rows that the band reads (the kernel's halo
 included) are either a view of the input in the activation buffer or, for an input in the
-external memory, a copy that LOADA brings into a window of the buffer first; the band is the
-layer itself, as a convolution over those rows with its top and bottom padding cut to what
-falls outside the image, writing its output rows into a view of the output or into an output
-window that STOREA copies out after it. A tensor's rows are consecutive words (pixel-major
-layout), so each copy is one transfer. LOADA and STOREA run alone (``hdl/top.py``), so one
-window per input and one for the output serve every band, and the cycle model stays exact.
+external memory, a copy that LOADA brings into a window of the input staging buffer first
+(``ArchConfig.stage_depth``); the band is the layer itself, as a convolution over those rows
+with its top and bottom padding cut to what falls outside the image, writing its output rows
+into a view of the output or into a window of the output staging buffer that STOREA copies
+out after it. A tensor's rows are consecutive words (pixel-major layout), so each copy is one
+transfer. The staging buffers are memories of their own (``hdl/top.py``), so the transfers
+run beside the computation: with two windows in each, the next band's rows come in and the
+last band's go out while a band computes (:func:`band_layer`).
 
 The bands of one layer share its weight and parameter words (:func:`share_words`)."""
 
