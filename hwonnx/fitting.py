@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from .boards import check_board_fit, check_fits, get_board
 from .compiler.alloc import ActivationBufferFull
+from .compiler.layout import natural_placement
 from .compiler.lower import lower
 from .compiler.program import Program
 from .compiler.segments import is_segmented, lower_segments
@@ -44,8 +45,10 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     doubles until they fit; staging buffers (``stage_depth``) too small for a band of one
     row grow to what it needs or a quarter of the activation buffer, the larger (a power of
     two for a simulation, whole block RAMs for a board); a program that streams weights
-    keeps its weight buffer's depth (the parts and slots are cut to it), one that moves
-    activations its activation and staging buffers'."""
+    keeps its weight buffer's depth (the parts and slots are cut to it). For a board, a
+    program that moves activations then has staging buffers grown by :func:`_grown_stage`
+    (the activation buffer holds only the tensors left on chip: the windows are in the
+    staging buffers)."""
     while True:
         try:
             first = lower(int_graph, probe(config, fixed), loops)
@@ -64,9 +67,45 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
             config = replace(config, **{f"{name}_depth": 2 * depth})
     if any(layer.ext_words for layer in first.layers):
         fixed = set(fixed) | {"wgt"}
-    if any(instr.op in Op.ACTX for instr in first.instructions):
-        fixed = set(fixed) | {"act"}
-    return sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
+    config = sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
+    if size != "sim" and "stage" not in fixed \
+            and any(instr.op in Op.ACTX for instr in first.instructions):
+        config = _grown_stage(config, get_board(size), _whole_windows(int_graph, config.rows))
+    return config
+
+
+#: The deepest staging buffers a board build grows, and the share of the device's block RAM
+#: it may fill doing so (some left for the place and route).
+STAGE_LIMIT, STAGE_SHARE = 16384, 0.95
+
+
+def _whole_windows(graph: Graph, rows: int) -> int:
+    """Staging words beyond which no band grows: twice the largest sum of a layer's image
+    inputs or its image output (every layer in one band, double-buffered)."""
+    def words(value: str) -> int:
+        shape = graph.types[value].shape
+        return natural_placement(0, shape, rows).words if len(shape) == 4 else 0
+    return 2 * max((max(sum(words(v) for v in node.inputs if v and v not in graph.constants),
+                        words(node.outputs[0])) for node in graph.nodes if node.outputs),
+                   default=0)
+
+
+def _grown_stage(config: ArchConfig, board, limit: int) -> ArchConfig:
+    """``config`` with its staging buffers as deep as ``board``'s block RAM allows, in whole
+    blocks, up to ``limit`` (:func:`_whole_windows`) or :data:`STAGE_LIMIT` words, the design
+    within :data:`STAGE_SHARE` of the device: taller bands, so fewer passes over a streamed
+    layer's weights and over the rows that neighbouring bands share, and more layers
+    double-buffered."""
+    block = _block_depth(board.name)
+    grown = config
+    for depth in range(config.stage_depth + block, min(limit, STAGE_LIMIT) + block, block):
+        trial = replace(config, stage_depth=depth)
+        try:
+            check_fits(trial, board, margin=STAGE_SHARE)
+        except ResourceError:
+            break
+        grown = trial
+    return grown
 
 
 def _pow2(n: int) -> int:
