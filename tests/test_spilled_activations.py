@@ -153,6 +153,31 @@ def test_staging_buffers_are_sized_to_the_bands_of_one_row():
     rtl_matches_golden(result, _samples(2), 2)
 
 
+def test_a_board_build_grows_the_staging_buffers():
+    """For a board, the staging buffers grow in whole block RAMs (512 words on the ECP5)
+    until no band would grow (twice conv0's 640-word output: 1,536) or the design would
+    fill more than 95% of the device's block RAM, whichever comes first."""
+    from dataclasses import replace
+
+    from hwonnx.boards import check_fits, get_board
+    from hwonnx.fitting import STAGE_SHARE, _grown_stage
+
+    result = build(_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram", act_depth=400,
+                   calib=_samples(4), log=_quiet, verilog=False)
+    program = result.program
+    assert (program.config.act_depth, program.config.stage_depth) == (400, 1536)
+    names = [layer.name for layer in program.layers]
+    assert {"conv0 [rows 0-19]", "pool0 [rows 0-9]"} <= set(names)     # one band each
+    board = get_board("ulx3s-85f")
+    full = replace(program.config, wgt_depth=32768, stage_depth=512)    # 128 weight blocks
+    grown = _grown_stage(full, board, 1 << 20)
+    assert 512 < grown.stage_depth < 16384
+    check_fits(grown, board, margin=STAGE_SHARE)
+    with pytest.raises(ResourceError, match="block RAMs"):
+        check_fits(replace(grown, stage_depth=grown.stage_depth + 512), board,
+                   margin=STAGE_SHARE)
+
+
 @pytest.mark.parametrize("memory", ["ulx3s-sdram", "ecpix5-ddr3"])
 def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles(memory):
     """400 words: every tensor but the input's and the last ones lives in the external memory
