@@ -112,7 +112,7 @@ def measure(name: str) -> dict:
         "model": name, "parameters": sum(prod(init.dims) for init in model.graph.initializer),
         "macs": rtl.macs, "array": config.name,
         "depths": {b: getattr(config, f"{b}_depth")
-                   for b in ("act", "stage", "wgt", "par", "prog")},
+                   for b in ("act", "stage_in", "stage_out", "wgt", "par", "prog")},
         "prog_page": config.prog_page, "instructions": len(program.instructions),
         "fits": refusal is None, "refusal": refusal,
         "bram_estimate": used.bram_blocks, "dsp_estimate": used.dsp, "luts_estimate": used.luts,

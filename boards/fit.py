@@ -63,8 +63,9 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
             depth / (family.huge_bits // family.huge_width))
     memories = {name: _blocks(depth, width, board) * _READ_PORTS[name]
                 for name, (depth, width) in shapes.items()}
-    if config.stage_depth:             # the input and the output staging buffer
-        memories["stage"] = 2 * _blocks(config.stage_depth, config.rows * 8, board)
+    for name in ("stage_in", "stage_out"):     # the staging buffers
+        if getattr(config, f"{name}_depth"):
+            memories[name] = _blocks(getattr(config, f"{name}_depth"), config.rows * 8, board)
     if config.lut_tables:              # one copy of the activation tables per column
         memories["lut"] = config.cols * _blocks(config.lut_depth, 8, board)
     blocks = sum(memories.values())

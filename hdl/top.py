@@ -344,19 +344,19 @@ class Accelerator(wiring.Component):
         return dma
 
     def _staging(self, m, dma, post, engine_addr, engine_en, act_data):
-        """The staging buffers (``ArchConfig.stage_depth``; without them, none): the input one
-        at activation addresses ``[act_depth, act_depth + stage_depth)``, written by the DMA
+        """The staging buffers (``ArchConfig.stage_in_depth``, ``stage_out_depth``; without
+        them, none): the input one at activation addresses from ``act_depth``, written by the DMA
         engine's LOADA and read by the feeder and the element-wise engine, the output one
         after it, written by the post-processor and read by the DMA engine's STOREA. Each is
         its own memory, so a transfer never meets another engine at a port. Returns the
         post-processor's lane enables into the activation buffer and the data the feeder and
         the element-wise engine read (of the buffer their last enabled read addressed)."""
         cfg = self.config
-        if not cfg.stage_depth:
+        if not cfg.stage_in_depth:
             return post.out_we, act_data
         word = data.ArrayLayout(signed(8), cfg.rows)
-        stage_in = Memory(shape=word, depth=cfg.stage_depth, init=[])
-        stage_out = Memory(shape=word, depth=cfg.stage_depth, init=[])
+        stage_in = Memory(shape=word, depth=cfg.stage_in_depth, init=[])
+        stage_out = Memory(shape=word, depth=cfg.stage_out_depth, init=[])
         m.submodules.stage_in_buf, m.submodules.stage_out_buf = stage_in, stage_out
         in_base, out_base = cfg.stage_bases
         in_r, in_w = stage_in.read_port(), stage_in.write_port()

@@ -124,20 +124,20 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
           log=print, **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
-    ``cols``, ``<buffer>_depth`` (``stage_depth`` too) and ``lut_tables`` keywords override
+    ``cols``, ``<buffer>_depth`` (``stage_in_depth`` too) and ``lut_tables`` keywords override
     the board's default configuration; ``ext_memory`` adds an external memory
     (:data:`hwonnx.hdl.extmem.MEMORIES`) from which the weights that do not fit stream;
     ``baud`` sets a board build's UART rate (default 115,200: ``hwonnx run`` loads an external
     memory's image over it)."""
-    unknown = set(depths) - {f"{b}_depth" for b in ("act", "wgt", "acc", "par", "prog",
-                                                     "stage")} - {"lut_tables"}
+    stages = ("stage_in", "stage_out")      # the buffers but the tables: <name>_depth
+    unknown = set(depths) - {f"{b}_depth" for b in (*BUFFERS[:-1], *stages)} - {"lut_tables"}
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
     # The board's default depths are sized to the model; a config given whole is kept.
     size = None if config else ("sim" if target.is_simulation else target.name)
     array_free = config is None and rows is None and cols is None
-    fixed = {name for name in (*BUFFERS, "stage") if f"{name}_depth" in depths
+    fixed = {name for name in (*BUFFERS, *stages) if f"{name}_depth" in depths
              or (name == "lut" and "lut_tables" in depths)}
     config = config or target.default_config
     if not target.is_simulation:

@@ -51,9 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     for buffer in ("act", "wgt", "acc", "par", "prog"):
         p.add_argument(f"--{buffer}-depth", type=int, metavar="WORDS",
                        help=f"{buffer} buffer depth (default: the board's)")
-    p.add_argument("--stage-depth", type=int, metavar="WORDS",
-                   help="words of each staging buffer through which the tensors in the "
-                        "external memory move (default: sized to the model)")
+    for end in ("in", "out"):
+        p.add_argument(f"--stage-{end}-depth", type=int, metavar="WORDS",
+                       help=f"words of the {end}put staging buffer through which the tensors "
+                            f"in the external memory move (default: sized to the model)")
     p.add_argument("--lut-tables", type=int, metavar="N",
                    help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-15 "
                         "(default: the board's)")
@@ -321,7 +322,7 @@ def _run(args, output: _Output) -> int:
     log = output.log
     if args.command == "build":
         depths = {f"{b}_depth": getattr(args, f"{b}_depth")
-                  for b in ("act", "wgt", "acc", "par", "prog", "stage")}
+                  for b in ("act", "wgt", "acc", "par", "prog", "stage_in", "stage_out")}
         depths["lut_tables"] = args.lut_tables
         from .examples import example_calibration
         from .frontend import read_overrides

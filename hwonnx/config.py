@@ -72,13 +72,13 @@ class ArchConfig:
         name of its timing in :data:`hwonnx.hdl.extmem.MEMORIES` and its size in weight
         words; ``""`` and 0 (the default) for none. Layers whose weights do not fit the weight
         buffer then stream from it (``docs/architecture.md``, "External memory").
-    stage_depth : with an external memory, words of each of the two staging buffers through
-        which tensors too large for the activation buffer move (0, the default: none). The
-        input staging buffer takes activation addresses ``[act_depth, act_depth +
-        stage_depth)`` (LOADA writes it, the feeder and the element-wise engine read it), the
-        output one the next ``stage_depth`` (the post-processor writes it, STOREA reads it):
-        each its own memory, so that the transfers run beside the computation
-        (``hwonnx.compiler.spill``).
+    stage_in_depth, stage_out_depth : with an external memory, words of the two staging
+        buffers through which tensors too large for the activation buffer move (0 and 0, the
+        default: none). The input staging buffer takes activation addresses ``[act_depth,
+        act_depth + stage_in_depth)`` (LOADA writes it, the feeder and the element-wise engine
+        read it), the output one the next ``stage_out_depth`` (the post-processor writes it,
+        STOREA reads it): each its own memory, so that the transfers run beside the
+        computation (``hwonnx.compiler.spill``).
     """
     rows: int = 8
     cols: int = 8
@@ -98,7 +98,8 @@ class ArchConfig:
     clock_hz: int = 50_000_000
     ext_memory: str = ""
     ext_depth: int = 0
-    stage_depth: int = 0
+    stage_in_depth: int = 0
+    stage_out_depth: int = 0
 
     def __post_init__(self):
         for name in ("rows", "cols", "act_depth", "wgt_depth", "acc_depth", "par_depth",
@@ -148,14 +149,15 @@ class ArchConfig:
             raise ValueError(f"ArchConfig.prog_page must be at most {_max_page(self.cols)} "
                              f"for {self.cols} columns (a LOADP copies at most 65,535 "
                              f"words), not {self.prog_page}")
-        if not isinstance(self.stage_depth, int) or isinstance(self.stage_depth, bool) \
-                or self.stage_depth < 0 or (self.stage_depth and not self.ext_memory):
-            raise ValueError(f"ArchConfig.stage_depth must be 0 or, with an external memory, "
-                             f"a positive integer, not {self.stage_depth!r}")
-        if self.act_depth + 2 * self.stage_depth > addressable("act"):
-            raise ValueError(f"ArchConfig.act_depth plus twice stage_depth must be at most the "
+        stages = (self.stage_in_depth, self.stage_out_depth)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in stages) \
+                or (any(stages) and not (all(stages) and self.ext_memory)):
+            raise ValueError(f"ArchConfig.stage_in_depth and stage_out_depth must be 0 or, with "
+                             f"an external memory, both positive integers, not {stages}")
+        if self.act_depth + sum(stages) > addressable("act"):
+            raise ValueError(f"ArchConfig.act_depth plus the staging depths must be at most the "
                              f"{addressable('act')} activation words instructions address, "
-                             f"not {self.act_depth} + 2 x {self.stage_depth}")
+                             f"not {self.act_depth} + {stages}")
         if self.acc_depth < 2 or self.acc_depth % 2:
             raise ValueError(f"ArchConfig.acc_depth must be even and at least 2, not "
                              f"{self.acc_depth}")
@@ -181,12 +183,12 @@ class ArchConfig:
     @property
     def act_addr_bits(self) -> int:
         """Bits of an activation address: the buffer's and the staging buffers'."""
-        return _bits(self.act_depth + 2 * self.stage_depth)
+        return _bits(self.act_depth + self.stage_in_depth + self.stage_out_depth)
 
     @property
     def stage_bases(self) -> "tuple[int, int]":
         """The first activation address of the input and of the output staging buffer."""
-        return self.act_depth, self.act_depth + self.stage_depth
+        return self.act_depth, self.act_depth + self.stage_in_depth
 
     @property
     def wgt_addr_bits(self) -> int:

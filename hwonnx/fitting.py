@@ -42,9 +42,10 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
     or part's weights, or an activation buffer too small for the tensors left on chip,
-    doubles until they fit; staging buffers (``stage_depth``) too small for a band of one
-    row grow to what it needs or a quarter of the activation buffer, the larger (a power of
-    two for a simulation, whole block RAMs for a board); a program that streams weights
+    doubles until they fit; a staging buffer (``stage_in_depth``, ``stage_out_depth``) too
+    small for a band of one row grows to what it needs or a quarter of the activation buffer,
+    the larger (a power of two for a simulation, whole block RAMs for a board); a program that
+    streams weights
     keeps its weight buffer's depth (the parts and slots are cut to it). For a board, a
     program that moves activations then has staging buffers grown by :func:`_grown_stage`
     (the activation buffer holds only the tensors left on chip: the windows are in the
@@ -54,11 +55,7 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
             first = lower(int_graph, probe(config, fixed), loops)
             break
         except StageTooSmall as error:
-            if not config.ext_memory or "stage" in fixed:
-                raise
-            words = max(error.words, config.act_depth // 4)
-            config = replace(config, stage_depth=_pow2(words) if size == "sim" else
-                             -(-words // _block_depth(size)) * _block_depth(size))
+            config = _staged(config, error, size, fixed)
         except (SlotTooSmall, ActivationBufferFull) as error:
             name = "wgt" if isinstance(error, SlotTooSmall) else "act"
             depth = getattr(config, f"{name}_depth")
@@ -68,10 +65,27 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     if any(layer.ext_words for layer in first.layers):
         fixed = set(fixed) | {"wgt"}
     config = sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
-    if size != "sim" and "stage" not in fixed \
-            and any(instr.op in Op.ACTX for instr in first.instructions):
-        config = _grown_stage(config, get_board(size), _whole_windows(int_graph, config.rows))
+    if size != "sim" and any(instr.op in Op.ACTX for instr in first.instructions):
+        config = _grown_stage(config, get_board(size), _whole_windows(int_graph, config.rows),
+                              fixed)
     return config
+
+
+def _staged(config: ArchConfig, error: StageTooSmall, size: str, fixed) -> ArchConfig:
+    """``config`` with each staging buffer too small for the band of ``error`` grown (see
+    :func:`_sized_config`); raises ``error`` when one is ``fixed`` or there is no external
+    memory."""
+    changes = {}
+    for name, need in zip(("stage_in", "stage_out"), error.words):
+        depth = getattr(config, f"{name}_depth")
+        words = max(need, config.act_depth // 4)
+        words = _pow2(words) if size == "sim" else -(-words // _block_depth(size)) * \
+            _block_depth(size)
+        if depth < need and (name in fixed or not config.ext_memory):
+            raise error
+        if depth < words and name not in fixed:
+            changes[f"{name}_depth"] = words
+    return replace(config, **changes)
 
 
 #: The deepest staging buffers a board build grows, and the share of the device's block RAM
@@ -79,33 +93,39 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
 STAGE_LIMIT, STAGE_SHARE = 16384, 0.95
 
 
-def _whole_windows(graph: Graph, rows: int) -> int:
-    """Staging words beyond which no band grows: twice the largest sum of a layer's image
-    inputs or its image output (every layer in one band, double-buffered)."""
+def _whole_windows(graph: Graph, rows: int) -> "tuple[int, int]":
+    """Staging words beyond which no band grows (in, out): twice the largest sum of a layer's
+    image inputs, and of its image output (every layer in one band, double-buffered)."""
     def words(value: str) -> int:
         shape = graph.types[value].shape
         return natural_placement(0, shape, rows).words if len(shape) == 4 else 0
-    return 2 * max((max(sum(words(v) for v in node.inputs if v and v not in graph.constants),
-                        words(node.outputs[0])) for node in graph.nodes if node.outputs),
-                   default=0)
+    layers = [node for node in graph.nodes if node.outputs]
+    return (2 * max((sum(words(v) for v in node.inputs if v and v not in graph.constants)
+                     for node in layers), default=0),
+            2 * max((words(node.outputs[0]) for node in layers), default=0))
 
 
-def _grown_stage(config: ArchConfig, board, limit: int) -> ArchConfig:
-    """``config`` with its staging buffers as deep as ``board``'s block RAM allows, in whole
-    blocks, up to ``limit`` (:func:`_whole_windows`) or :data:`STAGE_LIMIT` words, the design
-    within :data:`STAGE_SHARE` of the device: taller bands, so fewer passes over a streamed
-    layer's weights and over the rows that neighbouring bands share, and more layers
-    double-buffered."""
+def _grown_stage(config: ArchConfig, board, limits: "tuple[int, int]", fixed) -> ArchConfig:
+    """``config`` with its staging buffers (but ``fixed``) as deep as ``board``'s block RAM
+    allows, in whole blocks a step for each, up to ``limits`` (:func:`_whole_windows`) or
+    :data:`STAGE_LIMIT` words, the design within :data:`STAGE_SHARE` of the device: taller
+    bands, so fewer passes over a streamed layer's weights and over the rows that
+    neighbouring bands share, and more layers double-buffered."""
     block = _block_depth(board.name)
     grown = config
-    for depth in range(config.stage_depth + block, min(limit, STAGE_LIMIT) + block, block):
-        trial = replace(config, stage_depth=depth)
+    while True:
+        changes = {f"{name}_depth": getattr(grown, f"{name}_depth") + block
+                   for name, limit in zip(("stage_in", "stage_out"), limits)
+                   if name not in fixed
+                   and getattr(grown, f"{name}_depth") < min(limit, STAGE_LIMIT)}
+        if not changes:
+            return grown
+        trial = replace(grown, **changes)
         try:
             check_fits(trial, board, margin=STAGE_SHARE)
         except ResourceError:
-            break
+            return grown
         grown = trial
-    return grown
 
 
 def _pow2(n: int) -> int:

@@ -46,7 +46,7 @@ takes three instructions instead of one per tile, expanded by the tile walker
            external-memory word ``ext_addr`` into the activation buffer from ``act_addr``;
 ``STOREA`` ... and back: ``count`` activation words from ``act_addr`` into the external memory
            from ``ext_addr``. A LOADA writes only the input staging buffer, a STOREA reads
-           only the output one (``ArchConfig.stage_depth``), so both run beside the other
+           only the output one (``ArchConfig.stage_in_depth``, ...), so both run beside the other
            engines: the DMA engine holds one more transfer while it runs one. A LOADA is
            accepted once the MATMULs and ELTWs before it have read their operands, a STOREA
            once the POSTs before it have written theirs; with ``fence``, only once the DMA

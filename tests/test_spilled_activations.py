@@ -18,10 +18,11 @@ from rtl_helpers import he_weight, rtl_matches_golden
 H, W = 20, 16
 
 
-def _config(act_depth: int = 400, **changes) -> ArchConfig:
+def _config(act_depth: int = 400, stage: int = 256, **changes) -> ArchConfig:
+    """The architecture with ``stage`` words in each staging buffer."""
     fields = dict(act_depth=act_depth, wgt_depth=4096, acc_depth=256, par_depth=64,
                   prog_depth=512, ext_memory="ulx3s-sdram", ext_depth=1 << 14,
-                  stage_depth=256)
+                  stage_in_depth=stage, stage_out_depth=stage)
     return ArchConfig(**{**fields, **changes})
 
 
@@ -85,7 +86,7 @@ def test_the_largest_tensor_moves_out_in_bands_of_rows():
     words) from addresses 700 (in) and 1404 (out), slot 1 at each one's end: conv0 writes its
     output in two bands, the pool reads it back in two, each band's rows with the kernel's
     halo, the next band's while the one before computes."""
-    program = build(_model(), None, config=_config(700, stage_depth=704), calib=_samples(8),
+    program = build(_model(), None, config=_config(700, stage=704), calib=_samples(8),
                     log=_quiet).program
     names = [layer.name for layer in program.layers]
     assert names[:4] == ["conv0 [rows 0-10]", "conv0 [rows 11-19]", "pool0 [rows 0-4]",
@@ -106,7 +107,8 @@ def test_the_largest_tensor_moves_out_in_bands_of_rows():
         ("LOADA", "pool0 [rows 0-4]", 1, 11 * row, 700 + 704 - 11 * row, 9 * row),
         # ... and band 1 once the second is: a fence of no words
         ("LOADA", "pool0 [rows 5-9]", 1, 0, 700, 0)]
-    assert program.words["ext"] == H * row and program.words["stage"] == 704
+    assert program.words["ext"] == H * row
+    assert (program.words["stage_in"], program.words["stage_out"]) == (704, 704)
     # the bands of a layer share its weights: the second band stores none
     words = {layer.name: layer.wgt_words for layer in program.layers}
     assert words["conv0 [rows 0-10]"] == 16 * 9 and words["conv0 [rows 11-19]"] == 0
@@ -128,22 +130,24 @@ def test_the_largest_tensor_moves_out_in_bands_of_rows():
 
 
 def test_staging_buffers_are_sized_to_the_bands_of_one_row():
-    """Without staging buffers (stage_depth 0) a fixed architecture is refused, naming the
-    layer and the words a band of one row needs (conv0's first: one output row of 16 pixels
-    of 2 words); sized for a simulation, they take the larger of what the layers need and a
+    """Without staging buffers a fixed architecture is refused, naming the layer and the words
+    a band of one row needs of each (conv0's first: no input, one output row of 16 pixels of
+    2 words); sized for a simulation, they take the larger of what the layers need and a
     quarter of the activation buffer, in a power of two (400 / 4 -> 128), and a layer whose
     windows fit them once but not twice runs single-buffered (the pool's band of one row
     reads 3 input rows: 96 words): its LOADAs, then a fence, before each band, its STOREA
     after it. Bit-exact in the predicted cycles."""
     with pytest.raises(ResourceError, match=r"Layer 'conv0' moves its rows through the staging "
-                                            r"buffers in bands of one row: each needs 32 "
-                                            r"words \(stage_depth\), the architecture has 0"):
-        build(_model(), None, config=_config(400, stage_depth=0), calib=_samples(4),
+                                            r"buffers in bands of one row: they need 0 and 32 "
+                                            r"words \(stage_in_depth, stage_out_depth\), the "
+                                            r"architecture has 0 and 0"):
+        build(_model(), None, config=_config(400, stage=0), calib=_samples(4),
               log=_quiet)
     result = build(_model(), None, board="sim", ext_memory="ulx3s-sdram", act_depth=400,
                    calib=_samples(8), log=_quiet)
     program = result.program
-    assert (program.config.act_depth, program.config.stage_depth) == (400, 128)
+    config = program.config
+    assert (config.act_depth, config.stage_in_depth, config.stage_out_depth) == (400, 128, 128)
     names = [layer.name for layer in program.layers]
     pool = [(i.op, i["count"], i["act_addr"], i["fence"]) for i in program.instructions
             if i.op in Op.ACTX and names[i.layer] == "pool0 [rows 1-1]"]
@@ -155,8 +159,9 @@ def test_staging_buffers_are_sized_to_the_bands_of_one_row():
 
 def test_a_board_build_grows_the_staging_buffers():
     """For a board, the staging buffers grow in whole block RAMs (512 words on the ECP5)
-    until no band would grow (twice conv0's 640-word output: 1,536) or the design would
-    fill more than 95% of the device's block RAM, whichever comes first."""
+    until no band would grow (twice conv0's 640-word output, and the pool's input: 1,536
+    each) or the design would fill more than 95% of the device's block RAM, whichever comes
+    first."""
     from dataclasses import replace
 
     from hwonnx.boards import check_fits, get_board
@@ -165,17 +170,21 @@ def test_a_board_build_grows_the_staging_buffers():
     result = build(_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram", act_depth=400,
                    calib=_samples(4), log=_quiet, verilog=False)
     program = result.program
-    assert (program.config.act_depth, program.config.stage_depth) == (400, 1536)
+    config = program.config
+    assert (config.act_depth, config.stage_in_depth, config.stage_out_depth) == (400, 1536, 1536)
     names = [layer.name for layer in program.layers]
     assert {"conv0 [rows 0-19]", "pool0 [rows 0-9]"} <= set(names)     # one band each
     board = get_board("ulx3s-85f")
-    full = replace(program.config, wgt_depth=32768, stage_depth=512)    # 128 weight blocks
-    grown = _grown_stage(full, board, 1 << 20)
-    assert 512 < grown.stage_depth < 16384
+    full = replace(config, wgt_depth=32768, stage_in_depth=512, stage_out_depth=512)
+    grown = _grown_stage(full, board, (1 << 20, 1 << 20), ())       # 128 weight blocks
+    assert 512 < grown.stage_in_depth == grown.stage_out_depth < 16384
     check_fits(grown, board, margin=STAGE_SHARE)
     with pytest.raises(ResourceError, match="block RAMs"):
-        check_fits(replace(grown, stage_depth=grown.stage_depth + 512), board,
+        check_fits(replace(grown, stage_in_depth=grown.stage_in_depth + 512,
+                           stage_out_depth=grown.stage_out_depth + 512), board,
                    margin=STAGE_SHARE)
+    # a fixed one stays
+    assert _grown_stage(full, board, (1 << 20, 1 << 20), ("stage_out",)).stage_out_depth == 512
 
 
 @pytest.mark.parametrize("memory", ["ulx3s-sdram", "ecpix5-ddr3"])
@@ -230,7 +239,7 @@ def test_transfers_wait_for_the_engines_that_use_their_slots():
 
     xs = np.random.default_rng(2).random((4, 8, 10, 8)).astype(np.float32)
     result = build(_through_the_memory(), None,
-                   config=_config(120, stage_depth=96, ext_memory="ecpix5-ddr3"),
+                   config=_config(120, stage=96, ext_memory="ecpix5-ddr3"),
                    calib={"x": xs}, log=_quiet)
     program = result.program
     names = [layer.name for layer in program.layers]
@@ -251,8 +260,8 @@ def test_a_window_that_does_not_fit_is_refused():
     but not the pool's window of one band of output rows (3 input rows of 32 words, even
     once): the error names the layer."""
     with pytest.raises(ResourceError, match="Layer 'pool0' moves its rows through the staging "
-                                            "buffers in bands of one row: each needs 96 "):
-        build(_model(), None, config=_config(400, stage_depth=64), calib=_samples(4),
+                                            "buffers in bands of one row: they need 96 "):
+        build(_model(), None, config=_config(400, stage=64), calib=_samples(4),
               log=_quiet)
 
 
@@ -279,7 +288,7 @@ def _fully_convolutional() -> onnx.ModelProto:
 #: slots of 288 words and the resident ones exceed 512), so they run in parts of 8 output
 #: channels; a band's part streams a copy of the first band's weights, unless no other
 #: streamed layer runs in between.
-SMALL = dict(act_depth=300, wgt_depth=512, stage_depth=192)
+SMALL = dict(act_depth=300, wgt_depth=512, stage=192)
 
 
 def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
@@ -384,7 +393,7 @@ def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_p
     model = _upsampling(kernel, pads, output_padding)
     xs = {"x": np.random.default_rng(1).random((8, 8, 10, 8)).astype(np.float32)}
     # staging buffers of 160 words: bands of 5 rows of 16 words, so that some start odd
-    result = build(model, None, config=_config(**{**SMALL, "stage_depth": 160}), calib=xs,
+    result = build(model, None, config=_config(**{**SMALL, "stage": 160}), calib=xs,
                    log=_quiet)
     program = result.program
     assert program.placements["y:q"].memory == "ext"

@@ -216,7 +216,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                      "par": len(builder.par), "act": alloc.high_water}
     if config.ext_memory:
         program.words["ext"] = len(images.get("ext", ())) + ext.words
-        program.words["stage"] = ext.stage
+        program.words["stage_in"], program.words["stage_out"] = ext.stage
     if ext.words and program.words["ext"] > config.ext_depth:
         raise ResourceError(f"The tensors in the external memory take {ext.words} words "
                             f"after the {len(images.get('ext', ()))} of the streamed weights, "

@@ -5,7 +5,7 @@ in bands of output rows (``docs/architecture.md``, "Activations in the external 
 For band ``[o0, o1)`` of a layer, each input's rows that the band reads (the kernel's halo
 included) are either a view of the input in the activation buffer or, for an input in the
 external memory, a copy that LOADA brings into a window of the input staging buffer first
-(``ArchConfig.stage_depth``); the band is the layer itself, as a convolution over those rows
+(``ArchConfig.stage_in_depth``); the band is the layer itself, as a convolution over those rows
 with its top and bottom padding cut to what falls outside the image, writing its output rows
 into a view of the output or into a window of the output staging buffer that STOREA copies
 out after it. A tensor's rows are consecutive words (pixel-major layout), so each copy is one
@@ -91,7 +91,7 @@ class ExtTensors:
     where: "dict[str, tuple[int, tuple[int, ...]]]"     # value -> (address, shape)
     words: int = 0
     transfers: "list[dict]" = field(default_factory=list)    # every LOADA and STOREA
-    stage: int = 0              # the staging buffers' words the bands use
+    stage: "tuple[int, int]" = (0, 0)   # the staging buffers' words the bands use (in, out)
 
     def place(self, value: str, shape: "tuple[int, ...]") -> None:
         self.where[value] = (self.words, tuple(shape))
@@ -143,10 +143,10 @@ def _rows(placement: Placement, r0: int, r1: int, rows: int, base: "int | None" 
 
 
 class StageTooSmall(ResourceError):
-    """The staging buffers (``ArchConfig.stage_depth``) cannot hold a layer's windows of one
-    band of rows twice over; ``words``: the depth each needs."""
+    """The staging buffers (``ArchConfig.stage_in_depth``, ``stage_out_depth``) cannot hold a
+    layer's windows of a band of one row; ``words``: the depth each needs (in, out)."""
 
-    def __init__(self, message: str, words: int):
+    def __init__(self, message: str, words: "tuple[int, int]"):
         super().__init__(message)
         self.words = words
 
@@ -158,12 +158,13 @@ def _slot(base: int, stage: int, parity: int, words: int) -> int:
 
 
 def _bands(node: Node, graph: Graph, full: dict, external: list, out_row: int,
-           stage: int) -> "tuple[list, dict, int, int, int]":
+           stage: "tuple[int, int]") -> "tuple[list, dict, int, int, int]":
     """The bands of ``node``: ``(cuts, words, in_words, out_words, slots)``, the tallest
-    whose windows fit the staging buffers twice (``slots`` 2: double-buffered), or else once
-    (1); ``cuts`` are ``(o0, o1, band node, r0, r1)``, ``words`` each ``external`` input's
-    window, ``out_row`` the words of an output row in the output staging buffer (0: the
-    output is on chip). Raises :class:`StageTooSmall` when not even bands of one row fit."""
+    whose windows fit the staging buffers (``stage``: their depths, in and out) twice
+    (``slots`` 2: double-buffered), or else once (1); ``cuts`` are ``(o0, o1, band node, r0,
+    r1)``, ``words`` each ``external`` input's window, ``out_row`` the words of an output row
+    in the output staging buffer (0: the output is on chip). Raises :class:`StageTooSmall`
+    when not even bands of one row fit."""
     out_height = graph.types[node.outputs[0]].shape[2]
     height = max(placement.shape[2] for placement in full.values())
     single = None
@@ -175,12 +176,13 @@ def _bands(node: Node, graph: Graph, full: dict, external: list, out_row: int,
             words = {v: (1 if full[v].shape[2] == 1 else tallest) * full[v].shape[3]
                      * full[v].cb for v in external}    # a per-channel operand: whole
             in_words, out_words = sum(words.values()), band * out_row
-            if slots * max(in_words, out_words) <= stage:
+            if slots * in_words <= stage[0] and slots * out_words <= stage[1]:
                 return cuts, words, in_words, out_words, slots
-            single = max(in_words, out_words)
+            single = (in_words, out_words)
     raise StageTooSmall(f"Layer '{node.name}' moves its rows through the staging buffers in "
-                        f"bands of one row: each needs {single} words (stage_depth), the "
-                        f"architecture has {stage}", single)
+                        f"bands of one row: they need {single[0]} and {single[1]} words "
+                        f"(stage_in_depth, stage_out_depth), the architecture has "
+                        f"{stage[0]} and {stage[1]}", single)
 
 
 def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
@@ -205,7 +207,8 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     also waits for the band before's STOREA."""
     before, after, owners = into
     config = builder.config
-    rows, out, stage = config.rows, node.outputs[0], config.stage_depth
+    rows, out = config.rows, node.outputs[0]
+    stage = (config.stage_in_depth, config.stage_out_depth)
     in_base, out_base = config.stage_bases
     out_shape = graph.types[out].shape
     full = {v: (natural_placement(0, ext.where[v][1], rows) if v in ext.where
@@ -221,7 +224,7 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
 
     def loads(k: int) -> list:
         _, _, _, r0, r1 = cuts[k]
-        base = _slot(in_base, stage, k % slots, in_words)
+        base = _slot(in_base, stage[0], k % slots, in_words)
         records = []
         for v in words:
             whole = full[v]
@@ -251,11 +254,11 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             whole = full[v]
             lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)
             sources.append(_rows(whole, lo, hi, rows, base=_slot(
-                in_base, stage, k % slots, in_words) + offsets[v]) if v in words
+                in_base, stage[0], k % slots, in_words) + offsets[v]) if v in words
                 else _rows(whole, lo, hi, rows))
         if target is None:
             band_target = _rows(out_px, o0, o1, rows,
-                                base=_slot(out_base, stage, k % slots, out_words))
+                                base=_slot(out_base, stage[1], k % slots, out_words))
             store = ext.transfer(Op.STOREA, band_target.words, band_target.base,
                                  ext.where[out][0] + o0 * out_px.width * out_px.cb)
             store["fence"] = 1
@@ -274,7 +277,7 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             plans.append(plan)
         if target is None:
             after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
-    ext.stage = max(ext.stage, slots * max(in_words, out_words))
+    ext.stage = (max(ext.stage[0], slots * in_words), max(ext.stage[1], slots * out_words))
     return plans
 
 

@@ -108,7 +108,7 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             finish = memory.read(t + 1, instr["count"])
             dma_idle = finish + 1
         elif op in Op.ACTX:       # once the engines before it are done with its staging
-            if not config.stage_depth:    # buffer and the DMA engine (fence) or its slot free
+            if not config.stage_in_depth:    # buffer and the DMA engine (fence) or its slot free
                 raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
                                  f"staging buffers")
             t = max(t, (max(drained, eltw_idle) if op == Op.LOADA else post_idle),
