@@ -107,20 +107,22 @@ def _whole_windows(graph: Graph, rows: int) -> "tuple[int, int]":
 
 def _grown_stage(config: ArchConfig, board, limits: "tuple[int, int]", fixed) -> ArchConfig:
     """``config`` with its staging buffers (but ``fixed``) as deep as ``board``'s block RAM
-    allows, in whole blocks a step for each, up to ``limits`` (:func:`_whole_windows`) or
-    :data:`STAGE_LIMIT` words, the design within :data:`STAGE_SHARE` of the device: taller
-    bands, so fewer passes over a streamed layer's weights and over the rows that
-    neighbouring bands share, and more layers double-buffered."""
+    allows, a whole block at a time to the shallower, up to ``limits``
+    (:func:`_whole_windows`) or :data:`STAGE_LIMIT` words, the design within
+    :data:`STAGE_SHARE` of the device: taller bands, so fewer passes over a streamed layer's
+    weights and over the rows that neighbouring bands share, and more layers
+    double-buffered."""
     block = _block_depth(board.name)
     grown = config
     while True:
-        changes = {f"{name}_depth": getattr(grown, f"{name}_depth") + block
-                   for name, limit in zip(("stage_in", "stage_out"), limits)
-                   if name not in fixed
-                   and getattr(grown, f"{name}_depth") < min(limit, STAGE_LIMIT)}
-        if not changes:
+        depths = {f"{name}_depth": getattr(grown, f"{name}_depth")
+                  for name, limit in zip(("stage_in", "stage_out"), limits)
+                  if name not in fixed
+                  and getattr(grown, f"{name}_depth") < min(limit, STAGE_LIMIT)}
+        if not depths:
             return grown
-        trial = replace(grown, **changes)
+        field = min(depths, key=depths.get)
+        trial = replace(grown, **{field: depths[field] + block})
         try:
             check_fits(trial, board, margin=STAGE_SHARE)
         except ResourceError:

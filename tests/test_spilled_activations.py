@@ -177,14 +177,18 @@ def test_a_board_build_grows_the_staging_buffers():
     board = get_board("ulx3s-85f")
     full = replace(config, wgt_depth=32768, stage_in_depth=512, stage_out_depth=512)
     grown = _grown_stage(full, board, (1 << 20, 1 << 20), ())       # 128 weight blocks
-    assert 512 < grown.stage_in_depth == grown.stage_out_depth < 16384
+    assert 512 < grown.stage_out_depth <= grown.stage_in_depth <= grown.stage_out_depth + 512
     check_fits(grown, board, margin=STAGE_SHARE)
-    with pytest.raises(ResourceError, match="block RAMs"):
-        check_fits(replace(grown, stage_in_depth=grown.stage_in_depth + 512,
-                           stage_out_depth=grown.stage_out_depth + 512), board,
+    with pytest.raises(ResourceError, match="block RAMs"):       # the shallower one's block
+        check_fits(replace(grown, stage_out_depth=grown.stage_out_depth + 512), board,
                    margin=STAGE_SHARE)
-    # a fixed one stays
-    assert _grown_stage(full, board, (1 << 20, 1 << 20), ("stage_out",)).stage_out_depth == 512
+    # the shallower first, to the same words in all; a fixed one stays
+    total = grown.stage_in_depth + grown.stage_out_depth
+    deep = _grown_stage(replace(full, stage_in_depth=2048), board, (1 << 20, 1 << 20), ())
+    assert deep.stage_in_depth + deep.stage_out_depth == total
+    assert abs(deep.stage_in_depth - deep.stage_out_depth) <= 512
+    kept = _grown_stage(full, board, (1 << 20, 1 << 20), ("stage_out",))
+    assert (kept.stage_in_depth, kept.stage_out_depth) == (total - 512, 512)
 
 
 @pytest.mark.parametrize("memory", ["ulx3s-sdram", "ecpix5-ddr3"])
