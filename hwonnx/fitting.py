@@ -45,11 +45,10 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     doubles until they fit; a staging buffer (``stage_in_depth``, ``stage_out_depth``) too
     small for a band of one row grows to what it needs or a quarter of the activation buffer,
     the larger (a power of two for a simulation, whole block RAMs for a board); a program that
-    streams weights
-    keeps its weight buffer's depth (the parts and slots are cut to it). For a board, a
-    program that moves activations then has staging buffers grown by :func:`_grown_stage`
-    (the activation buffer holds only the tensors left on chip: the windows are in the
-    staging buffers)."""
+    streams weights keeps its weight buffer's depth (the parts and slots are cut to it). For
+    a board, a program that moves activations then has staging buffers grown by
+    :func:`_grown_stage` (the activation buffer holds only the tensors left on chip: the
+    windows are in the staging buffers)."""
     while True:
         try:
             first = lower(int_graph, probe(config, fixed), loops)
@@ -76,11 +75,11 @@ def _staged(config: ArchConfig, error: StageTooSmall, size: str, fixed) -> ArchC
     :func:`_sized_config`); raises ``error`` when one is ``fixed`` or there is no external
     memory."""
     changes = {}
+    block = 1 if size == "sim" else _block_depth(size)
     for name, need in zip(("stage_in", "stage_out"), error.words):
         depth = getattr(config, f"{name}_depth")
         words = max(need, config.act_depth // 4)
-        words = _pow2(words) if size == "sim" else -(-words // _block_depth(size)) * \
-            _block_depth(size)
+        words = _pow2(words) if size == "sim" else -(-words // block) * block
         if depth < need and (name in fixed or not config.ext_memory):
             raise error
         if depth < words and name not in fixed:
