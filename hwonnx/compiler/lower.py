@@ -9,12 +9,11 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
-from ..hdl.feeder import drain_cycles
 from ..hdl.layouts import ParamLayout
 from ..ir import Graph, Node
 from ..ir.ops import LAYER, LAYOUT, integer_ops
 from ..isa import Op, addressable
-from . import depthwise, eltwise
+from . import depthwise, eltwise, tiling
 from .alloc import ActAllocator, ActivationBufferFull
 from .layout import Placement, natural_placement
 from .loops import LayerTiles, Tile, compress, schedule
@@ -378,7 +377,7 @@ class _Builder:
         dy, dx = spec.dilations
         pt, pl = spec.pads[0], spec.pads[1]
         k_tiles, tile_addr = {}, {}
-        n_tiles = _n_tiles(n_out, rows, cols, spec.pool_max)
+        n_tiles = tiling.n_tiles(n_out, rows, cols, spec.pool_max)
         par_addr = self.params(spec, folded, n_tiles)
         for n_index, (n0, nt) in enumerate(n_tiles):
             # K tiles whose weights are all zero for these channels (grouped and depthwise
@@ -405,7 +404,7 @@ class _Builder:
         # M tiles of whole output rows where a row fits half the accumulators, so that
         # every tile starts at column 0 (a nest steps its rows by a constant)
         m_total = oh * ow
-        m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else ow * _tile_rows(
+        m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else ow * tiling.tile_rows(
             oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
         if spec.scatter is not None and 1 < ow <= cfg.acc_half:
             m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
@@ -438,7 +437,7 @@ class _Builder:
                         posts = self.posts(spec, target, acc_base, (m0, mt), (n0, nt),
                                            par_addr, n_index, lut)
                     self.tiles.append(Tile(matmul, posts))
-        return _nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
+        return tiling.nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
 
     def params(self, spec: "_LayerSpec", folded: np.ndarray, n_tiles
                ) -> "dict[tuple[int, int | None], int]":
@@ -462,7 +461,7 @@ class _Builder:
         """The POSTs of output pixels ``m0 .. m0 + mt - 1`` and channels ``n0 .. n0 + nt - 1``
         from accumulator word ``acc_base`` on."""
         (m0, mt), (n0, nt), rows = m_tile, n_tile, self.config.rows
-        runs = _runs(spec.counts, m0, mt)
+        runs = tiling.post_runs(spec.counts, m0, mt)
         stride = target.cb
         ow = spec.out_hw[1]
         if spec.scatter is not None:         # output pixel (y, x) is target pixel
@@ -515,77 +514,6 @@ class _Builder:
         if self.tables:            # entry 256 t + i: table t at the int8 value i - 128
             images["lut"] = [v & 0xFF for table in self.tables for v in table]
         return images
-
-
-def _nest(k_tiles: "dict[int, list[tuple]]", m_count: int, n_count: int
-          ) -> "tuple[int, int, int, int, int] | None":
-    """``(M, N, K1, K2, K3)`` of tiles whose N tiles all have ``K1 K2 K3`` K tiles: kernel
-    rows, kernel columns and sources, channel blocks (``K`` tuples are ``(source, ky, kx,
-    block)``); None otherwise."""
-    lists = list(k_tiles.values())
-    if any(len(k) != len(lists[0]) for k in lists):
-        return None
-    k1 = len({k[1] for k in lists[0]})
-    k2 = len({(k[0], k[2]) for k in lists[0]})
-    k3 = len({k[3] for k in lists[0]})
-    if k1 * k2 * k3 != len(lists[0]):
-        return None
-    return m_count, n_count, k1, k2, k3
-
-
-def _runs(counts: "np.ndarray | None", m0: int, mt: int) -> "list[tuple[int, int, int | None]]":
-    """The POSTs of output pixels ``m0 .. m0 + mt - 1``: (first pixel, pixels, window count),
-    one for all of them, or one per run of pixels whose pooling windows hold the same number
-    of real pixels (``counts``, average pooling with ``count_include_pad=0``)."""
-    if counts is None:
-        return [(m0, mt, None)]
-    runs = []
-    for m in range(m0, m0 + mt):
-        k = int(counts[m])
-        if runs and runs[-1][2] == k:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1, k)
-        else:
-            runs.append((m, 1, k))
-    return runs
-
-
-def _tile_rows(oh: int, ow: int, k_counts: "list[int]", n_tiles, config: ArchConfig) -> int:
-    """Output rows per M tile: within half the accumulators, the count the cycle model's rule
-    of thumb finds fastest. An output tile's MATMULs take ``max(count, turnaround)`` each; its
-    POSTs are accepted once the previous tile's are done, start once its MATMULs have drained
-    (queued, ``hdl/top.py``), and the next tile's MATMULs follow their acceptance. Small tiles
-    shorten the last tile's POSTs, which overlap nothing, but large ones keep the POSTs from
-    holding the MATMULs up. Larger tiles win ties. Without the tile walker every tile is
-    stored, so a layer keeps the fewest tiles."""
-    if not config.walker:
-        return min(oh, config.acc_half // ow)
-    rows, cols = config.rows, config.cols
-    turnaround, drain = max(rows, cols) + 1, drain_cycles(config)
-    nws = [(n0 + nt - 1) // rows - n0 // rows + 1 for n0, nt in n_tiles]
-    best = None
-    for h in range(min(oh, config.acc_half // ow), 0, -1):
-        start = post_end = 0
-        for y in range(0, oh, h):
-            mt = min(h, oh - y) * ow
-            for k, nw in zip(k_counts, nws):
-                issued = start + k * max(mt, turnaround)
-                accepted = max(issued, post_end)
-                start = accepted + 1
-                post_end = max(accepted, issued + drain) + mt * nw
-        if best is None or post_end < best[0]:
-            best = (post_end, h)
-    return best[1]
-
-
-def _n_tiles(n_out: int, rows: int, cols: int, aligned: bool) -> "list[tuple[int, int]]":
-    """First channel and width of each N tile: ``cols`` channels at a time, or, ``aligned``
-    (max pooling), never across a block of ``rows`` input channels, so that every column
-    of a K tile reads its own channel (a column without one would add a 0 to the maximum)."""
-    if not aligned:
-        return [(n0, min(cols, n_out - n0)) for n0 in range(0, n_out, cols)]
-    return [(n0, min(cols, block + rows - n0, n_out - n0))
-            for block in range(0, n_out, rows)
-            for n0 in range(block, min(block + rows, n_out), cols)]
 
 
 #: Packed weight tiles the builder keeps for the next bands of a layer.

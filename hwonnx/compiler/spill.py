@@ -248,7 +248,8 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             if fence == len(transfers):
                 transfers.append(ext.transfer(Op.LOADA, 0, in_base, 0))
             transfers[fence]["fence"] = 1
-        before.setdefault(layer, []).extend(transfers)
+        if transfers:
+            before.setdefault(layer, []).extend(transfers)
         sources = []
         for v in inputs:
             whole = full[v]
