@@ -2,8 +2,9 @@
 over the burst read port of ``hdl/extmem.py``, while the array computes; LOADP copies a page
 of a paged program into the program memory the same way; LOADA copies activation words into
 the input staging buffer, and STOREA copies them from the output staging buffer over the
-write port (``ArchConfig.stage_in_depth``, ``stage_out_depth``), also while the array computes. The engine runs one
-transfer at a time and holds one more (a LOADA or STOREA) to start when that one ends."""
+write port (``ArchConfig.stage_in_depth``, ``stage_out_depth``), also while the array
+computes. The engine runs one transfer at a time and holds one more (a LOADA or STOREA) to
+start when that one ends."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
