@@ -160,7 +160,7 @@ def test_staging_buffers_are_sized_to_the_bands_of_one_row():
 def test_a_board_build_grows_the_staging_buffers():
     """For a board, the staging buffers grow in whole block RAMs (512 words on the ECP5)
     until no band would grow (twice conv0's 640-word output, and the pool's input: 1,536
-    each) or the design would fill more than 95% of the device's block RAM, whichever comes
+    each) or the design would fill more than 75% of the device's block RAM, whichever comes
     first."""
     from dataclasses import replace
 
@@ -175,8 +175,8 @@ def test_a_board_build_grows_the_staging_buffers():
     names = [layer.name for layer in program.layers]
     assert {"conv0 [rows 0-19]", "pool0 [rows 0-9]"} <= set(names)     # one band each
     board = get_board("ulx3s-85f")
-    full = replace(config, wgt_depth=32768, stage_in_depth=512, stage_out_depth=512)
-    grown = _grown_stage(full, board, (1 << 20, 1 << 20), ())       # 128 weight blocks
+    full = replace(config, wgt_depth=16384, stage_in_depth=512, stage_out_depth=512)
+    grown = _grown_stage(full, board, (1 << 20, 1 << 20), ())       # 64 weight blocks
     assert 512 < grown.stage_out_depth <= grown.stage_in_depth <= grown.stage_out_depth + 512
     check_fits(grown, board, margin=STAGE_SHARE)
     with pytest.raises(ResourceError, match="block RAMs"):       # the shallower one's block

@@ -7,8 +7,8 @@ sample's outputs equal golden's bit for bit in exactly the predicted cycles. The
 sizes the buffers (the weight buffer 4,096 words by default, doubled where two weight slots
 do not fit; the activation buffer to the tensors left on chip), pages the program from the
 SDRAM (12 block RAMs: two pages of 256 instructions) and grows the staging buffers through
-which the bands move while the design stays within 95% of the ECP5-85F's 208 block RAMs
-(each model at 196 or less). ``bench/bench_imagenet.py`` measures the same builds.
+which the bands move while the design stays within 75% of the ECP5-85F's 208 block RAMs
+(each model at 156 or less). ``bench/bench_imagenet.py`` measures the same builds.
 
 The default suite runs the same mechanisms on small models (test_spilled_activations.py,
 test_external_weights.py). Each model here takes minutes to compile and to simulate."""
