@@ -126,6 +126,21 @@ def test_arch_json_rewritten_to_another_shape(copy, digits, rows, cols):
         api.simulate(copy, x(digits), mode="golden")
 
 
+def test_a_folder_of_an_earlier_architecture_is_refused_by_name(copy, digits):
+    """A folder written before the staging buffers (its arch.json and program.json without
+    stage_in_depth and stage_out_depth) is refused naming the fields, not taken for a
+    changed arch.json."""
+    def earlier(doc):
+        del doc["stage_in_depth"], doc["stage_out_depth"]
+    rewrite(copy, "arch.json", earlier)
+    rewrite(copy, "program.json", lambda doc: earlier(doc["arch"]))
+    with pytest.raises(ModelError, match=program_error(
+            copy, "the architecture of program.json has other fields than this hwonnx's "
+                  "(stage_in_depth, stage_out_depth): it was built by another "
+                  "version").join("^$")):
+        api.simulate(copy, x(digits), mode="golden")
+
+
 def test_load_program_compares_prog_hex_with_program_json(golden_build, tmp_path):
     """Without a manifest too: load_program reads prog.hex and refuses a difference."""
     save_program(golden_build[1].program, tmp_path)

@@ -218,6 +218,9 @@ def load_program(folder: Path) -> Program:
         cfg = ArchConfig.from_json((folder / "arch.json").read_text())
         doc = json.loads((folder / "program.json").read_text())
         _check_program_doc(doc)
+        fields = sorted(set(doc["arch"]) ^ set(cfg.to_dict()))
+        _require(not fields, f"the architecture of program.json has other fields than this "
+                 f"hwonnx's ({', '.join(fields)}): it was built by another version")
         _require(doc["arch"] == cfg.to_dict(), "arch.json differs from the architecture "
                  "program.json was compiled for")
         with open(folder / "placements.npz", "rb") as stream, np.load(stream) as npz:
