@@ -295,7 +295,8 @@ def write_report(report: dict, folder: Path) -> None:
         lines += [f"External memory `{arch['ext_memory']}`: the weights of the layers below "
                   f"stream into the weight buffer behind the computation (a copy takes its "
                   f"transfer cycles without refreshes; it overlaps the layers before its own); "
-                  f"their activations move in and out while nothing else runs.",
+                  f"their activations move in and out through the staging buffers, beside "
+                  f"the computation.",
                   "", "| layer | weight bytes streamed | transfer cycles | activation bytes "
                   "moved | transfer cycles | predicted cycles |",
                   "|---|---:|---:|---:|---:|---:|"]

@@ -2,6 +2,7 @@
 the order of the instructions is :mod:`.loops`', the program and its encoding :mod:`.program`'s.
 """
 
+import hashlib
 from dataclasses import replace
 
 import numpy as np
@@ -255,6 +256,10 @@ class _Builder:
         # cache bounded to the latest _TILE_CACHE tiles.
         self._param_words: "dict[tuple, int]" = {}
         self._tiles: "dict[tuple, list[int]]" = {}
+        # and a layer's weight tiles whole (:meth:`_weight_tiles`), the latest up to
+        # _TILE_CACHE tiles' words
+        self._layers: "dict[tuple, tuple[dict, dict, list[int]]]" = {}
+        self._layer_words = 0
 
     def layer(self, node: Node, sources: "list[Placement]", target: Placement
               ) -> "list[LayerPlan]":
@@ -351,6 +356,51 @@ class _Builder:
         self.wgt.extend(words)
         return address
 
+    def _weight_tiles(self, spec: "_LayerSpec", n_tiles: list) -> "tuple[dict, dict]":
+        """Store the weight tiles of the layer ``spec`` for its N tiles ``n_tiles``; returns
+        each N tile's K tiles ``(source, ky, kx, block)`` and each tile's address.
+
+        K tiles whose weights are all zero for these channels (grouped and depthwise
+        convolutions, the other input of an Add) are skipped; one is kept so that the
+        accumulators are initialized. A dense layer keeps them all, so that its tiles stay
+        one nest (a weight block that happens to be zero costs a tile, not a program of one
+        instruction per tile)."""
+        rows, cols = self.config.rows, self.config.cols
+        kh, kw = spec.phys.shape[1:3]
+        key = (hashlib.blake2b(spec.phys.tobytes()).digest(), spec.phys.shape, spec.phys.dtype.str,
+               tuple(spec.offsets), tuple(source.cb for source in spec.sources), spec.dense,
+               tuple(n_tiles), self.wpack)
+        start = len(self.wgt)
+        if key in self._layers:             # a band of a layer emitted before: the same tiles
+            k_tiles, relative, words = self._layers[key]
+            self.wgt.extend(words)
+            return ({n0: list(k) for n0, k in k_tiles.items()},
+                    {tile: start + offset for tile, offset in relative.items()})
+        k_tiles, tile_addr = {}, {}
+        for n0, nt in n_tiles:
+            k_tiles[n0] = []
+            for index, (source, offset) in enumerate(zip(spec.sources, spec.offsets)):
+                for ky in range(kh):
+                    for kx in range(kw):
+                        for cb in range(source.cb):
+                            lanes = slice(offset + cb * rows, offset + (cb + 1) * rows)
+                            block = spec.phys[n0:n0 + nt, ky, kx, lanes]
+                            if spec.dense or block.any() or (
+                                    not k_tiles[n0] and index == len(spec.sources)
+                                               - 1 and ky == kh - 1 and kx == kw - 1
+                                               and cb == source.cb - 1):
+                                k_tiles[n0].append((index, ky, kx, cb))
+                                padded = np.zeros((rows, cols), dtype=np.int64)
+                                padded[:, :nt] = block.T
+                                tile_addr[n0, index, ky, kx, cb] = self.weight_tile(padded)
+        words = self.wgt[start:]
+        self._layers[key] = ({n0: list(k) for n0, k in k_tiles.items()},
+                             {tile: a - start for tile, a in tile_addr.items()}, words)
+        self._layer_words += len(words)
+        while self._layer_words > _TILE_CACHE * cols and len(self._layers) > 1:
+            self._layer_words -= len(self._layers.pop(next(iter(self._layers)))[2])
+        return k_tiles, tile_addr
+
     def table_index(self, node: Node, table: "tuple[int, ...] | None") -> int:
         """The POST ``lut`` field of a layer's activation ``table`` (0: none), stored once."""
         if table is None:
@@ -376,30 +426,9 @@ class _Builder:
         sy, sx = spec.strides
         dy, dx = spec.dilations
         pt, pl = spec.pads[0], spec.pads[1]
-        k_tiles, tile_addr = {}, {}
         n_tiles = tiling.n_tiles(n_out, rows, cols, spec.pool_max)
         par_addr = self.params(spec, folded, n_tiles)
-        for n_index, (n0, nt) in enumerate(n_tiles):
-            # K tiles whose weights are all zero for these channels (grouped and depthwise
-            # convolutions, the other input of an Add) are skipped; one is kept so that the
-            # accumulators are initialized. A dense layer keeps them all, so that its tiles
-            # stay one nest (a weight block that happens to be zero costs a tile, not a
-            # program of one instruction per tile).
-            k_tiles[n0] = []
-            for index, (source, offset) in enumerate(zip(spec.sources, spec.offsets)):
-                for ky in range(kh):
-                    for kx in range(kw):
-                        for cb in range(source.cb):
-                            lanes = slice(offset + cb * rows, offset + (cb + 1) * rows)
-                            block = spec.phys[n0:n0 + nt, ky, kx, lanes]
-                            if spec.dense or block.any() or (
-                                    not k_tiles[n0] and index == len(spec.sources)
-                                               - 1 and ky == kh - 1 and kx == kw - 1
-                                               and cb == source.cb - 1):
-                                k_tiles[n0].append((index, ky, kx, cb))
-                                padded = np.zeros((rows, cols), dtype=np.int64)
-                                padded[:, :nt] = block.T
-                                tile_addr[n0, index, ky, kx, cb] = self.weight_tile(padded)
+        k_tiles, tile_addr = self._weight_tiles(spec, n_tiles)
         first_of_layer = True
         # M tiles of whole output rows where a row fits half the accumulators, so that
         # every tile starts at column 0 (a nest steps its rows by a constant)
