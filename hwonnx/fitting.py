@@ -41,8 +41,8 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
-    or part's weights, or an activation buffer too small for the tensors left on chip,
-    doubles until they fit; a staging buffer (``stage_in_depth``, ``stage_out_depth``) too
+    or part's weights grows to what they need (for a simulation: doubles), and an activation
+    buffer too small for the tensors left on chip doubles, until they fit; a staging buffer (``stage_in_depth``, ``stage_out_depth``) too
     small for a band of one row grows to what it needs or a quarter of the activation buffer,
     the larger (a power of two for a simulation, whole block RAMs for a board); a program that
     streams weights keeps its weight buffer's depth (the parts and slots are cut to it). For
@@ -58,9 +58,13 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
         except (SlotTooSmall, ActivationBufferFull) as error:
             name = "wgt" if isinstance(error, SlotTooSmall) else "act"
             depth = getattr(config, f"{name}_depth")
-            if not config.ext_memory or name in fixed or 2 * depth > addressable(name):
+            grown = 2 * depth
+            if name == "wgt" and size != "sim":     # whole blocks, as many as two slots need
+                block = _block_depth(size)
+                grown = max(-(-error.words // block), depth // block + 1) * block
+            if not config.ext_memory or name in fixed or grown > addressable(name):
                 raise
-            config = replace(config, **{f"{name}_depth": 2 * depth})
+            config = replace(config, **{f"{name}_depth": grown})
     if any(layer.ext_words for layer in first.layers):
         fixed = set(fixed) | {"wgt"}
     config = sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))

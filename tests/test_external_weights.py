@@ -159,6 +159,33 @@ def test_a_sized_build_doubles_a_weight_buffer_too_small_for_two_slots():
         lower(graph, probe(ArchConfig(**{**small.to_dict(), "wgt_depth": depth // 2})))
 
 
+def test_a_board_build_grows_the_weight_buffer_to_the_blocks_two_slots_need():
+    """For a board, the weight buffer grows to the whole block RAMs (512 words on the ECP5)
+    that two slots of the largest streamed part need, not to the next power of two: a 3x3
+    convolution of 64 input channels has 9 x 8 x 8 = 576 weight words per group of 8 output
+    channels, the least a part takes; two slots are 1,152 words, three blocks (doubling from
+    128 words would give 2,048), fewer than the layer's 2,304."""
+    from hwonnx.api import compile_model
+    from hwonnx.compiler.lower import lower
+    from hwonnx.compiler.stream import SlotTooSmall
+
+    rng = np.random.default_rng(2)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 6, 6])],
+        [numpy_helper.from_array(he_weight(rng, 32, 64, 3, 3), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    samples = {"x": rng.random((4, 64, 6, 6)).astype(np.float32)}
+    int_graph, program = compile_model(model, samples, config=replace(CONFIG, wgt_depth=128),
+                                       size="ulx3s-85f", log=_quiet)
+    assert program.config.wgt_depth == 3 * 512
+    assert [layer.ext_words for layer in program.layers] == [576] * 4     # every part streams
+    with pytest.raises(SlotTooSmall, match="576 weight words"):
+        lower(int_graph, replace(program.config, wgt_depth=2 * 512))
+
+
 def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
     """``hwonnx build --ext-memory``: the weight buffer keeps the depth given and the memory
     model is sized to the streamed words; ``hwonnx sim --compare`` runs the build folder on the

@@ -4,8 +4,8 @@ the SDRAM's memory model: every tensor that does not fit the activation buffer (
 or 256x256 input among them) lives in the SDRAM, every layer whose weights do not fit
 streams them (in parts of output channels where a layer's are too many for a slot), and one
 sample's outputs equal golden's bit for bit in exactly the predicted cycles. The board build
-sizes the buffers (the weight buffer 4,096 words by default, doubled where two weight slots
-do not fit; the activation buffer to the tensors left on chip), pages the program from the
+sizes the buffers (the weight buffer 4,096 words by default, grown to what two weight slots
+need where they do not fit; the activation buffer to the tensors left on chip), pages the program from the
 SDRAM (12 block RAMs: two pages of 256 instructions) and grows the staging buffers through
 which the bands move while the design stays within 75% of the ECP5-85F's 208 block RAMs
 (each model at 156 or less). ``bench/bench_imagenet.py`` measures the same builds.

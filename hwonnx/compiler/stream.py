@@ -26,7 +26,12 @@ __all__ = ["StreamPlan", "SlotTooSmall", "plan_streaming"]
 
 
 class SlotTooSmall(ResourceError):
-    """Two slots of the largest streamed layer do not fit the weight buffer."""
+    """Two slots of the largest streamed layer do not fit the weight buffer; ``words``: the
+    depth they need."""
+
+    def __init__(self, message: str, words: int):
+        super().__init__(message)
+        self.words = words
 
 
 @dataclass
@@ -66,7 +71,8 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
         raise SlotTooSmall(f"Layer '{names[largest]}' has {layer_words[largest]} weight "
                             f"words; streaming it from the external memory takes two slots "
                             f"of that size, more than the {config.wgt_depth} words of the "
-                            f"weight buffer; raise --wgt-depth or use a larger array")
+                            f"weight buffer; raise --wgt-depth or use a larger array",
+                            2 * layer_words[largest])
     slot = max(layer_words[i] for i in streamed)
     base, image = {}, []
     for i in sorted(resident):
