@@ -93,8 +93,8 @@ def _staged(config: ArchConfig, error: StageTooSmall, size: str, fixed) -> ArchC
 
 #: The deepest staging buffers a board build grows, and the share of the device's block RAM
 #: it may fill doing so. The rest is left to the place and route: on the ULX3S-85F a design of
-#: 154 of 208 block RAMs routed in 24 minutes, while ones of 186 and 196 were still routing
-#: after 14 and 42 minutes.
+#: 156 of 208 block RAMs routed in 14 minutes, while ones of 180 and 196 still had thousands
+#: of overused wires after 25 and 35 minutes (nextpnr's router2 was no faster at 180).
 STAGE_LIMIT, STAGE_SHARE = 16384, 0.75
 
 

@@ -407,3 +407,15 @@ def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_p
     assert len(firsts) > 1 and any(first % 2 for first in firsts), bands  # odd: phases swap
     assert any(op == "STOREA" and layer in bands for op, layer, *_ in _transfers(program))
     rtl_matches_golden(result, {"x": xs["x"][:2]}, 2)
+    # bands of one row (48 words: the next layer's three input rows) have the phases of
+    # their row only, those of even rows and of odd rows in turn; each reads the words of
+    # its phases emitted once: as many weight and parameter words as the layer whole on chip
+    rows = build(model, None, config=_config(**{**SMALL, "stage": 48}), calib=xs, log=_quiet)
+    bands = [layer.name for layer in rows.program.layers if layer.name.startswith("up [rows")]
+    assert {name.split("] [")[0] for name in bands} == {f"up [rows {r}-{r}"
+                                                        for r in range(H)}
+    whole = build(model, None, config=_config(act_depth=4096), calib=xs, log=_quiet).program
+    assert not any(instr.op in Op.ACTX for instr in whole.instructions)
+    assert ((rows.program.words["wgt"], rows.program.words["par"])
+            == (whole.words["wgt"], whole.words["par"]))
+    rtl_matches_golden(rows, {"x": xs["x"][:2]}, 2)

@@ -192,8 +192,8 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     bands' layer plans (each band one layer per part: :mod:`.split`). The bands are layers
     ``len(builder.layer_tiles)`` on; their LOADA and STOREA go into the first two
     dictionaries of ``into`` (layer index -> instructions before it, after it), and each
-    part of a band after the first into the third (layer index -> the first band's same
-    part, whose weight words it reads).
+    part whose weight words an earlier part of the layer has into the third (layer index ->
+    that part's layer, whose weight words it reads: :func:`share_words`).
 
     Double-buffered (:func:`_bands`), band ``k``'s windows are in slot ``k mod 2`` of each
     staging buffer (:func:`_slot`): after band ``k`` comes its STOREA, before band ``k + 1``
@@ -234,7 +234,7 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
                                         ext.where[v][0] + lo * whole.shape[3] * whole.cb))
         return records
 
-    plans, firsts = [], []
+    plans, seen = [], ({}, {})
     for k, (o0, o1, band_node, r0, r1) in enumerate(cuts):
         layer = len(builder.layer_tiles)
         if slots == 1:
@@ -265,16 +265,12 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             store["fence"] = 1
         else:
             band_target = _rows(target, o0, o1, rows)
-        for part, emit in enumerate(builder.layer_parts(band_node, sources, band_target)):
+        for emit in builder.layer_parts(band_node, sources, band_target):
             wgt, par = len(builder.wgt), len(builder.par)
             plan = emit()
-            if len(firsts) == part:
-                firsts.append((len(builder.layer_tiles) - 1, wgt, par))
-            else:
-                first_layer, first_wgt, first_par = firsts[part]
-                plan.wgt_words, _ = share_words(builder, first_wgt, first_par, wgt, par)
-                if plan.wgt_words == 0:
-                    owners[len(builder.layer_tiles) - 1] = first_layer
+            plan.wgt_words, owner = share_words(builder, seen, wgt, par)
+            if owner is not None:
+                owners[len(builder.layer_tiles) - 1] = owner
             plans.append(plan)
         if target is None:
             after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
@@ -282,29 +278,37 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     return plans
 
 
-def share_words(builder, first_wgt: int, first_par: int, wgt_start: int, par_start: int
-                ) -> "tuple[int, int]":
-    """The last layer ``builder`` emitted is a band of a layer whose first band's weight and
-    parameter words start at ``first_wgt`` and ``first_par``, and its own at ``wgt_start``
-    and ``par_start``: where they are the same words, drop its copies and point its tiles at
-    the first band's. Returns its weight and parameter words left."""
-    def same(image: list, first: int, start: int) -> bool:
-        size = len(image) - start
-        return size > 0 and image[first:first + size] == image[start:]
-
+def share_words(builder, seen: "tuple[dict, dict]", wgt_start: int, par_start: int
+                ) -> "tuple[int, int | None]":
+    """The last layer ``builder`` emitted is a part of a band of a layer, its weight and
+    parameter words from ``wgt_start`` and ``par_start``; ``seen`` maps the words of the
+    layer's parts emitted before (weights, parameters) to where they are (and the weights'
+    to the layer that holds them). Where its words are the same as some earlier part's (the
+    same part of another band; a transposed convolution's phase, which bands starting at
+    odd and even rows list in other orders), drop its copies and point its tiles at those.
+    Returns its weight words left, and the layer whose weights it reads (None: its own)."""
     layer = builder.layer_tiles[-1]
-    wgt_delta = start_delta = 0
-    if same(builder.wgt, first_wgt, wgt_start):
-        wgt_delta = wgt_start - first_wgt
-        del builder.wgt[wgt_start:]
-    if same(builder.par, first_par, par_start):
-        start_delta = par_start - first_par
-        del builder.par[par_start:]
+    deltas, owner = [], None
+    for image, start, known in ((builder.wgt, wgt_start, seen[0]),
+                                (builder.par, par_start, seen[1])):
+        words = tuple(image[start:])
+        if words and words in known:
+            at = known[words]
+            if image is builder.wgt:
+                at, owner = at
+            deltas.append(start - at)
+            del image[start:]
+        else:
+            deltas.append(0)
+            if words:
+                known[words] = (start, len(builder.layer_tiles) - 1) \
+                    if image is builder.wgt else start
+    wgt_delta, par_delta = deltas
     for tile in layer.tiles:
         tile.matmul["wgt_addr"] -= wgt_delta
         for post in tile.posts:
-            post["par_addr"] -= start_delta
+            post["par_addr"] -= par_delta
     for record in layer.records or []:
         if record["op"] == Op.POST:
-            record["par_addr"] -= start_delta
-    return len(builder.wgt) - wgt_start, len(builder.par) - par_start
+            record["par_addr"] -= par_delta
+    return len(builder.wgt) - wgt_start, owner
