@@ -42,13 +42,13 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
     or part's weights grows to what they need (for a simulation: doubles), and an activation
-    buffer too small for the tensors left on chip doubles, until they fit; a staging buffer (``stage_in_depth``, ``stage_out_depth``) too
-    small for a band of one row grows to what it needs or a quarter of the activation buffer,
-    the larger (a power of two for a simulation, whole block RAMs for a board); a program that
-    streams weights keeps its weight buffer's depth (the parts and slots are cut to it). For
-    a board, a program that moves activations then has staging buffers grown by
-    :func:`_grown_stage` (the activation buffer holds only the tensors left on chip: the
-    windows are in the staging buffers)."""
+    buffer too small for the tensors left on chip doubles, until they fit; a staging buffer
+    (``stage_in_depth``, ``stage_out_depth``) too small for a band of one row grows to what
+    it needs or a quarter of the activation buffer, the larger (a power of two for a
+    simulation, whole block RAMs for a board); a program that streams weights keeps its
+    weight buffer's depth (the parts and slots are cut to it). For a board, a program that
+    moves activations then has staging buffers grown by :func:`_grown_stage` (the activation
+    buffer holds only the tensors left on chip: the windows are in the staging buffers)."""
     while True:
         try:
             first = lower(int_graph, probe(config, fixed), loops)

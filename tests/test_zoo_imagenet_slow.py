@@ -5,10 +5,11 @@ or 256x256 input among them) lives in the SDRAM, every layer whose weights do no
 streams them (in parts of output channels where a layer's are too many for a slot), and one
 sample's outputs equal golden's bit for bit in exactly the predicted cycles. The board build
 sizes the buffers (the weight buffer 4,096 words by default, grown to what two weight slots
-need where they do not fit; the activation buffer to the tensors left on chip), pages the program from the
-SDRAM (12 block RAMs: two pages of 256 instructions) and grows the staging buffers through
-which the bands move while the design stays within 75% of the ECP5-85F's 208 block RAMs
-(each model at 156 or less). ``bench/bench_imagenet.py`` measures the same builds.
+need where they do not fit; the activation buffer to the tensors left on chip), pages the
+program from the SDRAM (12 block RAMs: two pages of 256 instructions) and grows the staging
+buffers through which the bands move while the design stays within 75% of the ECP5-85F's 208
+block RAMs (a model whose smallest buffers take more keeps those).
+``bench/bench_imagenet.py`` measures the same builds.
 
 The default suite runs the same mechanisms on small models (test_spilled_activations.py,
 test_external_weights.py). Each model here takes minutes to compile and to simulate."""

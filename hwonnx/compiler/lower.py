@@ -367,9 +367,10 @@ class _Builder:
         instruction per tile)."""
         rows, cols = self.config.rows, self.config.cols
         kh, kw = spec.phys.shape[1:3]
-        key = (hashlib.blake2b(spec.phys.tobytes()).digest(), spec.phys.shape, spec.phys.dtype.str,
-               tuple(spec.offsets), tuple(source.cb for source in spec.sources), spec.dense,
-               tuple(n_tiles), self.wpack)
+        key = (hashlib.blake2b(spec.phys.tobytes()).digest(), spec.phys.shape,
+               spec.phys.dtype.str, tuple(spec.offsets),
+               tuple(source.cb for source in spec.sources), spec.dense, tuple(n_tiles),
+               self.wpack)
         start = len(self.wgt)
         if key in self._layers:             # a band of a layer emitted before: the same tiles
             k_tiles, relative, words = self._layers[key]
