@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import ArchConfig
 from ..errors import SimulationError, ToolchainError
 from . import trace as _trace
+from .cache import build_lock, cache_root, install_build, mark_used
 from .harness import ACCEL_TOP, HARNESS_TOP, control_file, extmem_verilog, harness_verilog
 from .tb_accel import WALL_FILE
 
@@ -75,48 +76,6 @@ def cocotb_runner():
             os.environ["WAVES"] = saved
 
 
-def cache_root() -> Path:
-    """Where RTL builds are cached: ``$HWONNX_CACHE`` or ``~/.cache/hwonnx``."""
-    return Path(os.environ.get("HWONNX_CACHE", Path.home() / ".cache" / "hwonnx"))
-
-
-@contextlib.contextmanager
-def build_lock(build_dir: Path, what: str, log=print):
-    """Hold an exclusive inter-process lock for building ``build_dir`` of the cache.
-
-    The lock is ``fcntl.flock`` on ``<build_dir>.lock`` beside the folder (the lock file is
-    never removed: removing it would let two processes lock two different files). Processes
-    that share the cache (pytest-xdist workers, two test runs, a run and ``hwonnx demo``)
-    therefore build each entry once: the first builds, the others wait here, then find the
-    entry complete and reuse it, and no process removes a folder another is building or using.
-    Where ``fcntl`` or ``flock`` is unavailable (Windows, some network file systems) the build
-    runs unlocked, as before.
-    """
-    try:
-        import fcntl
-    except ImportError:         # not POSIX: no lock
-        yield
-        return
-    _mkdir(build_dir.parent)
-    with open(build_dir.with_name(build_dir.name + ".lock"), "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
-        except BlockingIOError:
-            log(f"Waiting for another process to finish building {what} ({build_dir}) ...")
-            started = time.monotonic()
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            locked = True
-            log(f"Waited {time.monotonic() - started:.0f} s for the build of {what}")
-        except OSError:         # the file system does not lock: build unlocked
-            locked = False
-        try:
-            yield
-        finally:
-            if locked:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def toolchain_fingerprint() -> str:
     """What a cached simulator binary depends on besides its sources: the tool versions, and
     where cocotb's libraries are, because the binary links them by path (a cache shared by
@@ -160,6 +119,7 @@ def accelerator_verilog(config: ArchConfig, log=print) -> str:
 
     path = cache_root() / "verilog" / f"{config.name}-{_hdl_digest(config).hexdigest()[:16]}.v"
     if path.exists():
+        mark_used(path)
         return path.read_text()
     with build_lock(path, f"the {config.name} accelerator's Verilog", log=log):
         if path.exists():
@@ -188,6 +148,7 @@ def rtl_build(config: ArchConfig, log=print, trace: "str | None" = None) -> Path
     binary = build_dir / HARNESS_TOP
     # A complete build appears at once (a rename), so a binary that exists is whole.
     if binary.exists():
+        mark_used(build_dir)
         return build_dir
     what = f"the {config.name} accelerator" + (f" with {trace.upper()} tracing" if trace else "")
     with build_lock(build_dir, what, log=log):
@@ -232,12 +193,8 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log,
     binary_built = work / "obj" / HARNESS_TOP
     if not binary_built.exists():
         raise ToolchainError(f"Verilator build produced no '{binary_built}'")
-    if build_dir.exists():
-        shutil.rmtree(build_dir)
-    (work / "obj").rename(build_dir)
-    for source in sources:
-        shutil.copy(source, build_dir / source.name)
-    shutil.rmtree(work, ignore_errors=True)
+    install_build(work, HARNESS_TOP, [source.name for source in sources] + ["build.log"],
+                  build_dir, log)
     log(f"Built in {time.monotonic() - started:.0f} s: {build_dir}")
 
 

@@ -3,7 +3,6 @@ bridge) on Verilator, driven over its UART pins by the host protocol client."""
 
 import hashlib
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -15,8 +14,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.program import Program, encode_program
 from ..errors import SimulationError, ToolchainError
-from .runner import (_BUILD_ARGS, build_lock, cache_root, cocotb_runner, setup_verilator,
-                     toolchain_fingerprint)
+from .cache import build_lock, cache_root, install_build, mark_used
+from .runner import _BUILD_ARGS, cocotb_runner, setup_verilator, toolchain_fingerprint
 
 __all__ = ["SYSTEM_TOP", "run_system"]
 
@@ -30,6 +29,7 @@ def _system_build(verilog: str, log=print) -> Path:
     build_dir = cache_root() / "system" / key
     # A complete build appears at once (a rename), so a binary that exists is whole.
     if (build_dir / SYSTEM_TOP).exists():
+        mark_used(build_dir)
         return build_dir
     with build_lock(build_dir, "the full-system design", log=log):
         if not (build_dir / SYSTEM_TOP).exists():   # else built while this process waited
@@ -59,12 +59,7 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
                              f"'{work / 'build.log'}'") from error
     if not (work / "obj" / SYSTEM_TOP).exists():
         raise ToolchainError(f"Verilator build produced no '{work / 'obj' / SYSTEM_TOP}'")
-    if build_dir.exists():      # an earlier build that stopped half way (no binary)
-        shutil.rmtree(build_dir)
-    (work / "obj").rename(build_dir)
-    for name in ("system.v", "public.vlt", "build.log"):
-        shutil.copy(work / name, build_dir / name)
-    shutil.rmtree(work, ignore_errors=True)
+    install_build(work, SYSTEM_TOP, ["system.v", "public.vlt", "build.log"], build_dir, log)
     log(f"Built in {time.monotonic() - started:.0f} s")
 
 

@@ -53,11 +53,12 @@ class FakeRunner:
     def __init__(self, logged: "list[str]"):
         self.logged, self.calls = logged, []
 
-    def build(self, *, build_dir, waves=False, sources=(), **options):
+    def build(self, *, build_dir, log_file, waves=False, sources=(), **options):
         self.calls.append({"logged": list(self.logged), "waves": waves,
                            "harness": sources[2].read_text()})
         build_dir.mkdir(parents=True)
         (build_dir / HARNESS_TOP).write_text("")
+        log_file.write_text("")
 
 
 @pytest.fixture
