@@ -419,3 +419,43 @@ def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_p
     assert ((rows.program.words["wgt"], rows.program.words["par"])
             == (whole.words["wgt"], whole.words["par"]))
     rtl_matches_golden(rows, {"x": xs["x"][:2]}, 2)
+
+
+def _global_pooled(pool: str) -> onnx.ModelProto:
+    """x [1, 8, 20, 16] -> Conv 3x3 stride 2 8->28 + Relu -> ``pool`` (global) -> Gemm 28->10:
+    the pool's input, 10x8 pixels of 4 channel blocks (320 words, the last block half
+    used), is in the external memory."""
+    rng = np.random.default_rng(8)
+    inits = [numpy_helper.from_array(he_weight(rng, 28, 8, 3, 3), "w0"),
+             numpy_helper.from_array(he_weight(rng, 10, 28), "wf"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 10).astype(np.float32), "bf")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node(pool, ["r0"], ["p"], name="gap"),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
+    return _onnx(nodes, "pooled", [1, 8, H, W], [1, 10], inits)
+
+
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("stage, slots", [(192, 2), (96, 1)])
+def test_a_global_pool_runs_in_groups_of_channel_blocks(pool, stage, slots):
+    """A global pool whose input (320 words) does not fit the input staging buffer runs in
+    groups of its 4 channel blocks, one LOADA per pixel each: with 192 words, one block
+    (80 words) twice over; with 96, one block once. Bit-exact, in the predicted cycles."""
+    xs = _samples(8)
+    result = build(_global_pooled(pool), None, config=_config(act_depth=300, stage=stage),
+                   calib=xs, log=_quiet)
+    program = result.program
+    names = [layer.name for layer in program.layers if layer.name.startswith("gap")]
+    assert names == [f"gap [channels {c}-{min(c + 7, 27)}]" for c in range(0, 28, 8)]
+    loads = [t for t in _transfers(program) if t[0] == "LOADA" and t[1] in names and t[2]]
+    assert len(loads) == 4 * 80 and {t[2] for t in loads} == {1}
+    # in the external memory after x (320 words): pixel p's block b is word 320 + 4 p + b,
+    # in the order of the groups, each read once, into slot k mod 2 of the staging buffer
+    assert [t[3] for t in loads] == [320 + 4 * p + b for b in range(4) for p in range(80)]
+    starts = [i["act_addr"] for i in program.instructions if i.op == Op.LOADA
+              and program.layers[i.layer].name in names and i["count"]][::80]
+    assert len(set(starts)) == slots, starts
+    rtl_matches_golden(result, {"x": xs["x"][:2]}, 2)

@@ -21,6 +21,7 @@ from ..errors import ResourceError
 from ..ir import Graph, Node
 from ..isa import Op
 from .layout import Placement, natural_placement
+from .split import part_target
 
 __all__ = ["BANDED", "ExtTensors", "StageTooSmall", "bandable", "band_layer", "share_words",
            "spill_attempts"]
@@ -215,9 +216,16 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
                 else placements[v]) for v in inputs}
     target = None if out in ext.where else placements[out]
     out_px = natural_placement(0, out_shape, rows)
-    cuts, words, in_words, out_words, slots = _bands(
-        node, graph, full, [v for v in inputs if v in ext.where],
-        0 if target is not None else out_px.width * out_px.cb, stage)
+    external = [v for v in inputs if v in ext.where]
+    try:
+        cuts, words, in_words, out_words, slots = _bands(
+            node, graph, full, external, 0 if target is not None else out_px.width * out_px.cb,
+            stage)
+    except StageTooSmall:
+        if (node.op not in ("QAvgPool", "QMaxPool") or out_shape[2:] != (1, 1)
+                or not external or target is None):
+            raise
+        return _global_pool(builder, node, full[external[0]], external[0], ext, into, target)
     offsets, offset = {}, 0
     for v, w in words.items():
         offsets[v], offset = offset, offset + w
@@ -236,20 +244,8 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
 
     plans, seen = [], ({}, {})
     for k, (o0, o1, band_node, r0, r1) in enumerate(cuts):
-        layer = len(builder.layer_tiles)
-        if slots == 1:
-            transfers = loads(k)
-            fence = len(transfers)
-        else:
-            first = loads(0) if k == 0 else []
-            transfers = first + (loads(k + 1) if k + 1 < len(cuts) else [])
-            fence = len(first) if k == 0 or (words and target is not None) else None
-        if fence is not None:        # (else the STOREA before fences)
-            if fence == len(transfers):
-                transfers.append(ext.transfer(Op.LOADA, 0, in_base, 0))
-            transfers[fence]["fence"] = 1
-        if transfers:
-            before.setdefault(layer, []).extend(transfers)
+        _before(ext, before, len(builder.layer_tiles), k, len(cuts), slots, loads,
+                bool(words and target is not None), in_base)
         sources = []
         for v in inputs:
             whole = full[v]
@@ -265,16 +261,86 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             store["fence"] = 1
         else:
             band_target = _rows(target, o0, o1, rows)
-        for emit in builder.layer_parts(band_node, sources, band_target):
-            wgt, par = len(builder.wgt), len(builder.par)
-            plan = emit()
-            plan.wgt_words, owner = share_words(builder, seen, wgt, par)
-            if owner is not None:
-                owners[len(builder.layer_tiles) - 1] = owner
-            plans.append(plan)
+        _emit(builder, band_node, sources, band_target, seen, owners, plans)
         if target is None:
             after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
     ext.stage = (max(ext.stage[0], slots * in_words), max(ext.stage[1], slots * out_words))
+    return plans
+
+
+def _before(ext: ExtTensors, before: dict, layer: int, k: int, count: int, slots: int, loads,
+            fence_every: bool, in_base: int) -> None:
+    """Put the transfers that come before cut ``k`` of ``count`` (layer ``layer``) into
+    ``before``, the first to wait for the others a fence (:func:`band_layer`); ``loads(j)``
+    makes cut ``j``'s LOADAs, ``fence_every``: a fence before every cut (it has LOADAs and no
+    STOREA, whose own fence would do)."""
+    if slots == 1:
+        transfers = loads(k)
+        fence = len(transfers)
+    else:
+        first = loads(0) if k == 0 else []
+        transfers = first + (loads(k + 1) if k + 1 < count else [])
+        fence = len(first) if k == 0 or fence_every else None
+    if fence is not None:        # (else the STOREA before fences)
+        if fence == len(transfers):
+            transfers.append(ext.transfer(Op.LOADA, 0, in_base, 0))
+        transfers[fence]["fence"] = 1
+    if transfers:
+        before.setdefault(layer, []).extend(transfers)
+
+
+def _emit(builder, node: Node, sources: list, target: Placement, seen, owners: dict,
+          plans: list) -> None:
+    """Emit the cut ``node`` of a layer, its parts sharing the words of the layer's earlier
+    parts (:func:`share_words`), and add their plans to ``plans``."""
+    for emit in builder.layer_parts(node, sources, target):
+        wgt, par = len(builder.wgt), len(builder.par)
+        plan = emit()
+        plan.wgt_words, owner = share_words(builder, seen, wgt, par)
+        if owner is not None:
+            owners[len(builder.layer_tiles) - 1] = owner
+        plans.append(plan)
+
+
+def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTensors,
+                 into: "tuple[dict, dict, dict]", target: Placement) -> list:
+    """A pool of one output pixel (a global pool) on chip whose input ``value`` (in the
+    external memory, ``whole``) does not fit the input staging buffer: in groups of its
+    channel blocks, as many as fit a window twice (else once), each the pool over a copy of
+    its channels writing their words of ``target`` (:func:`~.split.part_target`). The input
+    is pixel-major, so a group's words come in one LOADA per pixel. Ordered and fenced as
+    :func:`band_layer`'s bands."""
+    before, _, owners = into
+    config, rows, depth = builder.config, builder.config.rows, builder.config.stage_in_depth
+    in_base = config.stage_bases[0]
+    _, channels, height, width = whole.shape
+    pixels, cb = height * width, whole.cb
+    slots = 2 if depth >= 2 * pixels else 1
+    blocks = min(cb, depth // (slots * pixels))
+    if not blocks:
+        raise StageTooSmall(
+            f"Layer '{node.name}' pools its input through the input staging buffer one channel "
+            f"block at a time: it needs {pixels} words (stage_in_depth), the architecture has "
+            f"{depth}", (pixels, 0))
+    groups = [(b0, min(b0 + blocks, cb)) for b0 in range(0, cb, blocks)]
+    in_words = blocks * pixels
+
+    def loads(k: int) -> list:
+        b0, b1 = groups[k]
+        base = _slot(in_base, depth, k % slots, in_words)
+        return [ext.transfer(Op.LOADA, b1 - b0, base + p * (b1 - b0),
+                             ext.where[value][0] + p * cb + b0) for p in range(pixels)]
+
+    plans, seen = [], ({}, {})
+    for k, (b0, b1) in enumerate(groups):
+        c0, c1 = b0 * rows, min(channels, b1 * rows)
+        _before(ext, before, len(builder.layer_tiles), k, len(groups), slots, loads, True,
+                in_base)
+        source = natural_placement(_slot(in_base, depth, k % slots, in_words),
+                                   (1, c1 - c0, height, width), rows)
+        _emit(builder, replace(node, name=f"{node.name} [channels {c0}-{c1 - 1}]"), [source],
+              part_target(target, c0, rows), seen, owners, plans)
+    ext.stage = (max(ext.stage[0], slots * in_words), ext.stage[1])
     return plans
 
 
