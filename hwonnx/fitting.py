@@ -33,11 +33,20 @@ def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
             None, "sim") else _block_depth(size), loops)
     if size is None:
         return lower(int_graph, config, loops)
-    return lower(int_graph, _sized_config(int_graph, config, size, fixed, loops), loops)
+    sized_config = _sized_config(int_graph, config, size, fixed, loops)
+    try:
+        return lower(int_graph, sized_config, loops)
+    except ResourceError:
+        # The other bands of the grown staging buffers need more of a buffer sized before
+        # they grew: the program with the staging buffers it was sized with.
+        ungrown = _sized_config(int_graph, config, size, fixed, loops, grow=False)
+        if ungrown == sized_config:
+            raise
+        return lower(int_graph, ungrown, loops)
 
 
 def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
-                  loops: bool = True) -> ArchConfig:
+                  loops: bool = True, grow: bool = True) -> ArchConfig:
     """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
@@ -48,7 +57,8 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     simulation, whole block RAMs for a board); a program that streams weights keeps its
     weight buffer's depth (the parts and slots are cut to it). For a board, a program that
     moves activations then has staging buffers grown by :func:`_grown_stage` (the activation
-    buffer holds only the tensors left on chip: the windows are in the staging buffers)."""
+    buffer holds only the tensors left on chip: the windows are in the staging buffers;
+    ``grow`` False: not grown)."""
     while True:
         try:
             first = lower(int_graph, probe(config, fixed), loops)
@@ -68,7 +78,7 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     if any(layer.ext_words for layer in first.layers):
         fixed = set(fixed) | {"wgt"}
     config = sized(config, needs(first), fixed, None if size == "sim" else _block_depth(size))
-    if size != "sim" and any(instr.op in Op.ACTX for instr in first.instructions):
+    if grow and size != "sim" and any(instr.op in Op.ACTX for instr in first.instructions):
         config = _grown_stage(config, get_board(size), _whole_windows(int_graph, config.rows),
                               fixed)
     return config

@@ -191,6 +191,32 @@ def test_a_board_build_grows_the_staging_buffers():
     assert (kept.stage_in_depth, kept.stage_out_depth) == (total - 512, 512)
 
 
+def test_a_board_build_keeps_the_staging_it_was_sized_with_when_grown_ones_need_more(
+        monkeypatch):
+    """Taller bands of grown staging buffers could need more of a buffer sized before they
+    grew (a global pool in groups of channels needed fewer parameter words than whole, until
+    groups stopped sharing them): the build then lowers with the staging buffers it was
+    sized with instead of failing on a buffer the user never set."""
+    from dataclasses import replace
+
+    import hwonnx.fitting as fitting
+
+    grown = []
+
+    def too_small(config, board, limits, fixed):      # grown, but with 1 parameter word
+        grown.append(replace(config, stage_in_depth=2048, par_depth=1))
+        return grown[-1]
+
+    monkeypatch.setattr(fitting, "_grown_stage", too_small)
+    result = build(_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram", act_depth=400,
+                   calib=_samples(4), log=_quiet, verilog=False)
+    config = result.program.config
+    assert len(grown) == 1 and config.par_depth > 1 and config.stage_in_depth < 2048
+    assert config == replace(grown[0], par_depth=config.par_depth,
+                             stage_in_depth=config.stage_in_depth,
+                             stage_out_depth=config.stage_out_depth)
+
+
 @pytest.mark.parametrize("memory", ["ulx3s-sdram", "ecpix5-ddr3"])
 def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles(memory):
     """400 words: every tensor but the input's and the last ones lives in the external memory
@@ -458,4 +484,25 @@ def test_a_global_pool_runs_in_groups_of_channel_blocks(pool, stage, slots):
     starts = [i["act_addr"] for i in program.instructions if i.op == Op.LOADA
               and program.layers[i.layer].name in names and i["count"]][::80]
     assert len(set(starts)) == slots, starts
+    rtl_matches_golden(result, {"x": xs["x"][:2]}, 2)
+
+
+def test_a_layer_in_parts_takes_one_band_where_it_fits_once():
+    """With staging buffers of 256 words, conv1 and conv2 (in parts of 8 output channels,
+    their inputs 160 words) fit one band of the whole layer once but not twice: single-
+    buffered, each part streams its weights once, where two double-buffered bands (7 and 3
+    rows) streamed them twice; as few weight words as with 320 words, where the whole layer
+    fits twice. Bit-exact, in the predicted cycles."""
+    xs = _samples(8)
+    result = build(_model(), None, config=_config(**{**SMALL, "stage": 256}), calib=xs,
+                   log=_quiet)
+    roomy = build(_model(), None, config=_config(**{**SMALL, "stage": 320}), calib=xs,
+                  log=_quiet).program
+    program = result.program
+    for name in ("conv1", "conv2"):
+        assert [layer.name for layer in program.layers if layer.name.startswith(name)] == [
+            f"{name} [rows 0-9] [channels {c}-{c + 7}]" for c in (0, 8)]
+    streamed = [sum(i["count"] for i in p.instructions if i.op == Op.LOADX)
+                for p in (program, roomy)]
+    assert streamed[0] == streamed[1] == 648, streamed
     rtl_matches_golden(result, {"x": xs["x"][:2]}, 2)

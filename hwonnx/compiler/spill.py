@@ -21,7 +21,8 @@ from ..errors import ResourceError
 from ..ir import Graph, Node
 from ..isa import Op
 from .layout import Placement, natural_placement
-from .split import part_target
+from .specs import _layer_spec
+from .split import part_target, weight_parts, words_per_group
 
 __all__ = ["BANDED", "ExtTensors", "StageTooSmall", "bandable", "band_layer", "share_words",
            "spill_attempts"]
@@ -159,16 +160,21 @@ def _slot(base: int, stage: int, parity: int, words: int) -> int:
 
 
 def _bands(node: Node, graph: Graph, full: dict, external: list, out_row: int,
-           stage: "tuple[int, int]") -> "tuple[list, dict, int, int, int]":
+           stage: "tuple[int, int]", streamed: int = 0) -> "tuple[list, dict, int, int, int]":
     """The bands of ``node``: ``(cuts, words, in_words, out_words, slots)``, the tallest
     whose windows fit the staging buffers (``stage``: their depths, in and out) twice
     (``slots`` 2: double-buffered), or else once (1); ``cuts`` are ``(o0, o1, band node, r0,
     r1)``, ``words`` each ``external`` input's window, ``out_row`` the words of an output row
     in the output staging buffer (0: the output is on chip). Raises :class:`StageTooSmall`
-    when not even bands of one row fit."""
+    when not even bands of one row fit.
+
+    ``streamed``: the weight words every band streams again (a layer in parts,
+    :func:`_restreamed`). Then the tallest single-buffered bands are taken instead where
+    they cost fewer words: each band's weights, plus its windows' words, counted twice when
+    single-buffered (those transfers then no longer run beside the computation)."""
     out_height = graph.types[node.outputs[0]].shape[2]
     height = max(placement.shape[2] for placement in full.values())
-    single = None
+    single, options = None, []
     for slots in (2, 1):
         for band in range(out_height, 0, -1):
             spans = [(o0, min(o0 + band, out_height)) for o0 in range(0, out_height, band)]
@@ -178,12 +184,31 @@ def _bands(node: Node, graph: Graph, full: dict, external: list, out_row: int,
                      * full[v].cb for v in external}    # a per-channel operand: whole
             in_words, out_words = sum(words.values()), band * out_row
             if slots * in_words <= stage[0] and slots * out_words <= stage[1]:
-                return cuts, words, in_words, out_words, slots
+                cost = len(cuts) * (streamed + (3 - slots) * (in_words + out_words))
+                options.append((cost, -slots, (cuts, words, in_words, out_words, slots)))
+                break
             single = (in_words, out_words)
+        if options and not streamed:
+            break
+    if options:
+        return min(options, key=lambda option: option[:2])[2]
     raise StageTooSmall(f"Layer '{node.name}' moves its rows through the staging buffers in "
                         f"bands of one row: they need {single[0]} and {single[1]} words "
                         f"(stage_in_depth, stage_out_depth), the architecture has "
                         f"{stage[0]} and {stage[1]}", single)
+
+
+def _restreamed(builder, node: Node, graph: Graph, sources: "list[Placement]") -> int:
+    """The weight words each band of ``node`` streams: all of a convolution's when it runs in
+    parts of output channels (:func:`~.split.weight_parts`; the bands of a layer of one part
+    share its one LOADX instead), else 0."""
+    config = builder.config
+    if not builder.split or node.op != "QConv":
+        return 0
+    spec = _layer_spec(node, sources, graph, config.rows)
+    if len(weight_parts(spec, config)) < 2:
+        return 0
+    return words_per_group(spec, config) * -(-spec.phys.shape[0] // config.cols)
 
 
 def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
@@ -220,7 +245,7 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     try:
         cuts, words, in_words, out_words, slots = _bands(
             node, graph, full, external, 0 if target is not None else out_px.width * out_px.cb,
-            stage)
+            stage, _restreamed(builder, node, graph, [full[v] for v in inputs]))
     except StageTooSmall:
         if (node.op not in ("QAvgPool", "QMaxPool") or out_shape[2:] != (1, 1)
                 or not external or target is None):
@@ -309,7 +334,10 @@ def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTens
     channel blocks, as many as fit a window twice (else once), each the pool over a copy of
     its channels writing their words of ``target`` (:func:`~.split.part_target`). The input
     is pixel-major, so a group's words come in one LOADA per pixel. Ordered and fenced as
-    :func:`band_layer`'s bands."""
+    :func:`band_layer`'s bands. The groups do not share their weight and parameter words
+    (:func:`share_words`): in groups or whole, the pool takes the same words of each buffer,
+    so a board build's buffers, sized before it grows the staging buffers (which can make
+    the pool whole), stay large enough (``fitting._sized_config``)."""
     before, _, owners = into
     config, rows, depth = builder.config, builder.config.rows, builder.config.stage_in_depth
     in_base = config.stage_bases[0]
@@ -331,7 +359,7 @@ def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTens
         return [ext.transfer(Op.LOADA, b1 - b0, base + p * (b1 - b0),
                              ext.where[value][0] + p * cb + b0) for p in range(pixels)]
 
-    plans, seen = [], ({}, {})
+    plans = []
     for k, (b0, b1) in enumerate(groups):
         c0, c1 = b0 * rows, min(channels, b1 * rows)
         _before(ext, before, len(builder.layer_tiles), k, len(groups), slots, loads, True,
@@ -339,7 +367,7 @@ def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTens
         source = natural_placement(_slot(in_base, depth, k % slots, in_words),
                                    (1, c1 - c0, height, width), rows)
         _emit(builder, replace(node, name=f"{node.name} [channels {c0}-{c1 - 1}]"), [source],
-              part_target(target, c0, rows), seen, owners, plans)
+              part_target(target, c0, rows), ({}, {}), owners, plans)
     ext.stage = (max(ext.stage[0], slots * in_words), ext.stage[1])
     return plans
 

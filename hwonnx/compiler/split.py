@@ -22,7 +22,7 @@ from ..hdl.loader import tile_words
 from .layout import Placement
 from .specs import _LayerSpec
 
-__all__ = ["part_budget", "weight_parts", "concat_parts", "part_spec", "part_target"]
+__all__ = ["part_budget", "words_per_group", "weight_parts", "concat_parts", "part_spec", "part_target"]
 
 
 def part_budget(config: ArchConfig) -> int:
@@ -31,7 +31,7 @@ def part_budget(config: ArchConfig) -> int:
     return config.wgt_depth // 4
 
 
-def _words_per_group(spec: _LayerSpec, config: ArchConfig) -> int:
+def words_per_group(spec: _LayerSpec, config: ArchConfig) -> int:
     """Weight words of one N tile of ``spec`` (``cols`` output channels), at most: every K
     tile kept (a dense layer keeps them all), in 8-bit packing."""
     kh, kw = spec.phys.shape[1:3]
@@ -49,7 +49,7 @@ def weight_parts(spec: _LayerSpec, config: ArchConfig) -> "list[tuple[int, int]]
             or spec.counts is not None or spec.pool_max):
         return [(0, channels)]
     step = lcm(config.rows, config.cols)
-    per_group = _words_per_group(spec, config) * (step // config.cols)
+    per_group = words_per_group(spec, config) * (step // config.cols)
     if -(-channels // step) * per_group <= part_budget(config):
         return [(0, channels)]
     width = step * max(1, part_budget(config) // per_group)
