@@ -194,6 +194,11 @@ def markdown(results) -> str:
                                                         if r.get("bitstream_note") else
                                                         f"; built in {r['bitstream_seconds']} s")
                   for r in built]
+    unbuilt = [r for r in results if r["fits"] and not r.get("fmax_mhz")
+               and r.get("bitstream_note")]
+    if unbuilt:
+        lines += ["", "No bitstream:", ""]
+        lines += [f"- **{r['model']}**: {r['bitstream_note']}" for r in unbuilt]
     refused = [r for r in results if not r["fits"]]
     if refused:
         lines += ["", "Refused by the fit check (they run on the RTL all the same):", ""]

@@ -13,7 +13,9 @@ transfer. The staging buffers are memories of their own (``hdl/top.py``), so the
 run beside the computation: with two windows in each, the next band's rows come in and the
 last band's go out while a band computes (:func:`band_layer`).
 
-The bands of one layer share its weight and parameter words (:func:`share_words`)."""
+The bands of one layer share its weight and parameter words (:func:`share_words`). A global
+pool whose input does not fit the input staging buffer runs in groups of channels instead
+(:func:`_global_pool`)."""
 
 from dataclasses import dataclass, field, replace
 
