@@ -49,9 +49,9 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     """Resources of the accelerator for ``config`` on ``board``'s family: an estimate, and the
     place-and-route report is the final word. Against nextpnr's figures in bench/results
     (boards.md, imagenet.md) the block RAMs err on the large side but for two blocks of the
-    YOLO-style model (158 against 156), and the logic falls short: by 3-7% on the iCE40 and
-    small ECP5 designs, 15-30% with the tile walker or an external memory, up to 42% with the
-    staging buffers (26,083 LUTs against 15,040)."""
+    YOLO-style model (158 against 156), and the logic falls short of nextpnr's count: within
+    7% on the iCE40 and the small ECP5 designs, by 15-25% with the tile walker or an external
+    memory, by 34-42% with the staging buffers (26,083 LUTs against 15,040)."""
     family = board.family_info
     pes = config.rows * config.cols
     pe_dsp = 0 if family.luts_per_mult else ceil(pes / family.mults_per_dsp)
