@@ -506,3 +506,14 @@ def test_a_layer_in_parts_takes_one_band_where_it_fits_once():
                 for p in (program, roomy)]
     assert streamed[0] == streamed[1] == 648, streamed
     rtl_matches_golden(result, {"x": xs["x"][:2]}, 2)
+
+
+def test_a_global_pool_too_large_for_one_channel_block_is_refused():
+    """With 64 staging words, conv0's bands fit but not one channel block of the pool's 80
+    input pixels: the error names the layer and the words it needs."""
+    with pytest.raises(ResourceError, match=r"Layer 'gap' pools its input through the input "
+                                            r"staging buffer one channel block at a time: it "
+                                            r"needs 80 words \(stage_in_depth\), the "
+                                            r"architecture has 64"):
+        build(_global_pooled("GlobalAveragePool"), None, config=_config(act_depth=300, stage=64),
+              calib=_samples(4), log=_quiet)
