@@ -117,10 +117,10 @@ def trim_cache(limit_mb: "float | None" = None, log=print) -> "list[Path]":
                     ages[path] = (time.time() - path.stat().st_mtime, _size(path))
     total, removed = sum(size for _, size in ages.values()), []
     for path, (age, size) in sorted(ages.items(), key=lambda item: -item[1][0]):
-        entry = path.with_name(path.name + ".lock").exists()
-        if age < IN_USE_SECONDS or (entry and total <= limit_mb * 1e6):
+        is_entry = path.with_name(path.name + ".lock").exists()    # else a stopped build's
+        if age < IN_USE_SECONDS or (is_entry and total <= limit_mb * 1e6):
             continue
-        if _remove(path, locked=entry):
+        if _remove(path, locked=is_entry):
             total -= size
             removed.append(path)
     if removed:
