@@ -1,6 +1,7 @@
 """The DMA engine: LOADX copies weight words from the external memory into the weight buffer
 over the burst read port of ``hdl/extmem.py``, while the array computes; LOADP copies a page
-of a paged program into the program memory the same way; LOADA copies activation words into
+of a paged program into the program memory the same way, and after its weights a LOADX's
+parameter words into the parameter buffer; LOADA copies activation words into
 the input staging buffer, and STOREA copies them from the output staging buffer over the
 write port (``ArchConfig.stage_in_depth``, ``stage_out_depth``), also while the array
 computes. The engine runs one transfer at a time and holds one more (a LOADA or STOREA) to
@@ -11,9 +12,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from ..isa import Op, ext_words_per_instruction, instruction_width
+from ..isa import EXT_WORDS_PER_PARAM, Op, ext_words_per_instruction, instruction_width
 from .extmem import ExtTiming
-from .layouts import ActxLayout, InstrLayout, LoadxLayout
+from .layouts import ActxLayout, InstrLayout, LoadxLayout, ParamLayout
 
 __all__ = ["DmaEngine"]
 
@@ -27,7 +28,10 @@ class DmaEngine(wiring.Component):
     the one before it was taken. Each word is written into the weight or activation buffer in
     the cycle it arrives; a LOADP gathers :func:`~hwonnx.isa.ext_words_per_instruction`
     words, least significant first, and writes the instruction into the program memory in the
-    cycle its last word arrives (only with ``ArchConfig.prog_page``).
+    cycle its last word arrives (only with ``ArchConfig.prog_page``). A LOADX with
+    ``par_count`` words of parameters reads them as a second read, started in the cycle the
+    engine would be free after its weights, as if dispatched then; it gathers
+    :data:`~hwonnx.isa.EXT_WORDS_PER_PARAM` words into each parameter word likewise.
 
     A STOREA dispatched in cycle ``t`` presents its first activation address in ``t + 1``;
     the word is on the write port (``wr_valid``) from ``t + 2`` until the memory takes it,
@@ -50,6 +54,7 @@ class DmaEngine(wiring.Component):
     act_ren, act_raddr, act_rdata : the output staging buffer's read port (STOREA; data one
         cycle after the address). Both addressed as activation words (``hdl/top.py``).
     prog_we, prog_addr, prog_data : the program memory's write port (LOADP).
+    par_we, par_addr, par_data : the parameter buffer's write port (LOADX's parameters).
     """
 
     def __init__(self, config: ArchConfig, timing: ExtTiming):
@@ -67,6 +72,8 @@ class DmaEngine(wiring.Component):
             "act_ren": Out(1), "act_raddr": Out(act_bits), "act_rdata": In(act_width),
             "prog_we": Out(1), "prog_addr": Out(range(config.prog_depth)),
             "prog_data": Out(instruction_width()),
+            "par_we": Out(1), "par_addr": Out(config.par_addr_bits),
+            "par_data": Out(ParamLayout(config).size),
         })
 
     def elaborate(self, platform):
@@ -91,33 +98,46 @@ class DmaEngine(wiring.Component):
         have = Signal()              # the word at ``local`` is on the activation read port
         to_act = Signal()            # the words read go to the input staging buffer
         to_prog = Signal()           # ... to the program memory (LOADP)
+        to_par = Signal()            # ... to the parameter buffer (a LOADX's parameters)
+        par_next = Signal()          # a LOADX's parameters are read after its weights
+        par_count, par_ext = Signal(16), Signal(32)
+        par_addr = Signal(self._config.par_addr_bits)
         ext = Signal(32)
         local = Signal(max(self._config.wgt_addr_bits, self._config.act_addr_bits,
-                           self._config.prog_addr_bits))
-        m.d.comb += [free.eq((to_get == 0) & (to_put == 0)),
+                           self._config.prog_addr_bits, self._config.par_addr_bits))
+        through = Signal()           # the running read is through
+        m.d.comb += [through.eq((to_get == 0) & (to_put == 0)), free.eq(through & ~par_next),
                      self.cmd_valid.eq(to_ask != 0), self.cmd_addr.eq(ext),
                      self.cmd_len.eq(Mux(to_ask > burst, burst, to_ask)),
-                     self.wgt_we.eq(self.rvalid & ~to_act & ~to_prog), self.wgt_addr.eq(local),
+                     self.wgt_we.eq(self.rvalid & ~to_act & ~to_prog & ~to_par),
+                     self.wgt_addr.eq(local),
                      self.wgt_data.eq(self.rdata),
                      self.act_we.eq(self.rvalid & to_act), self.act_waddr.eq(local),
                      self.act_wdata.eq(self.rdata),
                      self.act_ren.eq(to_put != 0), self.act_raddr.eq(local),
                      self.wr_valid.eq((to_put != 0) & have), self.wr_addr.eq(ext),
                      self.wr_data.eq(self.act_rdata)]
-        step = self._program_words(m, local, to_prog, start)
+        step = self._gathered_words(m, local, to_prog, to_par, start)
         with m.If(start):
             with m.Switch(as_loadx.op):
                 with m.Case(Op.LOADX, Op.LOADP):
                     m.d.sync += [to_ask.eq(as_loadx.count), to_get.eq(as_loadx.count),
                                  ext.eq(as_loadx.ext_addr), local.eq(as_loadx.wgt_addr),
-                                 to_act.eq(0), to_prog.eq(as_loadx.op == Op.LOADP)]
+                                 to_act.eq(0), to_prog.eq(as_loadx.op == Op.LOADP),
+                                 to_par.eq(0), par_next.eq(as_loadx.par_count != 0),
+                                 par_count.eq(as_loadx.par_count),
+                                 par_ext.eq(as_loadx.par_ext), par_addr.eq(as_loadx.par_addr)]
                 with m.Case(Op.LOADA):
                     m.d.sync += [to_ask.eq(as_actx.count), to_get.eq(as_actx.count),
                                  ext.eq(as_actx.ext_addr), local.eq(as_actx.act_addr),
-                                 to_act.eq(1), to_prog.eq(0)]
+                                 to_act.eq(1), to_prog.eq(0), to_par.eq(0)]
                 with m.Case(Op.STOREA):
                     m.d.sync += [to_put.eq(as_actx.count), ext.eq(as_actx.ext_addr),
-                                 local.eq(as_actx.act_addr), have.eq(0), to_prog.eq(0)]
+                                 local.eq(as_actx.act_addr), have.eq(0), to_prog.eq(0),
+                                 to_par.eq(0)]
+        with m.Elif(through & par_next):
+            m.d.sync += [to_ask.eq(par_count), to_get.eq(par_count), ext.eq(par_ext),
+                         local.eq(par_addr), to_par.eq(1), par_next.eq(0)]
         with m.Else():
             with m.If(self.cmd_valid & self.cmd_ready):
                 m.d.sync += [to_ask.eq(to_ask - self.cmd_len), ext.eq(ext + self.cmd_len)]
@@ -133,24 +153,33 @@ class DmaEngine(wiring.Component):
                     m.d.sync += have.eq(1)
         return m
 
-    def _program_words(self, m, local, to_prog, start):
-        """The LOADP path; returns ``step``, high when an arriving word advances the buffer
-        address: every word, but in a LOADP only an instruction's last (without
-        ``prog_page`` there is no LOADP and no path)."""
-        if not self._config.prog_page:
-            return Const(1)
+    def _gathered_words(self, m, local, to_prog, to_par, start):
+        """The LOADP and parameter paths: the words of an instruction or a parameter word are
+        gathered, least significant first, and written in the cycle the last arrives. Returns
+        ``step``, high when an arriving word advances the buffer address: every word, but in
+        a LOADP or a LOADX's parameters only the last of each (without ``prog_page`` there is
+        no LOADP and no path for it)."""
         width = len(self.rdata)
-        words = ext_words_per_instruction(self._config.cols)
-        gathered = Signal((words - 1) * width)      # the instruction's words so far
+        per_prog = ext_words_per_instruction(self._config.cols) if self._config.prog_page else 1
+        words = max(per_prog, EXT_WORDS_PER_PARAM)
+        gathered = Signal((words - 1) * width)      # the words so far, the latest on top
         part = Signal(range(words))
-        last = to_prog & (part == words - 1)
+        last_prog = to_prog & (part == per_prog - 1)
+        last_par = to_par & (part == EXT_WORDS_PER_PARAM - 1)
         step = Signal()
-        m.d.comb += [step.eq(~to_prog | last), self.prog_we.eq(self.rvalid & last),
-                     self.prog_addr.eq(local),
-                     self.prog_data.eq(Cat(gathered, self.rdata)[:instruction_width()])]
-        with m.If(self.rvalid & to_prog):
-            m.d.sync += [gathered.eq(Cat(gathered[width:], self.rdata)),
-                         part.eq(Mux(last, 0, part + 1))]
+        whole = Cat(gathered, self.rdata)
+
+        def tail(n):            # the word of n parts ending with the one arriving
+            return whole[(words - n) * width:]
+
+        m.d.comb += [step.eq(~(to_prog | to_par) | last_prog | last_par),
+                     self.prog_we.eq(self.rvalid & last_prog), self.prog_addr.eq(local),
+                     self.prog_data.eq(tail(per_prog)[:instruction_width()]),
+                     self.par_we.eq(self.rvalid & last_par), self.par_addr.eq(local),
+                     self.par_data.eq(tail(EXT_WORDS_PER_PARAM))]
+        with m.If(self.rvalid & (to_prog | to_par)):
+            m.d.sync += [gathered.eq(whole[width:]),
+                         part.eq(Mux(last_prog | last_par, 0, part + 1))]
         with m.If(start):
             m.d.sync += part.eq(0)
         return step

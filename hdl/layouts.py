@@ -3,14 +3,11 @@
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS
+from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, PARAM_BITS
 from ..config import ArchConfig
 
 __all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout",
            "PARAM_BITS"]
-
-#: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift (8).
-PARAM_BITS = 72
 
 
 def _members(fields) -> dict:
@@ -43,7 +40,8 @@ class EltwLayout(data.StructLayout):
 
 class LoadxLayout(data.StructLayout):
     """A LOADX or LOADP instruction (the low bits of the word); the fields come from
-    :data:`hwonnx.isa.LOADX_FIELDS` (LOADP's ``prog_addr`` is LOADX's ``wgt_addr``)."""
+    :data:`hwonnx.isa.LOADX_FIELDS` (LOADP's ``prog_addr`` is LOADX's ``wgt_addr``, and it
+    has none of the ``par_*`` fields: 0)."""
 
     def __init__(self):
         super().__init__(_members(LOADX_FIELDS))
@@ -63,4 +61,5 @@ class ParamLayout(data.ArrayLayout):
     def __init__(self, config: ArchConfig):
         channel = data.StructLayout({"bias": signed(32), "mult": signed(32),
                                      "shift": unsigned(8)})
+        assert channel.size == PARAM_BITS
         super().__init__(channel, config.cols)

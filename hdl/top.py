@@ -14,7 +14,7 @@ from .eltwise import EltwiseEngine
 from .feeder import Feeder
 from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
-from .layouts import PARAM_BITS, ActxLayout, InstrLayout, ParamLayout
+from .layouts import PARAM_BITS, ActxLayout, InstrLayout, LoadxLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
 from .walker import TileWalker
@@ -141,13 +141,13 @@ class Accelerator(wiring.Component):
 
         # Host writes into program, weight and parameter buffers (a narrow program memory is
         # written through the fetch unit's port: see below); the DMA engine's into the weight
-        # buffer and, paging a program, the program memory (only while the program runs, when
-        # the host does not write).
+        # and parameter buffers and, paging a program, the program memory (only while the
+        # program runs, when the host does not write).
         dma = self._dma(m)
         for name, mem in (("prog", prog), ("wgt", wgt), ("par", par))[cfg.runtime_program:]:
             port = mem.write_port()
             addr, data_, we = (getattr(self, f"host_{name}_{x}") for x in ("addr", "data", "we"))
-            if name in ("wgt", "prog") and dma is not None:
+            if dma is not None:
                 ours = [getattr(dma, f"{name}_{x}") for x in ("we", "addr", "data")]
                 addr, data_, we = (Mux(ours[0], ours[1], addr), Mux(ours[0], ours[2], data_),
                                    ours[0] | we)
@@ -272,9 +272,11 @@ class Accelerator(wiring.Component):
                                       & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post_idle))
             with m.Case(Op.END):
                 m.d.comb += accept.eq(ready if dma is None else ready & dma.idle)
-            if dma is not None:     # also a fence: the words of the LOADX before are in
-                with m.Case(Op.LOADX):
-                    m.d.comb += accept.eq(dma.idle & ~loader.busy)
+            if dma is not None:     # also a fence: the words of the LOADX before are in;
+                with m.Case(Op.LOADX):  # with parameters, once the POSTs have read theirs
+                    loadx = LoadxLayout()(instr.as_value()[:LoadxLayout().size])
+                    m.d.comb += accept.eq(dma.idle & ~loader.busy
+                                          & (post_idle | (loadx.par_count == 0)))
                 with m.Case(Op.LOADP):
                     m.d.comb += accept.eq(dma.idle)
                 # A transfer when the engines before it are done with its staging buffer

@@ -39,9 +39,14 @@ takes three instructions instead of one per tile, expanded by the tile walker
 
 ``LOADX``  the DMA engine (:data:`LOADX_FIELDS`, its own layout): copy ``count`` weight words
            from external-memory word ``ext_addr`` into the weight buffer from ``wgt_addr``, in
-           bursts over the external memory port (``hdl/dma.py``). Accepted only when the DMA
-           is idle and the weight loader has finished, so a LOADX is also the fence that
-           makes the words of the one before it visible to the LOADWs after it.
+           bursts over the external memory port (``hdl/dma.py``), then ``par_count`` external
+           words from ``par_ext`` into the parameter buffer from word ``par_addr``, each
+           parameter word :data:`EXT_WORDS_PER_PARAM` words, least significant first (the
+           parameters of the layer whose weights stream). Accepted only when the DMA is idle
+           and the weight loader has finished (with parameters, also the post-processor: the
+           POSTs before it have read the words it may overwrite), so a LOADX is also the
+           fence that makes the words of the one before it visible to the LOADWs and POSTs
+           after it.
 ``LOADA``  the DMA engine (:data:`ACTX_FIELDS`): copy ``count`` activation words from
            external-memory word ``ext_addr`` into the activation buffer from ``act_addr``;
 ``STOREA`` ... and back: ``count`` activation words from ``act_addr`` into the external memory
@@ -65,8 +70,16 @@ Op codes 12 to 15 are free for more engines.
 from dataclasses import dataclass
 
 __all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "LOADP_FIELDS",
-           "ACTX_FIELDS", "ELTW_MODES", "Field", "OP_BITS", "instruction_width",
-           "ext_words_per_instruction", "encode", "decode", "fields_of", "addressable"]
+           "ACTX_FIELDS", "ELTW_MODES", "Field", "OP_BITS", "PARAM_BITS",
+           "instruction_width", "ext_words_per_instruction", "EXT_WORDS_PER_PARAM", "encode",
+           "decode", "fields_of", "addressable"]
+
+#: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift
+#: (8) (``hdl/layouts.py: ParamLayout``).
+PARAM_BITS = 72
+#: External-memory words (``cols`` bytes) that hold one parameter word (``cols`` channels'
+#: parameters; LOADX's ``par_count``).
+EXT_WORDS_PER_PARAM = PARAM_BITS // 8
 
 #: Bits of the op code, the first field of every instruction.
 OP_BITS = 4
@@ -209,16 +222,20 @@ LOADX_FIELDS: "tuple[Field, ...]" = (
     Field("count", 16),      # weight words copied
     Field("wgt_addr", 16),   # first weight-buffer word written
     Field("ext_addr", 32),   # first external-memory word read (words of cols bytes)
+    Field("par_count", 16),  # then external words copied into the parameter buffer
+    Field("par_addr", 16),   # first parameter-buffer word written
+    Field("par_ext", 32),    # first external-memory word of the parameters
 )
 
-#: The fields of LOADP: LOADX's layout, so that the DMA engine decodes both alike.
+#: The fields of LOADP: LOADX's layout (its first fields), so that the DMA engine decodes
+#: both alike.
 LOADP_FIELDS: "tuple[Field, ...]" = (
     Field("op", OP_BITS),
     Field("count", 16),      # external words copied (whole instructions)
     Field("prog_addr", 16),  # first program-memory instruction written
     Field("ext_addr", 32),   # first external-memory word read
 )
-assert [f.width for f in LOADP_FIELDS] == [f.width for f in LOADX_FIELDS]
+assert [f.width for f in LOADP_FIELDS] == [f.width for f in LOADX_FIELDS[:4]]
 
 #: The fields of LOADA and STOREA (their own layout of the same word).
 ACTX_FIELDS: "tuple[Field, ...]" = (

@@ -1,6 +1,7 @@
 """Weights streamed from the external memory (hwonnx/compiler/stream.py, hdl/dma.py): a model
-whose weights do not fit the weight buffer runs on the RTL with its largest layers' weights in
-the external memory model, bit-exact with golden in exactly the predicted cycles."""
+whose weights do not fit the weight buffer runs on the RTL with its largest layers' weights and
+their parameters in the external memory model, bit-exact with golden in exactly the predicted
+cycles."""
 
 import re
 from dataclasses import replace
@@ -68,15 +69,24 @@ def test_streamed_layers_run_bit_exact_in_the_predicted_cycles():
     # every layer but the pool (its ones) streams; conv0 and conv2 share slot 0, conv1 and
     # fc slot 1, after the pool's 96 resident words.
     assert len(program.images["wgt"]) == 96
-    assert len(program.images["ext"]) == 576 + 512 + 512 + 128
+    # and their parameters after the weights: 8 parameter words (64 channels) for each
+    # convolution, 2 for fc's 10, each 9 external words; the pool's 8 stay in the buffer,
+    # before two slots of 8
+    params = [8 * 9, 8 * 9, 8 * 9, 2 * 9]
+    assert len(program.images["ext"]) == 576 + 512 + 512 + 128 + sum(params)
+    assert len(program.images["par"]) == 8 and program.words["par"] == 8 + 2 * 8
     assert program.words["wgt"] == 96 + 2 * 576
-    loadx = [(i.layer, i["count"], i["wgt_addr"], i["ext_addr"])
+    loadx = [(i.layer, i["count"], i["wgt_addr"], i["ext_addr"], i.get("par_count", 0),
+              i.get("par_addr", 0), i.get("par_ext", 0))
              for i in program.instructions if i.op == Op.LOADX]
-    slots = (96, 96 + 576)
-    assert loadx == [(0, 576, slots[0], 0), (0, 512, slots[1], 576),       # at the start
-                     (1, 512, slots[0], 1088),     # conv2 into slot 0 once conv0 is done
-                     (2, 128, slots[1], 1600),     # fc into slot 1 once conv1 is done
-                     (3, 0, 0, 0)]                 # the fence before fc's LOADWs
+    slots, par_slots, at = (96, 96 + 576), (8, 16), 1728
+    assert loadx == [(0, 576, slots[0], 0, params[0], par_slots[0], at),   # at the start
+                     (0, 512, slots[1], 576, params[1], par_slots[1], at + 72),
+                     # conv2 into slot 0 once conv0 is done
+                     (1, 512, slots[0], 1088, params[2], par_slots[0], at + 144),
+                     # fc into slot 1 once conv1 is done
+                     (2, 128, slots[1], 1600, params[3], par_slots[1], at + 216),
+                     (3, 0, 0, 0, 0, 0, 0)]        # the fence before fc's LOADWs and POSTs
     _check_fences(program)
     rtl_matches_golden(result, _samples(3), 3)
 
@@ -110,18 +120,24 @@ def test_the_cycle_model_takes_another_memory_timing():
 
 
 def _check_fences(program) -> None:
-    """Every LOADW that reads words a LOADX wrote comes after a later LOADX (accepted only
-    once the DMA is idle): the RTL may not show a missing fence when the copy happens to
-    finish early, so the program is checked on its own."""
-    copies = []                  # [first word, end, fenced]
+    """Every LOADW that reads words a LOADX wrote, and every POST that reads parameter words
+    a LOADX wrote, comes after a later LOADX (accepted only once the DMA is idle): the RTL
+    may not show a missing fence when the copy happens to finish early, so the program is
+    checked on its own."""
+    copies = {"wgt": [], "par": []}          # [first word, end, fenced]
     for instr in program.expanded():
         if instr.op == Op.LOADX:
-            for copy in copies:
+            for copy in copies["wgt"] + copies["par"]:
                 copy[2] = True
-            copies.append([instr["wgt_addr"], instr["wgt_addr"] + instr["count"], False])
-        elif instr.op == Op.LOADW:
-            writers = [c for c in copies if c[0] <= instr["wgt_addr"] < c[1]]
-            assert not writers or writers[-1][2], f"LOADW of word {instr['wgt_addr']} unfenced"
+            copies["wgt"].append([instr["wgt_addr"], instr["wgt_addr"] + instr["count"], False])
+            words = instr.get("par_count", 0) // 9
+            copies["par"].append([instr.get("par_addr", 0), instr.get("par_addr", 0) + words,
+                                  False])
+        elif instr.op in (Op.LOADW, Op.POST):
+            buffer = "wgt" if instr.op == Op.LOADW else "par"
+            address = instr[f"{buffer}_addr"]
+            writers = [c for c in copies[buffer] if c[0] <= address < c[1]]
+            assert not writers or writers[-1][2], f"{buffer} word {address} read unfenced"
 
 
 def test_without_the_external_memory_the_weights_do_not_fit():
@@ -181,7 +197,8 @@ def test_a_board_build_grows_the_weight_buffer_to_the_blocks_two_slots_need():
     int_graph, program = compile_model(model, samples, config=replace(CONFIG, wgt_depth=128),
                                        size="ulx3s-85f", log=_quiet)
     assert program.config.wgt_depth == 3 * 512
-    assert [layer.ext_words for layer in program.layers] == [576] * 4     # every part streams
+    # every part streams, its one parameter word (9 external words) after its weights
+    assert [layer.ext_words for layer in program.layers] == [576 + 9] * 4
     with pytest.raises(SlotTooSmall, match="576 weight words"):
         lower(int_graph, replace(program.config, wgt_depth=2 * 512))
 
@@ -200,14 +217,14 @@ def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     arch = ArchConfig.from_json((out / "arch.json").read_text())
     assert (arch.ext_memory, arch.wgt_depth, arch.ext_depth) == ("ulx3s-sdram", 1280, 2048)
-    assert len((out / "ext.hex").read_text().split()) == 576 + 512 + 512 + 128
+    assert len((out / "ext.hex").read_text().split()) == 576 + 512 + 512 + 128 + 26 * 9
     report = (out / "report.md").read_text()
     assert "External memory `ulx3s-sdram`" in report
     capsys.readouterr()
     code = main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--compare"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "10,573 cycles per sample (predicted 10,573)" in captured.out
+    assert "11,315 cycles per sample (predicted 11,315)" in captured.out
     assert "RTL equals the golden model bit for bit" in captured.out
 
 
@@ -230,7 +247,9 @@ def test_board_sources_carry_the_litedram_controller(tmp_path):
     result = build(_model(), out, board="ulx3s-85f", ext_memory="ulx3s-sdram", wgt_depth=1280,
                    calib=_samples(8), log=_quiet)
     assert result.program.config.ext_depth == (32 << 20) // 8       # the whole SDRAM
-    assert [layer.ext_words for layer in result.program.layers] == [576, 512, 512, 0, 128]
+    # weights and parameters (9 external words for each 8 channels)
+    assert [layer.ext_words for layer in result.program.layers] == [576 + 72, 512 + 72,
+                                                                    512 + 72, 0, 128 + 18]
     board = out / "board"
     assert "module hwonnx_dram (" in (board / "hwonnx_dram.v").read_text()
     script = (board / "hwonnx_top.ys").read_text()
@@ -255,7 +274,7 @@ def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
     loads the streamed weights with WRITEX, then runs samples; outputs equal golden and the
     board counts the predicted cycles."""
     result = build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet)
-    assert board_top_cycles(result) == [10573] * 2
+    assert board_top_cycles(result) == [11315] * 2
 
 
 def board_top_cycles(result, x: "dict | None" = None) -> "list[int]":
@@ -289,7 +308,9 @@ def test_ecpix5_board_sources_carry_the_ddr3_controller_across_clocks(tmp_path):
     result = build(_model(), out, board="ecpix5-85", ext_memory="ecpix5-ddr3", wgt_depth=1280,
                    calib=_samples(8), log=_quiet)
     assert result.program.config.ext_depth == (512 << 20) // 8      # the whole DDR3
-    assert [layer.ext_words for layer in result.program.layers] == [576, 512, 512, 0, 128]
+    # weights and parameters (9 external words for each 8 channels)
+    assert [layer.ext_words for layer in result.program.layers] == [576 + 72, 512 + 72,
+                                                                    512 + 72, 0, 128 + 18]
     board = out / "board"
     assert "module hwonnx_dram (" in (board / "hwonnx_dram.v").read_text()
     top = (board / "hwonnx_top.il").read_text()

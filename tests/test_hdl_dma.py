@@ -3,7 +3,10 @@
 it arrives, and the engine is idle again in exactly the cycle MemoryTimeline predicts, through
 bursts, the read latency and refreshes that fall due before, between and during transfers;
 LOADA and STOREA move activation words in and out the same way, reads and writes sharing the
-memory's timeline, one of them waiting in the engine's slot while the one before runs."""
+memory's timeline, one of them waiting in the engine's slot while the one before runs; a
+LOADX's parameter words follow its weights into the parameter buffer."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ from amaranth.hdl import Elaboratable, Module
 from hwonnx.hdl.dma import DmaEngine
 from hwonnx.hdl.extmem import (ULX3S_SDRAM, WRITE_PORT, ExternalMemory, ExtTiming,
                                MemoryTimeline, connect_read_port)
-from hwonnx.isa import Op
+from hwonnx.isa import EXT_WORDS_PER_PARAM, Op
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
 
@@ -200,3 +203,65 @@ def test_activation_transfers_in_the_predicted_cycles(name):
 def test_timing_needs_a_refresh_period_longer_than_a_read():
     with pytest.raises(ValueError, match="refresh period"):
         ExtTiming(latency=8, burst=16, refresh_period=20, refresh_cycles=4)
+
+
+@pytest.mark.parametrize("name", TIMINGS)
+def test_loadx_parameters_follow_the_weights_in_the_predicted_cycles(name):
+    """A LOADX with ``par_count`` words of parameters reads them after its weights, as a read
+    dispatched in the cycle the engine is free again, and writes each parameter word (its
+    EXT_WORDS_PER_PARAM words, least significant first) in the cycle its last word arrives;
+    the engine is idle after that, as MemoryTimeline predicts."""
+    timing = TIMINGS[name]
+    config = replace(small_config(2, 3), par_depth=8)
+    per, width = EXT_WORDS_PER_PARAM, config.cols * 8
+    rng = np.random.default_rng(7 + len(name))
+    image = [int(w) for w in rng.integers(0, 1 << width, EXT_DEPTH)]
+    transfers = []                   # (weight words, ext, wgt, parameter words, ext, par)
+    for count, params in ((5, 1), (0, 2), (timing.burst + 1, 0), (1, 3), (17, 8), (0, 0)):
+        transfers.append((count, int(rng.integers(0, EXT_DEPTH - count + 1)),
+                          int(rng.integers(0, config.wgt_depth - count + 1)), params,
+                          int(rng.integers(0, EXT_DEPTH - params * per + 1)),
+                          int(rng.integers(0, config.par_depth - params + 1))))
+    pair = _Pair(config, timing)
+    dma, mem = pair.dma, pair.mem
+    restart = EXT_DEPTH + 1
+    state = {"next": 0, "earliest": restart + 3, "dispatched": []}
+    wgt_writes, par_writes, idle = [], [], {}
+
+    def step(ctx, cycle):
+        _load_then_restart(ctx, mem, cycle, image, restart)
+        idle[cycle] = ctx.get(dma.idle)
+        if ctx.get(dma.wgt_we):
+            wgt_writes.append((cycle, ctx.get(dma.wgt_addr), ctx.get(dma.wgt_data)))
+        if ctx.get(dma.par_we):
+            par_writes.append((cycle, ctx.get(dma.par_addr), ctx.get(dma.par_data)))
+        go = state["next"] < len(transfers) and cycle >= state["earliest"] and idle[cycle]
+        ctx.set(dma.dispatch, go)
+        if go:
+            count, ext, wgt, params, par_ext, par = transfers[state["next"]]
+            set_instr(ctx, dma.instr, dict(op=Op.LOADX, count=count, ext_addr=ext,
+                                           wgt_addr=wgt, par_count=params * per,
+                                           par_ext=par_ext, par_addr=par))
+            state["dispatched"].append(cycle)
+            state["next"] += 1
+            state["earliest"] = cycle + 1 + int(rng.integers(0, 9))
+
+    run_cycles(pair, restart + 2500, step)
+    assert state["next"] == len(transfers)
+
+    timeline = MemoryTimeline(timing, config.cols)
+    expected_wgt, expected_par = [], []
+    for (count, ext, wgt, params, par_ext, par), dispatch in zip(transfers,
+                                                                state["dispatched"]):
+        weights_in = timeline.read(dispatch - restart + 1, count)
+        last = restart + (timeline.read(weights_in + 2, params * per) if params else weights_in)
+        assert [idle[c] for c in range(dispatch + 1, last + 2)] == [0] * (last - dispatch) + [1]
+        expected_wgt += [(wgt + i, image[ext + i]) for i in range(count)]
+        words = [image[par_ext + i] for i in range(params * per)]
+        expected_par += [(par + j, sum(w << (width * i)
+                                       for i, w in enumerate(words[j * per:(j + 1) * per])))
+                         for j in range(params)]
+        if params:                   # the last parameter word is written as its last arrives
+            assert [c for c, _, _ in par_writes if dispatch < c <= last][-1] == last
+    assert [(a, d) for _, a, d in wgt_writes] == expected_wgt
+    assert [(a, d) for _, a, d in par_writes] == expected_par

@@ -334,20 +334,25 @@ def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     assert (x.memory, x.words) == ("ext", 320)
     layers = {layer.name: layer for layer in program.layers}
     first, later = (layers[f"conv0 [rows {r}] [channels 0-7]"] for r in ("0-2", "18-19"))
-    assert (first.ext_words, later.ext_words, later.wgt_words) == (72, 0, 0)
+    # 72 weight words and one parameter word of 9 external words
+    assert (first.ext_words, later.ext_words, later.wgt_words) == (72 + 9, 0, 0)
     assert layers["conv0 [rows 0-2] [channels 8-15]"].ext_words == 0        # resident
     index = {layer.name: i for i, layer in enumerate(program.layers)}
     conv0 = [i for i in program.instructions if i.op == Op.LOADX and i["count"] == 72]
     assert len(conv0) == 1 and conv0[0].layer == index[first.name] == 0     # at the start
     loads = {}                  # layer -> the weight words its LOADWs read
+    params = {}                 # ... and the parameter words its POSTs read
     for i in program.expanded():
         if i.op == Op.LOADW:
             loads.setdefault(i.layer, set()).add(i["wgt_addr"])
+        elif i.op == Op.POST:
+            params.setdefault(i.layer, set()).add(i["par_addr"])
     slot = conv0[0]["wgt_addr"]
     assert loads[index[later.name]] == loads[index[first.name]]
+    assert params[index[later.name]] == params[index[first.name]] == {conv0[0]["par_addr"]}
     assert min(loads[index[first.name]]) == slot and max(loads[index[first.name]]) < slot + 72
     copy = layers["conv1 [rows 5-9] [channels 0-7]"]
-    assert (copy.ext_words, copy.wgt_words) == (144, 0)
+    assert (copy.ext_words, copy.wgt_words) == (144 + 9, 0)
     rtl_matches_golden(result, _samples(2), 2)
 
 

@@ -81,7 +81,7 @@ _SHOWN = {
               "nt", "zp", "lo", "hi"),
     Op.ELTW: ("wait", "mode", "mul", "count", "acc_addr", "a_addr", "b_addr", "a_stride",
               "b_stride", "za", "zb", "ka", "kb"),
-    Op.LOADX: ("count", "wgt_addr", "ext_addr"),
+    Op.LOADX: ("count", "wgt_addr", "ext_addr", "par_count", "par_addr", "par_ext"),
     Op.LOADP: ("count", "prog_addr", "ext_addr"),
     Op.LOADA: ("fence", "count", "act_addr", "ext_addr"),
     Op.STOREA: ("fence", "count", "act_addr", "ext_addr"),

@@ -189,9 +189,9 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
     streaming = plan_streaming(builder.wgt, [layer.wgt_words for layer in layers],
                                builder.layer_tiles, [layer.name for layer in layers], config,
-                               owners)
+                               owners, builder.par)
     if streaming is not None:
-        builder.wgt = streaming.wgt
+        builder.wgt, builder.par = streaming.wgt, streaming.par
         for index, words in streaming.streamed.items():
             layers[index].ext_words = words
     ext_base = len(streaming.ext) if streaming else 0
@@ -213,7 +213,8 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                       tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers))
     program.words = {"prog": len(instructions),
                      "wgt": streaming.words if streaming else len(builder.wgt),
-                     "par": len(builder.par), "act": alloc.high_water}
+                     "par": streaming.par_words if streaming else len(builder.par),
+                     "act": alloc.high_water}
     if config.ext_memory:
         program.words["ext"] = len(images.get("ext", ())) + ext.words
         program.words["stage_in"], program.words["stage_out"] = ext.stage

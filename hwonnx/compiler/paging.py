@@ -107,8 +107,10 @@ def _moved(program: Program, instructions: "list[Instr]", shift: int) -> Program
     moved = []
     for instr in instructions:
         if instr.op in (Op.LOADX, *Op.ACTX):
-            instr = Instr({**instr.fields, "ext_addr": instr["ext_addr"] + shift}, instr.layer,
-                          instr.looped)
+            fields = {**instr.fields, "ext_addr": instr["ext_addr"] + shift}
+            if instr.get("par_count"):
+                fields["par_ext"] += shift
+            instr = Instr(fields, instr.layer, instr.looped)
         moved.append(instr)
     layers = [replace(layer) for layer in program.layers]
     mark_layers(moved, layers)

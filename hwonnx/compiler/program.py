@@ -47,7 +47,8 @@ class LayerPlan:
     tiles: int = 0
     wgt_words: int = 0      # words of the weight buffer its weight tiles take
     wgt_bits: int = 8       # bits per stored weight (hwonnx.compiler.weights: its packing)
-    ext_words: int = 0      # of them, words streamed from the external memory (.stream)
+    ext_words: int = 0      # words its weights and parameters stream from the external
+    #                         memory (.stream)
 
 
 @dataclass(frozen=True)

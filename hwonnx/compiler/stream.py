@@ -13,13 +13,20 @@ it: they read its slot as it is. A LOADX is accepted only when
 the DMA is idle and the weight loader has finished, so the LOADX after streamed layer
 ``j``'s own (or a LOADX of no words after the last) is also the fence that makes its words
 visible to its LOADWs.
+
+The parameters of the streamed layers stream with them: a LOADX reads its layers' parameter
+words after their weights into a parameter slot of its own (``g % 2``, after the parameters
+the other layers keep), so a model whose weights stream needs a parameter buffer of its
+resident layers' words and two slots. Its POSTs are done before the LOADX is accepted (the
+slot's previous user's have read their words), and the fence that makes the weights visible
+makes the parameters visible to the POSTs too.
 """
 
 from dataclasses import dataclass
 
 from ..config import ArchConfig
 from ..errors import ResourceError
-from ..isa import Op
+from ..isa import EXT_WORDS_PER_PARAM, Op
 from .loops import LayerTiles
 
 __all__ = ["StreamPlan", "SlotTooSmall", "plan_streaming"]
@@ -40,14 +47,18 @@ class StreamPlan:
     ext: "list[int]"              # the external memory's image: the streamed layers' words
     words: int                    # weight-buffer words used: resident and both slots
     loadx: "dict[int, list[dict]]"     # LOADX instructions issued before layer index i
-    streamed: "dict[int, int]"    # layer index -> the words its LOADX streams
+    streamed: "dict[int, int]"    # layer index -> the external words its LOADX streams
+    par: "list[int]"              # the parameter buffer's image: the resident layers' words
+    par_words: int                # parameter-buffer words used: resident and both slots
 
 
 def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[LayerTiles]",
                    names: "list[str]", config: ArchConfig,
-                   owners: "dict[int, int] | None" = None) -> "StreamPlan | None":
+                   owners: "dict[int, int] | None" = None,
+                   par: "list[int] | None" = None) -> "StreamPlan | None":
     """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
-    the architecture has no external memory); relocates the weight addresses of every tile
+    the architecture has no external memory), and their parameters (words of ``par``, the
+    parameter buffer's image); relocates the weight and parameter addresses of every tile
     in ``layers`` (each layer's words are ``layer_words[i]`` consecutive words of ``wgt``, in
     layer order; a layer of ``owners`` has none, it reads those of the layer it maps to:
     in place if that layer's are resident, else from a copy streamed into a slot for it)."""
@@ -99,6 +110,8 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
             continue
         ext_addr[i] = len(ext)
         ext += wgt[starts[i]:starts[i] + layer_words[i]]
+    par_image, par_words, par_loads = _stream_params(par or [], groups, layers, ext,
+                                                     config.cols)
     if len(ext) > config.ext_depth:
         raise ResourceError(f"The streamed weights take {len(ext)} words of the external "
                             f"memory, but the {config.name} architecture has "
@@ -117,5 +130,56 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
         where = 0 if g < 2 else groups[g - 2][-1] + 1
         i = None if group is None else group[0]
         issue(where, dict(count=0, wgt_addr=0, ext_addr=0) if i is None else dict(
-            count=words[i], wgt_addr=base[i], ext_addr=ext_addr[i]))
-    return StreamPlan(image, ext, len(image) + 2 * slot, loadx, words)
+            count=words[i], wgt_addr=base[i], ext_addr=ext_addr[i], **par_loads[g]))
+    streamed_words = {i: words[i] + par_loads[g]["par_count"]
+                      for g, group in enumerate(groups) for i in group[:1]}
+    return StreamPlan(image, ext, len(image) + 2 * slot, loadx, streamed_words, par_image,
+                      par_words)
+
+
+def _posts(layer: LayerTiles):
+    """The POSTs of ``layer``: its tiles', or its stored records'."""
+    for tile in layer.tiles:
+        yield from tile.posts
+    for record in layer.records or []:
+        if record["op"] == Op.POST:
+            yield record
+
+
+def _stream_params(par: "list[int]", groups: "list[list[int]]", layers: "list[LayerTiles]",
+                   ext: "list[int]", cols: int) -> "tuple[list[int], int, list[dict]]":
+    """Parameter slots for the streamed ``groups`` of layers (as their weights'): the words
+    the other layers' POSTs read stay in the buffer, in order, from word 0; group ``g``'s
+    words (those its POSTs read, in order) go into slot ``g % 2`` after them, from a copy
+    appended to ``ext`` (one per distinct set of words) as EXT_WORDS_PER_PARAM words each,
+    least significant first. Points every POST at its word's new place; returns the buffer's
+    image, the words it needs with both slots, and each group's LOADX fields."""
+    in_group = {i for group in groups for i in group}
+    kept = sorted({post["par_addr"] for i, layer in enumerate(layers) if i not in in_group
+                   for post in _posts(layer)})
+    reads = [sorted({post["par_addr"] for i in group for post in _posts(layers[i])})
+             for group in groups]
+    slot = max(map(len, reads), default=0)
+    moved: "set[int]" = set()         # the POSTs pointed at their new words (each once)
+
+    def point(layer: LayerTiles, where: "dict[int, int]") -> None:
+        for post in _posts(layer):
+            assert id(post) not in moved, "a POST shared by two layers"
+            moved.add(id(post))
+            post["par_addr"] = where[post["par_addr"]]
+
+    for i, layer in enumerate(layers):
+        if i not in in_group:
+            point(layer, {a: k for k, a in enumerate(kept)})
+    mask, copies, loads = (1 << (8 * cols)) - 1, {}, []
+    for g, (group, read) in enumerate(zip(groups, reads)):
+        start = len(kept) + (g % 2) * slot
+        for i in group:
+            point(layers[i], {a: start + k for k, a in enumerate(read)})
+        if tuple(read) not in copies:
+            copies[tuple(read)] = len(ext)
+            ext += [(par[a] >> (8 * cols * j)) & mask for a in read
+                    for j in range(EXT_WORDS_PER_PARAM)]
+        loads.append(dict(par_count=len(read) * EXT_WORDS_PER_PARAM, par_addr=start,
+                          par_ext=copies[tuple(read)]))
+    return [par[a] for a in kept], len(kept) + 2 * slot, loads

@@ -104,8 +104,12 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             if memory is None:                # fence for LOADWs; LOADP for the DMA only
                 raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
                                  f"external memory")
-            t = max(t, dma_idle, loader_free if op == Op.LOADX else 0)
+            params = instr.get("par_count", 0)      # and with parameters, for the POSTs
+            t = max(t, dma_idle, loader_free if op == Op.LOADX else 0,
+                    post_idle if params else 0)
             finish = memory.read(t + 1, instr["count"])
+            if params:            # read as if dispatched when the engine is free again
+                finish = memory.read(finish + 2, params)
             dma_idle = finish + 1
         elif op in Op.ACTX:       # once the engines before it are done with its staging
             if not config.stage_in_depth:    # buffer and the DMA engine (fence) or its slot free
