@@ -7,7 +7,7 @@ write port (``ArchConfig.stage_in_depth``, ``stage_out_depth``), also while the 
 computes. The engine runs one transfer at a time and holds one more (a LOADA or STOREA) to
 start when that one ends."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
