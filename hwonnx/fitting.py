@@ -33,16 +33,28 @@ def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
             None, "sim") else _block_depth(size), loops)
     if size is None:
         return lower(int_graph, config, loops)
-    sized_config = _sized_config(int_graph, config, size, fixed, loops)
+    return _lower_sized(int_graph, config, size, fixed, loops)
+
+
+def _lower_sized(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
+                 loops: bool = True, target=None) -> Program:
+    """The program of ``config`` sized (:func:`_sized_config`), checked against board
+    ``target`` when given (:func:`_lower_checked`). Where that fails with the staging buffers
+    grown (the other bands of the grown buffers can need more of a buffer sized before they
+    grew), the program with the staging buffers it was sized with."""
+    def checked(sized_config):
+        if target is None:
+            return lower(int_graph, sized_config, loops)
+        return _lower_checked(int_graph, sized_config, target, loops)
+
+    grown = _sized_config(int_graph, config, size, fixed, loops)
     try:
-        return lower(int_graph, sized_config, loops)
+        return checked(grown)
     except ResourceError:
-        # The other bands of the grown staging buffers need more of a buffer sized before
-        # they grew: the program with the staging buffers it was sized with.
         ungrown = _sized_config(int_graph, config, size, fixed, loops, grow=False)
-        if ungrown == sized_config:
+        if ungrown == grown:
             raise
-        return lower(int_graph, ungrown, loops)
+        return checked(ungrown)
 
 
 def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
@@ -154,12 +166,13 @@ def _block_depth(board: str) -> int:
     return family.block_bits // max(family.block_widths)
 
 
-def _lower_checked(graph: Graph, sized_config: ArchConfig, target) -> Program:
+def _lower_checked(graph: Graph, sized_config: ArchConfig, target, loops: bool = True
+                   ) -> Program:
     """The program of ``sized_config`` (:func:`_sized_config`) if it fits ``target``;
     otherwise raises :class:`ResourceError`, before lowering when the buffers do not fit (a
     board build may try a dozen configurations before one fits)."""
     check_fits(sized_config, target)
-    program = lower(graph, sized_config)
+    program = lower(graph, sized_config, loops)
     check_board_fit(program, target)
     return program
 
@@ -191,13 +204,13 @@ def fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool 
         for rows, cols in FALLBACK_ARRAYS:
             if rows * cols >= start.rows * start.cols:
                 continue
+            config = replace(start, rows=rows, cols=cols)
             try:
-                config = _sized_config(graph, replace(start, rows=rows, cols=cols),
-                                       target.name, fixed)
                 try:
-                    other = _lower_checked(graph, config, target)
+                    other = _lower_sized(graph, config, target.name, fixed, target=target)
                 except ResourceError:
-                    other = _smaller_tiles(graph, config, target, fixed)
+                    other = _smaller_tiles(graph, _sized_config(graph, config, target.name,
+                                                                fixed), target, fixed)
             except ResourceError:
                 continue
             log(f"The {start.name} array and this model's buffers do not fit board "
@@ -222,8 +235,8 @@ def _smaller_tiles(graph: Graph, config: ArchConfig, target, fixed) -> Program:
     while "acc" not in fixed and config.acc_depth > 64:
         config = replace(config, acc_depth=config.acc_depth // 2)
         try:
-            return _lower_checked(graph, _sized_config(graph, config, target.name,
-                                                       set(fixed) | {"acc"}), target)
+            return _lower_sized(graph, config, target.name, set(fixed) | {"acc"},
+                                target=target)
         except ResourceError:
             continue
     raise ResourceError(f"No smaller output tiles of the {config.name} array fit board "
