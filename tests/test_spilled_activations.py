@@ -353,6 +353,8 @@ def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     assert min(loads[index[first.name]]) == slot and max(loads[index[first.name]]) < slot + 72
     copy = layers["conv1 [rows 5-9] [channels 0-7]"]
     assert (copy.ext_words, copy.wgt_words) == (144 + 9, 0)
+    from test_external_weights import _check_fences
+    _check_fences(program)      # each band's LOADWs and POSTs after the fence of its copy
     rtl_matches_golden(result, _samples(2), 2)
 
 
