@@ -187,9 +187,9 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
-    streaming = plan_streaming(builder.wgt, [layer.wgt_words for layer in layers],
+    streaming = plan_streaming(builder.wgt, builder.par, [layer.wgt_words for layer in layers],
                                builder.layer_tiles, [layer.name for layer in layers], config,
-                               owners, builder.par)
+                               owners)
     if streaming is not None:
         builder.wgt, builder.par = streaming.wgt, streaming.par
         for index, words in streaming.streamed.items():

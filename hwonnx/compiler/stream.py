@@ -52,10 +52,9 @@ class StreamPlan:
     par_words: int                # parameter-buffer words used: resident and both slots
 
 
-def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[LayerTiles]",
-                   names: "list[str]", config: ArchConfig,
-                   owners: "dict[int, int] | None" = None,
-                   par: "list[int] | None" = None) -> "StreamPlan | None":
+def plan_streaming(wgt: "list[int]", par: "list[int]", layer_words: "list[int]",
+                   layers: "list[LayerTiles]", names: "list[str]", config: ArchConfig,
+                   owners: "dict[int, int] | None" = None) -> "StreamPlan | None":
     """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
     the architecture has no external memory), and their parameters (words of ``par``, the
     parameter buffer's image); relocates the weight and parameter addresses of every tile
@@ -110,7 +109,7 @@ def plan_streaming(wgt: "list[int]", layer_words: "list[int]", layers: "list[Lay
             continue
         ext_addr[i] = len(ext)
         ext += wgt[starts[i]:starts[i] + layer_words[i]]
-    par_image, par_words, par_loads = _stream_params(par or [], groups, layers, ext,
+    par_image, par_words, par_loads = _stream_params(par, groups, layers, ext,
                                                      config.cols)
     if len(ext) > config.ext_depth:
         raise ResourceError(f"The streamed weights take {len(ext)} words of the external "
