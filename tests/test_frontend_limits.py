@@ -47,9 +47,10 @@ def load_time(model: onnx.ModelProto, what: str) -> float:
 
 def assert_linear(small: onnx.ModelProto, large: onnx.ModelProto, what: str) -> None:
     """``large`` is 10x ``small``: its load may take 30x as long, not 100x (quadratic). A
-    guard against quadratic blow-up only, with a wide margin; never a benchmark."""
-    t_small = load_time(small, f"{what} (small)")
-    t_large = load_time(large, f"{what} (10x)")
+    guard against quadratic blow-up only, with a wide margin; never a benchmark. The best of
+    three loads each, so that a busy machine (another job on the cores) does not fail it."""
+    t_small = min(load_time(small, f"{what} (small)") for _ in range(3))
+    t_large = min(load_time(large, f"{what} (10x)") for _ in range(3))
     assert t_large < 30 * max(t_small, 0.05), (t_small, t_large)
 
 
