@@ -117,7 +117,7 @@ def test_degenerate_model_matches_references(tmp_path, kind, form):
     result, model, layers, x, qdq = _build(tmp_path, kind, form)
     graph = result.graph
     quant = next(n for n in graph.nodes if n.op == "Quantize")
-    env = evaluate(graph, {quant.outputs[0]: quantize(x, **quant.attrs)}, keep_all=True)
+    env = evaluate(graph, {quant.outputs[0]: quantize(x[:, 0], **quant.attrs)}, keep_all=True)
     names = [out for _, _, out in layers]
     floats = _float_values(model, x, names)
     inits = {i.name: numpy_helper.to_array(i).astype(np.float64)
@@ -241,7 +241,7 @@ def test_model_multiplier_underflowing_float32_is_fitted(tmp_path):
     assert np.float32(fc1.attrs["in_scale"]) * values[TINY] / np.float32(
         fc1.attrs["out_scale"]) == 0
     quant = next(n for n in result.graph.nodes if n.op == "Quantize")
-    env = evaluate(result.graph, {quant.outputs[0]: quantize(x, **quant.attrs)},
+    env = evaluate(result.graph, {quant.outputs[0]: quantize(x[:, 0], **quant.attrs)},
                    keep_all=True)
     inits = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
     bias = np.float32(inits["b1_quantized"][TINY] * inits["b1_quantized_scale"][TINY])

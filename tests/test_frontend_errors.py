@@ -410,3 +410,33 @@ def test_transposes_the_array_cannot_copy_are_listed_together():
                 "'ai.onnx', opset 17); node 't2' Transpose (domain 'ai.onnx', opset 17) ("
                 + reason.format("t1", 3, 4) + "; " + reason.format("t2", 4, 3) + ")"):
         load_model(model)
+
+
+@pytest.mark.parametrize("axis", [1 << 40, (1 << 32) + 1, -(1 << 40)])
+def test_flatten_axis_out_of_range_is_refused_by_name(axis, tmp_path, capsys):
+    """onnx's shape inference lets a Flatten axis that does not fit in 32 bits through (here
+    as axis 0 or 1); the golden model then took a traceback from numpy (ONNX: the axis is in
+    [-r, r] for an input of rank r)."""
+    from hwonnx.cli import main
+
+    model = make_model([helper.make_node("Flatten", ["x"], ["f"], name="flat", axis=axis),
+                        helper.make_node("Gemm", ["f", "w"], ["y"], name="fc")],
+                       {"x": [1, 2, 3, 4]}, {"y": [1, 3]}, {"w": rand(24, 3)})
+    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    message = (f"Flatten 'flat' has axis={axis}, out of range for its rank-4 input 'x' (ONNX: "
+               f"axis is in [-r, r] for an input of rank r)")
+    with pytest.raises(ModelError, match="^" + re.escape(message) + "$"):
+        load_model(model)
+    path = tmp_path / "flatten.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["inspect", str(path)]) == 2
+    assert capsys.readouterr().err == f"hwonnx: error: {message}\n"
+
+
+@pytest.mark.parametrize("axis", [-4, 0, 1])
+def test_flatten_axis_in_range_is_read(axis):
+    model = make_model([helper.make_node("Flatten", ["x"], ["f"], name="flat", axis=axis),
+                        helper.make_node("Gemm", ["f", "w"], ["y"], name="fc")],
+                       {"x": [1, 2, 3, 4]}, {"y": [1, 3]}, {"w": rand(24, 3)})
+    graph = load_model(model)
+    assert graph.types["y"].shape == (1, 3)

@@ -13,6 +13,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import hwonnx
+from hwonnx.api import plan_model
+from hwonnx.cli import main
 from hwonnx.errors import ModelError, ResourceError, UnsupportedOperatorError
 from hwonnx.frontend import fold, load_model, read, sparse
 from hwonnx.ir import evaluate
@@ -117,6 +120,39 @@ def test_dims_whose_product_python_cannot_print_are_refused_in_one_line():
         load_model(model)
 
 
+def test_initializer_of_rank_beyond_numpys_is_refused_in_one_line(tmp_path, capsys):
+    """An initializer of rank 67 (12 values: dims of 1 and [4, 3]) took a traceback from
+    numpy, which holds at most 64 axes, in ``hwonnx inspect``."""
+    weight = numpy_helper.from_array(rand(4, 3), "w")
+    weight.dims[:] = [1] * 65 + [4, 3]
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
+                       {"x": [1, 4]}, {"y": [1, 3]})
+    model.graph.initializer.append(weight)
+    with raises(ModelError, "Initializer 'w' has rank 67, more than hwonnx's limit of 64 axes"):
+        load_model(model)
+    path = tmp_path / "rank67.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["inspect", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert err == ("hwonnx: error: Initializer 'w' has rank 67, more than hwonnx's limit of 64 "
+                   "axes\n")
+
+
+def test_values_of_rank_beyond_numpys_are_refused_by_name():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                       {"x": [1] * 65}, {"y": [1] * 65})
+    with raises(ModelError, "Value 'x' has rank 65, more than hwonnx's limit of 64 axes"):
+        load_model(model)
+    model = make_model([helper.make_node("Reshape", ["x", "up"], ["r"], name="up"),
+                        helper.make_node("Reshape", ["r", "down"], ["y"], name="down")],
+                       {"x": [1, 4]}, {"y": [1, 4]},
+                       {"up": np.array([1] * 64 + [4], np.int64),
+                        "down": np.array([1, 4], np.int64)})
+    with raises(ModelError, "Value 'r' (output of Reshape 'up') has rank 65, more than "
+                            "hwonnx's limit of 64 axes"):
+        load_model(model)
+
+
 def test_tensor_with_two_value_fields_is_refused_even_in_a_dead_node():
     tensor = numpy_helper.from_array(np.ones(2, np.float32), "t")
     tensor.float_data.extend([1.0, 2.0])
@@ -167,6 +203,73 @@ def test_identity_chain_is_removed_in_linear_time():
     graph = load_model(identity_chain(10_000))
     assert [(n.op, n.inputs, n.outputs) for n in graph.nodes] == [
         ("Relu", ("x",), ("v0",)), ("Relu", ("v0",), ("y",))]
+
+
+def hwonnx_lines(run) -> int:
+    """The lines of hwonnx's own code that ``run()`` executes, each turn of a loop (of a
+    comprehension too) counted: a measure of work that, unlike a time, depends on neither
+    the machine nor its load."""
+    root = os.path.dirname(hwonnx.__file__) + os.sep
+    count = 0
+
+    def line(frame, event, arg):
+        nonlocal count
+        count += event == "line"
+        return line
+
+    previous = sys.gettrace()
+    sys.settrace(lambda frame, event, arg:
+                 line if frame.f_code.co_filename.startswith(root) else None)
+    try:
+        run()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def scale_chain(length: int) -> onnx.ModelProto:
+    nodes = [helper.make_node("Mul", [f"v{i}", "one"], [f"v{i + 1}"]) for i in range(length)]
+    return make_model(nodes, {"v0": [1, 4]}, {f"v{length}": [1, 4]},
+                      {"one": np.array(1, np.float32)})
+
+
+def test_chain_of_scale_nodes_is_folded_in_linear_work():
+    # Each Mul by a constant is a scale node that fold-scale folds into the one before it.
+    # Each fold used to copy and rescan the whole graph: 21 s for 4,000 Muls. 20x the nodes
+    # may take 40x the work, not 400x (quadratic).
+    small = hwonnx_lines(lambda: load_model(scale_chain(100)))
+    large = hwonnx_lines(lambda: load_model(scale_chain(2000)))
+    assert large < 40 * small, (small, large)
+    graph = load_model(scale_chain(2000))
+    assert [(n.op, n.inputs[0], n.outputs) for n in graph.nodes] == [("Dense", "v0", ("v2000",))]
+
+
+def global_pool(height: int) -> onnx.ModelProto:
+    return make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="pool")],
+                      {"x": [1, 4, height, 8]}, {"y": [1, 4, 1, 1]})
+
+
+def test_pooling_of_a_tall_image_is_compiled_in_linear_work():
+    # A global pool streams its kernel rows (one per image row) in passes, which were grouped
+    # in time quadratic in the rows: a [1, 4, 32768, 8] input did not finish in 240 s. 16x
+    # the rows may take 32x the work, not 256x.
+    small, large = (hwonnx_lines(lambda: plan_model(load_model(global_pool(height)),
+                                                    size="sim"))
+                    for height in (128, 2048))
+    assert large < 32 * small, (small, large)
+
+
+def test_pooling_of_many_channels_is_refused_before_its_weights_take_gigabytes():
+    # The compiler holds a layer's weights as output channels x input lanes per tap, which
+    # for a pooling grows with the square of its channels: [1, 32768, 8] took 16 GiB.
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                         kernel_shape=[2], strides=[2])],
+                       {"x": [1, 8192, 8]}, {"y": [1, 8192, 4]})
+    with deadline(30, "refusing a pooling of 8192 channels"):
+        with raises(ResourceError, "Layer 'pool' has 8192 output channels x 1x2 taps x 8192 "
+                    "input lanes of weights, 134217728 elements as the compiler holds them, "
+                    "more than hwonnx's limit of 67108864"):
+            plan_model(load_model(model), size="sim")
 
 
 # Work: values, windows, multiply-accumulates --------------------------------------------------

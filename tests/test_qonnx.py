@@ -153,6 +153,43 @@ def test_refused_by_name():
         load_model(model)
 
 
+def _with_initializer(name: str, value) -> onnx.ModelProto:
+    model = conv_net(9, 8, 8)
+    init = next(i for i in model.graph.initializer if i.name == name)
+    init.CopyFrom(numpy_helper.from_array(np.asarray(value, np.float32), name))
+    return model
+
+
+@pytest.mark.parametrize("name, value, node", [
+    ("xq_b", np.nan, "q_xq"), ("xq_b", np.inf, "q_xq"),      # an activation quantizer
+    ("w1_b", np.nan, "q_w1"), ("w1_b", -np.inf, "q_w1"),     # a weight quantizer
+])
+def test_bit_width_that_is_not_finite_is_refused_by_name(name, value, node):
+    """int() of a NaN or infinite bit width took a ValueError/OverflowError traceback."""
+    with raises(ModelError, f"Quant '{node}' has bit width [{value}]; hwonnx reads one "
+                            f"integer bit width from 1 to 32"):
+        load_model(_with_initializer(name, value))
+
+
+@pytest.mark.parametrize("name, shape, what, weight, weight_shape", [
+    ("w1_s", [5, 1, 1, 1], "scale", "w1", [6, 3, 3, 3]),
+    ("w1_s", [6, 2, 1, 1], "scale", "w1", [6, 3, 3, 3]),
+    ("w1_z", [5, 1, 1, 1], "zero point", "w1", [6, 3, 3, 3]),
+    ("w1_z", [1, 1, 1, 1, 1], "zero point", "w1", [6, 3, 3, 3]),
+    ("w3_s", [3, 1], "scale", "w3", [10, 128]),
+    ("w3_z", [3], "zero point", "w3", [10, 128]),
+])
+def test_scale_or_zero_point_that_does_not_broadcast_is_refused_by_name(
+        name, shape, what, weight, weight_shape):
+    """A weight quantizer's scale or zero point of a shape that does not broadcast to the
+    weight took a NumPy broadcasting traceback."""
+    value = np.full(shape, 0.01 if what == "scale" else 0.0, np.float32)
+    with raises(ModelError, f"Quant 'q_{weight}' has a {what} of shape {shape}, which does not "
+                            f"broadcast to '{weight}_float' of shape {weight_shape} (QONNX: "
+                            f"the {what} broadcasts to the input)"):
+        load_model(_with_initializer(name, value))
+
+
 def test_weight_rounding_modes_follow_qonnx():
     """A weight quantizer's rounding mode (here FLOOR, CEIL, HALF_UP) is applied on the host,
     exactly as qonnx's executor applies it."""
@@ -289,6 +326,24 @@ def test_trunc_equals_qonnx_bit_for_bit(rounding, v2, pool):
     assert layer.attrs.get("rounding") == ("ort" if rounding == "ROUND" else None)
     if v2:
         assert (layer.attrs["lo"], layer.attrs["hi"]) == (0, 2 ** (2 if pool else 0) * 4 - 1)
+
+
+@pytest.mark.parametrize("v2, name, value, message", [
+    (False, "t_ib", np.nan, "has input bit width [nan]; hwonnx reads one integer input bit "
+                            "width from 1 to 32"),
+    (True, "t_ob", np.inf, "has output bit width [inf]; hwonnx reads one integer output bit "
+                           "width from 1 to 32"),
+    (False, "t_s", np.nan, "has scale [nan]; scales must be positive finite floats"),
+    (True, "t_os", 0.0, "has output scale [0.0]; scales must be positive finite floats"),
+])
+def test_trunc_parameters_that_are_not_finite_are_refused_by_name(v2, name, value, message):
+    """A NaN or infinite bit width, or a NaN or zero scale, of a Trunc took a traceback
+    (int() of NaN, log2 of 0)."""
+    model = trunc_net(20, "FLOOR", v2)
+    init = next(i for i in model.graph.initializer if i.name == name)
+    init.CopyFrom(numpy_helper.from_array(np.asarray(value, np.float32), name))
+    with raises(ModelError, f"Trunc 'trunc' {message}"):
+        load_model(model)
 
 
 @pytest.mark.rtl

@@ -12,7 +12,7 @@ from ..errors import ModelError, ResourceError, UnsupportedOperatorError
 from ..golden.im2col import conv_output_size
 from ..ir.evaluate import MAX_VALUE_ELEMENTS
 from ..ir.graph import TensorType
-from .common import FLOAT_TYPES, count_text, domain_opset, elem_type_name
+from .common import FLOAT_TYPES, MAX_RANK, count_text, domain_opset, elem_type_name
 
 __all__ = ["_Builder", "_ACTIVATION", "_attrs", "_explicit_pads", "_check_windows",
            "_check_per_channel", "_input_4d", "_unsupported"]
@@ -107,6 +107,9 @@ class _Builder:
             if any(d <= 0 for d in shape):
                 raise ModelError(f"{what} has shape {list(shape)}; every dimension of a value "
                                  f"computed at run time must be positive")
+            if len(shape) > MAX_RANK:
+                raise ModelError(f"{what} has rank {len(shape)}, more than hwonnx's limit of "
+                                 f"{MAX_RANK} axes")
             if math.prod(shape) > MAX_VALUE_ELEMENTS:
                 raise ResourceError(f"{what} has shape {list(shape)}, "
                                     f"{count_text(math.prod(shape))} elements, more than "

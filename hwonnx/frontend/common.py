@@ -12,6 +12,7 @@ from ..errors import UnsupportedOperatorError
 
 __all__ = [
     "DEFAULT_DOMAINS", "FLOAT_TYPES", "READ_TYPES", "MAX_TENSOR_ELEMENTS", "MAX_TENSOR_BYTES",
+    "MAX_RANK",
     "ReadLog", "elem_type_name", "is_default_domain", "opset_versions", "domain_opset",
     "is_c_identifier", "dims_size", "count_text", "dims_text", "copy_fields", "extend_messages",
     "all_tensors", "LISTED_NODES", "summary", "fresh_name",
@@ -38,6 +39,8 @@ READ_TYPES = {
 #: No tensor (constant or value) may have more elements than this: 1 GiB of float32.
 MAX_TENSOR_ELEMENTS = 1 << 28
 MAX_TENSOR_BYTES = 1 << 30
+#: No tensor may have more axes than this: numpy's limit (``numpy.ndarray`` refuses more).
+MAX_RANK = 64
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -126,7 +126,7 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     check_unbatched(model, batched_shapes)
     model.ir_version = ir_version
     types = value_types(model)
-    _check_perms(model.graph.node, types)
+    _check_layout_attributes(model.graph.node, types)
     outputs = {value.name for value in model.graph.output}
     live = remove_dead_nodes(list(model.graph.node), outputs)
     nodes, constants = fold_constants(model, types, live)
@@ -160,12 +160,22 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     return graph
 
 
-def _check_perms(nodes, types: dict) -> None:
-    """Refuse a ``Transpose`` whose ``perm`` is not a permutation of its input's axes (onnx's
-    shape inference lets it through when the output's shape is declared)."""
+def _check_layout_attributes(nodes, types: dict) -> None:
+    """Refuse a ``Transpose`` whose ``perm`` is not a permutation of its input's axes, and a
+    ``Flatten`` whose ``axis`` is outside [-r, r] for its rank-r input (onnx's shape inference
+    lets both through: the first when the output's shape is declared, the second when the
+    axis does not fit in 32 bits)."""
     for node in nodes:
         shape = types.get(node.input[0], (0, None))[1] if node.input else None
-        if node.op_type != "Transpose" or not is_default_domain(node.domain) or shape is None:
+        if node.op_type not in ("Transpose", "Flatten") or not is_default_domain(node.domain) \
+                or shape is None:
+            continue
+        if node.op_type == "Flatten":
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+            if not -len(shape) <= axis <= len(shape):
+                raise ModelError(f"Flatten '{node.name}' has axis={axis}, out of range for its "
+                                 f"rank-{len(shape)} input '{node.input[0]}' (ONNX: axis is "
+                                 f"in [-r, r] for an input of rank r)")
             continue
         perms = [list(a.ints) for a in node.attribute if a.name == "perm"]
         if perms and sorted(perms[0]) != list(range(len(shape))):

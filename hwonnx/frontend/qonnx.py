@@ -156,21 +156,41 @@ class _QonnxRewriter(QonnxLayerRewrites):
                              f"{', '.join(sorted(_ROUNDING))}")
         scale = self.constant_input(node, 1, "scale").astype(np.float32)
         zeropt = self.constant_input(node, 2, "zero point").astype(np.float32)
-        bits = self.constant_input(node, 3, "bit width")
-        if bits.size != 1 or float(bits.reshape(-1)[0]) != int(bits.reshape(-1)[0]) or \
-                not 1 <= int(bits.reshape(-1)[0]) <= 32:
-            raise ModelError(f"{label(node)} has bit width {bits.reshape(-1)[:4].tolist()}; "
-                             f"hwonnx reads one integer bit width from 1 to 32")
-        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-            raise ModelError(f"{label(node)} has scale {scale.reshape(-1)[:4].tolist()}; "
-                             f"scales must be positive finite floats")
+        bits = self.bit_width(node, 3, "bit width")
+        self.check_scale(node, scale, "scale")
         if np.any(zeropt != np.round(zeropt)):
             raise ModelError(f"{label(node)} has a zero point that is not an integer "
                              f"({zeropt.reshape(-1)[:4].tolist()}); hwonnx's grids have "
                              f"integer zero points")
         return {"signed": bool(attrs["signed"]), "narrow": bool(attrs["narrow"]),
                 "rounding": rounding, "scale": scale, "zeropt": zeropt,
-                "bits": int(bits.reshape(-1)[0])}
+                "bits": bits}
+
+    def bit_width(self, node: onnx.NodeProto, index: int, what: str) -> int:
+        """The constant bit width of input ``index``: one finite integer from 1 to 32."""
+        bits = np.asarray(self.constant_input(node, index, what), np.float64).reshape(-1)
+        if bits.size != 1 or not np.isfinite(bits[0]) or bits[0] != np.round(bits[0]) or \
+                not 1 <= bits[0] <= 32:
+            raise ModelError(f"{label(node)} has {what} {bits[:4].tolist()}; hwonnx reads one "
+                             f"integer {what} from 1 to 32")
+        return int(bits[0])
+
+    def check_scale(self, node: onnx.NodeProto, scale: np.ndarray, what: str) -> None:
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise ModelError(f"{label(node)} has {what} {scale.reshape(-1)[:4].tolist()}; "
+                             f"scales must be positive finite floats")
+
+    def check_broadcast(self, node: onnx.NodeProto, w: np.ndarray,
+                        **params: np.ndarray) -> None:
+        """Check that each of ``params`` (a scale, a zero point) broadcasts to the constant
+        ``w`` the quantizer reads, as qonnx requires (the output has the input's shape)."""
+        for what, value in params.items():
+            shape = tuple(np.shape(value))
+            if len(shape) > w.ndim or any(d not in (1, n) for d, n in
+                                          zip(shape[::-1], w.shape[::-1])):
+                raise ModelError(f"{label(node)} has a {what} of shape {list(shape)}, which "
+                                 f"does not broadcast to '{node.input[0]}' of shape "
+                                 f"{list(w.shape)} (QONNX: the {what} broadcasts to the input)")
 
     def describe(self, node, bits: int, signed: bool, narrow: bool, scale,
                  rounding: str) -> None:
@@ -205,11 +225,13 @@ class _QonnxRewriter(QonnxLayerRewrites):
         w = self.consts[node.input[0]].astype(np.float32)
         if node.op_type == "BipolarQuant":
             scale = self.constant_input(node, 1, "scale").astype(np.float32)
+            self.check_broadcast(node, w, scale=scale)
             q = np.where(w >= 0.0, 1, -1)
             self.describe(node, 1, True, False, scale, "sign")
             return q, scale, self.axis_of(node, scale, w)
         p = self.params(node)
         scale, zeropt, bits = p["scale"], p["zeropt"], p["bits"]
+        self.check_broadcast(node, w, scale=scale, **{"zero point": zeropt})
         with np.errstate(over="ignore", invalid="ignore"):
             y = w / scale + zeropt
         if bits == 1 and p["signed"]:          # qonnx: a 1-bit signed Quant is bipolar
@@ -394,16 +416,20 @@ class _QonnxRewriter(QonnxLayerRewrites):
                              f"with ROUND, HALF_EVEN, FLOOR or CEIL")
         scale = self.constant_input(node, 1, "scale").astype(np.float32)
         zeropt = self.constant_input(node, 2, "zero point")
-        in_bits = int(self.constant_input(node, 3, "input bit width").reshape(-1)[0])
+        in_bits = self.bit_width(node, 3, "input bit width")
         if scale.size != 1 or np.any(zeropt != 0):
             raise ModelError(f"{label(node)} has a per-channel scale or a zero point other "
                              f"than 0; hwonnx maps Trunc of a per-tensor grid with zero point 0")
+        self.check_scale(node, scale, "scale")
         if v2:
             out_scale = self.constant_input(node, 4, "output scale").astype(np.float32)
-            out_bits = int(self.constant_input(node, 5, "output bit width").reshape(-1)[0])
-            ratio = float(out_scale.reshape(-1)[0]) / float(scale.reshape(-1)[0])
-            k = int(np.round(np.log2(ratio)))
-            if out_scale.size != 1 or ratio != 2.0 ** k or k < 0:
+            out_bits = self.bit_width(node, 5, "output bit width")
+            self.check_scale(node, out_scale, "output scale")
+            # both positive and finite: so is their ratio (float64 of float32 values)
+            ratio = float(out_scale.reshape(-1)[0]) / float(scale.reshape(-1)[0]) \
+                if out_scale.size == 1 else None
+            k = int(np.round(np.log2(ratio))) if ratio is not None else -1
+            if ratio is None or ratio != 2.0 ** k or k < 0:
                 raise ModelError(f"{label(node)} has output scale {out_scale.reshape(-1)[:2]} "
                                  f"and scale {scale.reshape(-1)[0]}; hwonnx maps Trunc whose "
                                  f"output scale is the scale times a power of two (at least 1)")
@@ -411,7 +437,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
             lo, hi = bounds(signed, narrow, out_bits)
             w_scale, s_out = np.float32(1.0), out_scale.reshape(())
         else:
-            out_bits = int(self.constant_input(node, 4, "output bit width").reshape(-1)[0])
+            out_bits = self.bit_width(node, 4, "output bit width")
             k = in_bits - out_bits
             lo, hi = (-128, 127)
             w_scale, s_out = np.float32(2.0 ** -k), scale.reshape(())

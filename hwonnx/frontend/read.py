@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import ModelError
 from .common import (
+    MAX_RANK,
     MAX_TENSOR_BYTES,
     MAX_TENSOR_ELEMENTS,
     READ_TYPES,
@@ -235,6 +236,9 @@ def _check_header(tensor: onnx.TensorProto, what: str) -> int:
         raise ModelError(f"{what} has no elements, but dims {dims_text(tensor.dims)} whose "
                          f"non-zero dims hold more than hwonnx's limit of "
                          f"{MAX_TENSOR_ELEMENTS} elements")
+    if len(tensor.dims) > MAX_RANK:                                       # numpy's limit
+        raise ModelError(f"{what} has rank {len(tensor.dims)}, more than hwonnx's limit of "
+                         f"{MAX_RANK} axes")
     if tensor.HasField("segment"):
         raise ModelError(f"{what} is a segment of a tensor; hwonnx does not read segments")
     return count

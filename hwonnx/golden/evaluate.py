@@ -18,12 +18,17 @@ def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = Fals
     accelerator's output, fed with the RTL's result); every graph output must still come
     out. Host steps (:mod:`.host`) run sample by sample."""
     env = {**graph.constants, **feeds}
+    counts = {np.shape(a)[0] for v, a in feeds.items() if v not in graph.constants and np.ndim(a)}
+    if len(counts) > 1:
+        raise ValueError(f"Feeds hold different sample counts: {sorted(counts)}")
+    count = counts.pop() if counts else None
     for node in graph.nodes:
         if all(v in feeds for v in node.outputs):
             continue                      # fed directly (e.g. already-quantized inputs)
         if downstream and not all(v in env for v in node.inputs if v):
             continue                      # upstream of the fed values: not asked for
         args = [env[v] for v in node.inputs]
+        _check_inputs(graph, node, args, count)
         if node.op in HOST_FUNCTIONS:
             env.update(zip(node.outputs, run_host(node, args, [v not in graph.constants
                                                                for v in node.inputs],
@@ -41,3 +46,20 @@ def evaluate(graph: Graph, feeds: "dict[str, np.ndarray]", keep_all: bool = Fals
     if missing:
         raise ValueError(f"Graph outputs {missing} cannot be computed from the fed values")
     return {name: env[name] for name in graph.outputs}
+
+
+def _check_inputs(graph: Graph, node, args: "list[np.ndarray]", count: "int | None") -> None:
+    """Check that each run-time input of ``node`` is a batch of ``count`` samples of its IR
+    shape (leading axis 1, the sample axis): the ops run samples along axis 0 and would
+    otherwise fail inside NumPy, or mix samples."""
+    for name, arg in zip(node.inputs, args):
+        if name in graph.constants or name not in graph.types:
+            continue
+        want, got = tuple(graph.types[name].shape), np.shape(arg)
+        if not want:
+            continue
+        if len(got) != len(want) or got[1:] != want[1:] or (count is not None
+                                                           and got[0] != count):
+            raise ValueError(f"Node '{node.name}' ({node.op}) reads '{name}' of shape "
+                             f"{list(got)}, not a batch of {count if count is not None else 'S'}"
+                             f" samples of its IR shape {list(want)}")

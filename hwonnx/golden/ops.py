@@ -99,8 +99,11 @@ def qconv(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
     (output channels ``[g M/group, (g+1) M/group)`` read input channels
     ``[g C/group, (g+1) C/group)``). Padding reads as ``in_zp`` (i.e. as real zero), or as
     ``pad_q`` (a folded constant ``Pad`` of another value)."""
-    n, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
+    if x.ndim != 4 or x.shape[1] != cg * group:
+        raise ValueError(f"QConv reads x of shape {list(x.shape)}; weights {list(w.shape)} in "
+                         f"{group} group(s) need [N, {cg * group}, H, W]")
+    n, c, h, wd = x.shape
     mg = m // group
     accs = []
     for g in range(group):
@@ -120,6 +123,9 @@ def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
            shift: np.ndarray, *, in_zp: int, out_zp: int, lo: int, hi: int,
            rounding: str = "half_up", **_) -> np.ndarray:
     """int8 fully connected layer: ``x`` ``[N, K]``, ``w`` ``[K, M]`` -> ``[N, M]``."""
+    if x.ndim != 2 or x.shape[1] != w.shape[0]:
+        raise ValueError(f"QDense reads x of shape {list(x.shape)}; weights {list(w.shape)} "
+                         f"need [N, {w.shape[0]}]")
     acc = _accumulate(x, w.T, in_zp)
     return requantize(acc, bias, mult, shift, out_zp, lo, hi, rounding)
 
@@ -288,12 +294,29 @@ def softmax(x: np.ndarray, *, axis: int = -1, **_) -> np.ndarray:
     return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
 
 
+def _samples(op: str, x: np.ndarray, shape) -> None:
+    """Check that the batch ``x`` of a layout op holds samples that ``shape`` (the batch-1
+    IR shape, leading 1) can take: the samples run along axis 0, and must never mix."""
+    per_sample = int(np.prod(x.shape[1:], dtype=np.int64))
+    if not shape or shape[0] != 1 or int(np.prod(shape, dtype=np.int64)) != per_sample:
+        raise ValueError(f"{op} to {list(shape)} of samples of shape {[1, *x.shape[1:]]}: the "
+                         f"result must be one sample of the same size along a leading axis "
+                         f"of 1")
+
+
 @golden_op("Flatten")
 def flatten(x: np.ndarray, *, axis: int = 1, **_) -> np.ndarray:
-    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return x.reshape(lead, -1)
+    """ONNX ``Flatten`` of each sample (``[1, ...]``) to ``[1, K]``, samples kept apart along
+    axis 0 (at batch 1, ``axis`` 0 and 1 both give ``[1, K]``; a larger ``axis`` must leave
+    a leading 1)."""
+    sample = (1, *x.shape[1:])
+    lead = int(np.prod(sample[:axis], dtype=np.int64))
+    _samples("Flatten", x, (lead, int(np.prod(sample[axis:], dtype=np.int64))))
+    return x.reshape(x.shape[0], -1)
 
 
 @golden_op("Reshape")
 def reshape(x: np.ndarray, *, shape, **_) -> np.ndarray:
+    """Each sample (``[1, ...]``) reshaped to ``shape`` (leading 1), samples along axis 0."""
+    _samples("Reshape", x, tuple(shape))
     return x.reshape((x.shape[0],) + tuple(shape)[1:])

@@ -9,11 +9,14 @@ from numpy.lib import format as npy_format
 from ..errors import QuantizationError
 from ..ir import Graph
 
-__all__ = ["load_samples", "normalize_samples", "MAX_SAMPLE_VALUES"]
+__all__ = ["load_samples", "normalize_samples", "MAX_SAMPLE_VALUES", "MAX_SAMPLE_BYTES"]
 
-#: The most values a sample file may hold, all arrays together (4 GiB as float32). Array
-#: headers are read first, so a file is refused before anything is allocated for it.
-MAX_SAMPLE_VALUES = 1 << 30
+#: The most values a sample file may hold, all arrays together (1 GiB as float32, which they
+#: become), and the most bytes their data may take as stored (whatever the file's size: an
+#: .npz member is compressed). Array headers are read first, so a file is refused before
+#: anything is allocated for it.
+MAX_SAMPLE_VALUES = 1 << 28
+MAX_SAMPLE_BYTES = 1 << 30
 
 
 def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
@@ -73,7 +76,7 @@ def load_samples(path: "str | Path", graph: Graph, what: str = "Sample file"
     path = Path(path)
     if not path.exists():
         raise QuantizationError(f"{what} '{path}' does not exist")
-    budget = [MAX_SAMPLE_VALUES]
+    budget = [MAX_SAMPLE_VALUES, MAX_SAMPLE_BYTES]         # what the arrays may still take
     try:
         if path.is_dir():
             files = sorted(path.glob("*.npy"))
@@ -107,8 +110,8 @@ def load_samples(path: "str | Path", graph: Graph, what: str = "Sample file"
 def _read_array(stream, available: int, label: str, what: str, budget: "list[int]"
                 ) -> np.ndarray:
     """The array of an .npy ``stream`` of ``available`` bytes, its header checked before any
-    data is read: no Python objects, at most ``budget[0]`` values (then taken from the
-    budget) and no more data than the file holds."""
+    data is read: no Python objects, at most ``budget[0]`` values and ``budget[1]`` bytes
+    (then taken from the budget) and no more data than the file holds."""
     start = stream.tell() if stream.seekable() else 0
     version = npy_format.read_magic(stream)
     if version == (1, 0):
@@ -126,6 +129,10 @@ def _read_array(stream, available: int, label: str, what: str, budget: "list[int
                                 f"than the {MAX_SAMPLE_VALUES:,} values a sample file may "
                                 f"hold")
     needed = count * dtype.itemsize
+    if needed > budget[1]:
+        raise QuantizationError(f"{what} {label} holds an array of shape {tuple(shape)} and "
+                                f"dtype {dtype} ({needed:,} bytes): more than the "
+                                f"{MAX_SAMPLE_BYTES:,} bytes a sample file may hold")
     header = (stream.tell() - start) if stream.seekable() else 0
     if needed > available - header:
         raise QuantizationError(f"{what} {label} claims an array of shape {tuple(shape)} "
@@ -136,6 +143,7 @@ def _read_array(stream, available: int, label: str, what: str, budget: "list[int
         raise QuantizationError(f"{what} {label} ends after {len(data):,} of its {needed:,} "
                                 f"bytes of data")
     budget[0] -= count
+    budget[1] -= needed
     return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
 
 
