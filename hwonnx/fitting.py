@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from .boards import check_board_fit, check_fits, get_board
 from .compiler.alloc import ActivationBufferFull
+from .compiler.artifact import is_int
 from .compiler.layout import natural_placement
 from .compiler.lower import lower
 from .compiler.program import Program
@@ -280,14 +281,14 @@ def configure_arch(config: ArchConfig, ext_memory: "str | None" = None,
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes and ext_memory is None:
         return config
-    try:
-        config = replace(config, **changes)
-    except (TypeError, ValueError) as error:
-        raise ResourceError(f"Invalid architecture: {error}") from error
-    if ext_memory is None:
-        return config
-    if ext_memory not in MEMORIES:
+    if ext_memory is not None and ext_memory not in MEMORIES:
         raise ResourceError(f"Unknown external memory '{ext_memory}'; known memories are "
                             f"{', '.join(sorted(MEMORIES))}")
-    return replace(config, ext_memory=ext_memory,
-                   ext_depth=MEMORIES[ext_memory].words(config.cols))
+    try:
+        if ext_memory is not None:      # with the other changes: the staging buffers need it
+            cols = changes.get("cols", config.cols)     # (one that is not is refused first)
+            words = MEMORIES[ext_memory].words(cols) if is_int(cols) and cols > 0 else 0
+            changes.update(ext_memory=ext_memory, ext_depth=words)
+        return replace(config, **changes)
+    except (TypeError, ValueError) as error:
+        raise ResourceError(f"Invalid architecture: {error}") from error

@@ -103,8 +103,16 @@ def program_error(out, why):
      "program.json: layer 0 must have the keys ext_words, first, last, macs, name, op, output, "
      "tiles, wgt_bits, wgt_words"),
     (lambda doc: doc["instructions"][3].update(bogus=1),
+     "program.json: instruction 3 holds 'bogus', which is not a field of SETMM"),
+    (lambda doc: doc["instructions"][3].update(layer="0"),
      "program.json: instruction 3 must hold an op, its layer and instruction fields, all "
      "integers"),
+    # fields of other instructions' layouts: a LOOP has no count (it took a traceback), an
+    # END none of a LOADA's
+    (lambda doc: doc["instructions"][2].update(count=1),
+     "program.json: instruction 2 holds 'count', which is not a field of LOOP"),
+    (lambda doc: doc["instructions"][6].update(fence=1, ext_addr=0),
+     "program.json: instruction 6 holds 'ext_addr', 'fence', which are not fields of END"),
     (lambda doc: [1], "program.json must hold an object"),
     (lambda doc: doc.update(inputs=[]),
      "program.json: 'inputs' must list objects of a 'name' and the 'value' of a placement"),
@@ -114,6 +122,24 @@ def program_error(out, why):
 def test_program_json_with_another_structure(copy, digits, change, why):
     rewrite(copy, "program.json", change)
     with pytest.raises(ModelError, match=program_error(copy, why).join("^$")):
+        api.simulate(copy, x(digits), mode="golden")
+
+
+def test_program_json_takes_every_field_of_the_isa(copy, digits, monkeypatch):
+    """The fields an instruction of program.json may hold are its op's layout in the ISA
+    (hwonnx.isa.fields_of), not a list of the loader's: a field added to the ISA is read
+    without any change to the loader (LOADA's ``fence`` was refused that way, issue 36), and
+    still only on the op whose layout has it."""
+    from hwonnx import isa
+
+    monkeypatch.setattr(isa, "FIELDS", isa.FIELDS + (isa.Field("spare", 1),))
+    rewrite(copy, "program.json", lambda doc: doc["instructions"][3].update(spare=0))
+    result = api.simulate(copy, x(digits), mode="golden")
+    assert result.predicted_cycles > 0
+    rewrite(copy, "program.json", lambda doc: doc["instructions"][2].update(spare=0))
+    with pytest.raises(ModelError, match=program_error(
+            copy, "program.json: instruction 2 holds 'spare', which is not a field of "
+                  "LOOP").join("^$")):
         api.simulate(copy, x(digits), mode="golden")
 
 

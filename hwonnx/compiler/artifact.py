@@ -12,7 +12,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError
 from ..hdl.top import Accelerator
-from ..isa import ELTW_FIELDS, FIELDS, LOADP_FIELDS, LOADX_FIELDS, LOOP_FIELDS, Op
+from ..isa import Op, fields_of
 from .layout import Placement
 from .paging import ext_pages, pages_words
 from .program import Instr, LayerPlan, Port, Program, encode_program
@@ -112,8 +112,13 @@ _PROGRAM_KEYS = {"arch", "images", "inputs", "outputs", "words", "layers", "plac
 _PLACEMENT_KEYS = {"base", "height", "width", "cb", "shape", "fill", "packed"}
 _LAYER_KEYS = {f.name for f in fields(LayerPlan)}
 _INSTRUCTION_METADATA = ("layer", "name", "predicted_dispatch", "predicted_done")
-_INSTRUCTION_KEYS = {f.name for f in FIELDS + LOOP_FIELDS + ELTW_FIELDS + LOADX_FIELDS
-                     + LOADP_FIELDS} | set(_INSTRUCTION_METADATA)
+
+
+def _instruction_keys(op: int) -> "frozenset[str]":
+    """The keys an instruction of op code ``op`` may have in ``program.json``: the fields of
+    its layout in the ISA (:func:`hwonnx.isa.fields_of`, the one definition the encoder and
+    the HDL's decoder read too) and the metadata :func:`save_program` adds."""
+    return frozenset(f.name for f in fields_of(op)) | frozenset(_INSTRUCTION_METADATA)
 
 
 _LOOP_COUNTS = ("m_count", "n_count", "k1", "k2", "k3")
@@ -176,11 +181,15 @@ def _check_program_doc(doc) -> None:
              "program.json: 'instructions' must be a non-empty list")
     for index, instr in enumerate(doc["instructions"]):
         _require(isinstance(instr, dict) and {"op", "layer"} <= set(instr)
-                 and set(instr) <= _INSTRUCTION_KEYS
                  and all(is_int(v) for k, v in instr.items() if k != "name")
                  and instr["op"] in Op.NAMES and 0 <= instr["layer"] < len(doc["layers"]),
                  f"program.json: instruction {index} must hold an op, its layer and "
                  f"instruction fields, all integers")
+        extra = set(instr) - _instruction_keys(instr["op"])
+        _require(not extra, f"program.json: instruction {index} holds "
+                 f"{', '.join(map(repr, sorted(extra)))}, which "
+                 f"{'are not fields' if len(extra) > 1 else 'is not a field'} of "
+                 f"{Op.NAMES[instr['op']]}")
     templates = set()
     for index, instr in enumerate(doc["instructions"]):
         if instr["op"] in (Op.SETMM, Op.SETPOST):

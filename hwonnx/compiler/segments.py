@@ -59,7 +59,7 @@ def lower_segments(graph: Graph, config: ArchConfig, size: bool = False, fixed=(
     graphs = segment_graphs(graph)
     if size:
         first = [needs(lower(g, probe(config, fixed), loops)) for g in graphs]
-        words = {name: max(n[name] for n in first) for name in BUFFERS}
+        words = {name: max(n[name] for n in first) for name in (*BUFFERS, "ext")}
         config = sized(config, words, fixed, block_depth)
     return [lower(g, config, loops) for g in graphs]
 
