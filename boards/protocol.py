@@ -5,6 +5,7 @@ Nothing here imports pyserial or cocotb: the same client drives a real board
 (:class:`hwonnx.boards.host.SerialTransport`) and the simulated UART pins of a cocotb test.
 """
 
+import binascii
 import enum
 import struct
 from dataclasses import dataclass
@@ -14,13 +15,14 @@ from ..errors import HwonnxError
 
 __all__ = [
     "ProtocolError", "Command", "Status", "FRAME_SYNC", "REPLY_SYNC", "PROTOCOL_VERSION",
-    "MAGIC", "MAX_PAYLOAD", "checksum", "encode_frame", "decode_frame", "encode_reply",
+    "MAGIC", "MAX_PAYLOAD", "crc16", "CRC16_POLY", "CRC16_INIT", "FRAME_HEAD", "REPLY_HEAD", "CRC_BYTES",
+    "encode_frame", "decode_frame", "encode_reply",
     "decode_reply", "DeviceInfo", "DeviceStatus", "Client", "BITS_PER_BYTE", "transfer_bytes",
 ]
 
 FRAME_SYNC = 0xA5
 REPLY_SYNC = 0x5A
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAGIC = b"HWNX"
 MAX_PAYLOAD = 0xFFFF
 
@@ -44,14 +46,14 @@ class Command(enum.IntEnum):
 
 class Status(enum.IntEnum):
     OK = 0x00
-    BAD_CHECKSUM = 0x01
+    BAD_CRC = 0x01
     UNKNOWN_COMMAND = 0x02
     BAD_LENGTH = 0x03
     ADDRESS_RANGE = 0x04
 
 
 _STATUS_TEXT = {
-    Status.BAD_CHECKSUM: "the frame checksum was wrong",
+    Status.BAD_CRC: "the frame's CRC was wrong: it was corrupted on the way",
     Status.UNKNOWN_COMMAND: "the command is unknown",
     Status.BAD_LENGTH: "the payload length is wrong for the command",
     Status.ADDRESS_RANGE: "the words are outside the buffer",
@@ -71,56 +73,70 @@ def external_sums(words: "list[int]", width: int) -> "tuple[int, int]":
     return a, b
 
 
-def checksum(data: bytes) -> int:
-    """The check byte of ``data``: the byte that makes the sum of ``data`` and itself 0
-    modulo 256."""
-    return -sum(data) & 0xFF
+#: CRC-16/CCITT-FALSE: the polynomial and initial value (bits most significant first, no
+#: final XOR) of the CRC that ends every frame and reply; ``binascii.crc_hqx`` computes it.
+CRC16_POLY, CRC16_INIT = 0x1021, 0xFFFF
 
 
-def _encode(sync: int, head: int, payload: bytes) -> bytes:
+def crc16(data: bytes) -> int:
+    """The CRC-16/CCITT-FALSE of ``data``: the check of every frame and reply."""
+    return binascii.crc_hqx(bytes(data), CRC16_INIT)
+
+
+#: Bytes before a frame's payload (sync, command, sequence, length) and before a reply's
+#: (sync, status, command, sequence, length); both end with the two CRC bytes.
+FRAME_HEAD, REPLY_HEAD, CRC_BYTES = 5, 6, 2
+
+
+def _encode(sync: int, head: bytes, payload: bytes) -> bytes:
     payload = bytes(payload)
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"Payload must be at most {MAX_PAYLOAD} bytes, not {len(payload)}")
-    body = bytes([head]) + struct.pack("<H", len(payload)) + payload
-    return bytes([sync]) + body + bytes([checksum(body)])
+    body = bytes(head) + struct.pack("<H", len(payload)) + payload
+    return bytes([sync]) + body + struct.pack(">H", crc16(body))
 
 
-def _decode(data: bytes, sync: int, what: str) -> "tuple[int, bytes]":
+def _decode(data: bytes, sync: int, head: int, what: str) -> "tuple[bytes, bytes]":
     data = bytes(data)
-    if len(data) < 5:
-        raise ProtocolError(f"{what} must be at least 5 bytes long, not {len(data)}")
+    if len(data) < head + CRC_BYTES:
+        raise ProtocolError(f"{what} must be at least {head + CRC_BYTES} bytes long, not "
+                            f"{len(data)}")
     if data[0] != sync:
         raise ProtocolError(f"{what} must start with 0x{sync:02X}, not 0x{data[0]:02X}")
-    length = data[2] | data[3] << 8
-    if len(data) != 5 + length:
-        raise ProtocolError(f"{what} with a {length}-byte payload must be {5 + length} bytes "
-                            f"long, not {len(data)}")
-    if sum(data[1:]) & 0xFF:
-        raise ProtocolError(f"{what} checksum must be 0x{checksum(data[1:-1]):02X}, not "
-                            f"0x{data[-1]:02X}")
-    return data[1], data[4:-1]
+    length = data[head - 2] | data[head - 1] << 8
+    if len(data) != head + length + CRC_BYTES:
+        raise ProtocolError(f"{what} with a {length}-byte payload must be "
+                            f"{head + length + CRC_BYTES} bytes long, not {len(data)}")
+    if crc16(data[1:]):          # the CRC of the body followed by its CRC is 0
+        raise ProtocolError(f"{what} CRC must be 0x{crc16(data[1:-2]):04X}, not "
+                            f"0x{data[-2] << 8 | data[-1]:04X}: the bytes were corrupted on "
+                            f"the way (or the board speaks another protocol version)")
+    return data[1:head - 2], data[head:-CRC_BYTES]
 
 
-def encode_frame(cmd: int, payload: bytes = b"") -> bytes:
-    """Host -> device frame ``A5 cmd len_lo len_hi payload check``."""
-    return _encode(FRAME_SYNC, cmd, payload)
+def encode_frame(cmd: int, payload: bytes = b"", seq: int = 0) -> bytes:
+    """Host -> device frame ``A5 cmd seq len_lo len_hi payload crc_hi crc_lo``."""
+    return _encode(FRAME_SYNC, bytes([cmd, seq]), payload)
 
 
-def decode_frame(data: bytes) -> "tuple[int, bytes]":
-    """Split one whole host -> device frame into ``(cmd, payload)``; raise
+def decode_frame(data: bytes) -> "tuple[int, int, bytes]":
+    """Split one whole host -> device frame into ``(cmd, seq, payload)``; raise
     :class:`ProtocolError` if it is malformed."""
-    return _decode(data, FRAME_SYNC, "Frame")
+    (cmd, seq), payload = _decode(data, FRAME_SYNC, FRAME_HEAD, "Frame")
+    return cmd, seq, payload
 
 
-def encode_reply(status: int, payload: bytes = b"") -> bytes:
-    """Device -> host reply ``5A status len_lo len_hi payload check``."""
-    return _encode(REPLY_SYNC, status, payload)
+def encode_reply(status: int, cmd: int, seq: int, payload: bytes = b"") -> bytes:
+    """Device -> host reply ``5A status cmd seq len_lo len_hi payload crc_hi crc_lo``: the
+    command byte and sequence number echo the frame's."""
+    return _encode(REPLY_SYNC, bytes([status, cmd, seq]), payload)
 
 
-def decode_reply(data: bytes) -> "tuple[int, bytes]":
-    """Split one whole device -> host reply into ``(status, payload)``; raise
+def decode_reply(data: bytes) -> "tuple[int, int, int, bytes]":
+    """Split one whole device -> host reply into ``(status, cmd, seq, payload)``; raise
     :class:`ProtocolError` if it is malformed."""
-    return _decode(data, REPLY_SYNC, "Reply")
+    (status, cmd, seq), payload = _decode(data, REPLY_SYNC, REPLY_HEAD, "Reply")
+    return status, cmd, seq, payload
 
 
 _INFO = "<BBBHI"          # after MAGIC: version, rows, cols, act_depth, build_id
@@ -184,16 +200,27 @@ class Client:
     def __init__(self, transport):
         self.transport = transport
         self._info: "DeviceInfo | None" = None
+        self._seq = 0                       # the next frame's sequence number
 
     def command(self, cmd: int, payload: bytes = b"") -> bytes:
-        """Send one frame and return the payload of its OK reply."""
-        self.transport.write(encode_frame(cmd, payload))
-        head = self._read(4)
+        """Send one frame and return the payload of its OK reply, which must echo the
+        frame's command and sequence number."""
+        seq, self._seq = self._seq, (self._seq + 1) & 0xFF
+        self.transport.write(encode_frame(cmd, payload, seq))
+        head = self._read(REPLY_HEAD)
         if head[0] != REPLY_SYNC:
             raise ProtocolError(f"Reply must start with 0x{REPLY_SYNC:02X}, not "
                                 f"0x{head[0]:02X}; is this an hwonnx board?")
-        status, payload = decode_reply(head + self._read((head[2] | head[3] << 8) + 1))
+        length = head[-2] | head[-1] << 8
+        status, echo_cmd, echo_seq, payload = decode_reply(head + self._read(length + CRC_BYTES))
         name = _command_name(cmd)
+        if status == Status.BAD_CRC:   # the echo may be of the corrupted bytes
+            raise ProtocolError(f"Device rejected {name}: status 0x{status:02X} "
+                                f"({_STATUS_TEXT[status]})")
+        if (echo_cmd, echo_seq) != (cmd, seq):
+            raise ProtocolError(f"Reply to {name} #{seq} answers {_command_name(echo_cmd)} "
+                                f"#{echo_seq}: the link is out of step (a reply was lost, "
+                                f"repeated or delayed); reset the board and run again")
         if status != Status.OK:
             text = _STATUS_TEXT.get(status, "the status is unknown")
             raise ProtocolError(f"Device rejected {name}: status 0x{status:02X} ({text})")
@@ -331,16 +358,18 @@ BITS_PER_BYTE = 10
 def transfer_bytes(rows: int, written_words: int, read_words: int) -> int:
     """Bytes on the wire, both ways, to write ``written_words`` activation words and read
     ``read_words`` back as :meth:`Client.write_words` and :meth:`Client.read_words` frame them
-    (each frame and reply: sync, command or status, 16-bit length, payload, check byte)."""
+    (each frame: sync, command, sequence, 16-bit length, payload, CRC; each reply: sync,
+    status, command, sequence, 16-bit length, payload, CRC)."""
+    frame, reply = FRAME_HEAD + CRC_BYTES, REPLY_HEAD + CRC_BYTES
     total = 0
     per_write = (MAX_PAYLOAD - 2) // rows
     for first in range(0, written_words, per_write):
         n = min(per_write, written_words - first)
-        total += 5 + 2 + n * rows + 5           # WRITE addr + words; empty OK reply
+        total += frame + 2 + n * rows + reply   # WRITE addr + words; empty OK reply
     per_read = MAX_PAYLOAD // rows
     for first in range(0, read_words, per_read):
         n = min(per_read, read_words - first)
-        total += 5 + 4 + 5 + n * rows           # READ addr, count; reply with the words
+        total += frame + 4 + reply + n * rows   # READ addr, count; reply with the words
     return total
 
 

@@ -1,6 +1,9 @@
 """The host bridge: the board's UART speaks the framed protocol of ``docs/protocol.md`` and
 drives the accelerator's activation-buffer host ports, ``start`` and ``done``."""
 
+import functools
+import operator
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -9,7 +12,7 @@ from ..config import ArchConfig
 from ..errors import ResourceError
 from .uart import UartRx, UartTx, _check_divisor
 
-__all__ = ["HostBridge"]
+__all__ = ["HostBridge", "crc16_step"]
 
 _HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr",
                "host_act_data", "host_act_raddr", "host_act_rdata")
@@ -18,14 +21,32 @@ _PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
 EXT_WRITE_PORTS = ("ext_wr_valid", "ext_wr_ready", "ext_wr_addr", "ext_wr_data")
 
 
+def crc16_step(crc, byte, poly: int):
+    """The CRC register after ``byte`` (most significant bit first) enters ``crc`` (16 bits):
+    ``poly``'s CRC-16 a byte per cycle. Each bit of the result is the XOR of a few bits of
+    ``crc`` and ``byte``, worked out here over GF(2) (eight shifts of the register, each
+    input bit a set of the bits it depends on), so the expression stays flat."""
+    bits = [{("crc", i)} for i in range(16)]
+    for i in range(8):
+        bits[8 + i] = bits[8 + i] ^ {("byte", i)}
+    for _ in range(8):
+        top = bits[15]
+        bits = [set()] + bits[:15]
+        bits = [b ^ top if poly >> k & 1 else b for k, b in enumerate(bits)]
+    sources = {"crc": crc, "byte": byte}
+    return Cat(*(functools.reduce(operator.xor, (sources[name][i] for name, i in sorted(b)))
+                 for b in bits))
+
+
 class HostBridge(wiring.Component):
     """Parses host frames arriving on ``rx``, executes them on the accelerator's host ports and
     sends the reply on ``tx`` (protocol: ``docs/protocol.md``).
 
     Bytes are handled as they arrive; the only buffer is one word. A frame's length and, for
     ``WRITE``, its address range are checked before any data byte arrives, so a rejected
-    ``WRITE`` writes nothing, but the checksum can only be checked at the end: a ``WRITE``
-    with a bad checksum has already written its words when it replies ``BAD_CHECKSUM``.
+    ``WRITE`` writes nothing, but the CRC can only be checked at the end: a ``WRITE`` with a
+    bad CRC has already written its words when it replies ``BAD_CRC``. Every reply echoes
+    the frame's command byte and sequence number and ends with its own CRC.
     ``LOAD`` writes program words the same way; it exists only when the program memory is
     loaded at run time (``ArchConfig.prog_width``). ``WRITEX`` writes words into the
     external memory, each held on ``ext_wr_*`` until the memory takes it, and ``READX`` reads
@@ -149,7 +170,8 @@ class HostBridge(wiring.Component):
         got = Signal()
         m.d.comb += got.eq(urx.data.valid & urx.data.ready)
 
-        cmd, length, rsum = Signal(8), Signal(16), Signal(8)
+        cmd, seq, length = Signal(8), Signal(8), Signal(16)
+        rcrc = Signal(16)                       # CRC of the frame's bytes after the sync byte
         err, status = Signal(8), Signal(8)
         index = Signal(16)                      # payload byte, received or sent
         addr, count, words = Signal(32 if ext else 16), Signal(16), Signal(16)
@@ -171,7 +193,7 @@ class HostBridge(wiring.Component):
         m.d.comb += writes.eq((cmd == Cmd.WRITE) | is_load | is_ext)
         known = Signal()
         m.d.comb += known.eq((cmd <= Cmd.STATUS) | is_load | is_ext | is_readx | is_sumx)
-        reply_len, tsum = Signal(16), Signal(8)
+        reply_len, tcrc = Signal(16), Signal(16)
         kind = Signal(range(7))                 # reply payload source
         K_NONE, K_INFO, K_READ, K_RUN, K_STATUS, K_READX, K_SUMX = range(7)
         flags, cyc = Signal(8), Signal(32)
@@ -255,23 +277,27 @@ class HostBridge(wiring.Component):
 
         sent = Signal()
         m.d.comb += sent.eq(utx.data.valid & utx.data.ready)
-        with m.If(sent):
-            m.d.sync += tsum.eq(tsum + utx.data.payload)
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += urx.data.ready.eq(1)
-                m.d.sync += [rsum.eq(0), err.eq(0), timer.eq(0), index.eq(0), lane.eq(0)]
+                m.d.sync += [rcrc.eq(p.CRC16_INIT), err.eq(0), timer.eq(0), index.eq(0),
+                             lane.eq(0)]
                 if ext:                         # WRITEX sets the upper address bytes
                     m.d.sync += addr.eq(0)
                 with m.If(got & (byte == p.FRAME_SYNC)):
                     m.next = "CMD"
-            for state, field, after in (("CMD", cmd, "LEN_LO"), ("LEN_LO", length[:8], "LEN_HI"),
-                                        ("LEN_HI", length[8:], "HEADER")):
+            crc_in = crc16_step(rcrc, byte, p.CRC16_POLY)
+            for state, field, after in (("CMD", cmd, "SEQ"), ("SEQ", seq, "LEN_LO"),
+                                        ("LEN_LO", length[:8], "LEN_HI"),
+                                        ("LEN_HI", length[8:], "HEADER"),
+                                        ("CRC_HI", None, "CHECK")):
                 with m.State(state):
                     m.d.comb += urx.data.ready.eq(1)
                     with m.If(got):
-                        m.d.sync += [field.eq(byte), rsum.eq(rsum + byte)]
+                        m.d.sync += rcrc.eq(crc_in)
+                        if field is not None:
+                            m.d.sync += field.eq(byte)
                         m.next = after
                     receiving()
             with m.State("HEADER"):
@@ -301,12 +327,12 @@ class HostBridge(wiring.Component):
                     fail(St.BAD_LENGTH)
                 m.next = "PAYLOAD"
                 with m.If(length == 0):
-                    m.next = "CHECK"
+                    m.next = "CRC_HI"
                 receiving()
             with m.State("PAYLOAD"):
                 m.d.comb += urx.data.ready.eq(1)
                 with m.If(got):
-                    m.d.sync += [rsum.eq(rsum + byte), index.eq(index + 1)]
+                    m.d.sync += [rcrc.eq(crc_in), index.eq(index + 1)]
                     with m.Switch(index):
                         with m.Case(0):
                             m.d.sync += addr[:8].eq(byte)
@@ -351,13 +377,13 @@ class HostBridge(wiring.Component):
                                         fail(St.ADDRESS_RANGE)
                     m.d.comb += data_byte.eq(writes & (index >= head))
                     with m.If(index == length - 1):
-                        m.next = "CHECK"
+                        m.next = "CRC_HI"
                 receiving()
             with m.State("CHECK"):
                 m.d.comb += urx.data.ready.eq(1)
                 with m.If(got):
-                    with m.If((rsum + byte)[:8] != 0):
-                        m.d.sync += status.eq(St.BAD_CHECKSUM)
+                    with m.If(crc_in != 0):   # the CRC of the body and its CRC is 0
+                        m.d.sync += status.eq(St.BAD_CRC)
                         reply(K_NONE, 0)
                     with m.Elif(err != 0):
                         m.d.sync += status.eq(err)
@@ -407,22 +433,28 @@ class HostBridge(wiring.Component):
                     m.d.sync += cyc.eq(self.cycles)
                     reply(K_RUN, 4)
 
-            def send(state, value, after):
+            crc_out = crc16_step(tcrc, utx.data.payload, p.CRC16_POLY)
+
+            def send(state, value, after, crc=True):
                 with m.State(state):
                     m.d.comb += [urx.data.ready.eq(1), utx.data.payload.eq(value),
                                  utx.data.valid.eq(1)]
                     with m.If(sent):
                         m.next = after
-                        if state == "SYNC":     # the checksum covers the bytes after it
-                            m.d.sync += tsum.eq(0)
+                        if state == "SYNC":     # the CRC covers the bytes after it
+                            m.d.sync += tcrc.eq(p.CRC16_INIT)
+                        elif crc:
+                            m.d.sync += tcrc.eq(crc_out)
             send("SYNC", p.REPLY_SYNC, "STATUS")
-            send("STATUS", status, "LEN_LO_OUT")
+            send("STATUS", status, "CMD_OUT")
+            send("CMD_OUT", cmd, "SEQ_OUT")
+            send("SEQ_OUT", seq, "LEN_LO_OUT")
             send("LEN_LO_OUT", reply_len[:8], "LEN_HI_OUT")
             send("LEN_HI_OUT", reply_len[8:], "PAYLOAD_OUT")
             with m.State("PAYLOAD_OUT"):
                 m.d.comb += urx.data.ready.eq(1)
                 with m.If(index == reply_len):
-                    m.next = "CHECK_OUT"
+                    m.next = "CRC_HI_OUT"
                 with m.Else():
                     m.d.comb += [utx.data.payload.eq(payload),
                                  utx.data.valid.eq(~((kind == K_READ) & stale))]
@@ -431,7 +463,7 @@ class HostBridge(wiring.Component):
                             m.d.comb += [utx.data.valid.eq(xhave),
                                          self.ext_cmd_valid.eq(~xhave & ~xasked)]
                     with m.If(sent):
-                        m.d.sync += index.eq(index + 1)
+                        m.d.sync += [index.eq(index + 1), tcrc.eq(crc_out)]
                         with m.If(kind == K_READ):
                             m.d.sync += lane.eq(lane + 1)
                             with m.If(lane == rows - 1):
@@ -441,5 +473,6 @@ class HostBridge(wiring.Component):
                                 m.d.sync += lane.eq(lane + 1)
                                 with m.If(lane == xbytes - 1):
                                     m.d.sync += [lane.eq(0), addr.eq(addr + 1), xhave.eq(0)]
-            send("CHECK_OUT", -tsum, "IDLE")
+            send("CRC_HI_OUT", tcrc[8:], "CRC_LO_OUT", crc=False)
+            send("CRC_LO_OUT", tcrc[:8], "IDLE", crc=False)
         return m

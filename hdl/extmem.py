@@ -84,6 +84,16 @@ class ExtTiming:
         return replace(self, latency=2, refresh_cycles=1, refresh_period=1 << 40,
                        bus_bytes=word_bytes)
 
+    def slower(self, factor: int) -> "ExtTiming":
+        """This memory with ``factor`` times its latency and refresh time, and at most a
+        ``factor``-th of its bandwidth: the slow end of the cycle counts ``hwonnx run``
+        accepts from a board whose memory timing is an estimate (``docs/protocol.md``)."""
+        latency, refresh = factor * self.latency, factor * self.refresh_cycles
+        return replace(self, latency=latency, refresh_cycles=refresh,
+                       refresh_period=max(self.refresh_period,
+                                          refresh + latency + self.burst + 1),
+                       bus_bytes=max(1, self.bus_bytes // factor))
+
     def words(self, word_bytes: int) -> int:
         """The words of ``word_bytes`` bytes the memory holds: each takes a whole power of two
         of bytes (:func:`port_bytes`) on the controller's port."""

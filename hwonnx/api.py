@@ -247,15 +247,19 @@ def bitstream(out_dir, log=print) -> dict:
     return result
 
 
-def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
-              timeout: float = 10.0, log=print) -> SimResult:
+def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None, log=print) -> SimResult:
     """Run ``inputs`` on a board programmed with the board build ``out_dir``, over its UART
-    (``hwonnx run``); checks first that the board holds this very build."""
+    (``hwonnx run``); checks first that the board holds this very build, then that it counts
+    the program's cycles for every sample (``boards.host.cycle_window``), and stops the whole
+    run at a deadline reckoned from the bytes, the baud rate and the cycles
+    (``boards.host.run_budget``)."""
     from .boards.build import build_id
-    from .boards.host import (SerialTransport, host_io, run_samples, send_external,
-                              send_program, unpack_outputs)
+    from .boards.host import (SerialTransport, cycle_window, host_io, run_budget, run_samples,
+                              send_external, send_program, unpack_outputs)
     from .boards.protocol import Client
 
+    if baud is not None and (isinstance(baud, bool) or not isinstance(baud, int) or baud < 1):
+        raise UsageError(f"The baud rate must be a positive whole number, not {baud!r}")
     result = load_build(out_dir)
     if result.segments:         # a segmented build is never a board build (build refuses)
         raise UsageError(f"'{out_dir}' is a segmented simulation build; run it with 'hwonnx "
@@ -266,23 +270,28 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None,
     try:
         info = json.loads(info_file.read_text())
         baud = baud or int(info["baud"])
+        if baud < 1:
+            raise ValueError(f"baud {baud}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ModelError(f"'{info_file}' is not a board description ({error}); rebuild "
                          f"'{out_dir}'") from error
     samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
     in_places, reads, words = host_io(program, _quantize_inputs(result.graph, program, samples))
-    with SerialTransport(port, baud, timeout) as transport:
+    window = cycle_window(program)
+    program_words, image = encode_program(program), program.images.get("ext", [])
+    budget = run_budget(cfg, len(program_words), len(image), words, reads, window[1], baud)
+    with SerialTransport(port, baud, timeout=1.0 + 2 * window[1] / cfg.clock_hz) as transport:
+        transport.set_deadline(*budget)
         client = Client(transport)
         client.verify(cfg, build_id(program))
-        send_program(client, cfg, encode_program(program))
-        image = program.images.get("ext", [])
+        send_program(client, cfg, program_words)
         if not send_external(client, cfg, image, log=log) and image:
             log(f"The board's external memory already holds this build's {len(image):,} "
                 f"words (SUMX); not loading them again")
         log(f"Board on {port} holds build 0x{build_id(program):08X}; running {len(words)} "
             f"sample(s) ...")
-        raw, cycles = run_samples(client, cfg, in_places, reads, words)
+        raw, cycles = run_samples(client, cfg, in_places, reads, words, window)
     q_out = {value: array.reshape((-1,) + program.placements[value].shape[1:])
              for value, array in unpack_outputs(program, raw).items()}
     return _result(result, samples, q_out, cycles, 0.0)
@@ -349,11 +358,34 @@ def load_build(out_dir) -> BuildResult:
     return BuildResult(out, graph, programs[0], report, segments)
 
 
+#: The golden model runs the samples in blocks of about this many values (every run-time value
+#: of the integer graph for one sample, counted), so that its memory does not grow with the
+#: inputs.
+GOLDEN_BLOCK_VALUES = 1 << 22
+
+
+def _blocks(graph: Graph, inputs: "dict[str, np.ndarray]") -> "list[dict[str, np.ndarray]]":
+    """``inputs`` (name -> ``[S, ...]``) cut into blocks of samples."""
+    count = len(next(iter(inputs.values())))
+    per_sample = sum(int(np.prod(t.shape, dtype=np.int64)) for name, t in graph.types.items()
+                     if name not in graph.constants)
+    step = max(1, GOLDEN_BLOCK_VALUES // max(per_sample, 1))
+    return [{name: a[start:start + step] for name, a in inputs.items()}
+            for start in range(0, count, step)]
+
+
 def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"
                      ) -> "dict[str, np.ndarray]":
     """The accelerator's int8 inputs (int8 value -> ``[S, ...]``, one per ``program.inputs``)
     from the model's inputs: the host steps before the accelerator (if any), then each
-    input's quantization, with the golden model's functions."""
+    input's quantization, with the golden model's functions (a block of samples at a
+    time)."""
+    parts = [_quantize_block(graph, program, block) for block in _blocks(graph, inputs)]
+    return {value: np.concatenate([part[value] for part in parts]) for value in parts[0]}
+
+
+def _quantize_block(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"
+                    ) -> "dict[str, np.ndarray]":
     quantizers = [graph.producer(port.value) for port in program.inputs]
     feeds = {name: inputs[name].reshape((-1,) + graph.types[name].shape[1:])
              for name in graph.inputs}
@@ -406,9 +438,13 @@ def run_golden(build_result: BuildResult, inputs: "dict[str, np.ndarray]") -> Si
         from .segmented import golden_result
         return golden_result(build_result, inputs)
     graph, program = build_result.graph, build_result.program
-    env = _golden_values(graph, program, _quantize_inputs(graph, program, inputs))
+    parts = []
+    for block in _blocks(graph, inputs):          # memory bounded whatever the sample count
+        env = _golden_values(graph, program, _quantize_block(graph, program, block))
+        parts.append([env[port.value] for port in program.outputs])
     return _result(build_result, inputs,
-                   {port.value: env[port.value] for port in program.outputs}, [], 0.0)
+                   {port.value: np.concatenate([part[i] for part in parts])
+                    for i, port in enumerate(program.outputs)}, [], 0.0)
 
 
 def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",

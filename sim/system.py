@@ -95,7 +95,7 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
     value -> ``[S, *shape]``) and the cycles the board reported per sample."""
     from ..hdl.convert import verilog
     from ..boards.build import board_images
-    from ..boards.host import host_io, unpack_outputs
+    from ..boards.host import cycle_window, host_io, unpack_outputs
     from ..boards.top import SystemTop
 
     cfg = program.config
@@ -109,7 +109,7 @@ def run_system(program: Program, inputs: "dict[str, np.ndarray]", *, divisor: in
         tmp = Path(tmp)
         job = {
             "config": cfg.to_json(), "divisor": divisor, "build_id": build_id,
-            "in_places": in_places, "reads": reads,
+            "in_places": in_places, "reads": reads, "cycles": cycle_window(program),
             "inputs": [[data.hex() for data in sample] for sample in samples],
             "results": str(tmp / "results.json"),
             "program": [hex(w) for w in encode_program(program)],

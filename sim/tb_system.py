@@ -87,7 +87,7 @@ async def system_run(dut):
         send_external(client, config, [int(w, 16) for w in job["ext"]])
         outputs, cycles = run_samples(client, config, job["in_places"], job["reads"],
                                       [[bytes.fromhex(s) for s in sample]
-                                       for sample in job["inputs"]])
+                                       for sample in job["inputs"]], job["cycles"])
         status = client.status()
         return {"info": repr(info), "outputs": [[o.hex() for o in sample] for sample in outputs],
                 "cycles": cycles,

@@ -7,20 +7,20 @@ from collections import deque
 
 import numpy as np
 import pytest
-from amaranth.hdl import Elaboratable, Module
+from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
 from hwonnx.boards.host import send_external
 from hwonnx.boards.protocol import (
-    Client, Command, DeviceInfo, DeviceStatus, ProtocolError, Status, decode_reply, encode_frame,
-    external_sums,
+    CRC16_POLY, CRC_BYTES, PROTOCOL_VERSION, REPLY_HEAD, Client, Command, DeviceInfo,
+    DeviceStatus, ProtocolError, Status, crc16, decode_reply, encode_frame, external_sums,
 )
 from hwonnx.compiler import predict
 from hwonnx.isa import Op, encode
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 from hwonnx.hdl import Accelerator
-from hwonnx.hdl.bridge import HostBridge
+from hwonnx.hdl.bridge import HostBridge, crc16_step
 
 from test_hdl_uart import UartDecoder, uart_levels
 
@@ -174,16 +174,62 @@ class BoardTop(Elaboratable):
 
 
 def raw_command(transport: SimTransport, frame: bytes) -> "tuple[int, bytes]":
+    """Send ``frame`` as it is; the reply's status and payload. A reply to a frame whose CRC
+    was right echoes its command byte and sequence number."""
     transport.write(frame)
-    head = transport.read(4)
-    return decode_reply(head + transport.read((head[2] | head[3] << 8) + 1))
+    return read_reply(transport, frame)
+
+
+def read_reply(transport: SimTransport, frame: bytes) -> "tuple[int, bytes]":
+    """The status and payload of the reply to ``frame``, which was sent."""
+    head = transport.read(REPLY_HEAD)
+    status, cmd, seq, payload = decode_reply(head + transport.read(
+        (head[-2] | head[-1] << 8) + CRC_BYTES))
+    if status != Status.BAD_CRC:
+        assert (cmd, seq) == (frame[1], frame[2])
+    return status, payload
 
 
 def test_info_reports_geometry_and_build_id():
     config = bridge_config(3)
     client = Client(SimTransport(config))
-    assert client.info() == DeviceInfo(1, 3, 2, 40, BUILD_ID)
-    assert client.verify(config, BUILD_ID) == DeviceInfo(1, 3, 2, 40, BUILD_ID)
+    info = DeviceInfo(PROTOCOL_VERSION, 3, 2, 40, BUILD_ID)
+    assert client.info() == info and client.verify(config, BUILD_ID) == info
+
+
+def test_crc_step_is_the_hosts_crc():
+    """The bridge's CRC register, a byte per cycle, ends where ``binascii.crc_hqx`` does
+    (checked by hand: CRC-16/CCITT-FALSE of b"123456789" is 0x29B1)."""
+    assert crc16(b"123456789") == 0x29B1
+    rng = np.random.default_rng(9)
+    cases = [b"123456789", b"", bytes([0xFF, 0x00]), rng.bytes(40)]
+
+    class Crc(Elaboratable):
+        def __init__(self):
+            self.crc, self.byte = Signal(16), Signal(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.crc.eq(crc16_step(self.crc, self.byte, CRC16_POLY))
+            return m
+
+    dut = Crc()
+    got = []
+
+    async def bench(ctx):
+        for data in cases:
+            ctx.set(dut.crc, 0xFFFF)    # the register holds the initial value
+            for byte in data:
+                ctx.set(dut.byte, byte)
+                await ctx.tick()
+            got.append(ctx.get(dut.crc))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [crc16(data) for data in cases]
 
 
 @pytest.mark.parametrize("rows", [1, 3, 4])
@@ -211,24 +257,35 @@ def test_run_replies_when_done_with_cycles():
     for run in range(2):                # the second run must wait for its own done
         assert client.run() == 37
         assert len(model.starts) == run + 1
-        assert transport.reply_cycles[-9] > model.done_cycles[run]
+        assert transport.reply_cycles[-12] > model.done_cycles[run]    # the sync byte
     assert client.status() == DeviceStatus(busy=False, done=True, cycles=37)
     model.busy, model.cycles = 1, 0xDEADBEEF
     assert client.status() == DeviceStatus(busy=True, done=True, cycles=0xDEADBEEF)
 
 
-def test_bad_checksum_is_reported_after_the_write():
+def test_bad_crc_is_reported_after_the_write():
     transport = SimTransport(bridge_config(3), seed=5)
     model = transport.model
     frame = bytearray(encode_frame(Command.WRITE, struct.pack("<H", 2) + bytes(range(6))))
     frame[-1] ^= 0x40
-    assert raw_command(transport, bytes(frame)) == (Status.BAD_CHECKSUM, b"")
-    # Documented: WRITE data is written as it arrives, before the checksum is known.
+    assert raw_command(transport, bytes(frame)) == (Status.BAD_CRC, b"")
+    # Documented: WRITE data is written as it arrives, before the CRC is known.
     assert model.writes == [2, 3] and model.word(2) + model.word(3) == bytes(range(6))
     frame = bytearray(encode_frame(Command.RUN))
-    frame[1] ^= 1                       # a corrupted command byte is a checksum error too
-    assert raw_command(transport, bytes(frame)) == (Status.BAD_CHECKSUM, b"")
+    frame[1] ^= 1                       # a corrupted command byte is a CRC error too
+    assert raw_command(transport, bytes(frame)) == (Status.BAD_CRC, b"")
     assert model.starts == []
+    # Corruptions an additive check byte misses: two bytes swapped, +1 on one and -1 on
+    # another (in the payload, in the command and sequence number).
+    frame = encode_frame(Command.READ, struct.pack("<HH", 1, 2), seq=7)
+    for damaged in (frame[:5] + frame[6:7] + frame[5:6] + frame[7:],
+                    frame[:5] + bytes([frame[5] + 1]) + frame[6:7] + bytes([frame[7] - 1])
+                    + frame[8:],
+                    frame[:1] + bytes([frame[1] + 1, frame[2] - 1]) + frame[3:]):
+        assert sum(damaged[1:-2]) == sum(frame[1:-2]) and damaged != frame
+        assert raw_command(transport, damaged) == (Status.BAD_CRC, b"")
+    status, payload = raw_command(transport, frame)
+    assert status == Status.OK and payload == model.word(1) + model.word(2)
 
 
 def test_unknown_command_consumes_its_payload():
@@ -288,7 +345,8 @@ def test_resynchronizes_after_noise_truncation_and_framing_error():
     # fine.
     transport.write(frame[:3])
     transport.write_levels([1] * 50 * 4)
-    status, payload = raw_command(transport, frame[3:])
+    transport.write(frame[3:])
+    status, payload = read_reply(transport, frame)
     assert status == Status.OK and DeviceInfo.decode(payload).build_id == BUILD_ID
 
 

@@ -19,13 +19,15 @@ from hwonnx.golden import evaluate
 
 class FakeBoard:
     """A transport whose far end is a board running the build: activation memory, and RUN
-    evaluates the integer graph with the golden model on the words of every input and writes
-    every output's words."""
+    evaluates the integer graph with the golden model on the words of every input, writes
+    every output's words and counts the predicted cycles (``cycles``, if given, instead)."""
 
-    def __init__(self, result, ident):
+    def __init__(self, result, ident, cycles: "int | None" = None):
         self.result, self.ident = result, ident
+        self.cycles = cycles if cycles is not None else host.cycle_window(result.program)[0]
         self.memory, self.pending = {}, b""
         self.program: "dict[int, int]" = {}         # words written by LOAD
+        self.deadline = None
 
     def __enter__(self):
         return self
@@ -33,12 +35,16 @@ class FakeBoard:
     def __exit__(self, *exc):
         return False
 
+    def set_deadline(self, seconds, why):
+        self.deadline = seconds, why
+
     def write(self, data):
-        cmd, payload = protocol.decode_frame(data)
+        cmd, seq, payload = protocol.decode_frame(data)
         program, cfg = self.result.program, self.result.program.config
         reply = b""
         if cmd == protocol.Command.INFO:
-            reply = protocol.DeviceInfo(1, cfg.rows, cfg.cols, cfg.act_depth, self.ident).encode()
+            reply = protocol.DeviceInfo(protocol.PROTOCOL_VERSION, cfg.rows, cfg.cols,
+                                        cfg.act_depth, self.ident).encode()
         elif cmd == protocol.Command.WRITE:
             addr = struct.unpack("<H", payload[:2])[0]
             for i in range(0, len(payload) - 2, cfg.rows):
@@ -63,12 +69,12 @@ class FakeBoard:
                 target = program.placements[port.value]
                 for i, word in enumerate(pack_words(env[port.value], target, cfg.rows)):
                     self.memory[target.base + i] = word
-            reply = struct.pack("<I", 1234)
+            reply = struct.pack("<I", self.cycles)
         elif cmd == protocol.Command.READ:
             addr, count = struct.unpack("<HH", payload)
             reply = b"".join(self.memory[addr + i].to_bytes(cfg.rows, "little")
                              for i in range(count))
-        self.pending += protocol.encode_reply(0, reply)
+        self.pending += protocol.encode_reply(0, cmd, seq, reply)
 
     def read(self, n):
         data, self.pending = self.pending[:n], self.pending[n:]
@@ -94,8 +100,10 @@ def test_run_on_board_equals_golden(board_build, monkeypatch, capsys):
     code = main(["run", str(folder), "--port", "/dev/ttyFAKE", "--input", str(folder / "x.npy"),
                  "--output", str(folder / "y.npz")])
     assert code == 0
-    assert "4 sample(s) on the board: 1,234 cycles per sample" in capsys.readouterr().out
     golden = simulate(folder, folder / "x.npy", mode="golden")
+    cycles = golden.predicted_cycles
+    assert f"4 sample(s) on the board: {cycles:,} cycles per sample (predicted {cycles:,})" \
+        in capsys.readouterr().out
     with np.load(folder / "y.npz") as npz:
         np.testing.assert_array_equal(npz["logits"], golden.outputs["logits"])
 

@@ -260,10 +260,10 @@ def test_report_lists_segments_and_round_trip_bytes(tmp_path):
     """report.json and report.md: each segment with the host steps before it, its ports and
     predicted cycles; each round trip with the bytes read back and written (activation
     words of 8 int8 lanes) and the UART's frames at 115,200 baud. softmax_middle on 8x8:
-    f1 and s are [1, 8, 8, 8], 64 words of 8 bytes each way; one WRITE frame (5 bytes of
-    frame, a 2-byte address, 512 bytes; a 5-byte reply) and one READ (5 + 4 bytes; a reply
-    of 5 + 512 bytes): 1,050 bytes of 10 bits. div_computed: two values of [1, 4, 6, 6]
-    (36 words each) read in two READs, one of 36 words written: 2 * 302 + 300 bytes."""
+    f1 and s are [1, 8, 8, 8], 64 words of 8 bytes each way; one WRITE frame (7 bytes of
+    frame, a 2-byte address, 512 bytes; an 8-byte reply) and one READ (7 + 4 bytes; a reply
+    of 8 + 512 bytes): 1,060 bytes of 10 bits. div_computed: two values of [1, 4, 6, 6]
+    (36 words each) read in two READs, one of 36 words written: 2 * 307 + 305 bytes."""
     _, result, _ = _setup("softmax_middle", tmp_path)
     report = json.loads((tmp_path / "softmax_middle" / "report.json").read_text())
     programs = result.segments
@@ -277,18 +277,18 @@ def test_report_lists_segments_and_round_trip_bytes(tmp_path):
     [trip] = report["round_trips"]
     assert (trip["after_segment"], trip["host_steps"], trip["read_bytes"],
             trip["written_bytes"], trip["link_bytes"], trip["baud"]) == (
-        1, ["softmax"], 512, 512, 1050, 115200)
-    assert trip["link_seconds"] == pytest.approx(1050 * 10 / 115200)
+        1, ["softmax"], 512, 512, 1060, 115200)
+    assert trip["link_seconds"] == pytest.approx(1060 * 10 / 115200)
     assert trip["read"] == [{"value": "f1:q", "elements": 512, "words": 64}]
     text = (tmp_path / "softmax_middle" / "report.md").read_text()
     assert "| 2 | softmax | conv2 | s:q | y:q |" in text
-    assert "| 1 | softmax | f1:q | 512 | 512 | 1,050 | 91.1 ms at 115,200 baud |" in text
+    assert "| 1 | softmax | f1:q | 512 | 512 | 1,060 | 92.0 ms at 115,200 baud |" in text
     assert "| input | s (segment 2) | 1x8x8x8 |" in text
     _, _, _ = _setup("div_computed", tmp_path)
     report = json.loads((tmp_path / "div_computed" / "report.json").read_text())
     [trip] = report["round_trips"]
     assert (trip["host_steps"], trip["read_bytes"], trip["written_bytes"],
-            trip["link_bytes"]) == (["add_one", "div"], 576, 288, 2 * 302 + 300)
+            trip["link_bytes"]) == (["add_one", "div"], 576, 288, 2 * 307 + 305)
 
 
 def test_inspect_lists_the_segments(tmp_path, capsys):
