@@ -82,13 +82,12 @@ def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
         raise _unsupported(b, node, (
             f"MaxPool '{node.name}' has an Indices output '{node.output[1]}'; only the pooled "
             f"values have a hardware mapping"))
-    if attrs.get("ceil_mode", 0):
-        raise ModelError(f"MaxPool '{node.name}' has ceil_mode=1; only ceil_mode=0 (output "
-                         f"size rounded down) is supported")
     kernel = tuple(attrs["kernel_shape"])
     dilations = tuple(attrs.get("dilations", (1, 1)))
     strides = tuple(attrs.get("strides", (1, 1)))
     pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    if attrs.get("ceil_mode", 0):
+        pads = _ceil_pads(node, shape[2:], kernel, strides, pads, dilations)
     _check_windows(b, node, shape, kernel, strides, pads, dilations)
     if not all(windows_touch_input(size, k, s, begin, end, d) for size, k, s, begin, end, d
                in zip(shape[2:], kernel, strides, pads[:2], pads[2:], dilations)):
@@ -98,6 +97,29 @@ def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "MaxPool", (x,), (b.value(node.output[0]),),
                 {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
                  **_ACTIVATION})
+
+
+def _ceil_pads(node: onnx.NodeProto, size, kernel, strides, pads, dilations
+               ) -> "tuple[int, int, int, int]":
+    """A max pool's ``ceil_mode=1`` as more padding at the end (padding never wins a max):
+    ONNX rounds the output size up, ``ceil((n + pads - span) / s) + 1``. Where that puts the
+    last window's start in the end padding, onnxruntime and ONNX's reference implementation
+    drop the window (as PyTorch does) but ONNX's shape inference keeps it: such a pool is
+    refused, naming both sizes."""
+    ends = []
+    for axis, (n, k, s, begin, end, d) in enumerate(zip(size, kernel, strides, pads[:2],
+                                                         pads[2:], dilations)):
+        span = d * (k - 1) + 1
+        out = -(-(n + begin + end - span) // s) + 1
+        if (out - 1) * s >= n + begin:
+            raise ModelError(
+                f"MaxPool '{node.name}' has ceil_mode=1 and its last window along axis "
+                f"{axis + 2} would start in the end padding: ONNX's shape inference gives "
+                f"{out} outputs there, onnxruntime and ONNX's reference implementation "
+                f"{out - 1}; give the pads that make the output size you mean with "
+                f"ceil_mode=0")
+        ends.append(end + max(0, (out - 1) * s + span - (n + begin + end)))
+    return (*pads[:2], *ends)
 
 
 def _global_max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
