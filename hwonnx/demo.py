@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MismatchError
+from .errors import MismatchError, UsageError
 
 __all__ = ["ExampleRun", "demo_runs", "evaluate_example", "format_demo", "onnxruntime_outputs",
            "run_demo"]
@@ -45,6 +45,9 @@ def evaluate_example(name: str, out: Path, *, rows=None, cols=None, samples: int
     from . import api
     from .examples import example_path, load_digits_data
 
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 0:
+        raise UsageError(f"The number of test samples (--samples) must be a whole number from "
+                         f"0 (0: all), not {samples!r}")
     data = load_digits_data()
     count = samples or len(data["test_labels"])
     labels = data["test_labels"][:count]

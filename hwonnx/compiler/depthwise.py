@@ -93,14 +93,18 @@ class _Stream:
 
 def _passes(kh: int, sy: int, dy: int, most: int) -> "list[list[tuple[int, int]]]":
     """Kernel rows grouped into passes: each a list of ``(t, ky)``, ``t`` the stream row
-    (``(ky - ky0) * dy = t * sy``, ``t < most``) on which kernel row ``ky`` is applied."""
-    left, passes = list(range(kh)), []
-    while left:
-        ky0 = left[0]
-        group = [((ky - ky0) * dy // sy, ky) for ky in left
-                 if (ky - ky0) * dy % sy == 0 and (ky - ky0) * dy // sy < most]
+    (``(ky - ky0) * dy = t * sy``, ``t < most``) on which kernel row ``ky`` is applied, ``ky0``
+    the first kernel row no earlier pass applies. Takes time in proportion to ``kh * most``
+    (a global pool's kernel has as many rows as its image)."""
+    taken: "set[int]" = set()
+    passes = []
+    for ky0 in range(kh):
+        if ky0 in taken:
+            continue
+        group = [(t, ky0 + t * sy // dy) for t in range(most) if t * sy % dy == 0
+                 and ky0 + t * sy // dy < kh and ky0 + t * sy // dy not in taken]
+        taken.update(ky for _, ky in group)
         passes.append(group)
-        left = [ky for ky in left if ky not in {k for _, k in group}]
     return passes
 
 

@@ -201,12 +201,15 @@ def folder_lock(folder):
     """Hold an exclusive lock on build folder ``folder`` while it is written: ``fcntl.flock``
     on ``.<name>.lock`` beside it, removed when released. A second process fails at once
     (``UsageError``) instead of waiting. Where ``flock`` is unavailable (Windows, some network
-    file systems) the folder is written unlocked."""
+    file systems) the folder is written unlocked. Yields whether the lock is held.
+
+    A lock file that a killed process left is taken over (a lock no process holds) and
+    removed on release like any other."""
     shown, folder = folder, _absolute(folder)
     try:
         import fcntl
     except ImportError:         # not POSIX
-        yield
+        yield False
         return
     path = folder.with_name(f".{folder.name}.lock")
     busy = UsageError(f"'{shown}' is being written by another hwonnx process; wait for it to "
@@ -224,7 +227,7 @@ def folder_lock(folder):
             raise busy from None
         except OSError:         # the file system does not lock: write unlocked
             os.close(handle)
-            yield
+            yield False
             return
         # The holder before this process removes the file before releasing it: a lock taken
         # on a file that is no longer at ``path`` does not count.
@@ -239,11 +242,37 @@ def folder_lock(folder):
     else:
         raise busy
     try:
-        yield
+        yield True
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)     # while still holding the lock (see above)
         os.close(handle)
+
+
+def _clear_leftovers(folder: Path) -> None:
+    """Remove what writers of build folder ``folder`` that were killed (``SIGKILL``, a power
+    cut) left beside it: their temporary folders ``.<name>.XXXXXXXX.tmp`` and, once ``folder``
+    exists, the old folders ``.<name>.XXXXXXXX.old`` of a swap (:func:`_swap`). Called with
+    ``folder``'s lock held: every writer holds it while these exist, so they are a dead
+    writer's. Where a swap was stopped between its two renames (``folder`` missing, one old
+    folder beside it), the old folder is the previous build: it is put back."""
+    name = re.escape(folder.name)
+    staging = re.compile(rf"\.{name}\.[a-z0-9_]{{8}}\.tmp")
+    old = re.compile(rf"\.{name}\.[0-9a-f]{{8}}\.old")
+    try:
+        with os.scandir(folder.parent) as scan:
+            found = [(entry.name, Path(entry.path)) for entry in scan
+                     if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    olds = [path for entry, path in found if old.fullmatch(entry)]
+    if len(olds) == 1 and not folder.exists() and not folder.is_symlink():
+        with contextlib.suppress(OSError):
+            os.rename(olds[0], folder)
+            olds = []
+    for entry, path in found:
+        if staging.fullmatch(entry) or (path in olds and folder.exists()):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -312,7 +341,8 @@ def staged_folder(folder, *, copy: bool = False, check=None):
     ``check(folder)`` (called with the lock held) has accepted it. When the body returns, the temporary folder must hold a manifest (:func:`write_manifest`); it then
     replaces ``folder`` by renames (the old folder is removed only after the new one is in
     place). On any error or interruption the temporary folder is removed and ``folder`` is
-    left as it was.
+    left as it was. What killed writers left beside ``folder`` goes first
+    (:func:`_clear_leftovers`).
 
     Raises
     ------
@@ -336,7 +366,9 @@ def staged_folder(folder, *, copy: bool = False, check=None):
     except OSError as error:
         raise UsageError(f"Cannot create the build folder '{shown}': "
                          f"{error.strerror}") from error
-    with folder_lock(shown):
+    with folder_lock(shown) as locked:
+        if locked:
+            _clear_leftovers(folder)
         if copy:
             check(shown)
         else:

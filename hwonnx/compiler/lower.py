@@ -379,22 +379,26 @@ class _Builder:
             return ({n0: list(k) for n0, k in k_tiles.items()},
                     {tile: start + offset for tile, offset in relative.items()})
         k_tiles, tile_addr = {}, {}
+        last = len(spec.sources) - 1
         for n0, nt in n_tiles:
-            k_tiles[n0] = []
+            kept = []
             for index, (source, offset) in enumerate(zip(spec.sources, spec.offsets)):
-                for ky in range(kh):
-                    for kx in range(kw):
-                        for cb in range(source.cb):
-                            lanes = slice(offset + cb * rows, offset + (cb + 1) * rows)
-                            block = spec.phys[n0:n0 + nt, ky, kx, lanes]
-                            if spec.dense or block.any() or (
-                                    not k_tiles[n0] and index == len(spec.sources)
-                                               - 1 and ky == kh - 1 and kx == kw - 1
-                                               and cb == source.cb - 1):
-                                k_tiles[n0].append((index, ky, kx, cb))
-                                padded = np.zeros((rows, cols), dtype=np.int64)
-                                padded[:, :nt] = block.T
-                                tile_addr[n0, index, ky, kx, cb] = self.weight_tile(padded)
+                blocks = spec.phys[n0:n0 + nt, :, :, offset:offset + source.cb * rows]
+                if spec.dense:
+                    nonzero = np.ones((kh, kw, source.cb), dtype=bool)
+                else:       # found at once: a depthwise layer has channels^2 blocks
+                    nonzero = blocks.reshape(nt, kh, kw, source.cb, rows).any(axis=(0, 4))
+                if index == last and not kept and not nonzero.any():
+                    nonzero[-1, -1, -1] = True
+                kept += [(index, ky, kx, cb) for ky, kx, cb in np.argwhere(nonzero).tolist()]
+            k_tiles[n0] = kept
+            for index, ky, kx, cb in kept:
+                offset = spec.offsets[index]
+                block = spec.phys[n0:n0 + nt, ky, kx, offset + cb * rows:
+                                  offset + (cb + 1) * rows]
+                padded = np.zeros((rows, cols), dtype=np.int64)
+                padded[:, :nt] = block.T
+                tile_addr[n0, index, ky, kx, cb] = self.weight_tile(padded)
         words = self.wgt[start:]
         self._layers[key] = ({n0: list(k) for n0, k in k_tiles.items()},
                              {tile: a - start for tile, a in tile_addr.items()}, words)

@@ -16,7 +16,34 @@ from .layout import Placement
 from .phases import phases
 from .taps import packed_spec_fields
 
-__all__ = ["_Source", "_LayerSpec", "_layer_spec", "_parts"]
+__all__ = ["_Source", "_LayerSpec", "_layer_spec", "_parts", "MAX_PHYS_ELEMENTS"]
+
+#: The most elements of one layer's physical weights ``[N, KH, KW, lanes]`` (512 MiB of
+#: int64) beyond twice the layer's own weights. The compiler holds them whole, ``N x lanes``
+#: per kernel tap: about the weights of a convolution or a Gemm, but for a layer that reads
+#: one input channel per output channel (a depthwise convolution, a pooling, an Add, a copy)
+#: the square of its channels, nearly all zeros.
+MAX_PHYS_ELEMENTS = 1 << 26
+
+
+def _phys_zeros(node: Node, n_out: int, kh: int, kw: int, lanes: int, weights: int
+                ) -> np.ndarray:
+    """Zeroed physical weights ``[n_out, kh, kw, lanes]`` of ``node``'s layer, which has
+    ``weights`` weights of its own (the others stay zero).
+
+    Raises
+    ------
+    ResourceError
+        If they would have more than :data:`MAX_PHYS_ELEMENTS` elements and more than twice
+        ``weights``.
+    """
+    elements = n_out * kh * kw * lanes
+    if elements > max(MAX_PHYS_ELEMENTS, 2 * weights):
+        raise ResourceError(f"Layer '{node.name}' has {n_out} output channels x {kh}x{kw} "
+                            f"taps x {lanes} input lanes of weights, {elements} elements as "
+                            f"the compiler holds them, of which {weights} are its own: more "
+                            f"than hwonnx's limit of {MAX_PHYS_ELEMENTS}")
+    return np.zeros((n_out, kh, kw, lanes), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -102,7 +129,7 @@ def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: 
         width += source.cb * rows
     lanes = np.concatenate(columns)
     channels = len(lanes)
-    phys = np.zeros((channels, 1, 1, width), dtype=np.int64)
+    phys = _phys_zeros(node, channels, 1, 1, width, channels)
     phys[np.arange(channels), 0, 0, lanes] = 1
     h, w = (placements[0].height, placements[0].width) if image else (1, 1)
     return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult, shift,
@@ -121,7 +148,7 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
         source = placements[0]
         k_in, n_out = w.shape
-        phys = np.zeros((n_out, 1, 1, source.words * rows), dtype=np.int64)
+        phys = _phys_zeros(node, n_out, 1, 1, source.words * rows, w.size)
         valid = source.logical >= 0
         phys[:, 0, 0, valid] = w[source.logical[valid]].T
         return _LayerSpec([_Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
@@ -146,7 +173,8 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
         # each source with its own lanes: two vectors can be placed differently (a Gemm
         # output and a Flatten of an image), so b's lanes are not a's
         offsets = [0, sources[0].cb * rows]
-        phys = np.zeros((channels, 1, 1, offsets[1] + sources[1].cb * rows), dtype=np.int64)
+        phys = _phys_zeros(node, channels, 1, 1, offsets[1] + sources[1].cb * rows,
+                            2 * channels)
         for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
             lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
             phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
@@ -176,7 +204,7 @@ def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
     strides, pads = tuple(attrs["strides"]), tuple(attrs["pads"])
     oh = conv_output_size(source.ih, kh, strides[0], pads[0], pads[2], dilations[0])
     ow = conv_output_size(source.iw, kw, strides[1], pads[1], pads[3], dilations[1])
-    phys = _conv_phys(w, group, source.cb * rows)
+    phys = _conv_phys(node, w, group, source.cb * rows)
     return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
                       dilations, macs=oh * ow * n_out * c_group * kh * kw,
                       depthwise=c_group == 1 and n_out == group,
@@ -196,12 +224,12 @@ def _packed_spec(node: Node, placement: Placement, graph: Graph, rows: int,
                       macs=oh * ow * w.size, dense=True, **fields, **out)
 
 
-def _conv_phys(w: np.ndarray, group: int, lanes: int) -> np.ndarray:
+def _conv_phys(node: Node, w: np.ndarray, group: int, lanes: int) -> np.ndarray:
     """``[M, KH, KW, lanes]`` physical weights of a (grouped) convolution ``w`` ``[M, C /
     group, KH, KW]``: output channel ``m`` of group ``g`` reads lanes ``[g C/group, (g+1)
     C/group)``."""
     n_out, c_group, kh, kw = w.shape
-    phys = np.zeros((n_out, kh, kw, lanes), dtype=np.int64)
+    phys = _phys_zeros(node, n_out, kh, kw, lanes, w.size)
     per_group = n_out // group
     for g in range(group):
         outs = slice(g * per_group, (g + 1) * per_group)
@@ -263,7 +291,7 @@ def _permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows
             **_out(attrs))))
 
     if perm[1] == 1:                                   # (0, 1, 3, 2): rows become columns
-        phys = np.zeros((c, 1, 1, lanes), dtype=np.int64)
+        phys = _phys_zeros(node, c, 1, 1, lanes, c)
         phys[np.arange(c), 0, 0, np.arange(c)] = 1
         for y in range(h):
             copy(f"row {y}", phys, (1, w), (-y, 0, 0, 0), (0, out_w, y))
@@ -273,7 +301,7 @@ def _permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows
     kernel = (extent, 1) if axis == 2 else (1, extent)
     other = 3 if axis == 2 else 2                      # the spatial axis that stays spatial
     for ch in range(c):
-        phys = np.zeros((extent, *kernel, lanes), dtype=np.int64)
+        phys = _phys_zeros(node, extent, *kernel, lanes, extent)
         taps = np.arange(extent)
         if axis == 2:
             phys[taps, taps, 0, ch] = 1
@@ -305,7 +333,7 @@ def _slice_spec(node: Node, placement: Placement, graph: Graph, rows: int, out: 
         (k0,), channels, hw = attrs["starts"], shape[1], (1, 1)
         lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))[k0:k0 + channels]
         pads = (0, 0, 0, 0)
-    phys = np.zeros((channels, 1, 1, source.cb * rows), dtype=np.int64)
+    phys = _phys_zeros(node, channels, 1, 1, source.cb * rows, channels)
     phys[np.arange(channels), 0, 0, lanes] = 1
     return _LayerSpec([source], [0], phys, np.zeros(channels, dtype=np.int64), mult, shift,
                       hw, (1, 1), pads, (1, 1), macs=channels * hw[0] * hw[1], **out)
@@ -322,7 +350,7 @@ def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, ro
     for index, (placement, zp) in enumerate(zip(placements, attrs["zps"])):
         source = _image_source(node, placement, int(zp), rows)
         channels, h, w = placement.shape[1:]
-        phys = np.zeros((channels, 1, 1, source.cb * rows), dtype=np.int64)
+        phys = _phys_zeros(node, channels, 1, 1, source.cb * rows, channels)
         phys[np.arange(channels), 0, 0, np.arange(channels)] = 1
         oy, ox = (offset, 0) if axis == 2 else (0, offset)
         specs.append((f"source {index}", _LayerSpec(
@@ -347,7 +375,7 @@ def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: 
         n_out, c_group = phase.weight.shape[:2]
         oh, ow = phase.out_hw
         specs.append((phase.name, _LayerSpec(
-            [source], [0], _conv_phys(phase.weight, group, source.cb * rows),
+            [source], [0], _conv_phys(node, phase.weight, group, source.cb * rows),
             bias.astype(np.int64), mult, shift, phase.out_hw, (1, 1), phase.pads, (1, 1),
             macs=oh * ow * n_out * c_group * phase.taps,
             depthwise=c_group == 1 and n_out == group, scatter=_affine(phase.scatter), **out)))

@@ -5,6 +5,7 @@ record written to ``<out>/points/<key>.json`` as soon as it arrives."""
 import hashlib
 import io
 import logging
+import math
 import os
 import signal
 import threading
@@ -177,7 +178,7 @@ def explore(model, board: str, *, rows=(4, 8, 16), cols=(4, 8, 16), calib=None,
         depths = parse_depths(depths)
     if sim < 0:
         raise UsageError(f"--sim takes a number of samples, not {sim}")
-    if timeout is not None and timeout <= 0:
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UsageError(f"--timeout takes a positive number of seconds, not {timeout:g}")
     points = sweep_points(target.name, rows, cols, depths, bitstream, sim)
     if not points:

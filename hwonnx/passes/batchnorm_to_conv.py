@@ -1,13 +1,14 @@
 """``batchnorm-to-conv``: turn a ``BatchNorm`` that ``fold-batchnorm`` could not fold into a
 depthwise 1x1 ``Conv`` (4-D input) or a diagonal ``Dense`` (``[1, C]`` input)."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir.graph import Graph, Node, TensorType
-from .rewrite import channel_scale_node, channel_weight, fresh_name, prune, rewrite_each
+from ..ir.graph import Graph, Node
+from .rewrite import (Edit, GraphEditor, channel_scale_node, channel_weight, fresh_name,
+                      rewrite_each)
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -33,7 +34,7 @@ class BatchNormToConv:
         return rewrite_each(graph, _convert)
 
 
-def _convert(graph: Graph, bn: Node) -> "Graph | None":
+def _convert(graph: GraphEditor, bn: Node) -> "Edit | None":
     if bn.op != "BatchNorm" or not all(v in graph.constants for v in bn.inputs[1:5]):
         return None
     shape = tuple(graph.types[bn.inputs[0]].shape)
@@ -50,9 +51,4 @@ def _convert(graph: Graph, bn: Node) -> "Graph | None":
     if node is None:
         return None
     constants = {w_name: channel_weight(shape, s), b_name: (bias - mean * s).astype(np.float32)}
-    types = dict(graph.types)
-    for name, value in constants.items():
-        types[name] = TensorType(str(value.dtype), tuple(value.shape))
-    nodes = tuple(node if n is bn else n for n in graph.nodes)
-    return prune(replace(graph, nodes=nodes, types=types,
-                         constants={**graph.constants, **constants}))
+    return Edit(((bn, node),), constants)

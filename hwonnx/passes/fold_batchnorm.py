@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import fold_channel_affine, has_activation, per_channel, rewrite_each, through_layout
+from .rewrite import (Edit, GraphEditor, fold_channel_affine, has_activation, per_channel,
+                      rewrite_each, through_layout)
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -40,7 +41,7 @@ class FoldBatchNorm:
         return rewrite_each(graph, lambda g, node: _fold(g, node, ctx.quantized))
 
 
-def _fold(graph: Graph, bn: Node, quantized: "frozenset[str]") -> "Graph | None":
+def _fold(graph: GraphEditor, bn: Node, quantized: "frozenset[str]") -> "Edit | None":
     if bn.op != "BatchNorm":
         return None
     producer, chain, values = through_layout(graph, bn.inputs[0], bn)

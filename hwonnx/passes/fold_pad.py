@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..golden.im2col import windows_touch_input
 from ..ir.ops import IR_OPS
 from ..ir.graph import Graph, Node
-from .rewrite import prune, rewrite_each
+from .rewrite import Edit, GraphEditor, rewrite_each
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -66,19 +66,18 @@ def _absorb(node: Node, value: str, pads: "tuple[int, ...]", fill: float,
     return node.with_attrs(pads=total, count_include_pad=True, **extra)
 
 
-def _fold(graph: Graph, pad: Node) -> "Graph | None":
+def _fold(graph: GraphEditor, pad: Node) -> "Edit | None":
     if pad.op != "Pad":
         return None
     source, value = pad.inputs[0], pad.outputs[0]
     readers = graph.consumers(value)
     if value in graph.outputs or not readers:
         return None
-    absorbed = {}
+    absorbed = []
     for reader in readers:
         new = _absorb(reader, value, tuple(pad.attrs["pads"]), pad.attrs.get("value", 0.0),
                       graph.types[source].shape)
         if new is None:
             return None
-        absorbed[id(reader)] = replace(new, inputs=(source, *new.inputs[1:]))
-    nodes = tuple(absorbed.get(id(n), n) for n in graph.nodes if n is not pad)
-    return prune(replace(graph, nodes=nodes))
+        absorbed.append((reader, replace(new, inputs=(source, *new.inputs[1:]))))
+    return Edit(((pad, None), *absorbed))

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import fold_channel_affine, has_activation, per_channel, rewrite_each, through_layout
+from .rewrite import (Edit, GraphEditor, fold_channel_affine, has_activation, per_channel,
+                      rewrite_each, through_layout)
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -43,7 +44,7 @@ class FoldScale:
         return rewrite_each(graph, lambda g, node: _fold(g, node, ctx.quantized))
 
 
-def _scale(graph: Graph, node: Node) -> "tuple[np.ndarray, np.ndarray] | None":
+def _scale(graph: GraphEditor, node: Node) -> "tuple[np.ndarray, np.ndarray] | None":
     """``(d, e)`` of a scale node, shaped to broadcast against its input; None otherwise."""
     if node.op not in ("Conv", "Dense") or \
             not all(v in graph.constants for v in node.inputs[1:]):
@@ -68,7 +69,7 @@ def _scale(graph: Graph, node: Node) -> "tuple[np.ndarray, np.ndarray] | None":
     return d, e
 
 
-def _fold(graph: Graph, node: Node, quantized: "frozenset[str]") -> "Graph | None":
+def _fold(graph: GraphEditor, node: Node, quantized: "frozenset[str]") -> "Edit | None":
     found = _scale(graph, node)
     if found is None:
         return None

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import IR_OPS, TABLE
-from .rewrite import LAYOUT_OPS, fresh_name, prune, sole_consumer
+from .rewrite import LAYOUT_OPS, Edit, GraphEditor, fresh_name, rewrite_each, sole_consumer
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -44,19 +44,27 @@ class FoldTranspose:
     name: str = "fold-transpose"
 
     def __call__(self, graph: Graph, ctx: "PassContext") -> Graph:
-        for _ in range(len(graph.nodes) + 1):
-            for node in graph.nodes:
-                if node.op == "Permute":
-                    new = _fold(graph, node)
-                    if new is not None:
-                        graph = new
-                        break
-            else:
-                return graph
-        raise RuntimeError("fold-transpose: a rewrite did not remove a node")
+        return rewrite_each(graph, _fold, _viewers)
 
 
-def _follow(graph: Graph, start: str, ops) -> "tuple[list[Node], Node | None]":
+def _viewers(graph: GraphEditor, node: Node) -> "list[Node]":
+    """The ``Permute`` nodes whose fold may look at ``node``: it follows the values after
+    them down through element-wise and layout nodes (:func:`_follow`)."""
+    found, stack, seen = [], [node], set()
+    while stack:
+        for value in stack.pop().inputs:
+            producer = graph.producer(value)
+            if producer is None or id(producer) in seen:
+                continue
+            seen.add(id(producer))
+            if producer.op == "Permute":
+                found.append(producer)
+            elif producer.op in ELEMENTWISE_UNARY or producer.op in LAYOUT_OPS:
+                stack.append(producer)
+    return found
+
+
+def _follow(graph: GraphEditor, start: str, ops) -> "tuple[list[Node], Node | None]":
     """The nodes of ``ops`` from the reader of ``start`` on, each the sole reader of the value
     before it, and the first sole reader that is not one of them (None if a value has several
     readers or is a graph output)."""
@@ -69,7 +77,9 @@ def _follow(graph: Graph, start: str, ops) -> "tuple[list[Node], Node | None]":
         value = reader.outputs[0]
 
 
-def _fold(graph: Graph, t: Node) -> "Graph | None":
+def _fold(graph: GraphEditor, t: Node) -> "Edit | None":
+    if t.op != "Permute":
+        return None
     perm = tuple(t.attrs["perm"])
     unary, after = _follow(graph, t.outputs[0], ELEMENTWISE_UNARY)
     if after is None:
@@ -84,40 +94,31 @@ def _fold(graph: Graph, t: Node) -> "Graph | None":
     return None
 
 
-def _cancel(graph: Graph, t: Node, unary: "list[Node]", t2: Node, perm) -> Graph:
+def _cancel(graph: GraphEditor, t: Node, unary: "list[Node]", t2: Node, perm) -> Edit:
     q = tuple(t2.attrs["perm"])
     composed = tuple(perm[axis] for axis in q)
     source_shape = graph.types[t.inputs[0]].shape
-    types = dict(graph.types)
-    renamed, value = {}, t.inputs[0]
+    types = {}
+    renamed, value = [], t.inputs[0]
     for node in unary:                       # now on the untransposed axis order
-        renamed[node.name] = replace(node, inputs=(value,) + node.inputs[1:])
+        renamed.append(replace(node, inputs=(value,) + node.inputs[1:]))
         value = node.outputs[0]
-        types[value] = TensorType(types[value].dtype, source_shape)
+        types[value] = TensorType(graph.types[value].dtype, source_shape)
     last = unary[-1] if unary else None
     if composed == tuple(range(len(composed))):
         if last is None:                     # t2 reads t: an Identity, removed by the next pass
             replacement = Node(t2.name, "Identity", (t.inputs[0],), t2.outputs)
         else:                                # the last element-wise node writes t2's output
-            renamed[last.name] = replace(renamed[last.name], outputs=t2.outputs)
-            types[t2.outputs[0]] = TensorType(types[t2.outputs[0]].dtype, source_shape)
+            renamed[-1] = replace(renamed[-1], outputs=t2.outputs)
+            types[t2.outputs[0]] = TensorType(graph.types[t2.outputs[0]].dtype, source_shape)
             replacement = None
     else:
         replacement = replace(t2, inputs=(value if last else t.inputs[0],),
                               attrs={**t2.attrs, "perm": composed})
-    nodes = []
-    for node in graph.nodes:
-        if node is t:
-            continue
-        if node is t2:
-            if replacement is not None:
-                nodes.append(replacement)
-            continue
-        nodes.append(renamed.get(node.name, node))
-    return prune(replace(graph, nodes=tuple(nodes), types=types))
+    return Edit(((t, None), *zip(unary, renamed), (t2, replacement)), types=types)
 
 
-def _into_dense(graph: Graph, t: Node, layout: "list[Node]", dense: Node, perm) -> Graph:
+def _into_dense(graph: GraphEditor, t: Node, layout: "list[Node]", dense: Node, perm) -> Edit:
     source = t.inputs[0]
     shape = graph.types[source].shape
     order = np.arange(int(np.prod(shape))).reshape(shape).transpose(perm).reshape(-1)
@@ -129,9 +130,5 @@ def _into_dense(graph: Graph, t: Node, layout: "list[Node]", dense: Node, perm) 
     reshape = Node(layout[0].name, "Reshape", (source,), (flat,),
                    {"shape": tuple(graph.types[flat].shape)})
     folded = replace(dense, inputs=(flat, w_name) + dense.inputs[2:])
-    dropped = {id(t)} | {id(node) for node in layout[1:]}
-    nodes = tuple(reshape if node is layout[0] else folded if node is dense else node
-                  for node in graph.nodes if id(node) not in dropped)
-    types = {**graph.types, w_name: TensorType(str(moved.dtype), tuple(moved.shape))}
-    return prune(replace(graph, nodes=nodes, types=types,
-                         constants={**graph.constants, w_name: moved}))
+    return Edit(((t, None), (layout[0], reshape), *((node, None) for node in layout[1:]),
+                 (dense, folded)), {w_name: moved})

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import (fresh_name, fuse_into_producer, has_activation, per_channel, rewrite_each,
-                      through_layout)
+from .rewrite import (Edit, GraphEditor, fresh_name, fuse_into_producer, has_activation,
+                      per_channel, rewrite_each, through_layout)
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -36,7 +36,7 @@ class FuseBias:
         return rewrite_each(graph, lambda g, node: _fuse(g, node, ctx.quantized))
 
 
-def _fuse(graph: Graph, add: Node, quantized: "frozenset[str]") -> "Graph | None":
+def _fuse(graph: GraphEditor, add: Node, quantized: "frozenset[str]") -> "Edit | None":
     if add.op != "Add":
         return None
     for value, other in (add.inputs, add.inputs[::-1]):

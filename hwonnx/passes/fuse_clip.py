@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..ir.graph import Graph, Node
-from .rewrite import LAYER_OPS, fuse_into_producer, rewrite_each, through_layout
+from .rewrite import (LAYER_OPS, Edit, GraphEditor, fuse_into_producer, rewrite_each,
+                      through_layout)
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -32,7 +33,7 @@ class FuseClip:
         return rewrite_each(graph, lambda g, node: _fuse(g, node, ctx.quantized))
 
 
-def _fuse(graph: Graph, clip: Node, quantized: "frozenset[str]") -> "Graph | None":
+def _fuse(graph: GraphEditor, clip: Node, quantized: "frozenset[str]") -> "Edit | None":
     if clip.op != "Clip":
         return None
     low, high = clip.attrs["min"], clip.attrs["max"]

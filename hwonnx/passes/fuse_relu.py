@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..ir.graph import Graph, Node
-from .rewrite import LAYER_OPS, fuse_into_producer, rewrite_each, through_layout
+from .rewrite import (LAYER_OPS, Edit, GraphEditor, fuse_into_producer, rewrite_each,
+                      through_layout)
 
 if TYPE_CHECKING:
     from .pipeline import PassContext
@@ -29,7 +30,7 @@ class FuseRelu:
         return rewrite_each(graph, lambda g, node: _fuse(g, node, ctx.quantized))
 
 
-def _fuse(graph: Graph, relu: Node, quantized: "frozenset[str]") -> "Graph | None":
+def _fuse(graph: GraphEditor, relu: Node, quantized: "frozenset[str]") -> "Edit | None":
     if relu.op != "Relu":
         return None
     producer, chain, values = through_layout(graph, relu.inputs[0], relu)

@@ -1,7 +1,9 @@
-"""Helpers shared by the passes; every one returns new objects and mutates nothing."""
+"""Helpers shared by the passes; every one returns new objects and mutates nothing (but a
+:class:`GraphEditor`, the working copy of a graph that :func:`rewrite_each` edits)."""
 
-from dataclasses import replace
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -10,8 +12,8 @@ from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import LAYER, LAYOUT, ir_ops
 
 __all__ = ["LAYER_OPS", "LAYOUT_OPS", "has_activation", "sole_consumer", "fresh_name", "prune",
-           "rewrite_each", "fuse_into_producer", "through_layout", "per_channel",
-           "fold_channel_affine", "channel_scale_node", "channel_weight"]
+           "Edit", "GraphEditor", "rewrite_each", "fuse_into_producer", "through_layout",
+           "per_channel", "fold_channel_affine", "channel_scale_node", "channel_weight"]
 
 #: Layer-like float ops: each carries ``relu`` (bool) and ``act_max`` (float or None), applied
 #: in that order after the op itself.
@@ -28,7 +30,7 @@ def has_activation(node: Node) -> bool:
     return bool(node.attrs.get("relu")) or node.attrs.get("act_max") is not None
 
 
-def sole_consumer(graph: Graph, value: str) -> "Node | None":
+def sole_consumer(graph: "Graph | GraphEditor", value: str) -> "Node | None":
     """Return the only node reading ``value``, or None if ``value`` is a graph output or is
     read by several nodes (or none)."""
     if value in graph.outputs:
@@ -37,7 +39,7 @@ def sole_consumer(graph: Graph, value: str) -> "Node | None":
     return consumers[0] if len(consumers) == 1 else None
 
 
-def fresh_name(graph: Graph, base: str) -> str:
+def fresh_name(graph: "Graph | GraphEditor", base: str) -> str:
     """Return ``base``, or ``base_<n>`` when ``base`` already names a value of ``graph``."""
     name, index = base, 1
     while name in graph.types or name in graph.constants:
@@ -55,23 +57,174 @@ def prune(graph: Graph) -> Graph:
     return replace(graph, types=types, constants=constants)
 
 
-def rewrite_each(graph: Graph, rewrite: "Callable[[Graph, Node], Graph | None]") -> Graph:
-    """Apply ``rewrite`` to the first node it accepts (returns a graph for) until it accepts
-    none. Every accepted rewrite must remove a node, which bounds the iterations."""
-    for _ in range(len(graph.nodes) + 1):
-        for node in graph.nodes:
-            new = rewrite(graph, node)
-            if new is not None:
-                graph = new
-                break
+@dataclass(frozen=True)
+class Edit:
+    """A local rewrite of a graph, as :func:`rewrite_each` applies it.
+
+    ``nodes`` pairs each node the rewrite changes with its replacement, which takes its place
+    in the order (None deletes it); ``constants`` are added (typed by their arrays) and
+    ``types`` set (a value the rewrite moves to another shape). Constants no node reads any
+    more and the types of values no longer defined are dropped afterwards, as by
+    :func:`prune`.
+    """
+    nodes: "tuple[tuple[Node, Node | None], ...]"
+    constants: "Mapping[str, np.ndarray]" = field(default_factory=dict)
+    types: "Mapping[str, TensorType]" = field(default_factory=dict)
+
+
+class GraphEditor:
+    """A graph being rewritten by :func:`rewrite_each`: what a rewrite reads of a
+    :class:`~hwonnx.ir.graph.Graph` (``inputs``, ``outputs``, ``types``, ``constants``,
+    ``meta``, :meth:`producer`, :meth:`consumers`), indexed so that a look-up, and applying an
+    :class:`Edit`, take time in proportion to the nodes concerned rather than to the graph.
+    ``types`` and ``constants`` are read-only views that follow the edits."""
+
+    def __init__(self, graph: Graph):
+        self.inputs, self.outputs, self.meta = graph.inputs, graph.outputs, graph.meta
+        self._graph = graph
+        self._types = dict(graph.types)
+        self._constants = dict(graph.constants)
+        self.types: "Mapping[str, TensorType]" = MappingProxyType(self._types)
+        self.constants: "Mapping[str, np.ndarray]" = MappingProxyType(self._constants)
+        self._input_set, self._output_set = set(graph.inputs), set(graph.outputs)
+        self._nodes: "list[Node | None]" = list(graph.nodes)
+        self._skip = list(range(1, len(self._nodes) + 1))    # a deleted place -> a later one
+        self._position: "dict[int, int]" = {}                 # id(node) -> its place
+        self._producer: "dict[str, Node]" = {}
+        self._readers: "dict[str, dict[int, Node]]" = {}      # value -> {id(node): node}
+        self.edits = 0
+        for index, node in enumerate(self._nodes):
+            self._index(node, index)
+
+    def _index(self, node: Node, index: int) -> None:
+        self._position[id(node)] = index
+        for value in node.outputs:
+            self._producer[value] = node
+        for value in node.inputs:
+            self._readers.setdefault(value, {})[id(node)] = node
+
+    def _unindex(self, node: Node) -> int:
+        index = self._position.pop(id(node))
+        for value in node.outputs:
+            if self._producer.get(value) is node:
+                del self._producer[value]
+        for value in node.inputs:
+            readers = self._readers.get(value)
+            if readers is not None:
+                readers.pop(id(node), None)
+                if not readers:
+                    del self._readers[value]
+        return index
+
+    def producer(self, value: str) -> "Node | None":
+        """Return the node writing ``value``, None for an input, a constant or no value."""
+        return self._producer.get(value)
+
+    def consumers(self, value: str) -> "list[Node]":
+        """Return the nodes reading ``value``, in graph order."""
+        readers = self._readers.get(value)
+        if not readers:
+            return []
+        return sorted(readers.values(), key=lambda node: self._position[id(node)])
+
+    def position(self, node: Node) -> int:
+        """Return the place of ``node`` in the order (kept while other nodes go)."""
+        return self._position[id(node)]
+
+    def next_node(self, index: int) -> "tuple[int, Node] | None":
+        """Return the first node at place ``index`` or later, with its place."""
+        nodes, skip, end = self._nodes, self._skip, len(self._nodes)
+        found = index
+        while found < end and nodes[found] is None:
+            found = skip[found]
+        while index < found and nodes[index] is None:     # path compression
+            following = skip[index]
+            skip[index] = found
+            index = following
+        return (found, nodes[found]) if found < end else None
+
+    def apply(self, edit: Edit) -> "tuple[list[int], list[Node]]":
+        """Apply ``edit``. Return the places of the nodes it replaced or deleted, and the nodes
+        it put in and the producers of the values the nodes it changed read or write."""
+        places, values = [], set(edit.constants) | set(edit.types)
+        for old, _ in edit.nodes:
+            places.append(self._unindex(old))
+            values.update(old.inputs)
+            values.update(old.outputs)
+        for (old, new), index in zip(edit.nodes, places):
+            self._nodes[index] = new
+            if new is None:
+                self._skip[index] = index + 1
+            else:
+                self._index(new, index)
+                values.update(new.inputs)
+                values.update(new.outputs)
+        self._types.update(edit.types)
+        for name, value in edit.constants.items():
+            self._constants[name] = value
+            self._types[name] = TensorType(str(value.dtype), tuple(value.shape))
+        self.edits += 1
+        if self.edits == 1:
+            self._prune(set(self._types) | set(self._constants))    # as prune() does
         else:
-            return graph
-    raise RuntimeError("rewrite_each: a rewrite did not remove a node")
+            self._prune(values)
+        changed = [new for _, new in edit.nodes if new is not None]
+        changed += [node for node in (self._producer.get(v) for v in values) if node is not None]
+        return places, changed
+
+    def _prune(self, values: "set[str]") -> None:
+        for value in values:
+            if value in self._constants and value not in self._readers \
+                    and value not in self._output_set:
+                del self._constants[value]
+            if value in self._types and value not in self._input_set \
+                    and value not in self._constants and value not in self._producer:
+                del self._types[value]
+
+    def graph(self) -> Graph:
+        """Return the edited graph (the original object if no edit was applied)."""
+        if not self.edits:
+            return self._graph
+        return replace(self._graph, nodes=tuple(n for n in self._nodes if n is not None),
+                       types=self._types, constants=self._constants)
 
 
-def fuse_into_producer(graph: Graph, producer: Node, consumer: Node, fused: Node,
+def rewrite_each(graph: Graph, rewrite: "Callable[[GraphEditor, Node], Edit | None]",
+                 viewers: "Callable[[GraphEditor, Node], Iterable[Node]] | None" = None
+                 ) -> Graph:
+    """Apply ``rewrite`` to the first node it accepts (returns an :class:`Edit` for) until it
+    accepts none; return the new graph, or ``graph`` itself if it accepted none.
+
+    ``rewrite`` sees the graph through a :class:`GraphEditor`. After an edit, the search
+    resumes at the first node whose rewrite may have changed its answer, so the result is the
+    same as starting again from the first node, in time linear in the size of the graph for
+    rewrites that look at a few nodes around the one they are given. Those are the nodes the
+    edit replaced or deleted, the producers of the values they read and, for rewrites that look
+    further down the graph than the readers of their node's outputs, the nodes ``viewers``
+    returns for each of these (the nodes before it whose rewrite may look at it). Every
+    accepted rewrite must remove a node, or change one so that it is not accepted again, which
+    bounds the iterations.
+    """
+    editor = GraphEditor(graph)
+    limit, index = len(graph.nodes) + 1, 0
+    while (found := editor.next_node(index)) is not None:
+        index, node = found
+        edit = rewrite(editor, node)
+        if edit is None:
+            index += 1
+            continue
+        if editor.edits == limit:
+            raise RuntimeError("rewrite_each: a rewrite did not remove a node")
+        places, changed = editor.apply(edit)
+        if viewers is not None:
+            changed += [seen for node in changed for seen in viewers(editor, node)]
+        index = min([*places, *(editor.position(n) for n in changed)])
+    return editor.graph()
+
+
+def fuse_into_producer(graph: "GraphEditor", producer: Node, consumer: Node, fused: Node,
                        constants: "dict[str, np.ndarray] | None" = None,
-                       chain: "tuple[Node, ...]" = ()) -> Graph:
+                       chain: "tuple[Node, ...]" = ()) -> Edit:
     """Replace ``producer`` by ``fused`` (at the producer's place), delete ``consumer`` and add
     ``constants``; ``fused`` writes the consumer's output so value names stay stable. With a
     ``chain`` of layout nodes between them (:func:`through_layout`), ``fused`` writes the
@@ -79,19 +232,13 @@ def fuse_into_producer(graph: Graph, producer: Node, consumer: Node, fused: Node
     if chain:
         fused = replace(fused, outputs=producer.outputs)
         last = replace(chain[-1], outputs=consumer.outputs)
+        nodes = ((producer, fused), (chain[-1], last), (consumer, None))
     else:
-        fused, last = replace(fused, outputs=consumer.outputs), None
-    nodes = tuple(fused if node is producer else last if chain and node is chain[-1] else node
-                  for node in graph.nodes if node is not consumer)
-    constants = constants or {}
-    types = dict(graph.types)
-    for name, value in constants.items():
-        types[name] = TensorType(str(value.dtype), tuple(value.shape))
-    return prune(replace(graph, nodes=nodes, types=types,
-                         constants={**graph.constants, **constants}))
+        nodes = ((producer, replace(fused, outputs=consumer.outputs)), (consumer, None))
+    return Edit(nodes, constants or {})
 
 
-def through_layout(graph: Graph, value: str, reader: Node
+def through_layout(graph: "Graph | GraphEditor", value: str, reader: Node
                    ) -> "tuple[Node | None, tuple[Node, ...], tuple[str, ...]]":
     """Follow ``value`` (read by ``reader``) up through :data:`LAYOUT_OPS` nodes.
 
@@ -135,9 +282,9 @@ def per_channel(values: np.ndarray, shape: "tuple[int, ...]", target: "tuple[int
     return by_channel[:, 0].copy()
 
 
-def fold_channel_affine(graph: Graph, producer: Node, chain: "tuple[Node, ...]",
+def fold_channel_affine(graph: "GraphEditor", producer: Node, chain: "tuple[Node, ...]",
                         consumer: Node, scale: np.ndarray, bias, what: str,
-                        attrs: "dict | None" = None) -> Graph:
+                        attrs: "dict | None" = None) -> Edit:
     """Fold ``y = x * scale[m] + ...`` on output channel ``m`` of the ``Conv``/``Dense``
     ``producer`` (constant weight and bias, no activation) into it: output channel ``m`` of
     the weight is scaled by ``scale[m]`` and the bias becomes ``bias(old_bias)`` (a function of
