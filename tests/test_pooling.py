@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from hwonnx.api import build, simulate
 from hwonnx.cli import main
 from hwonnx.errors import ModelError, UnsupportedOperatorError
-from rtl_helpers import he_weight
+from hwonnx.frontend import load_model
+from rtl_helpers import he_weight, rtl_matches_golden
 from spec_helpers import check_against_ort, make_model, ort_outputs
 
 
@@ -190,3 +191,62 @@ def test_squeezenet_pools_with_ceil_mode_run_bit_exact_through_the_cli(tmp_path,
     print(f"\nSqueezeNet front, ceil_mode pools: max |RTL - onnxruntime float| "
           f"{np.abs(got - want).max():.4g} of an output range {np.ptp(want):.4g}")
     assert np.abs(got - want).max() <= 0.05 * np.ptp(want)
+
+
+def _reduce_model(op, axes, keepdims=1, opset=17, shape=(1, 6, 5, 7)):
+    """``op`` over ``axes`` of x, as an attribute (opset < 18) or an input (opset 18)."""
+    inputs, inits = ["x"], []
+    attrs = {"keepdims": keepdims}
+    if opset >= 18:
+        inputs.append("axes")
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    else:
+        attrs["axes"] = axes
+    model = make_model([helper.make_node(op, inputs, ["y"], name="reduce", **attrs)],
+                       {"x": list(shape)}, {"y": [None] * (4 if keepdims else 2)}, opset=opset)
+    model.graph.initializer.extend(inits)
+    return model
+
+
+@pytest.mark.parametrize("op, axes, opset", [("ReduceMean", [2, 3], 17),
+                                             ("ReduceMean", [-1, -2], 18),
+                                             ("ReduceMax", [3, 2], 17),
+                                             ("ReduceMax", [2, -1], 18)])
+def test_reduce_over_height_and_width_is_a_global_pool(op, axes, opset):
+    """timm's squeeze-and-excitation blocks: ReduceMean over H and W, dimensions kept (and
+    ReduceMax, the same reduction), axes as an attribute or, from opset 18, an input."""
+    graph = check_against_ort(_reduce_model(op, axes, opset=opset), rtol=1e-5, atol=1e-6)
+    (node,) = graph.nodes
+    assert (node.op, node.attrs["kernel"]) == (
+        "AvgPool" if op == "ReduceMean" else "MaxPool", (5, 7))
+
+
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([2, 3], 0), ([1, 2, 3], 1)])
+def test_other_reductions_are_refused_naming_the_form(axes, keepdims):
+    with pytest.raises(UnsupportedOperatorError,
+                       match=rf"ReduceMean 'reduce' reduces axes \[{', '.join(map(str, axes))}\]"
+                             rf" of \[1, 6, 5, 7\] with keepdims={keepdims}; the array reduces "
+                             rf"height and width"):
+        load_model(_reduce_model("ReduceMean", axes, keepdims))
+
+
+@pytest.mark.rtl
+def test_squeeze_and_excitation_block_runs_bit_exact(tmp_path):
+    """A timm squeeze-and-excitation block: x -> ReduceMean(H, W, keepdims) -> 1x1 Conv ->
+    Relu -> 1x1 Conv -> Sigmoid -> Mul with x; RTL equal to golden in the predicted cycles."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], name="se_mean", axes=[2, 3],
+                              keepdims=1),
+             helper.make_node("Conv", ["m", "w0"], ["c0"], name="se_reduce"),
+             helper.make_node("Relu", ["c0"], ["r0"], name="se_relu"),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], name="se_expand"),
+             helper.make_node("Sigmoid", ["c1"], ["g"], name="se_gate"),
+             helper.make_node("Mul", ["x", "g"], ["y"], name="se_scale")]
+    model = make_model(nodes, {"x": [1, 8, 6, 6]}, {"y": [1, 8, 6, 6]})
+    model.graph.initializer.extend([
+        numpy_helper.from_array(he_weight(rng, 4, 8, 1, 1), "w0"),
+        numpy_helper.from_array(he_weight(rng, 8, 4, 1, 1), "w1")])
+    x = rng.normal(0, 1, (10, 1, 8, 6, 6)).astype(np.float32)
+    result = build(model, None, calib={"x": x[:8]}, log=lambda m: None)
+    assert "QAvgPool" in [layer.op for layer in result.program.layers]
+    rtl_matches_golden(result, {"x": x[8:]}, 2)

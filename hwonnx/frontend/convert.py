@@ -136,6 +136,30 @@ def _global_average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
                  "count_include_pad": True, **_ACTIVATION})
 
 
+def _reduce_pool(b: _Builder, node: onnx.NodeProto) -> Node:
+    """``ReduceMean`` or ``ReduceMax`` over height and width of a ``[N, C, H, W]`` value,
+    dimensions kept (timm's squeeze-and-excitation blocks): the global pool it is."""
+    x, shape = _input_4d(b, node, "reduction over height and width")
+    attrs = _attrs(node)
+    if len(node.input) > 1 and node.input[1]:             # opset 18: axes an input
+        axes = [int(a) for a in np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)]
+    else:
+        axes = [int(a) for a in attrs.get("axes", ())]
+    if not axes and attrs.get("noop_with_empty_axes", 0):
+        return _identity(b, node)
+    if any(not -4 <= a < 4 for a in axes):
+        raise ModelError(f"{node.op_type} '{node.name}' has axes {axes}, out of range for its "
+                         f"rank-4 input (ONNX: each axis is in [-r, r-1])")
+    reduced = sorted({a % 4 for a in axes}) if axes else [0, 1, 2, 3]
+    if reduced != [2, 3] or not attrs.get("keepdims", 1):
+        raise _unsupported(b, node, (
+            f"{node.op_type} '{node.name}' reduces axes {reduced} of {list(shape)} with "
+            f"keepdims={attrs.get('keepdims', 1)}; the array reduces height and width (axes 2 "
+            f"and 3) with keepdims=1, a global pool"))
+    pool = _global_average_pool if node.op_type == "ReduceMean" else _global_max_pool
+    return pool(b, node)
+
+
 def _dense_input(b: _Builder, node: onnx.NodeProto) -> str:
     x = b.value(node.input[0])
     if len(b.shape(x)) != 2 or b.shape(x)[0] != 1:
@@ -477,6 +501,7 @@ CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
     "GlobalAveragePool": _global_average_pool, "Clip": _clip,
     "Mul": _mul, "Squeeze": _as_reshape, "Unsqueeze": _as_reshape, "Transpose": _transpose,
     "Pad": _pad, "Concat": _concat, "MaxPool": _max_pool, "GlobalMaxPool": _global_max_pool,
+    "ReduceMean": _reduce_pool, "ReduceMax": _reduce_pool,
     "Sub": convert_eltwise, "Max": convert_eltwise, "Min": convert_eltwise,
     "Sum": convert_eltwise, "Mean": convert_eltwise, "PRelu": convert_prelu,
     **{op: _table_activation for op, table in TABLE_OPS.items() if table.onnx},

@@ -137,6 +137,8 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "GlobalAveragePool": OnnxOp(compute=True),
     "MaxPool": OnnxOp(compute=True),
     "GlobalMaxPool": OnnxOp(compute=True),
+    **{op: OnnxOp(compute=True, constant_inputs={1: "axes"}) for op in ("ReduceMean",
+                                                                        "ReduceMax")},
     "Concat": OnnxOp(compute=True),
     **{op: OnnxOp(compute=True) for op in ("Max", "Min", "Sum", "Mean")},
     "PRelu": OnnxOp(compute=True, constant_inputs={1: "slope"}),
