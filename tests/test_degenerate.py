@@ -21,6 +21,7 @@ from hwonnx.compiler.lower import lower
 from hwonnx.errors import QuantizationError, ResourceError
 from hwonnx.frontend import load_model
 from hwonnx.golden import evaluate, quantize
+from hwonnx.isa import Op
 from hwonnx.quant import quantize_model
 from spec_helpers import make_model
 from ort_reference import reference_outputs
@@ -248,3 +249,29 @@ def test_model_multiplier_underflowing_float32_is_fitted(tmp_path):
     expected = quantize(np.float32(max(bias, 0)), scale=fc1.attrs["out_scale"],
                         zero_point=fc1.attrs["out_zp"])
     assert (env[fc1.outputs[0]].reshape(len(x), -1)[:, TINY] == expected).all()
+
+
+def test_weights_beyond_the_address_field_stream_from_an_external_memory():
+    """Three Gemms 480 -> 500 -> 480 -> 500: on 8x8 each takes 30,240 weight words (480 inputs
+    x 63 tiles of 8 outputs; 504 inputs, rounded up to 8, x 60 tiles), 90,720 together, more
+    than the 65,536 a LOADW addresses. Without an external memory the build says to stream
+    them; with one (--ext-memory on --board sim) two slots of 30,240 words hold the layer
+    that runs and the next, and it builds."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Gemm", [src, f"w{i}"], [dst], name=f"fc{i}", transB=1)
+             for i, (src, dst) in enumerate([("x", "h0"), ("h0", "h1"), ("h1", "y")])]
+    sizes = [480, 500, 480, 500]
+    weights = {f"w{i}": rng.normal(0, 1 / np.sqrt(sizes[i]), (sizes[i + 1], sizes[i]))
+               for i in range(3)}
+    model = _model(nodes, weights, [1, 480], [1, 500])
+    calib = {"x": rng.normal(0, 1, (4, 1, 480)).astype(np.float32)}
+    with pytest.raises(ResourceError, match=r"^The model needs 90720 words of the wgt buffer, "
+                                            r"more than the 65536 an instruction can address; "
+                                            r"use a larger array \(--rows/--cols: wider "
+                                            r"words, fewer of them\); or stream the weights "
+                                            r"from an external memory \(--ext-memory: "):
+        api.build(model, None, calib=calib, verilog=False, log=lambda message: None)
+    result = api.build(model, None, calib=calib, ext_memory="ulx3s-sdram", verilog=False,
+                       log=lambda message: None)
+    assert result.program.words["wgt"] <= 65536
+    assert sum(1 for i in result.program.instructions if i["op"] == Op.LOADX) >= 2

@@ -228,9 +228,13 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         depth = getattr(config, f"{name}_depth")
         limit = addressable(name) if name != "prog" else None
         if limit is not None and used > limit:
+            stream = ("; or stream the weights from an external memory (--ext-memory: the "
+                      "board's own, or any on --board sim), whose two slots then take the "
+                      "largest layer's weights twice"
+                      if name in ("wgt", "par") and not config.ext_memory else "")
             raise ResourceError(f"The model needs {used} words of the {name} buffer, more than "
                                 f"the {limit} an instruction can address; use a larger array "
-                                f"(--rows/--cols: wider words, fewer of them)")
+                                f"(--rows/--cols: wider words, fewer of them){stream}")
         if used > depth and not (name == "prog" and config.prog_page):    # pages: any length
             raise ResourceError(f"The model needs {used} words of the {name} buffer, but the "
                                 f"{config.name} architecture has {depth}; raise "
