@@ -45,6 +45,23 @@ def _activations(node: Node, graph: Graph) -> "list[str]":
     return [v for v in node.inputs if v and v not in graph.constants]
 
 
+def _image_view(graph: Graph, value: str) -> "tuple[int, ...]":
+    """The shape a graph input is laid out for: its own, or the ``[1, C, H, W]`` image every
+    reader takes it as through a Reshape (a channels-last export's NHWC -> NCHW change of a
+    one-channel input, a relabelling: ``[1, 49, 10, 1]`` read as ``[1, 1, 49, 10]``). A
+    Reshape keeps the flat order, so the host writes the input's values where the image's
+    natural layout puts them and the layers read the image in order."""
+    shape = graph.types[value].shape
+    readers = graph.consumers(value)
+    views = {graph.types[n.outputs[0]].shape for n in readers if n.op in _LAYOUT}
+    if readers and len(views) == 1 and all(n.op in _LAYOUT for n in readers) \
+            and value not in graph.outputs:
+        (view,) = views
+        if len(view) == 4 and view[0] == 1:
+            return view
+    return shape
+
+
 def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     """Compile the integer ``graph`` for ``config``; with ``loops`` off, every layer is
     stored one micro-instruction at a time (to test the walker against the explicit form).
@@ -149,9 +166,11 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             base = alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'")
             placements[value] = packed_placement(base, packed[value], graph, rows)
             continue
-        words = natural_placement(0, shape, rows).words
+        view = _image_view(graph, value)
+        words = natural_placement(0, view, rows).words
         placements[value] = natural_placement(
-            alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'"), shape, rows)
+            alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'"), view, rows
+        ).with_shape(shape)
 
     builder = _Builder(graph, config, split)
     layers = []
