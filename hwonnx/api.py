@@ -523,7 +523,8 @@ def _input_samples(graph: Graph, inputs) -> "dict[str, np.ndarray]":
     from .quant import load_samples, normalize_samples
 
     float_inputs = {name: graph.types[name] for name in graph.inputs}
-    shell = Graph((), tuple(float_inputs), (), float_inputs)
+    shell = Graph((), tuple(float_inputs), (), float_inputs,
+                  meta={"batches": dict(graph.meta.get("batches", {}))})
     if isinstance(inputs, np.ndarray):
         if len(float_inputs) != 1:
             raise UsageError(f"Input data is one array, but the model has {len(float_inputs)} "

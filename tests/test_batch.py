@@ -339,3 +339,36 @@ def test_fixed_batch_mlp_on_the_rtl_is_bit_exact(mlp_build):
     assert all(cycles == rtl.predicted_cycles for cycles in rtl.cycles)
     assert np.array_equal(rtl.int_outputs,
                           api.simulate(result, x, mode="golden").int_outputs)
+
+
+@pytest.mark.rtl
+def test_samples_in_the_models_own_batch_shape_are_split(tmp_path, capsys):
+    """PyTorch's exported batch of 16, calibrated and simulated with data in the model's own
+    input shape (S, 16, 16): the batches are split into S x 16 samples in order, which equal
+    the same samples given one by one; a batch of another size is refused naming the shapes
+    that are taken."""
+    model = tmp_path / "mlp16.onnx"
+    onnx.save(_mlp(batch=16), model)
+    rng = np.random.default_rng(6)
+    calib, x = (rng.standard_normal((n, 16, 16)).astype(np.float32) for n in (4, 1))
+    np.save(tmp_path / "calib.npy", calib)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "x_split.npy", x.reshape(16, 16))
+    out = tmp_path / "build"
+    assert main(["build", str(model), "-o", str(out), "--calib",
+                 str(tmp_path / "calib.npy")]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["sim", str(out), "--input", str(tmp_path / "x.npy"), "--compare", "--output",
+                 str(tmp_path / "y.npz")]) == 0, capsys.readouterr().err
+    assert re.match(r"16 sample\(s\) on RTL: ", capsys.readouterr().out)
+    assert main(["sim", str(out), "--input", str(tmp_path / "x_split.npy"), "--golden",
+                 "--output", str(tmp_path / "y_split.npz")]) == 0
+    with np.load(tmp_path / "y.npz") as got, np.load(tmp_path / "y_split.npz") as want:
+        np.testing.assert_array_equal(got["y"], want["y"])
+    np.save(tmp_path / "bad.npy", rng.standard_normal((2, 8, 16)).astype(np.float32))
+    capsys.readouterr()
+    assert main(["sim", str(out), "--input", str(tmp_path / "bad.npy"), "--golden"]) == 2
+    assert capsys.readouterr().err == (
+        f"hwonnx: error: Input file '{tmp_path / 'bad.npy'}': array 'x' has shape (2, 8, 16), "
+        f"but samples of input 'x' (1, 16) need shape (S, 1, 16) or (S, 16) or (S, 16, 16) "
+        f"(the model's batch of 16)\n")

@@ -24,8 +24,11 @@ def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
     """Check a batch against the graph inputs and return ``name -> [S, *input_shape]``.
 
     The first axis indexes samples; each sample has the input's shape, and a leading batch
-    axis of 1 may be omitted.
+    axis of 1 may be omitted. For a model exported with a fixed batch N (rebound to 1 by the
+    frontend, ``graph.meta["batches"]``), samples may also come in the model's own shape,
+    ``(S, N, ...)``: their batches are split, ``S * N`` samples in order.
     """
+    batches = dict(graph.meta.get("batches", {}))
     missing = [name for name in graph.inputs if name not in arrays]
     if missing:
         raise QuantizationError(f"{what} has no array for graph input(s) "
@@ -39,11 +42,16 @@ def normalize_samples(graph: Graph, arrays: "dict[str, np.ndarray]", what: str
             array = array.reshape((array.shape[0],) + shape)
         elif array.ndim == len(shape) + 1 and array.shape[1:] == shape:
             pass
+        elif name in batches and array.ndim == len(shape) + 1 \
+                and array.shape[1:] == (batches[name],) + tuple(shape[1:]):
+            array = array.reshape((-1,) + tuple(shape))        # the model's batches, split
         else:
+            batched = (f" or (S, {batches[name]}, {', '.join(map(str, shape[1:]))}) (the "
+                       f"model's batch of {batches[name]})" if name in batches else "")
             raise QuantizationError(
                 f"{what}: array '{name}' has shape {array.shape}, but samples of input "
                 f"'{name}' {shape} need shape (S, {', '.join(map(str, shape))}) or "
-                f"(S, {', '.join(map(str, shape[1:]))})")
+                f"(S, {', '.join(map(str, shape[1:]))}){batched}")
         if not np.issubdtype(array.dtype, np.number):
             raise QuantizationError(f"{what}: array '{name}' has dtype {array.dtype}, not a "
                                     f"number type")
