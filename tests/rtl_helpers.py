@@ -53,3 +53,34 @@ def looped_ops(program) -> list:
     return [op for layer in program.layers for op in (
         [Op.ELTW, Op.POST] * layer.tiles if layer.op == "QEltwise"
         else [Op.SETMM, Op.SETPOST, Op.LOOP])] + [Op.END]
+
+
+def cli_build_and_compare(tmp_path, capsys, model, x: np.ndarray, calib: int = 8) -> np.ndarray:
+    """What a user runs on ``model`` (one input ``x``): ``hwonnx build model.onnx --board sim
+    --calib`` (the first ``calib`` samples of ``x``), then ``hwonnx sim --compare`` on the
+    rest: both exit 0, the RTL equals golden bit for bit, every sample takes the predicted
+    cycles (``report.json``). Returns the outputs ``sim`` wrote for output ``y``."""
+    import json
+
+    import onnx
+
+    from hwonnx.cli import main
+
+    onnx.save(model, tmp_path / "model.onnx")
+    np.savez(tmp_path / "calib.npz", x=x[:calib])
+    np.savez(tmp_path / "x.npz", x=x[calib:])
+    out = tmp_path / "out"
+    code = main(["build", str(tmp_path / "model.onnx"), "-o", str(out), "--board", "sim",
+                 "--calib", str(tmp_path / "calib.npz")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code = main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--compare",
+                 "--output", str(tmp_path / "y.npz")])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    predicted = json.loads((out / "report.json").read_text())["total"]["predicted_cycles"]
+    assert f"{len(x) - calib} sample(s) on RTL: {predicted:,} cycles per sample (predicted " \
+           f"{predicted:,})" in printed.out
+    assert "RTL equals the golden model bit for bit" in printed.out.splitlines()
+    with np.load(tmp_path / "y.npz") as npz:
+        return npz["y"]

@@ -5,15 +5,12 @@ relabelling: the compiler lays the input out as the image its readers take, and 
 writes it there. Built and simulated through the CLI, bit-exact in the predicted cycles, and
 checked against onnxruntime's float model."""
 
-import json
-
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from hwonnx.cli import main
-from rtl_helpers import he_weight
+from rtl_helpers import cli_build_and_compare, he_weight
 from spec_helpers import make_model, ort_outputs
 
 pytestmark = pytest.mark.rtl
@@ -48,25 +45,8 @@ def _kws(relabel: str) -> onnx.ModelProto:
 @pytest.mark.parametrize("relabel", ["transpose", "reshape"])
 def test_one_channel_channels_last_input_builds_and_runs_bit_exact(tmp_path, capsys, relabel):
     model = _kws(relabel)
-    onnx.save(model, tmp_path / "kws.onnx")
     x = np.random.default_rng(3).normal(0, 1, (10, 1, 49, 10, 1)).astype(np.float32)
-    np.savez(tmp_path / "calib.npz", x=x[:8])
-    np.savez(tmp_path / "x.npz", x=x[8:])
-    out = tmp_path / "out"
-    code = main(["build", str(tmp_path / "kws.onnx"), "-o", str(out), "--board", "sim",
-                 "--calib", str(tmp_path / "calib.npz")])
-    assert code == 0, capsys.readouterr().err
-    capsys.readouterr()
-    code = main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--compare",
-                 "--output", str(tmp_path / "y.npz")])
-    printed = capsys.readouterr()
-    assert code == 0, printed.err
-    predicted = json.loads((out / "report.json").read_text())["total"]["predicted_cycles"]
-    assert f"2 sample(s) on RTL: {predicted:,} cycles per sample (predicted {predicted:,})" \
-        in printed.out
-    assert "RTL equals the golden model bit for bit" in printed.out.splitlines()
-    with np.load(tmp_path / "y.npz") as npz:
-        got = npz["y"].reshape(2, 4)
+    got = cli_build_and_compare(tmp_path, capsys, model, x).reshape(2, 4)
     want = np.concatenate([ort_outputs(model, {"x": sample})[1][0] for sample in x[8:]])
     print(f"\n{relabel}: max |RTL - onnxruntime float| {np.abs(got - want).max():.4g} of an "
           f"output range {np.ptp(want):.4g}")

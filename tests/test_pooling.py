@@ -3,18 +3,14 @@ against onnxruntime, the forms that are refused, and the quantized golden model 
 onnxruntime on the float model (within the input's quantization error: the maximum of int8
 values is exact; an average adds the output's rounding)."""
 
-import json
-
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.api import build, simulate
-from hwonnx.cli import main
 from hwonnx.errors import ModelError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
-from rtl_helpers import he_weight, rtl_matches_golden
+from rtl_helpers import cli_build_and_compare, he_weight, rtl_matches_golden
 from spec_helpers import check_against_ort, make_model, ort_outputs
 
 
@@ -169,24 +165,8 @@ def test_squeezenet_pools_with_ceil_mode_run_bit_exact_through_the_cli(tmp_path,
     model.graph.initializer.extend([
         numpy_helper.from_array(he_weight(rng, 8, 3, 3, 3), "w0"),
         numpy_helper.from_array(he_weight(rng, 8, 8, 1, 1), "w1")])
-    onnx.save(model, tmp_path / "squeeze.onnx")
     x = rng.random((10, 1, 3, 16, 16)).astype(np.float32)
-    np.savez(tmp_path / "calib.npz", x=x[:8])
-    np.savez(tmp_path / "x.npz", x=x[8:])
-    out = tmp_path / "out"
-    assert main(["build", str(tmp_path / "squeeze.onnx"), "-o", str(out), "--board", "sim",
-                 "--calib", str(tmp_path / "calib.npz")]) == 0, capsys.readouterr().err
-    capsys.readouterr()
-    code = main(["sim", str(out), "--input", str(tmp_path / "x.npz"), "--compare",
-                 "--output", str(tmp_path / "y.npz")])
-    printed = capsys.readouterr()
-    assert code == 0, printed.err
-    predicted = json.loads((out / "report.json").read_text())["total"]["predicted_cycles"]
-    assert f"2 sample(s) on RTL: {predicted:,} cycles per sample (predicted {predicted:,})" \
-        in printed.out
-    assert "RTL equals the golden model bit for bit" in printed.out.splitlines()
-    with np.load(tmp_path / "y.npz") as npz:
-        got = npz["y"].reshape(2, 8, 3, 3)
+    got = cli_build_and_compare(tmp_path, capsys, model, x).reshape(2, 8, 3, 3)
     want = np.concatenate([ort_outputs(model, {"x": sample})[1][0] for sample in x[8:]])
     print(f"\nSqueezeNet front, ceil_mode pools: max |RTL - onnxruntime float| "
           f"{np.abs(got - want).max():.4g} of an output range {np.ptp(want):.4g}")
