@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"words of the {end}put staging buffer through which the tensors "
                             f"in the external memory move (default: sized to the model)")
     p.add_argument("--lut-tables", type=int, metavar="N",
-                   help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-15 "
+                   help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-63 "
                         "(default: the board's)")
     p.add_argument("--ext-memory", choices=sorted(MEMORIES),
                    help="an external memory the weights that do not fit the weight buffer "

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from .isa import addressable, ext_words_per_instruction, instruction_width
+from .isa import MAX_LUT_TABLES, addressable, ext_words_per_instruction, instruction_width
 
 if TYPE_CHECKING:
     from .hdl.extmem import ExtTiming
@@ -57,7 +57,7 @@ class ArchConfig:
         float32 multiply, ties to even: ``hdl/rounding.py``), chosen per layer; it adds three
         pipeline stages and about 400 logic cells per column.
     lut_tables : activation tables (256 int8 entries each: LeakyRelu, Sigmoid, Tanh,
-        HardSigmoid, HardSwish) the post-processor can hold, 0 to 15; with any, each column
+        HardSigmoid, HardSwish) the post-processor can hold, 0 to 63; with any, each column
         has a table memory of ``256 * lut_tables`` bytes and the pipeline one more stage.
     walker : the tile walker (``hdl/walker.py``) that expands a looped layer (SETMM, SETPOST,
         LOOP) in hardware, so that a layer takes three instructions instead of one per tile.
@@ -118,8 +118,9 @@ class ArchConfig:
                 raise ValueError(f"ArchConfig.{flag} must be a bool, not "
                                  f"{getattr(self, flag)!r}")
         if not isinstance(self.lut_tables, int) or isinstance(self.lut_tables, bool) \
-                or not 0 <= self.lut_tables <= 15:
-            raise ValueError(f"ArchConfig.lut_tables must be an integer from 0 to 15, not "
+                or not 0 <= self.lut_tables <= MAX_LUT_TABLES:
+            raise ValueError(f"ArchConfig.lut_tables must be an integer from 0 to "
+                             f"{MAX_LUT_TABLES}, not "
                              f"{self.lut_tables!r}")
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 __all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "LOADP_FIELDS",
            "ACTX_FIELDS", "ELTW_MODES", "Field", "OP_BITS", "PARAM_BITS",
            "instruction_width", "ext_words_per_instruction", "EXT_WORDS_PER_PARAM", "encode",
-           "decode", "fields_of", "addressable"]
+           "decode", "fields_of", "addressable", "MAX_LUT_TABLES"]
 
 #: Bits of post-processing parameters per output channel: bias (32), multiplier (32), shift
 #: (8) (``hdl/layouts.py: ParamLayout``).
@@ -157,7 +157,7 @@ FIELDS: "tuple[Field, ...]" = (
     Field("hi", 8, signed=True),
     Field("rne", 1),         # POST: onnxruntime's rounding (needs ArchConfig.ort_rounding)
     Field("pool_max", 1),    # MATMUL: keep the maximum of the sums instead of adding them
-    Field("lut", 4),         # POST: activation table + 1 applied to the outputs (0: none)
+    Field("lut", 6),         # POST: activation table + 1 applied to the outputs (0: none)
     Field("dw", 1),          # MATMUL: depthwise streaming (column c reads lane c: see below)
     Field("vstride", 8),     # MATMUL, dw: a sum is kept every vstride words of a row ...
     Field("vlast", 16),      # ... up to word vlast of the row
@@ -248,6 +248,11 @@ ACTX_FIELDS: "tuple[Field, ...]" = (
 
 #: ELTW ``mode`` values (``hwonnx.golden.ops.ELTWISE_MODES`` in this order).
 ELTW_MODES = {"sum": 0, "max": 1, "min": 2}
+
+
+#: The most activation tables a POST can name (its ``lut`` field holds the table + 1):
+#: ``ArchConfig.lut_tables`` is at most this (MobileNetV3 and LCNet need 16 to 20).
+MAX_LUT_TABLES = next(f for f in FIELDS if f.name == "lut").max
 
 
 def instruction_width() -> int:

@@ -104,3 +104,62 @@ def test_too_many_tables_for_the_architecture_is_a_resource_error():
                                             "table 5, but the 8x8 architecture has 4"):
         build(model, None, calib={"x": calib}, verilog=False, lut_tables=4,
               log=lambda m: None)
+
+
+def _hardswish_chain(layers: int):
+    """``layers`` x (Conv 4 -> 4 1x1, HardSwish) on [1, 4, 3, 3], each at other scales: each
+    Conv is 1.03 x its input + 5 (where HardSwish is the identity), so every layer's range is
+    wider than the one before it."""
+    nodes, inits, value = [], {}, "x"
+    for index in range(layers):
+        inits[f"w{index}"] = (np.eye(4) * 1.03).reshape(4, 4, 1, 1).astype(np.float32)
+        inits[f"b{index}"] = np.full(4, 5.0, np.float32)
+        nodes += [helper.make_node("Conv", [value, f"w{index}", f"b{index}"], [f"c{index}"],
+                                   name=f"conv{index}"),
+                  helper.make_node("HardSwish", [f"c{index}"], [f"a{index}"],
+                                   name=f"act{index}")]
+        value = f"a{index}"
+    nodes.append(helper.make_node("Identity", [value], ["y"], name="out"))
+    return make_model(nodes, {"x": [1, 4, 3, 3]}, {"y": [1, 4, 3, 3]}, inits)
+
+
+def test_tables_past_the_lut_field_are_refused_saying_so():
+    """70 branches x -> Conv (x 0.5 + 0.1 k) -> HardSwish, concatenated: each HardSwish at its
+    own scales, more than the 63 tables a POST names."""
+    nodes, inits = [], {}
+    for k in range(70):
+        inits[f"w{k}"] = (np.eye(4) * (0.5 + 0.1 * k)).reshape(4, 4, 1, 1).astype(np.float32)
+        nodes += [helper.make_node("Conv", ["x", f"w{k}"], [f"c{k}"], name=f"conv{k}"),
+                  helper.make_node("HardSwish", [f"c{k}"], [f"a{k}"], name=f"act{k}")]
+    nodes.append(helper.make_node("Concat", [f"a{k}" for k in range(70)], ["y"], name="cat",
+                                  axis=1))
+    model = make_model(nodes, {"x": [1, 4, 3, 3]}, {"y": [1, 280, 3, 3]}, inits)
+    with pytest.raises(ResourceError, match=r"needs activation table 64, but the 8x8 "
+                                            r"architecture has 63 \(lut_tables\); a POST "
+                                            r"names at most 63$"):
+        build(model, None, calib={"x": rand(8, 1, 4, 3, 3) * 3}, verilog=False,
+              log=lambda m: None)
+
+
+@pytest.mark.rtl
+def test_more_tables_than_fifteen_run_bit_exact():
+    """MobileNetV3 and LCNet need 16 to 20 activation tables (a HardSwish per block, each at
+    its own scales): the POST's lut field names up to 63. Eighteen Conv + HardSwish layers,
+    each at other scales (their weights grow by 10% a layer): the simulation target grows to
+    18 tables, the RTL equals golden in the predicted cycles; a table past the field is
+    refused saying so."""
+    from hwonnx.isa import MAX_LUT_TABLES
+    from rtl_helpers import rtl_matches_golden
+
+    model = _hardswish_chain(18)
+    calib = rand(8, 1, 4, 3, 3)
+    result = build(model, None, calib={"x": calib}, log=lambda m: None)
+    tables = result.program.config.lut_tables
+    assert 15 < tables <= 18 == len(result.program.layers)
+    rtl_matches_golden(result, {"x": calib[:2]}, 2)
+    assert MAX_LUT_TABLES == 63
+    with pytest.raises(ResourceError, match=r"needs activation table \d+, but the 8x8 "
+                                            r"architecture has 15 \(lut_tables\); raise "
+                                            r"--lut-tables"):
+        build(model, None, calib={"x": calib}, verilog=False, lut_tables=15,
+              log=lambda m: None)

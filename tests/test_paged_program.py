@@ -65,7 +65,7 @@ def _fields(program) -> "list[dict]":
 def test_the_pages_are_the_instructions_at_the_start_of_the_external_memory(result, plain):
     program, before = result.program, plain.program
     per = ext_words_per_instruction(8)
-    assert per == 7                                     # 419 bits in words of 8 bytes
+    assert per == 7                                     # 421 bits in words of 8 bytes
     ops = [i.op for i in program.instructions]
     assert len(ops) == 26 and ops.count(Op.LOADP) == 5
     for k in range(1, 6):                               # page k begins with page k + 1's LOADP

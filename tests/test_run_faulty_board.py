@@ -271,8 +271,8 @@ def test_an_endless_stream_meets_the_runs_deadline(board_build, capsys):
     code, _, err, seconds = run_against(folder, result, capsys, long_reply, byte_time=0.01)
     assert_refused(code, err, seconds, folder, "did not finish in ")
     assert "the most this run may take (" in err and " baud and 3 run(s) of at most " in err
-    budget = float(err.split("did not finish in ")[1].split(" s,")[0])
-    assert budget <= seconds < budget + 2
+    budget = float(err.split("did not finish in ")[1].split(" s,")[0])    # to 0.1 s
+    assert budget - 0.05 <= seconds < budget + 10     # the command's start-up comes first
 
 
 @pytest.mark.parametrize("baud", ["0", "-9600"])

@@ -13,7 +13,7 @@ from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
 from ..hdl.layouts import ParamLayout
 from ..ir import Graph, Node
 from ..ir.ops import LAYER, LAYOUT, integer_ops
-from ..isa import Op, addressable
+from ..isa import MAX_LUT_TABLES, Op, addressable
 from . import depthwise, eltwise, tiling
 from .alloc import ActAllocator, ActivationBufferFull
 from .layout import Placement, natural_placement
@@ -438,11 +438,13 @@ class _Builder:
             self.tables.append(table)
         lut = self.tables.index(table) + 1
         if lut > self.config.lut_tables:
+            advice = ("raise --lut-tables or use a board whose array has more"
+                      if self.config.lut_tables < MAX_LUT_TABLES else
+                      f"a POST names at most {MAX_LUT_TABLES}")
             raise ResourceError(
                 f"Layer '{node.name}': its {node.attrs.get('activation', 'activation')} "
                 f"needs activation table {lut}, but the {self.config.name} architecture "
-                f"has {self.config.lut_tables} (lut_tables); raise --lut-tables or use "
-                f"a board whose array has more")
+                f"has {self.config.lut_tables} (lut_tables); {advice}")
         return lut
 
     def _emit(self, spec: "_LayerSpec", folded: np.ndarray, target: Placement,
