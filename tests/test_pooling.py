@@ -183,7 +183,8 @@ def _reduce_model(op, axes, keepdims=1, opset=17, shape=(1, 6, 5, 7)):
     else:
         attrs["axes"] = axes
     model = make_model([helper.make_node(op, inputs, ["y"], name="reduce", **attrs)],
-                       {"x": list(shape)}, {"y": [None] * (4 if keepdims else 2)}, opset=opset)
+                       {"x": list(shape)}, {"y": [None] * (4 if keepdims else 4 - len(axes))},
+                       opset=opset)
     model.graph.initializer.extend(inits)
     return model
 
@@ -201,13 +202,21 @@ def test_reduce_over_height_and_width_is_a_global_pool(op, axes, opset):
         "AvgPool" if op == "ReduceMean" else "MaxPool", (5, 7))
 
 
-@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([2, 3], 0), ([1, 2, 3], 1)])
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([1], 0), ([1, 2, 3], 1)])
 def test_other_reductions_are_refused_naming_the_form(axes, keepdims):
     with pytest.raises(UnsupportedOperatorError,
                        match=rf"ReduceMean 'reduce' reduces axes \[{', '.join(map(str, axes))}\]"
-                             rf" of \[1, 6, 5, 7\] with keepdims={keepdims}; the array reduces "
-                             rf"height and width"):
+                             rf" of \[1, 6, 5, 7\]; the array reduces height and width"):
         load_model(_reduce_model("ReduceMean", axes, keepdims))
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax"])
+def test_reduce_without_kept_dims_is_a_global_pool_and_a_reshape(op):
+    """ShuffleNet's last ReduceMean (axes [2, 3], keepdims=0): [1, C, H, W] -> [1, C]."""
+    graph = check_against_ort(_reduce_model(op, [2, 3], keepdims=0), rtol=1e-5, atol=1e-6)
+    assert [node.op for node in graph.nodes] == [
+        "AvgPool" if op == "ReduceMean" else "MaxPool", "Reshape"]
+    assert graph.types[graph.outputs[0]].shape == (1, 6)
 
 
 @pytest.mark.rtl

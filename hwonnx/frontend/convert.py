@@ -2,6 +2,7 @@
 function per ONNX operator, all registered in ``CONVERTERS``."""
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -151,13 +152,19 @@ def _reduce_pool(b: _Builder, node: onnx.NodeProto) -> Node:
         raise ModelError(f"{node.op_type} '{node.name}' has axes {axes}, out of range for its "
                          f"rank-4 input (ONNX: each axis is in [-r, r-1])")
     reduced = sorted({a % 4 for a in axes}) if axes else [0, 1, 2, 3]
-    if reduced != [2, 3] or not attrs.get("keepdims", 1):
+    if reduced != [2, 3]:
         raise _unsupported(b, node, (
-            f"{node.op_type} '{node.name}' reduces axes {reduced} of {list(shape)} with "
-            f"keepdims={attrs.get('keepdims', 1)}; the array reduces height and width (axes 2 "
-            f"and 3) with keepdims=1, a global pool"))
-    pool = _global_average_pool if node.op_type == "ReduceMean" else _global_max_pool
-    return pool(b, node)
+            f"{node.op_type} '{node.name}' reduces axes {reduced} of {list(shape)}; the array "
+            f"reduces height and width (axes 2 and 3), a global pool"))
+    pool = (_global_average_pool if node.op_type == "ReduceMean" else _global_max_pool)(b, node)
+    if attrs.get("keepdims", 1):
+        return pool
+    # keepdims=0 (ShuffleNet's last ReduceMean): the pool, then a Reshape to [N, C]
+    pooled = b.new_value(f"{pool.outputs[0]}:pooled", (shape[0], shape[1], 1, 1))
+    out = pool.outputs[0]
+    return [replace(pool, outputs=(pooled,)),
+            Node(f"{node.name}:flatten", "Reshape", (pooled,), (out,),
+                 {"shape": tuple(b.shape(out))})]
 
 
 def _dense_input(b: _Builder, node: onnx.NodeProto) -> str:
