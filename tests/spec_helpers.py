@@ -21,7 +21,8 @@ SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization,
              "Floor, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
              "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, PRelu, Pad, "
-             "Reciprocal, Relu, Reshape, Resize, Round, Selu, Sigmoid, Sign, Slice, Softplus, Softsign, "
+             "Reciprocal, ReduceMax, ReduceMean, Relu, Reshape, Resize, Round, Selu, Sigmoid, Sign, "
+             "Slice, Softplus, Softsign, "
              "Split, Sqrt, Squeeze, Sum, Swish, Tanh, ThresholdedRelu, Transpose, Unsqueeze, "
              "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)

@@ -440,3 +440,17 @@ def test_flatten_axis_in_range_is_read(axis):
                        {"x": [1, 2, 3, 4]}, {"y": [1, 3]}, {"w": rand(24, 3)})
     graph = load_model(model)
     assert graph.types["y"].shape == (1, 3)
+
+
+def test_the_summary_gives_each_operators_first_reason_first():
+    """ShuffleNet: sixteen channel-shuffle Transposes refused before one ReduceMean; the
+    ReduceMean's reason must not be cut from the line."""
+    from hwonnx.errors import UnsupportedOperatorError
+    from hwonnx.frontend.common import summary
+
+    nodes = [(f"t{i}", "Transpose", "", 17) for i in range(16)] + [("r", "ReduceMean", "", 17)]
+    reasons = [f"Transpose 't{i}' has perm [0, 2, 1, 3, 4]" for i in range(16)]
+    reasons.append("ReduceMean 'r' reduces axes [1]")
+    text = summary(UnsupportedOperatorError(nodes), reasons)
+    assert text.endswith("(Transpose 't0' has perm [0, 2, 1, 3, 4]; ReduceMean 'r' reduces "
+                         "axes [1]; Transpose 't1' has perm [0, 2, 1, 3, 4]; and 14 more)")

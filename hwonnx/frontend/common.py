@@ -235,7 +235,13 @@ def summary(error: UnsupportedOperatorError, reasons: "list[str]") -> str:
     if len(groups) > _OPERATORS:
         parts.append(f"and {len(groups) - _OPERATORS} more operators")
     text = f"{len(error.nodes)} unsupported node(s), by operator: {'; '.join(parts)}"
-    if reasons:
+    if reasons:                 # each operator's first reason before any one's second
+        first, rest, seen = [], [], set()
+        for reason in reasons:
+            op = reason.split(" ", 1)[0]
+            (rest if op in seen else first).append(reason)
+            seen.add(op)
+        reasons = first + rest
         more = f"; and {len(reasons) - _REASONS} more" if len(reasons) > _REASONS else ""
         text += f" ({'; '.join(reasons[:_REASONS])}{more})"
     return text
