@@ -6,12 +6,18 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 
-__all__ = ["SystolicArray", "array_latency"]
+__all__ = ["SystolicArray", "array_latency", "PRODUCT_STAGES"]
+
+#: Register stages between a PE's multiplier and its partial-sum adder: the product register,
+#: so that the multiplier and the 32-bit adder are separate register-to-register paths.
+PRODUCT_STAGES = 1
 
 
 def array_latency(config: ArchConfig) -> int:
-    """Cycles from presenting an activation word on ``feed`` to its ``cols`` sums on ``sums``."""
-    return config.rows + config.cols
+    """Cycles from presenting an activation word on ``feed`` to its ``cols`` sums on ``sums``:
+    ``rows + cols`` for the skew, the flow through the array and the partial-sum registers,
+    plus :data:`PRODUCT_STAGES`."""
+    return config.rows + config.cols + PRODUCT_STAGES
 
 
 class SystolicArray(wiring.Component):
@@ -20,8 +26,9 @@ class SystolicArray(wiring.Component):
     PE ``(r, c)`` holds two weights (banks 0 and 1). An activation word presented on ``feed``
     is skewed so that lane ``r`` enters row ``r`` ``r`` cycles later; it then moves one PE to
     the right per cycle, carrying the bank bit that selects the weight each PE multiplies it
-    with. Partial sums move one PE down per cycle and are de-skewed at the bottom, so the
-    ``cols`` dot products of one activation word appear together on ``sums`` exactly
+    with; the product is registered (:data:`PRODUCT_STAGES`) and added into the partial sum
+    in the next cycle. Partial sums move one PE down per cycle and are de-skewed at the
+    bottom, so the ``cols`` dot products of one activation word appear together on ``sums`` exactly
     :func:`array_latency` cycles after the word was presented. Because the bank travels with
     the data, one bank can be rewritten while the other is in use: weight loads overlap
     computation.
@@ -90,7 +97,14 @@ class SystolicArray(wiring.Component):
                 m.d.sync += [act.eq(act_left), bank.eq(bank_left), dw.eq(dw_left)]
                 # Depthwise streaming: lane c of a later word, held by PE (c, 0) now.
                 operand = Mux(dw, acts[c][0], act) if c < rows and (r or c) else act
+                # Stage 1: multiply into the product register (the weight is read in the
+                # cycle the activation is in this PE). Stage 2: add it into the partial sum,
+                # in the cycle the partial sum of the same word arrives from above.
                 product = operand * Mux(bank, w1, w0)
+                for stage in range(PRODUCT_STAGES):
+                    product_d = Signal(signed(16), name=f"pe_{r}_{c}_product_{stage}")
+                    m.d.sync += product_d.eq(product)
+                    product = product_d
                 m.d.sync += psum.eq(product if psum_above[c] is None
                                     else psum_above[c] + product)
                 with m.If(self.wload_en & (self.wload_row == r)):
