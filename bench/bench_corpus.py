@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from results_io import RESULTS, write_results
+from results_io import RESULTS, measured_commit, write_results
 
 #: Smallest first; models of the manifest not listed here run after these, by file size.
 ORDER = ["keras_cnn_32", "keras_sepconv_32", "kws_1d", "se_cnn", "two_io",
@@ -57,14 +57,9 @@ def hwonnx_command() -> list:
 
 
 def commit() -> str:
-    """The commit the measurement runs at (``+`` when the tree has changes other than in
-    ``bench/``: other files than the results being added there)."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True,
-                              text=True).stdout.strip()
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
-                  ":(top,exclude)bench")
-    return git("rev-parse", "--short", "HEAD") + ("+" if changed else "")
+    """The commit the measurement runs at (``+`` when the tree has changes outside
+    ``bench/``)."""
+    return measured_commit("bench")
 
 
 def run(command: list, deadline: float) -> dict:

@@ -15,7 +15,6 @@ controller in it; minutes to an hour each). Tensil's published figures stand bes
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench_extmem import TENSIL
-from results_io import RESULTS, write_results
+from results_io import RESULTS, measured_commit, write_results
 
 from hwonnx.api import build, compile_model, simulate
 from hwonnx.boards import check_board_fit, estimate, get_board
@@ -76,14 +75,9 @@ def sized_build(name: str):
 
 
 def commit() -> str:
-    """The commit the measurement runs at (``+`` when the tree has changes other than in
-    ``bench/results``)."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True,
-                              text=True).stdout.strip()
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
-                  ":(top,exclude)bench/results")
-    return git("rev-parse", "--short", "HEAD") + ("+" if changed else "")
+    """The commit the measurement runs at (``+`` when the tree has changes outside
+    ``bench/results/``)."""
+    return measured_commit("bench/results")
 
 
 def measure(name: str) -> dict:
