@@ -493,6 +493,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:   # what was being written is removed on the way out
         print("hwonnx: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:     # the reader went away (hwonnx inspect m.onnx | head): stop
+        # quietly, and keep Python from failing again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141              # as a shell reports a process ended by SIGPIPE
 
 
 if __name__ == "__main__":

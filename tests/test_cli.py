@@ -272,3 +272,17 @@ def test_build_sets_the_board_uart_rate(tmp_path):
     assert info["baud"] == 1_000_000
     assert uart_divisor(25_000_000, 1_000_000) == 25
     assert uart_divisor(25_000_000, 115_200) == 217          # 0.01% off
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``hwonnx inspect model.onnx | head``: the pipe closes before hwonnx writes; it stops
+    without a traceback (exit 141, as a shell reports SIGPIPE)."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "hwonnx.cli", "inspect", "digits_cnn"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()                  # before the interpreter has even started
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141, err
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err
