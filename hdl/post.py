@@ -11,14 +11,20 @@ from .rounding import ORT_LATENCY, OrtRounder
 
 __all__ = ["PostProcessor", "POST_LATENCY", "post_latency"]
 
-#: Cycles from an accumulator read to the write of its activation word.
-POST_LATENCY = 4
+#: Cycles from an accumulator read to the write of its activation word: accumulator read,
+#: bias add, multiply, rounding shift, zero point and clamp (then the write).
+POST_LATENCY = 5
+
+#: Stages of the base pipeline that the onnxruntime rounding unit replaces: the multiply and
+#: the rounding shift.
+_REPLACED = 2
 
 
 def post_latency(config: ArchConfig) -> int:
-    """:data:`POST_LATENCY`, plus three stages with the onnxruntime rounding unit and one with
-    activation tables."""
-    return (POST_LATENCY + (ORT_LATENCY - 1 if config.ort_rounding else 0)
+    """:data:`POST_LATENCY`, plus two stages with the onnxruntime rounding unit (its
+    :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of the multiply and the rounding
+    shift) and one with activation tables."""
+    return (POST_LATENCY + (ORT_LATENCY - _REPLACED if config.ort_rounding else 0)
             + (1 if config.lut_tables else 0))
 
 
@@ -29,15 +35,19 @@ class PostProcessor(wiring.Component):
     ``out_addr + i * out_stride + j`` receives channel ``j * rows + l - lane_off`` when that is
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
-    Pipeline: read accumulator (cycle k), add bias (k+1), multiply (k+2), round, shift and
-    clamp (k+3), select lanes and write (k+4). ``idle`` is high once every write is done.
-    The bias and the multiply have a stage each so that the block-RAM output, the adder and
-    the 32x32 multiplier are not one combinational path (it limited an ECP5 build to
-    31 MHz).
+    Pipeline: read accumulator (cycle k), add bias (k+1), multiply (k+2), rounding shift
+    (k+3), zero point and clamp (k+4), select lanes and write (k+5). ``idle`` is high once
+    every write is done. Every stage is one register-to-register path of one adder, the
+    multiplier or the shifter: the parameter word is copied into a register the cycle after
+    its read (in time for the first bias add, so at no cost in latency), and the bias, the
+    multiply, the rounding shift and the zero point with the clamp have a stage each (the
+    block-RAM output, the adder and the 32x32 multiplier in one path limited an ECP5 build to
+    31 MHz; the shift and the clamp after the multiplier to 36-41 MHz).
 
     Members
     -------
-    dispatch, instr : start (only when ``idle``); ``par_addr`` is read in the dispatch cycle.
+    dispatch, instr : start (only when ``idle``); ``par_addr`` is read in the dispatch cycle
+        (``par_data`` is valid from the next cycle and held for the whole instruction).
     idle : no step or write outstanding.
     acc_addr, acc_data : accumulator read port. par_addr, par_en, par_data : parameter read.
     out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
@@ -106,6 +116,12 @@ class PostProcessor(wiring.Component):
             m.d.sync += [regs[0].eq(valid), regs[1].eq(addr), regs[2].eq(base)]
             return regs
 
+        # The parameter word, registered: the block RAM's output drives nothing else. It is
+        # read in the dispatch cycle t, on par_data from t + 1, here from t + 2: the cycle of
+        # the first bias add (the first accumulator read is in t + 1).
+        par = Signal(ParamLayout(cfg))
+        m.d.sync += par.eq(self.par_data)
+
         # Stage 1 (accumulator data valid): add the bias.
         s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word,
                                            word * rows - cur.lane_off)
@@ -113,13 +129,14 @@ class PostProcessor(wiring.Component):
         biased = [Signal(signed(32), name=f"biased_{c}") for c in range(cols)]
         for c in range(cols):
             # int32 wrap-around, as in the golden model's accumulator.
-            m.d.sync += biased[c].eq((self.acc_data[c] + self.par_data[c].bias)[:32])
+            m.d.sync += biased[c].eq((self.acc_data[c] + par[c].bias)[:32])
 
         values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
         levels = [Signal(signed(67), name=f"level_{c}") for c in range(cols)]
         valids = [s1_valid, sb_valid]
         if cfg.ort_rounding:
-            # Stages 2 to 5: the rounding unit, in either rounding (``rne``).
+            # Stages 2 to 5: the rounding unit, in either rounding (``rne``), instead of the
+            # multiply and the rounding shift.
             chain = (sb_valid, sb_addr, sb_base)
             for i in range(ORT_LATENCY):
                 chain = stage(f"r{i}", *chain)
@@ -127,23 +144,28 @@ class PostProcessor(wiring.Component):
             for c in range(cols):
                 m.submodules[f"round_{c}"] = rounder = OrtRounder()
                 m.d.comb += [rounder.v.eq(biased[c]), rounder.even.eq(cur.rne),
-                             rounder.mult.eq(self.par_data[c].mult),
-                             rounder.shift.eq(self.par_data[c].shift),
+                             rounder.mult.eq(par[c].mult),
+                             rounder.shift.eq(par[c].shift),
                              levels[c].eq(rounder.y + cur.zp)]
         else:
             # Stage 2: multiply.
             chain = stage("s2", sb_valid, sb_addr, sb_base)
             valids.append(chain[0])
+            # Stage 3: the rounding shift.
+            chain = stage("sr", *chain)
+            valids.append(chain[0])
             products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
             for c in range(cols):
-                m.d.sync += products[c].eq(biased[c] * self.par_data[c].mult)
+                m.d.sync += products[c].eq(biased[c] * par[c].mult)
                 # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
-                shr = (self.par_data[c].shift - 1)[:6]
+                shr = (par[c].shift - 1)[:6]
                 halved = Signal(signed(64), name=f"halved_{c}")
-                m.d.comb += [halved.eq(products[c] >> shr),
-                             levels[c].eq(((halved + 1) >> 1) + cur.zp)]
+                rounded = Signal(signed(65), name=f"rounded_{c}")
+                m.d.comb += halved.eq(products[c] >> shr)
+                m.d.sync += rounded.eq((halved + 1) >> 1)
+                m.d.comb += levels[c].eq(rounded + cur.zp)
 
-        # Stage 3 (6 with the rounding unit): zero point, clamp.
+        # Stage 4 (6 with the rounding unit): zero point, clamp.
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):
@@ -152,7 +174,7 @@ class PostProcessor(wiring.Component):
                                          Mux(level > cur.hi, cur.hi, level[:8])))
 
         if cfg.lut_tables:
-            # Stage 4 (7 with the rounding unit): the activation table.
+            # Stage 5 (7 with the rounding unit): the activation table.
             s3_valid, s3_addr, s3_base = self._tables(m, cur, values, (s3_valid, s3_addr,
                                                                        s3_base))
             valids.append(s3_valid)

@@ -3,6 +3,8 @@ activation tables), lane routing of output tiles that straddle activation words 
 ``lane_off > 0``), byte enables, write timing (``post_latency``) and the ``idle`` timing the
 cycle model relies on."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -164,11 +166,27 @@ def test_post_matches_golden_requantize(rows, cols, n_out):
         assert any(i["nw"] > 1 and i["lane_off"] > 0 for i in instrs)
 
 
+def test_post_latency_by_hand():
+    """The stages, by hand (accumulator word read in cycle k): bias add k+1, multiply k+2,
+    rounding shift k+3, zero point and clamp k+4, write k+5: L = 5. The onnxruntime rounding
+    unit's 4 stages replace the multiply and the rounding shift: 7. The activation table is
+    one stage more: 6 (default configuration), 8 with both."""
+    assert POST_LATENCY == 5
+    assert post_latency(small_config(3, 2)) == 5
+    assert post_latency(small_config(3, 2, lut_tables=4)) == 6
+    for lut_tables, latency in ((0, 7), (4, 8)):
+        config = dataclasses.replace(small_config(3, 2, lut_tables), ort_rounding=True)
+        assert post_latency(config) == latency
+
+
 @pytest.mark.parametrize("count, nw", [(1, 1), (3, 1), (2, 3), (5, 2)])
-def test_post_idle_rises_4_plus_count_times_nw_after_dispatch(count, nw):
+def test_post_idle_rises_6_plus_count_times_nw_after_dispatch(count, nw):
     """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+L+count*nw, high in
-    t+1+L+count*nw (L = POST_LATENCY), when the next instruction is dispatched."""
+    t+1+L+count*nw (L = POST_LATENCY = 5 here, no activation tables: the first read in t+1,
+    its write in t+1+L, the last of count*nw writes in t+L+count*nw), when the next
+    instruction is dispatched."""
     config = small_config(3, 2)
+    assert post_latency(config) == 5
     rng = np.random.default_rng(count * 10 + nw)
     acc = rng.integers(*INT32, (config.acc_depth, 2))
     params = [random_params(rng, 2, "wide") for _ in range(config.par_depth)]
