@@ -141,8 +141,10 @@ class ExternalMemory(wiring.Component):
 
     Members
     -------
-    restart : ``In(1)``: the refresh schedule starts over (pulsed with the accelerator's
-        ``start``, so that every run of a program takes the same cycles).
+    restart : ``In(1)``: the refresh schedule starts over, and a refresh under way ends
+        (pulsed with the accelerator's ``start``, so that every run of a program takes the
+        same cycles: a refresh that fell due in the host's writes before a run could
+        otherwise hold the first read of the run).
     cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the read port.
     wr_valid, wr_ready, wr_addr, wr_data : the write port.
     load_we, load_addr, load_data : write a word at once (the harness loads the image and
@@ -220,6 +222,8 @@ class ExternalMemory(wiring.Component):
                              length.eq(self.cmd_len), word.eq(0), beat.eq(0)]
             with m.Elif(self.wr_valid):
                 m.d.sync += writing.eq(b - 1)
+        with m.If(self.restart):
+            m.d.sync += refresh.eq(0)
         return m
 
 

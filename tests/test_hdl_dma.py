@@ -200,6 +200,38 @@ def test_activation_transfers_in_the_predicted_cycles(name):
     assert len(expect_stored) >= 10 and len(expect_loaded) >= 10 and waited >= 3
 
 
+def test_a_restart_during_a_refresh_starts_the_timeline_over():
+    """``restart`` in any cycle of the refresh schedule, a refresh under way included (one
+    that fell due while the host wrote the next sample's input): a LOADX dispatched in the
+    next cycles ends when MemoryTimeline predicts from the restart, as every run of a
+    program must take the same cycles."""
+    # refreshes longer than the cycles from a restart to a LOADX's first read command;
+    # restarts over a whole refresh period
+    timing = ExtTiming(latency=3, burst=4, refresh_period=23, refresh_cycles=8, bus_bytes=3)
+    config = small_config(2, 3)
+    image = [int(w) for w in np.random.default_rng(3).integers(0, 1 << 24, EXT_DEPTH)]
+    for restart in range(EXT_DEPTH + 1, EXT_DEPTH + 1 + timing.refresh_period):
+        for delay in (1, 2):
+            pair = _Pair(config, timing)
+            dma, mem = pair.dma, pair.mem
+            idle = {}
+
+            def step(ctx, cycle):
+                _load_then_restart(ctx, mem, cycle, image, restart)
+                idle[cycle] = ctx.get(dma.idle)
+                go = cycle == restart + delay
+                ctx.set(dma.dispatch, go)
+                if go:
+                    set_instr(ctx, dma.instr, dict(op=Op.LOADX, count=2 * timing.burst + 1,
+                                                   ext_addr=5, wgt_addr=0))
+
+            run_cycles(pair, restart + 80, step)
+            last = restart + MemoryTimeline(timing, config.cols).read(
+                delay + 1, 2 * timing.burst + 1)
+            busy = [c for c in range(restart, restart + 80) if not idle[c]]
+            assert busy == list(range(restart + delay + 1, last + 1)), (restart, delay)
+
+
 def test_timing_needs_a_refresh_period_longer_than_a_read():
     with pytest.raises(ValueError, match="refresh period"):
         ExtTiming(latency=8, burst=16, refresh_period=20, refresh_cycles=4)
