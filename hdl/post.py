@@ -12,8 +12,9 @@ from .rounding import ORT_LATENCY, OrtRounder
 __all__ = ["PostProcessor", "POST_LATENCY", "post_latency"]
 
 #: Cycles from an accumulator read to the write of its activation word: accumulator read,
-#: bias add, multiply, rounding shift, zero point and clamp (then the write).
-POST_LATENCY = 5
+#: its data registered, bias add, multiply, rounding shift, zero point and clamp (then the
+#: write).
+POST_LATENCY = 6
 
 #: Stages of the base pipeline that the onnxruntime rounding unit replaces: the multiply and
 #: the rounding shift.
@@ -35,19 +36,21 @@ class PostProcessor(wiring.Component):
     ``out_addr + i * out_stride + j`` receives channel ``j * rows + l - lane_off`` when that is
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
-    Pipeline: read accumulator (cycle k), add bias (k+1), multiply (k+2), rounding shift
-    (k+3), zero point and clamp (k+4), select lanes and write (k+5). ``idle`` is high once
-    every write is done. Every stage is one register-to-register path of one adder, the
-    multiplier or the shifter: the parameter word is copied into a register the cycle after
-    its read (in time for the first bias add, so at no cost in latency), and the bias, the
-    multiply, the rounding shift and the zero point with the clamp have a stage each (the
-    block-RAM output, the adder and the 32x32 multiplier in one path limited an ECP5 build to
-    31 MHz; the shift and the clamp after the multiplier to 36-41 MHz).
+    Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
+    (k+3), rounding shift (k+4), zero point and clamp (k+5), select lanes and write (k+6).
+    ``idle`` is high once every write is done. Every stage is one register-to-register path:
+    a block-RAM read, one adder, the multiplier, or the shifter. The parameter word is read
+    from the registered instruction in the cycle after dispatch (not from the dispatcher's
+    decode: that path to the block RAM's enable limited an ECP5 build to 55 MHz) and copied
+    into a register, in time for the first bias add. The block-RAM output, the adder and the
+    32x32 multiplier in one path limited an ECP5 build to 31 MHz; the parameter read, the
+    shift and the clamp after the multiplier to 36-41 MHz.
 
     Members
     -------
-    dispatch, instr : start (only when ``idle``); ``par_addr`` is read in the dispatch cycle
-        (``par_data`` is valid from the next cycle and held for the whole instruction).
+    dispatch, instr : start (only when ``idle``); ``par_addr`` is read in the cycle after
+        dispatch (``par_data`` is valid from the cycle after that and held for the whole
+        instruction).
     idle : no step or write outstanding.
     acc_addr, acc_data : accumulator read port. par_addr, par_en, par_data : parameter read.
     out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
@@ -93,7 +96,9 @@ class PostProcessor(wiring.Component):
         acc_addr = Signal(cfg.acc_addr_bits)
         word = Signal(8)                     # j
         pix_addr = Signal(26)                # out_addr + i * out_stride
-        m.d.comb += [self.par_addr.eq(self.instr.par_addr), self.par_en.eq(self.dispatch)]
+        started = Signal()                   # the cycle after dispatch: read the parameters
+        m.d.sync += started.eq(self.dispatch)
+        m.d.comb += [self.par_addr.eq(cur.par_addr), self.par_en.eq(started)]
         with m.If(self.dispatch):
             m.d.sync += [cur.eq(self.instr), active.eq(1),
                          remaining.eq(self.instr.count),
@@ -117,25 +122,29 @@ class PostProcessor(wiring.Component):
             return regs
 
         # The parameter word, registered: the block RAM's output drives nothing else. It is
-        # read in the dispatch cycle t, on par_data from t + 1, here from t + 2: the cycle of
-        # the first bias add (the first accumulator read is in t + 1).
+        # read in cycle t + 1 (dispatch in t), on par_data from t + 2, here from t + 3: the
+        # cycle of the first bias add (the first accumulator read is in t + 1).
         par = Signal(ParamLayout(cfg))
         m.d.sync += par.eq(self.par_data)
 
-        # Stage 1 (accumulator data valid): add the bias.
+        # Stage 1 (accumulator data valid): register it.
         s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word,
                                            word * rows - cur.lane_off)
-        sb_valid, sb_addr, sb_base = stage("sb", s1_valid, s1_addr, s1_base)
+        acc = Signal(data.ArrayLayout(signed(32), cols), name="acc")
+        m.d.sync += acc.eq(self.acc_data)
+        # Stage 2: add the bias.
+        sa_valid, sa_addr, sa_base = stage("sa", s1_valid, s1_addr, s1_base)
+        sb_valid, sb_addr, sb_base = stage("sb", sa_valid, sa_addr, sa_base)
         biased = [Signal(signed(32), name=f"biased_{c}") for c in range(cols)]
         for c in range(cols):
             # int32 wrap-around, as in the golden model's accumulator.
-            m.d.sync += biased[c].eq((self.acc_data[c] + par[c].bias)[:32])
+            m.d.sync += biased[c].eq((acc[c] + par[c].bias)[:32])
 
         values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
         levels = [Signal(signed(67), name=f"level_{c}") for c in range(cols)]
-        valids = [s1_valid, sb_valid]
+        valids = [s1_valid, sa_valid, sb_valid]
         if cfg.ort_rounding:
-            # Stages 2 to 5: the rounding unit, in either rounding (``rne``), instead of the
+            # Stages 3 to 6: the rounding unit, in either rounding (``rne``), instead of the
             # multiply and the rounding shift.
             chain = (sb_valid, sb_addr, sb_base)
             for i in range(ORT_LATENCY):
@@ -148,10 +157,10 @@ class PostProcessor(wiring.Component):
                              rounder.shift.eq(par[c].shift),
                              levels[c].eq(rounder.y + cur.zp)]
         else:
-            # Stage 2: multiply.
+            # Stage 3: multiply.
             chain = stage("s2", sb_valid, sb_addr, sb_base)
             valids.append(chain[0])
-            # Stage 3: the rounding shift.
+            # Stage 4: the rounding shift.
             chain = stage("sr", *chain)
             valids.append(chain[0])
             products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
@@ -165,7 +174,7 @@ class PostProcessor(wiring.Component):
                 m.d.sync += rounded.eq((halved + 1) >> 1)
                 m.d.comb += levels[c].eq(rounded + cur.zp)
 
-        # Stage 4 (6 with the rounding unit): zero point, clamp.
+        # Stage 5 (7 with the rounding unit): zero point, clamp.
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):
@@ -174,7 +183,7 @@ class PostProcessor(wiring.Component):
                                          Mux(level > cur.hi, cur.hi, level[:8])))
 
         if cfg.lut_tables:
-            # Stage 5 (7 with the rounding unit): the activation table.
+            # Stage 6 (8 with the rounding unit): the activation table.
             s3_valid, s3_addr, s3_base = self._tables(m, cur, values, (s3_valid, s3_addr,
                                                                        s3_base))
             valids.append(s3_valid)

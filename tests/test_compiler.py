@@ -426,20 +426,20 @@ def test_eltw_accept_rules():
     engine; the next ELTW runs beside that POST; END
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
     # drain = array_latency + 2 = (4 + 4 + 1) + 2 (skew and flow, the product register, the
-    # accumulator read and write); post latency 6 (bias, multiply, rounding shift, zero
-    # point and clamp, activation table, then the write)
+    # accumulator read and write); post latency 7 (accumulator data registered, bias,
+    # multiply, rounding shift, zero point and clamp, activation table, then the write)
     config = ArchConfig(rows=4, cols=4)
     eltw = dict(op=Op.ELTW, count=3)
     post = dict(op=Op.POST, count=3, nw=1)
     program = [matmul(0, 5), post, dict(eltw, wait=1), post, eltw, post, eltw, END]
     timing = predict(program, config)
     # MATMUL dispatched 1, starts 2, issues 3..7: drained 7 + 11 = 18
-    # POST dispatched 2 into its slot, starts at 18: idle at 18 + 1 + 6 + 3 = 28
-    # ELTW (wait) at 28: idle 28 + 1 + 6 + 3 = 38
-    # POST at 38: idle 48; ELTW at 39 (beside the POST): idle 49; POST at 49: idle 59
-    # ELTW at 50 (no wait): idle 60; END at 60
-    assert timing.dispatch == [1, 2, 28, 38, 39, 49, 50, 60]
-    assert timing.done[2] == 37 and timing.total == 60
+    # POST dispatched 2 into its slot, starts at 18: idle at 18 + 1 + 7 + 3 = 29
+    # ELTW (wait) at 29: idle 29 + 1 + 6 + 3 = 39
+    # POST at 39: idle 50; ELTW at 40 (beside the POST): idle 50; POST at 50: idle 61
+    # ELTW at 51 (no wait): idle 61; END at 61
+    assert timing.dispatch == [1, 2, 29, 39, 40, 50, 51, 61]
+    assert timing.done[2] == 38 and timing.total == 61
     assert predict([dict(eltw, count=1), END], config).total == 1 + 1 + 2 + 3
 
 
@@ -447,15 +447,15 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 1) + 2, post latency 6
+    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 1) + 2, post latency 7
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1: starts 2, issues 3..7, drained 7 + 11 = 18. POST dispatched 2, starts 18:
-    # idle 18 + 1 + 6 + 3 = 28.
+    # idle 18 + 1 + 7 + 3 = 29.
     # MATMUL 3: starts at 7 (the first one's last issue), issues 8..12, drained 23.
-    # POST accepted at 28 (the first POST done), starts 28: idle 38. END at 38.
-    assert timing.dispatch == [1, 2, 3, 28, 38]
-    assert timing.done[1] == 27 and timing.total == 38
+    # POST accepted at 29 (the first POST done), starts 29: idle 40. END at 40.
+    assert timing.dispatch == [1, 2, 3, 29, 40]
+    assert timing.done[1] == 28 and timing.total == 40
 
 
 def test_unknown_opcode_is_a_bug():
