@@ -8,7 +8,12 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from .layouts import InstrLayout
 
-__all__ = ["NarrowFetch"]
+__all__ = ["NarrowFetch", "FETCH_LATENCY"]
+
+#: A program memory of whole instructions (``hdl/top.py``): cycles from the read of an
+#: instruction into the empty instruction register (at ``start``, and at a page's first
+#: instruction) until the dispatcher can take it: the read, then its capture.
+FETCH_LATENCY = 2
 
 
 class NarrowFetch(wiring.Component):

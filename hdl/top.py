@@ -12,7 +12,7 @@ from .dma import DmaEngine
 from .extmem import WRITE_PORT, connect_read_port
 from .eltwise import EltwiseEngine
 from .feeder import Feeder
-from .fetch import NarrowFetch
+from .fetch import FETCH_LATENCY, NarrowFetch
 from .program_ram import ProgramRAM
 from .layouts import PARAM_BITS, ActxLayout, InstrLayout, LoadxLayout, ParamLayout
 from .loader import WeightLoader
@@ -213,21 +213,11 @@ class Accelerator(wiring.Component):
         # stored instruction, or while the tile walker walks a LOOP, the walker's.
         fire = Signal()
         fetched_fire = Signal()       # the dispatcher takes the stored instruction
-        pc = None
+        fresh, boot = self._paging(m, dma)
         if cfg.runtime_program:
             stored, stored_valid = self._narrow_fetch(m, running, fetched_fire)
         else:
-            stored_valid = Signal()
-            pc = Signal(range(cfg.prog_depth))
-            prog_r = prog.read_port()
-            stored = prog_r.data
-            m.d.comb += prog_r.addr.eq(Mux(self.start, 0, Mux(fetched_fire, pc + 1, pc)))
-            with m.If(self.start):
-                m.d.sync += [stored_valid.eq(1), pc.eq(0)]
-            with m.Elif(fetched_fire):
-                m.d.sync += pc.eq(pc + 1)       # paged: 2 * prog_page, so it wraps
-                with m.If(stored.op == Op.END):
-                    m.d.sync += stored_valid.eq(0)
+            stored, stored_valid = self._wide_fetch(m, prog, fetched_fire, fresh)
         instr = Signal(InstrLayout())
         instr_valid = Signal()
         if cfg.walker:
@@ -288,12 +278,7 @@ class Accelerator(wiring.Component):
                     m.d.comb += accept.eq(post_idle & dma_ready)
             with m.Case(*Op.WALKER):
                 m.d.comb += accept.eq(1)
-        if dma is None:
-            m.d.comb += fire.eq(instr_valid & accept)
-        else:
-            page_ready, boot = self._paging(m, dma, pc, walker.active if cfg.walker else
-                                            Const(0))
-            m.d.comb += fire.eq(instr_valid & accept & page_ready)
+        m.d.comb += fire.eq(instr_valid & accept)
         for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
             m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
         if dma is not None:
@@ -376,21 +361,55 @@ class Accelerator(wiring.Component):
                      out_w.en.eq(Mux(post_staged, post.out_we, 0))]
         return Mux(post_staged, 0, post.out_we), word(Mux(staged, in_r.data, act_data))
 
-    def _paging(self, m, dma, pc, walking):
-        """A paged program's rules (``prog_page``; otherwise none): ``ready`` is low while
-        the stored instruction at the start of a page waits for it (the DMA engine, its
-        LOADP, idle in this cycle and the one before, so that the read port shows what the
-        LOADP wrote: its last word may write the address read in the cycle before the engine
-        is idle); ``boot`` is high in the cycle after ``start``, when the DMA engine takes
+    def _paging(self, m, dma):
+        """A paged program's signals (``prog_page``; otherwise constants): ``fresh`` is high
+        when a read of the program memory shows what every LOADP wrote (the DMA engine idle
+        in this cycle and the one before: its last word may be written in the cycle before
+        it is idle); ``boot`` is high in the cycle after ``start``, when the DMA engine takes
         the LOADP of the first two pages (:meth:`_boot_word`) and nothing is dispatched."""
-        page = self.config.prog_page
-        if not page:
+        if not self.config.prog_page:
             return Const(1), Const(0)
         seen = Signal(init=1)          # the engine was idle in the cycle before
         boot = Signal()
         m.d.sync += [seen.eq(dma.idle), boot.eq(self.start)]
-        ready = ~boot & (walking | (pc[:page.bit_length() - 1] != 0) | (dma.idle & seen))
-        return ready, boot
+        return ~boot & dma.idle & seen, boot
+
+    def _wide_fetch(self, m, prog, fire, fresh):
+        """The instruction register over a program memory of whole instructions: returns
+        the stored instruction (a register: the block RAM's output drives nothing else) and
+        its valid. The memory reads one instruction ahead, so the register takes the next
+        one in the cycle the dispatcher takes this one (``fire``): one per cycle. The
+        register fills (:data:`FETCH_LATENCY`) from a read of its own at ``start`` and,
+        in a paged program, at every page's first instruction, read once ``fresh`` (the
+        LOADP that wrote the page is done)."""
+        cfg = self.config
+        page = cfg.prog_page
+        stored = Signal(InstrLayout())
+        stored_valid = Signal()
+        pc = Signal(range(cfg.prog_depth))     # the stored instruction's address
+        refill = Signal()                      # read pc once fresh, into the register
+        capture = Signal()                     # the read of pc is on the read port
+        prog_r = prog.read_port()
+        go = Signal()
+        m.d.comb += [go.eq(refill & fresh),
+                     prog_r.addr.eq(Mux(self.start, 0, Mux(refill, pc,
+                                                           Mux(fire, pc + 2, pc + 1))))]
+        page_end = (pc[:page.bit_length() - 1] == page - 1) if page else Const(0)
+        # FETCH_LATENCY: the read (go, or start) in one cycle, the capture in the next
+        with m.If(self.start):
+            m.d.sync += [pc.eq(0), stored_valid.eq(0), refill.eq(bool(page)),
+                         capture.eq(not page)]
+        with m.Elif(go):
+            m.d.sync += [refill.eq(0), capture.eq(1)]
+        with m.Elif(capture):
+            m.d.sync += [stored.eq(prog_r.data), stored_valid.eq(1), capture.eq(0)]
+        with m.Elif(fire):
+            m.d.sync += [pc.eq(pc + 1), stored.eq(prog_r.data)]  # paged: 2 * prog_page, so
+            with m.If(stored.op == Op.END):                      # it wraps
+                m.d.sync += stored_valid.eq(0)
+            with m.Elif(page_end):
+                m.d.sync += [stored_valid.eq(0), refill.eq(1)]
+        return stored, stored_valid
 
     def _boot_word(self) -> int:
         """The LOADP a paged program starts with: its first two pages from external word 0

@@ -377,10 +377,12 @@ def loadw(bank):
     return dict(op=Op.LOADW, bank=bank)
 
 
-def test_end_only_program_takes_one_cycle():
+def test_end_only_program_takes_two_cycles():
+    """The instruction register fills from a read at ``start`` (cycle 0): END leaves in
+    cycle FETCH_LATENCY = 2."""
     for config in CONFIGS:
         timing = predict([END], config)
-        assert timing.total == 1 and timing.dispatch == [1]
+        assert timing.total == 2 and timing.dispatch == [2]
 
 
 def matmul_stream(tiles, count):
@@ -433,14 +435,16 @@ def test_eltw_accept_rules():
     post = dict(op=Op.POST, count=3, nw=1)
     program = [matmul(0, 5), post, dict(eltw, wait=1), post, eltw, post, eltw, END]
     timing = predict(program, config)
-    # MATMUL dispatched 1, starts 2, issues 3..7: drained 7 + 11 = 18
-    # POST dispatched 2 into its slot, starts at 18: idle at 18 + 1 + 7 + 3 = 29
-    # ELTW (wait) at 29: idle 29 + 1 + 6 + 3 = 39
-    # POST at 39: idle 50; ELTW at 40 (beside the POST): idle 50; POST at 50: idle 61
-    # ELTW at 51 (no wait): idle 61; END at 61
-    assert timing.dispatch == [1, 2, 29, 39, 40, 50, 51, 61]
-    assert timing.done[2] == 38 and timing.total == 61
-    assert predict([dict(eltw, count=1), END], config).total == 1 + 1 + 2 + 3
+    # (the first instruction leaves in cycle 2: the instruction register fills from a read
+    # at start)
+    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 11 = 19
+    # POST dispatched 3 into its slot, starts at 19: idle at 19 + 1 + 7 + 3 = 30
+    # ELTW (wait) at 30: idle 30 + 1 + 6 + 3 = 40
+    # POST at 40: idle 51; ELTW at 41 (beside the POST): idle 51; POST at 51: idle 62
+    # ELTW at 52 (no wait): idle 62; END at 62
+    assert timing.dispatch == [2, 3, 30, 40, 41, 51, 52, 62]
+    assert timing.done[2] == 39 and timing.total == 62
+    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 3
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():
@@ -450,12 +454,13 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 1) + 2, post latency 7
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
-    # MATMUL 1: starts 2, issues 3..7, drained 7 + 11 = 18. POST dispatched 2, starts 18:
-    # idle 18 + 1 + 7 + 3 = 29.
-    # MATMUL 3: starts at 7 (the first one's last issue), issues 8..12, drained 23.
-    # POST accepted at 29 (the first POST done), starts 29: idle 40. END at 40.
-    assert timing.dispatch == [1, 2, 3, 29, 40]
-    assert timing.done[1] == 28 and timing.total == 40
+    # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
+    # 3, issues 4..8, drained 8 + 11 = 19. POST dispatched 3, starts 19: idle
+    # 19 + 1 + 7 + 3 = 30.
+    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 24.
+    # POST accepted at 30 (the first POST done), starts 30: idle 41. END at 41.
+    assert timing.dispatch == [2, 3, 4, 30, 41]
+    assert timing.done[1] == 29 and timing.total == 41
 
 
 def test_unknown_opcode_is_a_bug():

@@ -12,6 +12,7 @@ from ..config import ArchConfig
 from ..hdl.eltwise import eltwise_cycles
 from ..hdl.extmem import ExtTiming, MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
+from ..hdl.fetch import FETCH_LATENCY
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
 from ..isa import Op, ext_words_per_instruction
@@ -58,9 +59,17 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     stored = 0                    # index of the next stored instruction
     stopped, pending = [], list(reversed(stops))
 
+    def fetched() -> int:         # the first cycle the next stored instruction can leave
+        if words:                 # its last word arrives at request + words; the instruction
+            return request + words + 1          # register is full one cycle later
+        if stored == 0 and not page:            # read at start (cycle 0), then captured
+            return FETCH_LATENCY
+        if page and stored % page == 0:         # read once the page is written (and after
+            return max(request + 1, page_free) + FETCH_LATENCY  # the one before left)
+        return 0
+
     def stop():                   # END's dispatch rule, were END the next instruction
-        t = max(previous + 1, request + words + 1 if words else 0,
-                page_free if page and stored % page == 0 else 0)
+        t = max(previous + 1, fetched())
         return max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
 
     if page:                      # the LOADP of the first two pages, in cycle 1 (hdl/top.py)
@@ -74,10 +83,8 @@ def predict(instructions: "list[dict]", config: ArchConfig,
         op = instr["op"]
         t = previous + 1
         looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
-        if words and not looped:  # its last word arrives at request + words; the instruction
-            t = max(t, request + words + 1)     # register is full one cycle later
-        if page and not looped and stored % page == 0:
-            t = max(t, page_free)
+        if not looped:
+            t = max(t, fetched())
         if op in Op.WALKER:       # taken by the walker in the cycle it is presented
             finish = t
         elif op == Op.LOADW:
