@@ -8,7 +8,12 @@ from ..config import ArchConfig
 from .array import array_latency
 from .layouts import InstrLayout
 
-__all__ = ["Feeder", "bank_release", "drain_cycles"]
+__all__ = ["Feeder", "bank_release", "drain_cycles", "ACC_READ_LATENCY"]
+
+#: Cycles from an accumulator read (the read-modify-write behind the array,
+#: ``hdl/accumulate.py``) to the write of the sum: the block RAM's read, then its data in a
+#: register, so that the adder's inputs are registers.
+ACC_READ_LATENCY = 2
 
 
 def bank_release(config: ArchConfig) -> int:
@@ -47,8 +52,11 @@ class Feeder(wiring.Component):
     Depthwise streaming (``dw``): the walk is the same (the compiler makes it run along input
     rows, ``sx = 1``), but only word ``j`` of each row with ``j mod vstride = 0`` and
     ``j <= vlast`` writes an accumulator, the next one (``acc_addr`` counts those words).
-    acc_raddr : accumulator read address (one cycle before the write).
+    acc_raddr : accumulator read address (:data:`ACC_READ_LATENCY` cycles before the write:
+        the read data is registered, ``hdl/accumulate.py``).
     acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
+    acc_forward : this write's address is the one written in the cycle before, which its
+        read came too early to see (``hdl/accumulate.py`` takes that write's word).
     acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
         instead of adding them (``first`` still overwrites).
     accepted, completed : MATMULs dispatched, and MATMULs whose last accumulator write is
@@ -76,6 +84,7 @@ class Feeder(wiring.Component):
             "acc_waddr": Out(config.acc_addr_bits),
             "acc_first": Out(1),
             "acc_max": Out(1),
+            "acc_forward": Out(1),
             "accepted": Out(16),
             "completed": Out(16),
         })
@@ -149,8 +158,9 @@ class Feeder(wiring.Component):
             self.feed_dw.eq(cur.dw),
         ]
 
-        # Tag pipeline: the word issued in cycle f is read from the accumulators in cycle
-        # f + latency and written in cycle f + latency + 1.
+        # Tag pipeline (tags[i] holds the tag of the word issued in cycle f in f + 1 + i): that
+        # word's accumulator is read in cycle f + latency - ACC_READ_LATENCY and written in
+        # f + latency, when its sums leave the array.
         latency = drain_cycles(cfg) - 1
         # (last of its MATMUL, kept, address, pool_max, first, issued): a word that is not
         # kept (depthwise streaming) writes nothing but is in flight like any other.
@@ -161,7 +171,13 @@ class Feeder(wiring.Component):
             m.d.sync += tag_d.eq(tag)
             tags.append(tag_d)
             tag = tag_d
-        read_tag, write_tag = tags[latency - 2], tags[latency - 1]
+        read_tag = tags[latency - 1 - ACC_READ_LATENCY]
+        write_tag = tags[latency - 1]
+        # When the word written in the next cycle has the address this one writes, its read
+        # (in the cycle before this write) missed this write: hdl/accumulate.py forwards it.
+        addr_bits = slice(2, 2 + cfg.acc_addr_bits)
+        m.d.sync += self.acc_forward.eq(write_tag[1] & tags[latency - 2][1]
+                                        & (write_tag[addr_bits] == tags[latency - 2][addr_bits]))
         m.d.comb += [
             self.acc_raddr.eq(read_tag[2:2 + cfg.acc_addr_bits]),
             self.acc_we.eq(write_tag[1]),

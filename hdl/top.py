@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import Op, encode, ext_words_per_instruction, instruction_width
 from ..config import ArchConfig
+from .accumulate import Accumulators
 from .array import SystolicArray
 from .dma import DmaEngine
 from .extmem import WRITE_PORT, connect_read_port
@@ -127,8 +128,6 @@ class Accelerator(wiring.Component):
         wgt = buffer("wgt", data.ArrayLayout(signed(8), cfg.cols))
         par = buffer("par", ParamLayout(cfg))
         act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
-        acc = Memory(shape=data.ArrayLayout(signed(32), cfg.cols), depth=cfg.acc_depth, init=[])
-        m.submodules.acc_buf = acc
 
         m.submodules.array = array = SystolicArray(cfg)
         m.submodules.feeder = feeder = Feeder(cfg)
@@ -189,21 +188,17 @@ class Accelerator(wiring.Component):
                                                 engine_data[lane]))
         m.d.comb += [array.feed_bank.eq(feeder.feed_bank), array.feed_dw.eq(feeder.feed_dw)]
 
-        # Accumulators: read-modify-write behind the array, read by the post-processor.
-        acc_w = acc.write_port()
-        acc_rmw = acc.read_port(transparent_for=(acc_w,))
-        acc_post = acc.read_port()
-        # The element-wise engine writes them too (only while the feeder is drained).
-        m.d.comb += [acc_rmw.addr.eq(feeder.acc_raddr),
-                     acc_w.addr.eq(Mux(eltw.acc_we, eltw.acc_addr, feeder.acc_waddr)),
-                     acc_w.en.eq(feeder.acc_we | eltw.acc_we)]
+        # Accumulators: read-modify-write behind the array, read by the post-processor; the
+        # element-wise engine writes them too (only while the feeder is drained).
+        m.submodules.acc = acc = Accumulators(cfg)
+        m.d.comb += [acc.raddr.eq(feeder.acc_raddr), acc.we.eq(feeder.acc_we),
+                     acc.waddr.eq(feeder.acc_waddr), acc.first.eq(feeder.acc_first),
+                     acc.max.eq(feeder.acc_max), acc.forward.eq(feeder.acc_forward),
+                     acc.sums.eq(array.sums), acc.ew_we.eq(eltw.acc_we),
+                     acc.ew_addr.eq(eltw.acc_addr), acc.post_addr.eq(post.acc_addr),
+                     post.acc_data.eq(acc.post_data)]
         for c in range(cfg.cols):
-            added = Mux(feeder.acc_first, 0, acc_rmw.data[c]) + array.sums[c]
-            larger = Mux(feeder.acc_first | (array.sums[c] > acc_rmw.data[c]), array.sums[c],
-                         acc_rmw.data[c])
-            m.d.comb += acc_w.data[c].eq(Mux(eltw.acc_we, eltw.acc_data[c],
-                                             Mux(feeder.acc_max, larger, added)))
-        m.d.comb += [acc_post.addr.eq(post.acc_addr), post.acc_data.eq(acc_post.data)]
+            m.d.comb += acc.ew_data[c].eq(eltw.acc_data[c])
 
         par_r = par.read_port()
         m.d.comb += [par_r.addr.eq(post.par_addr), par_r.en.eq(post.par_en),

@@ -2,19 +2,20 @@
 ``hwonnx.golden.im2col`` of an index image), one read per cycle, padding as ``feed_pad``;
 instructions stream back to back; ``pending``, ``drained`` and ``bank_free`` follow the rules
 of ``hwonnx/compiler/timing.py``; the accumulator tags come out ``array_latency + 1`` cycles
-after each read."""
+after each read, the accumulator read ``ACC_READ_LATENCY`` cycles before its write, and
+``acc_forward`` marks a write to the word written in the cycle before."""
 
 import numpy as np
 import pytest
 
 from hwonnx.isa import Op
 from hwonnx.golden.im2col import conv_output_size, im2col
-from hwonnx.hdl.feeder import Feeder
+from hwonnx.hdl.feeder import ACC_READ_LATENCY, Feeder
 
 from hdl_helpers import run_cycles, set_instr, small_config
 
 OUTPUTS = ("act_en", "act_addr", "feed_pad", "feed_zp", "feed_bank", "acc_raddr", "acc_we",
-           "acc_waddr", "acc_first", "pending", "drained", "bank_free")
+           "acc_waddr", "acc_first", "acc_forward", "pending", "drained", "bank_free")
 
 
 def conv_layer(config, base, ih, iw, cb_in, kernel, strides, pads, dilations, zp):
@@ -110,11 +111,16 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
             want["feed_pad"][f + 1] = int(addr is None)
             want["feed_zp"][f + 1] = instr["zp"]
             want["feed_bank"][f + 1] = instr["bank"]
-            want["acc_raddr"][f + latency - 1] = instr["acc_addr"] + i
+            want["acc_raddr"][f + latency - ACC_READ_LATENCY] = instr["acc_addr"] + i
             want["acc_we"][f + latency] = 1
             want["acc_waddr"][f + latency] = instr["acc_addr"] + i
             want["acc_first"][f + latency] = instr["first"]
     want["drained"] = drained
+    for cycle in range(1, cycles):          # a write to the word written in the cycle before
+        if want["acc_we"][cycle]:
+            want["acc_forward"][cycle] = int(want["acc_we"][cycle - 1] == 1 and
+                                             want["acc_waddr"][cycle - 1]
+                                             == want["acc_waddr"][cycle])
     want["bank_free"] = [a | b << 1 for a, b in zip(*bank_free)]
     for name in OUTPUTS:
         cycles_checked = [c for c in range(cycles) if want[name][c] is not None]
@@ -176,3 +182,18 @@ def test_feeder_wait_starts_when_post_idle(waits, post_idle_from):
         feed_end = end
     if not waits[0]:
         assert times[0][1] + 1 == 2 + 2
+
+
+def test_a_write_to_the_word_written_just_before_is_forwarded():
+    """Back to back, a two-word tile's last word and a one-word tile's word write the same
+    accumulator word in consecutive cycles: the second write has ``acc_forward`` (its read
+    came before the first write; run_feeder checks it cycle by cycle)."""
+    config = small_config(2, 2)
+    base = conv_layer(config, 0, 1, 2, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0)
+    (first, addrs), = base
+    assert first["count"] == 2
+    second = dict(first, count=1, acc_addr=first["acc_addr"] + 1, first=0, wait=0,
+                  act_addr=addrs[1], act_row=addrs[0], ox0=1, ix0=1, bank=1)
+    times = run_feeder(config, [(first, addrs), (second, addrs[1:])])
+    assert times[1][1] == times[0][2]            # back to back: the second starts as the
+                                                 # first issues its last word

@@ -1,0 +1,103 @@
+"""The accumulator buffer's read-modify-write (hdl/accumulate.py), driven as the feeder drives
+it (read ACC_READ_LATENCY cycles before the write, ``forward`` when the cycle before wrote the
+same word): random streams of writes to a few words, back to back, one and two cycles apart
+to the same word, adding, keeping the larger or overwriting (``first``), with element-wise
+engine writes in the gaps, leave every word as a Python model of the same writes in order
+says (int32 wrap-around)."""
+
+import numpy as np
+import pytest
+
+from hwonnx.hdl.accumulate import Accumulators
+from hwonnx.hdl.feeder import ACC_READ_LATENCY
+
+from hdl_helpers import run_cycles, small_config
+
+
+def _wrap(value: int) -> int:
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_read_modify_write_equals_the_writes_in_order(seed):
+    config = small_config(2, 3)
+    rng = np.random.default_rng(seed)
+    words = 4                         # few words: the same word often one or two cycles apart
+    cycles = 400
+    # per cycle: None (quiet), ("rmw", addr, first, max, sums) or ("ew", addr, data)
+    plan = []
+    for cycle in range(cycles):
+        kind = rng.choice(["rmw", "rmw", "rmw", "ew", None])
+        addr = int(rng.integers(0, words))
+        value = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, config.cols)]
+        if kind == "rmw":
+            plan.append(("rmw", addr, int(rng.random() < 0.1), int(rng.random() < 0.3), value))
+        elif kind == "ew":
+            plan.append(("ew", addr, value))
+        else:
+            plan.append(None)
+    # the element-wise engine never writes while the feeder's reads are in flight (the
+    # engine starts once the feeder is drained)
+    for cycle, step in enumerate(plan):
+        if step and step[0] == "ew" and any(
+                later and later[0] == "rmw" for later in plan[cycle + 1:cycle + 1 + 2]):
+            plan[cycle] = None
+    dut = Accumulators(config)
+    reads = {}
+
+    def step(ctx, cycle):
+        ahead = plan[cycle + ACC_READ_LATENCY] if cycle + ACC_READ_LATENCY < cycles else None
+        ctx.set(dut.raddr, ahead[1] if ahead and ahead[0] == "rmw" else 0)
+        now = plan[cycle] if cycle < cycles else None
+        before = plan[cycle - 1] if 0 < cycle <= cycles else None
+        rmw, ew = bool(now and now[0] == "rmw"), bool(now and now[0] == "ew")
+        ctx.set(dut.we, rmw)
+        ctx.set(dut.ew_we, ew)
+        ctx.set(dut.forward, rmw and bool(before) and before[0] == "rmw"
+                and before[1] == now[1])
+        if rmw:
+            _, addr, first, largest, sums = now
+            ctx.set(dut.waddr, addr)
+            ctx.set(dut.first, first)
+            ctx.set(dut.max, largest)
+            for c, v in enumerate(sums):
+                ctx.set(dut.sums[c], v)
+        if ew:
+            ctx.set(dut.ew_addr, now[1])
+            for c, v in enumerate(now[2]):
+                ctx.set(dut.ew_data[c], v)
+        if cycle >= cycles + 2:                      # read every word back
+            word = cycle - cycles - 2
+            ctx.set(dut.post_addr, min(word, words - 1))
+            if word >= 1:
+                reads[word - 1] = [ctx.get(dut.post_data[c]) for c in range(config.cols)]
+
+    # the words start as what the first writes of each make them: begin with a `first`
+    # write to every word
+    for addr in range(words):
+        plan.insert(0, ("rmw", addr, 1, 0, [0] * config.cols))
+    plan.insert(0, None)
+    cycles = len(plan)
+    run_cycles(dut, cycles + 2 + words + 1, step)
+
+    model = {}
+    for item in plan:
+        if item is None:
+            continue
+        if item[0] == "ew":
+            model[item[1]] = list(item[2])
+            continue
+        _, addr, first, largest, sums = item
+        old = model.get(addr, [0] * config.cols)
+        if first:
+            model[addr] = list(sums)
+        elif largest:
+            model[addr] = [max(o, s) for o, s in zip(old, sums)]
+        else:
+            model[addr] = [_wrap(o + s) for o, s in zip(old, sums)]
+    assert reads == {addr: model[addr] for addr in range(words)}
+    # the streams hold writes to one word one and two cycles apart
+    same = [(i, j) for i in range(len(plan)) for j in (1, 2) if i + j < len(plan)
+            and plan[i] and plan[i + j] and plan[i][0] == plan[i + j][0] == "rmw"
+            and plan[i][1] == plan[i + j][1]]
+    assert {j for _, j in same} == {1, 2} and len(same) > 50
