@@ -11,14 +11,20 @@ from .rounding import ORT_LATENCY, OrtRounder
 
 __all__ = ["PostProcessor", "POST_LATENCY", "post_latency"]
 
+#: Stages of the 32x32 multiply: four 16x16 partial products (an 18x18 multiplier each, its
+#: product registered), the sum of the two middle ones, then the product. In one stage, the
+#: multipliers' outputs, their routing to the fabric and the adders limited an ECP5 build to
+#: 58 MHz.
+MULTIPLY_STAGES = 3
+
 #: Cycles from an accumulator read to the write of its activation word: accumulator read,
-#: its data registered, bias add, multiply, rounding shift, zero point and clamp (then the
-#: write).
-POST_LATENCY = 6
+#: its data registered, bias add, the multiply's stages, rounding shift, zero point and
+#: clamp (then the write).
+POST_LATENCY = 5 + MULTIPLY_STAGES
 
 #: Stages of the base pipeline that the onnxruntime rounding unit replaces: the multiply and
 #: the rounding shift.
-_REPLACED = 2
+_REPLACED = MULTIPLY_STAGES + 1
 
 
 def post_latency(config: ArchConfig) -> int:
@@ -37,9 +43,10 @@ class PostProcessor(wiring.Component):
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
-    (k+3), rounding shift (k+4), zero point and clamp (k+5), select lanes and write (k+6).
-    ``idle`` is high once every write is done. Every stage is one register-to-register path:
-    a block-RAM read, one adder, the multiplier, or the shifter. The parameter word is read
+    (k+3 to k+5: partial products, their middle sum, the product), rounding shift (k+6), zero
+    point and clamp (k+7), select lanes and write (k+8). ``idle`` is high once every write is
+    done. Every stage is one register-to-register path: a block-RAM read, one adder, the
+    18x18 multipliers, or the shifter. The parameter word is read
     from the registered instruction in the cycle after dispatch (not from the dispatcher's
     decode: that path to the block RAM's enable limited an ECP5 build to 55 MHz) and copied
     into a register, in time for the first bias add. The block-RAM output, the adder and the
@@ -157,15 +164,13 @@ class PostProcessor(wiring.Component):
                              rounder.shift.eq(par[c].shift),
                              levels[c].eq(rounder.y + cur.zp)]
         else:
-            # Stage 3: multiply.
-            chain = stage("s2", sb_valid, sb_addr, sb_base)
-            valids.append(chain[0])
-            # Stage 4: the rounding shift.
-            chain = stage("sr", *chain)
-            valids.append(chain[0])
-            products = [Signal(signed(64), name=f"product_{c}") for c in range(cols)]
+            # Stages 3 to 5 (MULTIPLY_STAGES): the multiply. Stage 6: the rounding shift.
+            chain = (sb_valid, sb_addr, sb_base)
+            for name in ("m0", "m1", "s2", "sr"):
+                chain = stage(name, *chain)
+                valids.append(chain[0])
+            products = [self._multiply(m, c, biased[c], par[c].mult) for c in range(cols)]
             for c in range(cols):
-                m.d.sync += products[c].eq(biased[c] * par[c].mult)
                 # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
                 shr = (par[c].shift - 1)[:6]
                 halved = Signal(signed(64), name=f"halved_{c}")
@@ -201,6 +206,26 @@ class PostProcessor(wiring.Component):
             ]
         m.d.comb += self.idle.eq(~active & ~Cat(*valids).any())
         return m
+
+    @staticmethod
+    def _multiply(m, c, v, k):
+        """``v * k`` (both signed 32-bit) in :data:`MULTIPLY_STAGES` registered stages: with
+        ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl`` unsigned), the
+        partial products ``vl kl``, ``vl kh``, ``vh kl``, ``vh kh``; then ``vl kh + vh kl``;
+        then ``vh kh 2**32 + vl kl`` (a concatenation: ``0 <= vl kl < 2**32``) plus that
+        sum times ``2**16``. Returns the product's register."""
+        assert MULTIPLY_STAGES == 3
+        vl, vh, kl, kh = v[:16], v[16:32].as_signed(), k[:16], k[16:32].as_signed()
+        ll = Signal(32, name=f"pp_ll_{c}")
+        lh, hl = Signal(signed(33), name=f"pp_lh_{c}"), Signal(signed(33), name=f"pp_hl_{c}")
+        hh = Signal(signed(32), name=f"pp_hh_{c}")
+        m.d.sync += [ll.eq(vl * kl), lh.eq(vl * kh), hl.eq(vh * kl), hh.eq(vh * kh)]
+        middle = Signal(signed(34), name=f"pp_mid_{c}")
+        outer = Signal(signed(64), name=f"pp_outer_{c}")
+        m.d.sync += [middle.eq(lh + hl), outer.eq(Cat(ll, hh))]
+        product = Signal(signed(64), name=f"product_{c}")
+        m.d.sync += product.eq(outer + (middle << 16))
+        return product
 
     def _tables(self, m, cur, values, chain):
         """Look ``values`` up in activation table ``cur.lut - 1`` (one memory per column, all

@@ -428,8 +428,9 @@ def test_eltw_accept_rules():
     engine; the next ELTW runs beside that POST; END
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
     # drain = array_latency + 2 = (4 + 4 + 1) + 2 (skew and flow, the product register, the
-    # accumulator read and write); post latency 7 (accumulator data registered, bias,
-    # multiply, rounding shift, zero point and clamp, activation table, then the write)
+    # accumulator read and write); post latency 9 (accumulator data registered, bias,
+    # the multiply's three stages, rounding shift, zero point and clamp, activation table,
+    # then the write)
     config = ArchConfig(rows=4, cols=4)
     eltw = dict(op=Op.ELTW, count=3)
     post = dict(op=Op.POST, count=3, nw=1)
@@ -438,12 +439,12 @@ def test_eltw_accept_rules():
     # (the first instruction leaves in cycle 2: the instruction register fills from a read
     # at start)
     # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 11 = 19
-    # POST dispatched 3 into its slot, starts at 19: idle at 19 + 1 + 7 + 3 = 30
-    # ELTW (wait) at 30: idle 30 + 1 + 6 + 3 = 40
-    # POST at 40: idle 51; ELTW at 41 (beside the POST): idle 51; POST at 51: idle 62
-    # ELTW at 52 (no wait): idle 62; END at 62
-    assert timing.dispatch == [2, 3, 30, 40, 41, 51, 52, 62]
-    assert timing.done[2] == 39 and timing.total == 62
+    # POST dispatched 3 into its slot, starts at 19: idle at 19 + 1 + 9 + 3 = 32
+    # ELTW (wait) at 32: idle 32 + 1 + 6 + 3 = 42
+    # POST at 42: idle 55; ELTW at 43 (beside the POST): idle 53; POST at 55: idle 68
+    # ELTW at 56 (no wait): idle 66; END at 68
+    assert timing.dispatch == [2, 3, 32, 42, 43, 55, 56, 68]
+    assert timing.done[2] == 41 and timing.total == 68
     assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 3
 
 
@@ -451,16 +452,16 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 1) + 2, post latency 7
+    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 1) + 2, post latency 9
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
     # 3, issues 4..8, drained 8 + 11 = 19. POST dispatched 3, starts 19: idle
-    # 19 + 1 + 7 + 3 = 30.
+    # 19 + 1 + 9 + 3 = 32.
     # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 24.
-    # POST accepted at 30 (the first POST done), starts 30: idle 41. END at 41.
-    assert timing.dispatch == [2, 3, 4, 30, 41]
-    assert timing.done[1] == 29 and timing.total == 41
+    # POST accepted at 32 (the first POST done), starts 32: idle 45. END at 45.
+    assert timing.dispatch == [2, 3, 4, 32, 45]
+    assert timing.done[1] == 31 and timing.total == 45
 
 
 def test_unknown_opcode_is_a_bug():

@@ -170,12 +170,13 @@ def test_post_matches_golden_requantize(rows, cols, n_out):
 
 def test_post_latency_by_hand():
     """The stages, by hand (accumulator word read in cycle k): its data registered k+1, bias
-    add k+2, multiply k+3, rounding shift k+4, zero point and clamp k+5, write k+6: L = 6.
-    The onnxruntime rounding unit's 4 stages replace the multiply and the rounding shift: 8.
-    The activation table is one stage more: 7 (default configuration), 9 with both."""
-    assert POST_LATENCY == 6
-    assert post_latency(small_config(3, 2)) == 6
-    assert post_latency(small_config(3, 2, lut_tables=4)) == 7
+    add k+2, the multiply's partial products k+3, their middle sum k+4, the product k+5,
+    rounding shift k+6, zero point and clamp k+7, write k+8: L = 8. The onnxruntime rounding
+    unit's 4 stages replace the multiply's three and the rounding shift: 8 as well. The
+    activation table is one stage more: 9 (default configuration), 9 with both."""
+    assert POST_LATENCY == 8
+    assert post_latency(small_config(3, 2)) == 8
+    assert post_latency(small_config(3, 2, lut_tables=4)) == 9
     for lut_tables, latency in ((0, 8), (4, 9)):
         config = dataclasses.replace(small_config(3, 2, lut_tables), ort_rounding=True)
         assert post_latency(config) == latency
@@ -184,11 +185,11 @@ def test_post_latency_by_hand():
 @pytest.mark.parametrize("count, nw", [(1, 1), (3, 1), (2, 3), (5, 2)])
 def test_post_idle_rises_7_plus_count_times_nw_after_dispatch(count, nw):
     """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+L+count*nw, high in
-    t+1+L+count*nw (L = POST_LATENCY = 6 here, no activation tables: the first read in t+1,
+    t+1+L+count*nw (L = POST_LATENCY = 8 here, no activation tables: the first read in t+1,
     its write in t+1+L, the last of count*nw writes in t+L+count*nw), when the next
     instruction is dispatched."""
     config = small_config(3, 2)
-    assert post_latency(config) == 6
+    assert post_latency(config) == 8
     rng = np.random.default_rng(count * 10 + nw)
     acc = rng.integers(*INT32, (config.acc_depth, 2))
     params = [random_params(rng, 2, "wide") for _ in range(config.par_depth)]
