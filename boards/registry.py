@@ -93,11 +93,12 @@ class Board:
 
 
 def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4,
-         walker=True) -> ArchConfig:
+         walker=True, mul_stages=3) -> ArchConfig:
     # the element-wise engine where the compiler can use it (cols >= rows)
     return ArchConfig(rows=rows, cols=cols, act_depth=act, wgt_depth=wgt, acc_depth=acc,
                       par_depth=par, prog_depth=prog, clock_hz=clock, prog_width=prog_width,
-                      lut_tables=lut_tables, walker=walker, eltwise=cols >= rows)
+                      lut_tables=lut_tables, walker=walker, eltwise=cols >= rows,
+                      mul_stages=mul_stages)
 
 
 # Device capacities, from the vendors' data sheets:
@@ -118,15 +119,17 @@ def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4
 # Default architectures that fit, by device (``check_fits``; tests/test_boards.py checks each):
 # UP5K: no tile walker (its 1,250 flip-flops do not fit beside the array), so every tile is
 # stored, in the SPRAMs.
+# The multiply of the requantizer in one stage (mul_stages): the three-stage one's
+# flip-flops do not fit, and 12 MHz does not need it.
 _UP5K = _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2,
-             walker=False)
+             walker=False, mul_stages=1)
 # 25F: 28 multipliers hold 4x3 (12 products + 3 requantizers of 4).
 _ECP5_25F = _cfg(4, 3, 2048, 2048, 256, 64, 512, 25_000_000)
 _ECP5_85F = _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000)
 # GW1NR-9: 20 multipliers hold 6x2 (12 + 2 requantizers of 4); its 26 block RAMs hold a
 # 512-instruction program (12 blocks, 36 bits wide) and the data buffers, with no room left
 # for the activation tables (two more blocks).
-_GW1NR_9 = _cfg(6, 2, 512, 2048, 128, 32, 512, 27_000_000, lut_tables=0)
+_GW1NR_9 = _cfg(6, 2, 512, 2048, 128, 32, 512, 27_000_000, lut_tables=0, mul_stages=1)
 _GW2A_18 = _cfg(4, 4, 2048, 2048, 256, 64, 512, 27_000_000)
 _XC7Z010 = _cfg(6, 6, 2048, 2048, 512, 64, 512, 33_333_000)
 

@@ -197,7 +197,13 @@ class HostBridge(wiring.Component):
         kind = Signal(range(7))                 # reply payload source
         K_NONE, K_INFO, K_READ, K_RUN, K_STATUS, K_READX, K_SUMX = range(7)
         flags, cyc = Signal(8), Signal(32)
-        stale = Signal()
+        # READ: the word of the address just advanced to is on the read port in the next
+        # cycle and in act_word in the one after: no byte goes out meanwhile. The block RAM's
+        # output drives only that register, not the lane select and the CRC (that path was
+        # the critical one of a ULX3S-85F build, 62.7 MHz).
+        stale, stale_d = Signal(), Signal()
+        act_word = Signal.like(self.host_act_rdata)
+        m.d.sync += [stale_d.eq(stale), act_word.eq(self.host_act_rdata)]
         timer = Signal(range(self._timeout + 1))
 
         # Activation word writes: each word goes out as its last byte arrives.
@@ -264,7 +270,7 @@ class HostBridge(wiring.Component):
             with m.Case(K_INFO):
                 m.d.comb += payload.eq(info_rom[index[:4]])
             with m.Case(K_READ):
-                m.d.comb += payload.eq(self.host_act_rdata.word_select(lane, 8))
+                m.d.comb += payload.eq(act_word.word_select(lane, 8))
             with m.Case(K_RUN):
                 m.d.comb += payload.eq(cyc.word_select(index[:2], 8))
             with m.Case(K_STATUS):
@@ -457,7 +463,7 @@ class HostBridge(wiring.Component):
                     m.next = "CRC_HI_OUT"
                 with m.Else():
                     m.d.comb += [utx.data.payload.eq(payload),
-                                 utx.data.valid.eq(~((kind == K_READ) & stale))]
+                                 utx.data.valid.eq(~((kind == K_READ) & (stale | stale_d)))]
                     if ext:                     # READX: a word must be read first
                         with m.If(kind == K_READX):
                             m.d.comb += [utx.data.valid.eq(xhave),

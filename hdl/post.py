@@ -11,28 +11,18 @@ from .rounding import ORT_LATENCY, OrtRounder
 
 __all__ = ["PostProcessor", "POST_LATENCY", "post_latency"]
 
-#: Stages of the 32x32 multiply: four 16x16 partial products (an 18x18 multiplier each, its
-#: product registered), the sum of the two middle ones, then the product. In one stage, the
-#: multipliers' outputs, their routing to the fabric and the adders limited an ECP5 build to
-#: 58 MHz.
-MULTIPLY_STAGES = 3
-
-#: Cycles from an accumulator read to the write of its activation word: accumulator read,
-#: its data registered, bias add, the multiply's stages, rounding shift, zero point and
-#: clamp (then the write).
-POST_LATENCY = 5 + MULTIPLY_STAGES
-
-#: Stages of the base pipeline that the onnxruntime rounding unit replaces: the multiply and
-#: the rounding shift.
-_REPLACED = MULTIPLY_STAGES + 1
+#: Cycles from an accumulator read to the write of its activation word besides the multiply's
+#: (``ArchConfig.mul_stages``): accumulator read, its data registered, bias add, rounding
+#: shift, zero point and clamp (then the write).
+POST_LATENCY = 5
 
 
 def post_latency(config: ArchConfig) -> int:
-    """:data:`POST_LATENCY`, plus two stages with the onnxruntime rounding unit (its
-    :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of the multiply and the rounding
-    shift) and one with activation tables."""
-    return (POST_LATENCY + (ORT_LATENCY - _REPLACED if config.ort_rounding else 0)
-            + (1 if config.lut_tables else 0))
+    """:data:`POST_LATENCY` plus the multiply's ``mul_stages`` (with the onnxruntime rounding
+    unit, its :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of the multiply and the
+    rounding shift), plus one with activation tables."""
+    core = ORT_LATENCY - 1 if config.ort_rounding else config.mul_stages
+    return POST_LATENCY + core + (1 if config.lut_tables else 0)
 
 
 class PostProcessor(wiring.Component):
@@ -43,8 +33,8 @@ class PostProcessor(wiring.Component):
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
-    (k+3 to k+5: partial products, their middle sum, the product), rounding shift (k+6), zero
-    point and clamp (k+7), select lanes and write (k+8). ``idle`` is high once every write is
+    (with ``mul_stages`` 3, k+3 to k+5: partial products, their middle sum, the product; with
+    1, k+3), rounding shift (k+6), zero point and clamp (k+7), select lanes and write (k+8). ``idle`` is high once every write is
     done. Every stage is one register-to-register path: a block-RAM read, one adder, the
     18x18 multipliers, or the shifter. The parameter word is read
     from the registered instruction in the cycle after dispatch (not from the dispatcher's
@@ -164,12 +154,13 @@ class PostProcessor(wiring.Component):
                              rounder.shift.eq(par[c].shift),
                              levels[c].eq(rounder.y + cur.zp)]
         else:
-            # Stages 3 to 5 (MULTIPLY_STAGES): the multiply. Stage 6: the rounding shift.
+            # Stages 3 to 2 + mul_stages: the multiply. Then the rounding shift.
             chain = (sb_valid, sb_addr, sb_base)
-            for name in ("m0", "m1", "s2", "sr"):
+            for name in ("m0", "m1")[:cfg.mul_stages - 1] + ("s2", "sr"):
                 chain = stage(name, *chain)
                 valids.append(chain[0])
-            products = [self._multiply(m, c, biased[c], par[c].mult) for c in range(cols)]
+            products = [self._multiply(m, c, biased[c], par[c].mult, cfg.mul_stages)
+                        for c in range(cols)]
             for c in range(cols):
                 # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
                 shr = (par[c].shift - 1)[:6]
@@ -208,13 +199,18 @@ class PostProcessor(wiring.Component):
         return m
 
     @staticmethod
-    def _multiply(m, c, v, k):
-        """``v * k`` (both signed 32-bit) in :data:`MULTIPLY_STAGES` registered stages: with
-        ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl`` unsigned), the
-        partial products ``vl kl``, ``vl kh``, ``vh kl``, ``vh kh``; then ``vl kh + vh kl``;
-        then ``vh kh 2**32 + vl kl`` (a concatenation: ``0 <= vl kl < 2**32``) plus that
-        sum times ``2**16``. Returns the product's register."""
-        assert MULTIPLY_STAGES == 3
+    def _multiply(m, c, v, k, stages):
+        """``v * k`` (both signed 32-bit) in ``stages`` registered stages (``mul_stages``):
+        one, or three: with ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl``
+        unsigned), the partial products ``vl kl``, ``vl kh``, ``vh kl``, ``vh kh`` (an 18x18
+        multiplier each); then ``vl kh + vh kl``; then ``vh kh 2**32 + vl kl`` (a
+        concatenation: ``0 <= vl kl < 2**32``) plus that sum times ``2**16``. In one stage the
+        multipliers, their routing to the fabric and the adders limited an ECP5 build to
+        58 MHz. Returns the product's register."""
+        product = Signal(signed(64), name=f"product_{c}")
+        if stages == 1:
+            m.d.sync += product.eq(v * k)
+            return product
         vl, vh, kl, kh = v[:16], v[16:32].as_signed(), k[:16], k[16:32].as_signed()
         ll = Signal(32, name=f"pp_ll_{c}")
         lh, hl = Signal(signed(33), name=f"pp_lh_{c}"), Signal(signed(33), name=f"pp_hl_{c}")
@@ -223,7 +219,6 @@ class PostProcessor(wiring.Component):
         middle = Signal(signed(34), name=f"pp_mid_{c}")
         outer = Signal(signed(64), name=f"pp_outer_{c}")
         m.d.sync += [middle.eq(lh + hl), outer.eq(Cat(ll, hh))]
-        product = Signal(signed(64), name=f"product_{c}")
         m.d.sync += product.eq(outer + (middle << 16))
         return product
 
