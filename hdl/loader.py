@@ -8,7 +8,11 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from .layouts import InstrLayout
 
-__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words"]
+__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "WRITE_DELAY"]
+
+#: Cycles from the read of a weight word to the write of its row into the array: the block
+#: RAM's read, then the word in a register.
+WRITE_DELAY = 2
 
 #: The packings the loader unpacks. With ``wpack`` p, lane ``c`` of weight word ``w`` of a tile
 #: holds the column-``c`` weights of array rows ``w * 2**p`` to ``w * 2**p + 2**p - 1``, each
@@ -33,7 +37,8 @@ class WeightLoader(wiring.Component):
     """Reads a tile's weight words and writes array row ``r`` of the instruction's bank, one
     row per cycle, starting the cycle after dispatch, from word ``wgt_addr + (r >> wpack)``.
 
-    Row ``r`` is written in cycle ``t + 2 + r`` for a dispatch in cycle ``t``; activations
+    Row ``r`` is written in cycle ``t + 1 + WRITE_DELAY + r`` (``t + 3 + r``) for a dispatch
+    in cycle ``t``; activations
     reach row ``r`` with the same one-cycle-per-row skew, so a MATMUL dispatched after the
     LOADW never sees a stale row. ``busy`` is high for the ``rows`` read cycles. A packed
     word is read once per row it holds (``rows`` reads whatever the packing): the timing
@@ -87,14 +92,25 @@ class WeightLoader(wiring.Component):
                 with m.Case(p):
                     m.d.comb += offset.eq(row >> p)
         m.d.comb += [self.wgt_addr.eq(base + offset), self.wgt_en.eq(self.busy)]
-        m.d.sync += [self.wload_en.eq(self.busy), self.wload_row.eq(row),
-                     self.wload_bank.eq(bank)]
-
-        # Unpack the word arriving now: the slot of the row read in the cycle before.
+        # The word read in cycle k is on wgt_data in k + 1 and in a register in k + 2
+        # (WRITE_DELAY): the block RAM's output (5.6 ns from the clock on ECP5) drives only
+        # that register, not the unpacking and the wires to every PE of the array. The row,
+        # bank and slot of the read follow it.
+        word = Signal.like(self.wgt_data)
+        m.d.sync += word.eq(self.wgt_data)
+        follow = [(self.busy, self.wload_en), (row, self.wload_row), (bank, self.wload_bank)]
         slot, unpack = Signal(2), Signal(2)
-        m.d.sync += [slot.eq(row), unpack.eq(wpack)]
+        follow += [(row, slot), (wpack, unpack)]
+        for source, target in follow:
+            value = source
+            for stage in range(WRITE_DELAY - 1):
+                delayed = Signal.like(target, name=f"{target.name}_d{stage}")
+                m.d.sync += delayed.eq(value)
+                value = delayed
+            m.d.sync += target.eq(value)
+        # Unpack the word in the register: the slot of the row read two cycles before.
         for c in range(self.config.cols):
-            byte = self.wgt_data[8 * c:8 * c + 8]
+            byte = word[8 * c:8 * c + 8]
             with m.Switch(unpack):
                 for p in WEIGHT_PACKINGS:
                     bits = 8 >> p

@@ -1,5 +1,6 @@
 """WeightLoader: a LOADW dispatched in cycle t reads weight word ``wgt_addr + (r >> wpack)``
-in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle t+2+r; ``busy`` is high for exactly
+in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle t+3+r (the
+word on the read port in t+2+r, in a register in t+3+r); ``busy`` is high for exactly
 ``rows`` cycles (t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows."""
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
     for (t, instr), tile in zip(instrs.items(), tiles):
         busy.update(range(t + 1, t + 1 + rows))
         for r in range(rows):
-            writes[t + 2 + r] = (r, instr["bank"], list(tile[r]))
+            writes[t + 3 + r] = (r, instr["bank"], list(tile[r]))
     cycles = max(writes) + 3
     seen = {}
 
@@ -114,8 +115,9 @@ class LoaderAndArray(Elaboratable):
 @pytest.mark.parametrize("rows, cols", GEOMETRIES)
 def test_loaded_tiles_multiply_in_the_array(rows, cols):
     """Two LOADWs back to back into banks 0 and 1; words for a bank are fed from the cycle
-    its row 0 is written (t+2), the earliest the row skew allows, alternating banks once
-    both are loaded."""
+    its row 0 is written (t+3), the earliest the row skew allows, alternating banks once
+    both are loaded. (A MATMUL dispatched in the cycle after the LOADW feeds its first word in
+    t+4: dispatch t+1, start t+2, read t+3.)"""
     config = small_config(rows, cols)
     rng = np.random.default_rng(50 + rows * 10 + cols)
     wgt = rng.integers(-128, 128, (config.wgt_depth, cols))
@@ -123,8 +125,8 @@ def test_loaded_tiles_multiply_in_the_array(rows, cols):
     t0, t1 = 1, 2 + rows
     instrs = {t0: loadw(0, 3), t1: loadw(1, config.wgt_depth - rows)}
     tiles = [wgt[3:3 + rows], wgt[config.wgt_depth - rows:]]
-    feeds = {t0 + 2 + i: 0 for i in range(t1 - t0)}
-    feeds.update({t1 + 2 + i: (i + 1) % 2 for i in range(2 * rows + 6)})
+    feeds = {t0 + 3 + i: 0 for i in range(t1 - t0)}
+    feeds.update({t1 + 3 + i: (i + 1) % 2 for i in range(2 * rows + 6)})
     acts = {cycle: rng.integers(-128, 128, rows) for cycle in feeds}
     latency = array_latency(config)
     sums = {}
