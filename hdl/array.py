@@ -8,9 +8,11 @@ from ..config import ArchConfig
 
 __all__ = ["SystolicArray", "array_latency", "PRODUCT_STAGES"]
 
-#: Register stages between a PE's multiplier and its partial-sum adder: the product register,
-#: so that the multiplier and the 32-bit adder are separate register-to-register paths.
-PRODUCT_STAGES = 1
+#: Register stages of a PE's multiply: its operands (the activation, or the depthwise one,
+#: and the weight of the word's bank, selected and registered), then the product, so that the
+#: operand selection, the multiplier and the 32-bit adder are separate register-to-register
+#: paths.
+PRODUCT_STAGES = 2
 
 
 def array_latency(config: ArchConfig) -> int:
@@ -26,8 +28,8 @@ class SystolicArray(wiring.Component):
     PE ``(r, c)`` holds two weights (banks 0 and 1). An activation word presented on ``feed``
     is skewed so that lane ``r`` enters row ``r`` ``r`` cycles later; it then moves one PE to
     the right per cycle, carrying the bank bit that selects the weight each PE multiplies it
-    with; the product is registered (:data:`PRODUCT_STAGES`) and added into the partial sum
-    in the next cycle. Partial sums move one PE down per cycle and are de-skewed at the
+    with; the two operands are registered, then the product (:data:`PRODUCT_STAGES`), and it
+    is added into the partial sum in the next cycle. Partial sums move one PE down per cycle and are de-skewed at the
     bottom, so the ``cols`` dot products of one activation word appear together on ``sums`` exactly
     :func:`array_latency` cycles after the word was presented. Because the bank travels with
     the data, one bank can be rewritten while the other is in use: weight loads overlap
@@ -97,14 +99,16 @@ class SystolicArray(wiring.Component):
                 m.d.sync += [act.eq(act_left), bank.eq(bank_left), dw.eq(dw_left)]
                 # Depthwise streaming: lane c of a later word, held by PE (c, 0) now.
                 operand = Mux(dw, acts[c][0], act) if c < rows and (r or c) else act
-                # Stage 1: multiply into the product register (the weight is read in the
-                # cycle the activation is in this PE). Stage 2: add it into the partial sum,
-                # in the cycle the partial sum of the same word arrives from above.
-                product = operand * Mux(bank, w1, w0)
-                for stage in range(PRODUCT_STAGES):
-                    product_d = Signal(signed(16), name=f"pe_{r}_{c}_product_{stage}")
-                    m.d.sync += product_d.eq(product)
-                    product = product_d
+                # Stage 1: the operands into registers (the weight is read in the cycle the
+                # activation is in this PE). Stage 2: multiply into the product register.
+                # Stage 3: add it into the partial sum, in the cycle the partial sum of the
+                # same word arrives from above.
+                assert PRODUCT_STAGES == 2
+                held_act = Signal(signed(8), name=f"pe_{r}_{c}_operand")
+                held_weight = Signal(signed(8), name=f"pe_{r}_{c}_weight")
+                m.d.sync += [held_act.eq(operand), held_weight.eq(Mux(bank, w1, w0))]
+                product = Signal(signed(16), name=f"pe_{r}_{c}_product")
+                m.d.sync += product.eq(held_act * held_weight)
                 m.d.sync += psum.eq(product if psum_above[c] is None
                                     else psum_above[c] + product)
                 with m.If(self.wload_en & (self.wload_row == r)):

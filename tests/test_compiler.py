@@ -427,8 +427,8 @@ def test_eltw_accept_rules():
     post-processor; a POST is queued until the MATMULs before it drain, and waits for the
     engine; the next ELTW runs beside that POST; END
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
-    # drain = array_latency + 2 = (4 + 4 + 1) + 2 (skew and flow, the product register, the
-    # accumulator read and write); post latency 9 (accumulator data registered, bias,
+    # drain = array_latency + 2 = (4 + 4 + 2) + 2 (skew and flow, the operand and product
+    # registers, the accumulator read and write); post latency 9 (accumulator data registered, bias,
     # the multiply's three stages, rounding shift, zero point and clamp, activation table,
     # then the write)
     config = ArchConfig(rows=4, cols=4)
@@ -438,13 +438,13 @@ def test_eltw_accept_rules():
     timing = predict(program, config)
     # (the first instruction leaves in cycle 2: the instruction register fills from a read
     # at start)
-    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 11 = 19
-    # POST dispatched 3 into its slot, starts at 19: idle at 19 + 1 + 9 + 3 = 32
-    # ELTW (wait) at 32: idle 32 + 1 + 6 + 3 = 42
-    # POST at 42: idle 55; ELTW at 43 (beside the POST): idle 53; POST at 55: idle 68
-    # ELTW at 56 (no wait): idle 66; END at 68
-    assert timing.dispatch == [2, 3, 32, 42, 43, 55, 56, 68]
-    assert timing.done[2] == 41 and timing.total == 68
+    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 12 = 20
+    # POST dispatched 3 into its slot, starts at 20: idle at 20 + 1 + 9 + 3 = 33
+    # ELTW (wait) at 33: idle 33 + 1 + 6 + 3 = 43
+    # POST at 43: idle 56; ELTW at 44 (beside the POST): idle 54; POST at 56: idle 69
+    # ELTW at 57 (no wait): idle 67; END at 69
+    assert timing.dispatch == [2, 3, 33, 43, 44, 56, 57, 69]
+    assert timing.done[2] == 42 and timing.total == 69
     assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 3
 
 
@@ -452,16 +452,16 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 1) + 2, post latency 9
+    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 2) + 2, post latency 9
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
-    # 3, issues 4..8, drained 8 + 11 = 19. POST dispatched 3, starts 19: idle
-    # 19 + 1 + 9 + 3 = 32.
-    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 24.
-    # POST accepted at 32 (the first POST done), starts 32: idle 45. END at 45.
-    assert timing.dispatch == [2, 3, 4, 32, 45]
-    assert timing.done[1] == 31 and timing.total == 45
+    # 3, issues 4..8, drained 8 + 12 = 20. POST dispatched 3, starts 20: idle
+    # 20 + 1 + 9 + 3 = 33.
+    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 25.
+    # POST accepted at 33 (the first POST done), starts 33: idle 46. END at 46.
+    assert timing.dispatch == [2, 3, 4, 33, 46]
+    assert timing.done[1] == 32 and timing.total == 46
 
 
 def test_unknown_opcode_is_a_bug():

@@ -57,15 +57,16 @@ def check(config, feeds, weights_of, seen):
 
 
 @pytest.mark.parametrize("rows, cols", GEOMETRIES)
-def test_array_latency_is_rows_plus_cols_plus_one(rows, cols):
+def test_array_latency_is_rows_plus_cols_plus_two(rows, cols):
     """By hand: lane ``r`` of a word presented in cycle ``t`` leaves the ``r`` skew registers
     in cycle ``t + r`` and is in PE ``(r, c)``'s activation register in cycle ``t + r + c + 1``;
-    its product is in the product register in ``t + r + c + 2`` and the partial sum of row
-    ``r`` in ``t + r + c + 3`` (it meets the partial sum of row ``r - 1``, there since
-    ``t + r + c + 2``). Column ``c`` leaves the bottom row in ``t + rows + c + 2`` and the
-    ``cols - 1 - c`` de-skew registers in ``t + rows + cols + 1``."""
+    with its weight in the operand registers in ``t + r + c + 2``, its product in the product
+    register in ``t + r + c + 3`` and the partial sum of row ``r`` in ``t + r + c + 4`` (it
+    meets the partial sum of row ``r - 1``, there since ``t + r + c + 3``). Column ``c`` leaves
+    the bottom row in ``t + rows + c + 3`` and the ``cols - 1 - c`` de-skew registers in
+    ``t + rows + cols + 2``."""
     config = small_config(rows, cols)
-    assert array_latency(config) == rows + cols + 1
+    assert array_latency(config) == rows + cols + 2
     # One word, then nothing: the sums are zero in every cycle but the documented one.
     rng = np.random.default_rng(rows * 10 + cols)
     w = int8(rng, rows, cols)
@@ -74,7 +75,7 @@ def test_array_latency_is_rows_plus_cols_plus_one(rows, cols):
     act = int8(rng, rows)
     seen = simulate(config, loads, {rows: (0, act)}, rows + 2 * (rows + cols) + 2)
     expected = np.zeros_like(seen)
-    expected[rows + rows + cols + 1] = act @ w
+    expected[rows + rows + cols + 2] = act @ w
     np.testing.assert_array_equal(seen, expected)
 
 

@@ -91,16 +91,16 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
     want["pending"] = [0] * cycles
     drained, bank_free = [1] * cycles, [[1] * cycles, [1] * cycles]
     # By hand: a word read in cycle f is on the array's feed in f + 1 (the buffer's read);
-    # its sums are on the array output array_latency = rows + cols + 1 cycles later (skew and
-    # flow rows + cols, plus the product register), in f + rows + cols + 2, when the
-    # accumulator word read in the cycle before is written. The feeder is drained the cycle
-    # after the last word's write: feed_end + rows + cols + 3.
-    latency = rows + cols + 2               # read -> accumulator write
+    # its sums are on the array output array_latency = rows + cols + 2 cycles later (skew and
+    # flow rows + cols, plus the operand and product registers), in f + rows + cols + 3, when
+    # the accumulator word read two cycles before is written. The feeder is drained the
+    # cycle after the last word's write: feed_end + rows + cols + 4.
+    latency = rows + cols + 3               # read -> accumulator write
     for (t, start, feed_end), (instr, addrs) in zip(times, tiles):
         assert len(addrs) == instr["count"] == feed_end - start
         for cycle in range(t + 1, start + 1):
             want["pending"][cycle] = 1
-        for cycle in range(t + 1, feed_end + rows + cols + 3):
+        for cycle in range(t + 1, feed_end + rows + cols + 4):
             drained[cycle] = 0
         for cycle in range(t + 1, feed_end + max(cols - 1, 1)):
             bank_free[instr["bank"]][cycle] = 0
@@ -145,7 +145,7 @@ CASE_IDS = ["3x2-pad", "2x3-strided-dilated", "2x5-mostly-pad", "4x4-ragged", "1
 @pytest.mark.parametrize("geometry, conv", CASES, ids=CASE_IDS)
 def test_feeder_single_tile(geometry, conv):
     """One tile: the first read is in cycle t+2, then one position per cycle; drained at
-    feed_end + rows + cols + 3 (array_latency + 2) and the bank free at
+    feed_end + rows + cols + 4 (array_latency + 2) and the bank free at
     feed_end + max(cols - 1, 1)."""
     config = small_config(*geometry)
     tiles = conv_layer(config, *conv)
