@@ -14,8 +14,8 @@ __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
 #: Activation-buffer reads per word: A, then B, through the buffer's one read port.
 READS_PER_WORD = 2
 #: Cycles from the read of a word's B operand to its accumulator write: the data (one cycle
-#: after the address), the zero points, the products, and the write of their combination.
-ELTW_LATENCY = 3
+#: after the address), the zero points, the products, their combination, then the write.
+ELTW_LATENCY = 4
 
 
 def eltwise_cycles(count: int) -> int:
@@ -28,11 +28,11 @@ class EltwiseEngine(wiring.Component):
     """Executes ELTW instructions (:data:`hwonnx.isa.ELTW_FIELDS`): for word ``i < count``,
     reads operand A at ``a_addr + i a_stride`` (cycle ``t + 1 + 2i`` after a dispatch in
     ``t``) and operand B at ``b_addr + i b_stride`` (``t + 2 + 2i``), and writes accumulator
-    word ``acc_addr + i`` in cycle ``t + 5 + 2i``: lane ``c < rows`` gets
+    word ``acc_addr + i`` in cycle ``t + 6 + 2i``: lane ``c < rows`` gets
     ``p = (a - za) * ((b - zb) if mul else ka)``, ``q = (b - zb) * kb`` combined as
     ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows`` get 0.
 
-    Pipeline: A data (latched), B data (zero points subtracted), products, combination and
+    Pipeline: A data (latched), B data (zero points subtracted), products, combination,
     write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier each), two per lane.
 
     Members
@@ -100,11 +100,16 @@ class EltwiseEngine(wiring.Component):
         with m.If(active & second):
             m.d.sync += a_word.eq(self.act_data)
 
-        # Stage 1: zero points. Stage 2: products. Then the combination is written.
+        # Stage 1: zero points. Stage 2: products. Stage 3: their combination, in a register
+        # (the adder, the comparison and the mode's choice were one path with the
+        # accumulators' write data: the critical one of a ULX3S-85F build at 83 MHz). Then
+        # it is written.
         s1_valid, s1_addr = Signal(), Signal(cfg.acc_addr_bits)
         s2_valid, s2_addr = Signal(), Signal(cfg.acc_addr_bits)
+        s3_valid, s3_addr = Signal(), Signal(cfg.acc_addr_bits)
         m.d.sync += [s1_valid.eq(b_valid), s1_addr.eq(b_addr),
-                     s2_valid.eq(s1_valid), s2_addr.eq(s1_addr)]
+                     s2_valid.eq(s1_valid), s2_addr.eq(s1_addr),
+                     s3_valid.eq(s2_valid), s3_addr.eq(s2_addr)]
         for c in range(lanes):
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
             m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(self.act_data[c] - cur.zb)]
@@ -112,11 +117,11 @@ class EltwiseEngine(wiring.Component):
             m.d.sync += [p.eq(da * Mux(cur.mul, db, cur.ka)), q.eq(db * cur.kb)]
             with m.Switch(cur.mode):
                 with m.Case(ELTW_MODES["max"]):
-                    m.d.comb += self.acc_data[c].eq(Mux(p > q, p, q))
+                    m.d.sync += self.acc_data[c].eq(Mux(p > q, p, q))
                 with m.Case(ELTW_MODES["min"]):
-                    m.d.comb += self.acc_data[c].eq(Mux(p < q, p, q))
+                    m.d.sync += self.acc_data[c].eq(Mux(p < q, p, q))
                 with m.Default():
-                    m.d.comb += self.acc_data[c].eq(p + q)
-        m.d.comb += [self.acc_we.eq(s2_valid), self.acc_addr.eq(s2_addr),
-                     self.idle.eq(~active & ~b_valid & ~s1_valid & ~s2_valid)]
+                    m.d.sync += self.acc_data[c].eq(p + q)
+        m.d.comb += [self.acc_we.eq(s3_valid), self.acc_addr.eq(s3_addr),
+                     self.idle.eq(~active & ~b_valid & ~s1_valid & ~s2_valid & ~s3_valid)]
         return m

@@ -440,12 +440,12 @@ def test_eltw_accept_rules():
     # at start)
     # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 12 = 20
     # POST dispatched 3 into its slot, starts at 20: idle at 20 + 1 + 9 + 3 = 33
-    # ELTW (wait) at 33: idle 33 + 1 + 6 + 3 = 43
-    # POST at 43: idle 56; ELTW at 44 (beside the POST): idle 54; POST at 56: idle 69
-    # ELTW at 57 (no wait): idle 67; END at 69
-    assert timing.dispatch == [2, 3, 33, 43, 44, 56, 57, 69]
-    assert timing.done[2] == 42 and timing.total == 69
-    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 3
+    # ELTW (wait) at 33: idle 33 + 1 + 6 + 4 = 44 (ELTW_LATENCY 4)
+    # POST at 44: idle 57; ELTW at 45 (beside the POST): idle 56; POST at 57: idle 70
+    # ELTW at 58 (no wait): idle 69; END at 70
+    assert timing.dispatch == [2, 3, 33, 44, 45, 57, 58, 70]
+    assert timing.done[2] == 43 and timing.total == 70
+    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 4
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():
