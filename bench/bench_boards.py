@@ -19,7 +19,7 @@ import time
 from math import ceil
 from pathlib import Path
 
-from results_io import RESULTS, write_results
+from results_io import RESULTS, measured_commit, write_results
 
 from hwonnx.api import build
 from hwonnx.boards import estimate, get_board
@@ -92,6 +92,7 @@ def measure(board_name: str, model: str, streamed: bool = False) -> dict:
             "fit_check_estimate": {"dsp": predicted.dsp, "bram": predicted.bram_blocks,
                                    "luts": predicted.luts},
             "build_seconds": round(seconds, 1), "toolchain_seconds": report["seconds"],
+            "commit": measured_commit(),
             **({"controller_clocks": {n: c for n, c in report["clocks"].items()
                                       if n.startswith("dram.")}} if streamed else {})}
 
@@ -125,7 +126,7 @@ def markdown(results) -> str:
              "fit-check columns are hwonnx's estimate made before synthesis. Latency is the "
              "predicted cycles (equal to the simulated ones) at the board's clock and at "
              "Fmax. Rows without a program size were measured before the looped ISA and its "
-             "tile walker. Rows `<model>+<memory>` (`--streamed`) stream the weights from "
+             "tile walker; rows without a commit before the pipelined datapath of #40. Rows `<model>+<memory>` (`--streamed`) stream the weights from "
              "the board's external memory (`ulx3s-sdram`, `ecpix5-ddr3`) through a weight "
              "buffer of two slots as large as the largest layer, with LiteDRAM's controller "
              "in the bitstream; their cycles are predicted with the memory's model (not yet "
@@ -133,8 +134,8 @@ def markdown(results) -> str:
              "in its own clock domain (its clocks below the table).", "",
              "| board | model | array | Fmax MHz | target MHz | DSP | block RAM | LUTs | FFs | "
              "estimate DSP / BRAM / LUT | instructions (bits) | cycles | ms at target / "
-             "Fmax | build s |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
+             "Fmax | build s | commit |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---|"]
     for r in results:
         e = r["fit_check_estimate"]
         program = (f"{r['instructions']} ({r['program_bits']:,})" if "instructions" in r
@@ -146,7 +147,8 @@ def markdown(results) -> str:
                      f"{r['bram']['used']}/{r['bram']['total']} | "
                      f"{r['luts']['used']}/{r['luts']['total']} | {r['ffs']['used']} | "
                      f"{e['dsp']} / {e['bram']} / {e['luts']} | {program} | "
-                     f"{r.get('predicted_cycles', '')} | {latency} | {r['build_seconds']} |")
+                     f"{r.get('predicted_cycles', '')} | {latency} | {r['build_seconds']} | "
+                     f"{r.get('commit', '')} |")
     clocked = [r for r in results if r.get("controller_clocks")]
     if clocked:
         lines += ["", "The memory controllers' own clocks (nextpnr, post-route):", ""]
