@@ -33,15 +33,15 @@ class PostProcessor(wiring.Component):
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
-    (with ``mul_stages`` 3, k+3 to k+5: partial products, their middle sum, the product; with
-    1, k+3), rounding shift (k+6), zero point and clamp (k+7), select lanes and write (k+8). ``idle`` is high once every write is
-    done. Every stage is one register-to-register path: a block-RAM read, one adder, the
-    18x18 multipliers, or the shifter. The parameter word is read
-    from the registered instruction in the cycle after dispatch (not from the dispatcher's
-    decode: that path to the block RAM's enable limited an ECP5 build to 55 MHz) and copied
-    into a register, in time for the first bias add. The block-RAM output, the adder and the
-    32x32 multiplier in one path limited an ECP5 build to 31 MHz; the parameter read, the
-    shift and the clamp after the multiplier to 36-41 MHz.
+    (``mul_stages`` 3: k+3 to k+5, partial products, their middle sum, the product; 1: k+3),
+    rounding shift, zero point and clamp, select lanes and write (k+8 with three multiply
+    stages). ``idle`` is high once every write is done. Every stage is one
+    register-to-register path: a block-RAM read, one adder, the 18x18 multipliers, or the
+    shifter. The parameter word is read from the registered instruction in the cycle after
+    dispatch (not from the dispatcher's decode: that path to the block RAM's enable limited
+    an ECP5 build to 55 MHz) and copied into a register, in time for the first bias add. The
+    block-RAM output, the adder and the 32x32 multiplier in one path limited an ECP5 build to
+    31 MHz; the parameter read, the shift and the clamp after the multiplier to 36-41 MHz.
 
     Members
     -------
@@ -170,7 +170,7 @@ class PostProcessor(wiring.Component):
                 m.d.sync += rounded.eq((halved + 1) >> 1)
                 m.d.comb += levels[c].eq(rounded + cur.zp)
 
-        # Stage 5 (7 with the rounding unit): zero point, clamp.
+        # Then (after the rounding shift or the rounding unit): zero point, clamp.
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):
@@ -179,7 +179,7 @@ class PostProcessor(wiring.Component):
                                          Mux(level > cur.hi, cur.hi, level[:8])))
 
         if cfg.lut_tables:
-            # Stage 6 (8 with the rounding unit): the activation table.
+            # After the clamp: the activation table.
             s3_valid, s3_addr, s3_base = self._tables(m, cur, values, (s3_valid, s3_addr,
                                                                        s3_base))
             valids.append(s3_valid)

@@ -13,7 +13,7 @@ from .dma import DmaEngine
 from .extmem import WRITE_PORT, connect_read_port
 from .eltwise import EltwiseEngine
 from .feeder import Feeder
-from .fetch import FETCH_LATENCY, NarrowFetch
+from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
 from .layouts import PARAM_BITS, ActxLayout, InstrLayout, LoadxLayout, ParamLayout
 from .loader import WeightLoader
