@@ -38,9 +38,9 @@ class WeightLoader(wiring.Component):
     row per cycle, starting the cycle after dispatch, from word ``wgt_addr + (r >> wpack)``.
 
     Row ``r`` is written in cycle ``t + 1 + WRITE_DELAY + r`` (``t + 3 + r``) for a dispatch
-    in cycle ``t``; activations
-    reach row ``r`` with the same one-cycle-per-row skew, so a MATMUL dispatched after the
-    LOADW never sees a stale row. ``busy`` is high for the ``rows`` read cycles. A packed
+    in cycle ``t``; activations reach row ``r`` with the same one-cycle-per-row skew, so a
+    MATMUL dispatched after the LOADW (its first word reaches row ``r`` in ``t + 4 + r`` at
+    the earliest) never sees a stale row. ``busy`` is high for the ``rows`` read cycles. A packed
     word is read once per row it holds (``rows`` reads whatever the packing): the timing
     stays that of 8-bit weights, and only the memory shrinks.
 
