@@ -29,9 +29,10 @@ class SystolicArray(wiring.Component):
     is skewed so that lane ``r`` enters row ``r`` ``r`` cycles later; it then moves one PE to
     the right per cycle, carrying the bank bit that selects the weight each PE multiplies it
     with; the two operands are registered, then the product (:data:`PRODUCT_STAGES`), and it
-    is added into the partial sum in the next cycle. Partial sums move one PE down per cycle and are de-skewed at the
-    bottom, so the ``cols`` dot products of one activation word appear together on ``sums`` exactly
-    :func:`array_latency` cycles after the word was presented. Because the bank travels with
+    is added into the partial sum in the next cycle. Partial sums move one PE down per cycle
+    and are de-skewed at the bottom, so the ``cols`` dot products of one activation word
+    appear together on ``sums`` exactly :func:`array_latency` cycles after the word was
+    presented. Because the bank travels with
     the data, one bank can be rewritten while the other is in use: weight loads overlap
     computation.
 
