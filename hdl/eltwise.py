@@ -78,10 +78,14 @@ class EltwiseEngine(wiring.Component):
         remaining = Signal(16)
         a_ptr, b_ptr = Signal(26), Signal(26)
         acc_ptr = Signal(cfg.acc_addr_bits)
+        # The instruction is taken in every cycle the engine is idle, so that ``dispatch``
+        # (the end of the dispatcher's decode) drives only ``active``.
+        with m.If(self.idle):
+            m.d.sync += [cur.eq(view), second.eq(0), remaining.eq(view.count),
+                         a_ptr.eq(view.a_addr), b_ptr.eq(view.b_addr),
+                         acc_ptr.eq(view.acc_addr)]
         with m.If(self.dispatch):
-            m.d.sync += [cur.eq(view), active.eq(view.count != 0), second.eq(0),
-                         remaining.eq(view.count), a_ptr.eq(view.a_addr),
-                         b_ptr.eq(view.b_addr), acc_ptr.eq(view.acc_addr)]
+            m.d.sync += active.eq(view.count != 0)
         with m.Elif(active):
             m.d.sync += second.eq(~second)
             with m.If(second):

@@ -99,9 +99,10 @@ class Feeder(wiring.Component):
 
         pend = Signal(InstrLayout())
         pend_valid = Signal()
+        with m.If(~pend_valid):             # taken while the slot is empty, so that
+            m.d.sync += pend.eq(self.instr)     # ``dispatch`` drives only the flags
         with m.If(self.dispatch):
-            m.d.sync += [pend.eq(self.instr), pend_valid.eq(1),
-                         self.accepted.eq(self.accepted + 1)]
+            m.d.sync += [pend_valid.eq(1), self.accepted.eq(self.accepted + 1)]
 
         # Running tile state.
         running = Signal()

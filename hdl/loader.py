@@ -79,9 +79,14 @@ class WeightLoader(wiring.Component):
         row = Signal(range(rows))
         bank = Signal()
         wpack = Signal(2)
+        # The instruction's fields are taken in every cycle the loader could be dispatched,
+        # so ``dispatch`` (the end of the dispatcher's decode) drives only ``busy``, not the
+        # enables of these registers.
+        with m.If(~self.busy):
+            m.d.sync += [base.eq(self.instr.wgt_addr), row.eq(0), bank.eq(self.instr.bank),
+                         wpack.eq(self.instr.wpack)]
         with m.If(self.dispatch):
-            m.d.sync += [self.busy.eq(1), base.eq(self.instr.wgt_addr), row.eq(0),
-                         bank.eq(self.instr.bank), wpack.eq(self.instr.wpack)]
+            m.d.sync += self.busy.eq(1)
         with m.Elif(self.busy):
             m.d.sync += row.eq(row + 1)
             with m.If(row == rows - 1):

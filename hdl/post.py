@@ -96,11 +96,15 @@ class PostProcessor(wiring.Component):
         started = Signal()                   # the cycle after dispatch: read the parameters
         m.d.sync += started.eq(self.dispatch)
         m.d.comb += [self.par_addr.eq(cur.par_addr), self.par_en.eq(started)]
-        with m.If(self.dispatch):
-            m.d.sync += [cur.eq(self.instr), active.eq(1),
-                         remaining.eq(self.instr.count),
+        # The instruction is taken in every cycle the post-processor is idle, so that
+        # ``dispatch`` (the end of the dispatcher's decode) drives only ``active`` and
+        # ``started``, not the enables of these registers.
+        with m.If(self.idle):
+            m.d.sync += [cur.eq(self.instr), remaining.eq(self.instr.count),
                          acc_addr.eq(self.instr.acc_addr), word.eq(0),
                          pix_addr.eq(self.instr.out_addr)]
+        with m.If(self.dispatch):
+            m.d.sync += active.eq(1)
         with m.Elif(active):
             with m.If(word == cur.nw - 1):
                 m.d.sync += [word.eq(0), acc_addr.eq(acc_addr + 1), remaining.eq(remaining - 1),

@@ -290,9 +290,11 @@ class Accelerator(wiring.Component):
             post.dispatch.eq(start_now | start_pending),
             post.instr.eq(Mux(post_pend_valid, post_pend.as_value(), instr.as_value())),
         ]
-        with m.If(post_fire & ~start_now):
-            m.d.sync += [post_pend.eq(instr), post_pend_valid.eq(1),
+        with m.If(~post_pend_valid):         # taken while the slot is empty: ``fire``
+            m.d.sync += [post_pend.eq(instr),  # drives only the valid flag
                          post_target.eq(feeder.accepted)]
+        with m.If(post_fire & ~start_now):
+            m.d.sync += post_pend_valid.eq(1)
         with m.If(start_pending):
             m.d.sync += post_pend_valid.eq(0)
         m.d.comb += feeder.post_idle.eq(post_idle)
