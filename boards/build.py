@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..compiler.program import Program, encode_program
 from ..errors import ResourceError, ToolchainError
+from ..hdl.array import product_module
 from ..hdl.convert import fast_memories
 from .fit import check_fits
 from .registry import Board
@@ -48,6 +49,20 @@ SYNTH_OVERRIDES = {
 }
 
 
+def synth_overrides(board: Board, config, logic_products: int) -> "dict[str, str]":
+    """:data:`SYNTH_OVERRIDES` for ``board``, and on a family that splits the PEs
+    (``Family.spill_luts``) the ``booth`` pass over the multipliers of the last
+    ``logic_products`` PEs in row-major order (:func:`~hwonnx.hdl.array.product_module`), so
+    that Yosys maps only the rest to DSP blocks: it never limits DSP use by itself."""
+    overrides = dict(SYNTH_OVERRIDES.get(board.family, {}))
+    if logic_products:
+        pes = [(r, c) for r in range(config.rows) for c in range(config.cols)]
+        selection = " ".join(f"*.{product_module(r, c)}/t:$mul"
+                             for r, c in pes[len(pes) - logic_products:])
+        overrides["script_after_read"] = f"proc; booth {selection}"
+    return overrides
+
+
 def board_images(program: Program) -> "dict[str, list[int]]":
     """The memories' initial contents in the bitstream: all but a program loaded at run
     time (``ArchConfig.runtime_program``) and the external memory's image (the host loads
@@ -73,7 +88,7 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
     UART at ``baud``; messages name ``shown`` (the build folder that ``folder``, a temporary
     folder, becomes) instead of ``folder``."""
     config = program.config
-    check_fits(config, board)
+    usage = check_fits(config, board)
     if config.clock_hz != board.clock_hz:
         raise ResourceError(f"The architecture clock {config.clock_hz} Hz differs from board "
                             f"'{board.name}' clock {board.clock_hz} Hz")
@@ -96,7 +111,7 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
                        dram=dram)
         with fast_memories():            # hdl/convert.py: seconds, not minutes
             plan = platform.build(top, name=TOP_NAME, do_build=False,
-                                  **SYNTH_OVERRIDES.get(board.family, {}))
+                                  **synth_overrides(board, config, usage.logic_products))
     target = Path(folder) / "board"
     if target.exists():
         shutil.rmtree(target)

@@ -34,6 +34,7 @@ class Usage:
     luts: int
     memories: "dict[str, int]"     # blocks per buffer
     huge_rams: int = 0             # single-port RAM blocks of the program (iCE40 SPRAM)
+    logic_products: int = 0        # PE products built from logic beyond the DSP blocks
 
 
 def _blocks(depth: int, width: int, board: Board) -> int:
@@ -56,7 +57,12 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     pes = config.rows * config.cols
     pe_dsp = 0 if family.luts_per_mult else ceil(pes / family.mults_per_dsp)
     lanes = min(config.rows, config.cols) if config.eltwise else 0
-    dsp = pe_dsp + config.cols * family.dsps_per_wide_mult + 2 * lanes   # 9x18: one DSP
+    other_dsp = config.cols * family.dsps_per_wide_mult + 2 * lanes     # 9x18: one DSP
+    spill = 0
+    if family.spill_luts:            # the products beyond the DSP blocks, from logic
+        spill = min(pes, max(0, pe_dsp - max(0, board.dsp - other_dsp)))
+        pe_dsp -= spill
+    dsp = pe_dsp + other_dsp
     shapes = {name: Accelerator.buffer_shape(config, name) for name in ("prog", "wgt", "par",
                                                                         "act")}
     shapes["acc"] = (config.acc_depth, config.cols * config.acc_width)
@@ -76,8 +82,9 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
             + config.cols * 300 + (_WALKER_LUTS if config.walker else 0)
             + (_ELTWISE_LUTS + lanes * _ELTWISE_LUTS_PER_LANE if lanes else 0)
+            + spill * family.spill_luts
             + (CONTROLLERS[config.ext_memory]["luts"] if config.ext_memory else 0))
-    return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge)
+    return Usage(dsp, blocks, blocks * family.block_bits // 1024, luts, memories, huge, spill)
 
 
 def check_fits(config: ArchConfig, board: Board, margin: float = 1.0) -> Usage:

@@ -22,6 +22,9 @@ class Family:
     ``luts_per_mult``: logic cells of one 8x8 multiplier built from logic, nonzero for families
     whose board builds keep the PE multipliers out of the DSP blocks (iCE40: its 8 SB_MAC16
     are kept for the requantizers, the products go through Yosys's ``booth`` pass);
+    ``spill_luts``: logic cells of one 8x8 product that Yosys's ``booth`` pass builds for a PE
+    beyond the DSP blocks the requantizers and element-wise lanes leave (ECP5: the open flow
+    maps the rest of the products to MULT18X18D); 0: the fit check refuses such an array;
     ``huge_bits``, ``huge_width``: one single-port RAM block (iCE40 UltraPlus SPRAM) that a
     program memory loaded at run time (``ArchConfig.prog_width``) maps onto.
     """
@@ -35,6 +38,7 @@ class Family:
     luts_base: int
     open_flow: bool          # a bitstream can be built with YoWASP from PyPI
     luts_per_mult: int = 0
+    spill_luts: int = 0
     huge_bits: int = 0
     huge_width: int = 0
 
@@ -42,7 +46,8 @@ class Family:
 FAMILIES = {f.name: f for f in [
     Family("ice40", "Yosys + nextpnr-ice40 (YoWASP)", 1, 4, 4096, (16, 8, 4, 2), 60, 3600, True,
            luts_per_mult=150, huge_bits=262144, huge_width=16),
-    Family("ecp5", "Yosys + nextpnr-ecp5 (YoWASP)", 1, 4, 18432, (36, 18, 9), 70, 4000, True),
+    Family("ecp5", "Yosys + nextpnr-ecp5 (YoWASP)", 1, 4, 18432, (36, 18, 9), 70, 4000, True,
+           spill_luts=170),
     Family("xilinx7", "Vivado", 1, 4, 36864, (72, 36, 18, 9), 45, 3000, False),
     Family("cyclonev", "Quartus", 3, 2, 10240, (40, 20, 10), 45, 3000, False),
     Family("gowin", "Yosys + nextpnr-himbaechel + Apicula (YoWASP)", 1, 4, 18432, (36, 18, 9),

@@ -1,18 +1,38 @@
 """The weight-stationary systolic array."""
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Elaboratable, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 
-__all__ = ["SystolicArray", "array_latency", "PRODUCT_STAGES"]
+__all__ = ["SystolicArray", "array_latency", "product_module", "PRODUCT_STAGES"]
 
 #: Register stages of a PE's multiply: its operands (the activation, or the depthwise one,
 #: and the weight of the word's bank, selected and registered), then the product, so that the
 #: operand selection, the multiplier and the 32-bit adder are separate register-to-register
 #: paths.
 PRODUCT_STAGES = 2
+
+
+def product_module(row: int, col: int) -> str:
+    """The name of PE ``(row, col)``'s multiplier, a submodule of the array of its own, so
+    that a board build can select it by name: the PEs beyond a device's DSP blocks get their
+    products from logic (``boards/build.py``)."""
+    return f"pe_{row}_{col}_mul"
+
+
+class _Product(Elaboratable):
+    """The product register of one PE: ``product`` is ``a * b`` of the cycle before."""
+
+    def __init__(self):
+        self.a, self.b = Signal(signed(8)), Signal(signed(8))
+        self.product = Signal(signed(16))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.product.eq(self.a * self.b)
+        return m
 
 
 def array_latency(config: ArchConfig) -> int:
@@ -108,8 +128,9 @@ class SystolicArray(wiring.Component):
                 held_act = Signal(signed(8), name=f"pe_{r}_{c}_operand")
                 held_weight = Signal(signed(8), name=f"pe_{r}_{c}_weight")
                 m.d.sync += [held_act.eq(operand), held_weight.eq(Mux(bank, w1, w0))]
-                product = Signal(signed(16), name=f"pe_{r}_{c}_product")
-                m.d.sync += product.eq(held_act * held_weight)
+                m.submodules[product_module(r, c)] = mul = _Product()
+                m.d.comb += [mul.a.eq(held_act), mul.b.eq(held_weight)]
+                product = mul.product
                 m.d.sync += psum.eq(product if psum_above[c] is None
                                     else psum_above[c] + product)
                 with m.If(self.wload_en & (self.wload_row == r)):
