@@ -8,7 +8,12 @@ from ..config import ArchConfig
 from .array import array_latency
 from .layouts import InstrLayout
 
-__all__ = ["Feeder", "bank_release", "drain_cycles", "ACC_READ_LATENCY"]
+__all__ = ["Feeder", "bank_release", "drain_cycles", "ACC_READ_LATENCY", "FEED_DELAY"]
+
+#: Cycles from an activation read to its word on the array's ``feed``: the block RAM's read,
+#: then a register (``hdl/top.py``), so that the block RAM's output (5.6 ns from the clock on
+#: ECP5) drives only that register, not the padding multiplexer and the array's first PEs.
+FEED_DELAY = 2
 
 #: Cycles from an accumulator read (the read-modify-write behind the array,
 #: ``hdl/accumulate.py``) to the write of the sum: the block RAM's read, then its data in a
@@ -23,9 +28,9 @@ def bank_release(config: ArchConfig) -> int:
 
 
 def drain_cycles(config: ArchConfig) -> int:
-    """Cycles from a MATMUL's last issued word until the feeder is drained: the tag pipeline
-    (the array and the accumulator read) and the accumulator write."""
-    return array_latency(config) + 2
+    """Cycles from a MATMUL's last issued word until the feeder is drained: the read
+    (:data:`FEED_DELAY`), the tag pipeline through the array and the accumulator write."""
+    return FEED_DELAY + array_latency(config) + 1
 
 
 class Feeder(wiring.Component):
@@ -46,8 +51,9 @@ class Feeder(wiring.Component):
     bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
         and its last activation has passed the last column).
     act_addr, act_en : activation-buffer read port.
-    feed_pad, feed_zp, feed_bank, feed_dw : in the cycle after a read: the word is padding
-        (replace it with ``feed_zp``), its weight bank and whether it streams depthwise.
+    feed_pad, feed_zp, feed_bank, feed_dw : :data:`FEED_DELAY` cycles after a read, with its
+        word: the word is padding (replace it with ``feed_zp``), its weight bank and whether
+        it streams depthwise.
 
     Depthwise streaming (``dw``): the walk is the same (the compiler makes it run along input
     rows, ``sx = 1``), but only word ``j`` of each row with ``j mod vstride = 0`` and
@@ -152,12 +158,12 @@ class Feeder(wiring.Component):
             self.act_addr.eq(addr[:cfg.act_addr_bits]),
             self.act_en.eq(running & inside),
         ]
-        m.d.sync += [
-            self.feed_pad.eq(~inside),
-            self.feed_zp.eq(cur.zp),
-            self.feed_bank.eq(cur.bank),
-            self.feed_dw.eq(cur.dw),
-        ]
+        feed = Cat(~inside, cur.zp, cur.bank, cur.dw)
+        for stage in range(FEED_DELAY):
+            feed_d = Signal(len(feed), name=f"feed_{stage}")
+            m.d.sync += feed_d.eq(feed)
+            feed = feed_d
+        m.d.comb += Cat(self.feed_pad, self.feed_zp, self.feed_bank, self.feed_dw).eq(feed)
 
         # Tag pipeline (tags[i] holds the tag of the word issued in cycle f in f + 1 + i): that
         # word's accumulator is read in cycle f + latency - ACC_READ_LATENCY and written in

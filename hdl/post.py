@@ -9,19 +9,23 @@ from ..config import ArchConfig
 from .layouts import InstrLayout, ParamLayout
 from .rounding import ORT_LATENCY, OrtRounder
 
-__all__ = ["PostProcessor", "POST_LATENCY", "post_latency"]
+__all__ = ["PostProcessor", "POST_LATENCY", "ROUND_STAGES", "post_latency"]
 
 #: Cycles from an accumulator read to the write of its activation word besides the multiply's
-#: (``ArchConfig.mul_stages``): accumulator read, its data registered, bias add, rounding
-#: shift, zero point and clamp (then the write).
-POST_LATENCY = 5
+#: (``ArchConfig.mul_stages``) and the rounding shift's: accumulator read, its data registered,
+#: bias add, zero point and clamp (then the write).
+POST_LATENCY = 4
+#: Stages of the rounding shift: the shift by ``shift - 1`` (a 64-bit barrel shifter), then
+#: the rounding add and the last shift.
+ROUND_STAGES = 2
 
 
 def post_latency(config: ArchConfig) -> int:
-    """:data:`POST_LATENCY` plus the multiply's ``mul_stages`` (with the onnxruntime rounding
-    unit, its :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of the multiply and the
-    rounding shift), plus one with activation tables."""
-    core = ORT_LATENCY - 1 if config.ort_rounding else config.mul_stages
+    """:data:`POST_LATENCY` plus the multiply's ``mul_stages`` and the rounding shift's
+    :data:`ROUND_STAGES` (with the onnxruntime rounding unit, its
+    :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of both), plus one with
+    activation tables."""
+    core = ORT_LATENCY if config.ort_rounding else config.mul_stages + ROUND_STAGES
     return POST_LATENCY + core + (1 if config.lut_tables else 0)
 
 
@@ -34,10 +38,11 @@ class PostProcessor(wiring.Component):
 
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
     (``mul_stages`` 3: k+3 to k+5, partial products, their middle sum, the product; 1: k+3),
-    rounding shift, zero point and clamp, select lanes and write (k+8 with three multiply
-    stages). ``idle`` is high once every write is done. Every stage is one
-    register-to-register path: a block-RAM read, one adder, the 18x18 multipliers, or the
-    shifter. The parameter word is read from the registered instruction in the cycle after
+    rounding shift (the barrel shift, then the rounding add), zero point and clamp, select
+    lanes and write (k+9 with three multiply stages). ``idle`` is high once every write is
+    done. Every stage is one register-to-register path: a block-RAM read, one adder, the 18x18
+    multipliers, or the shifter (with the rounding add after it, it limited an ECP5 build to
+    81 MHz). The parameter word is read from the registered instruction in the cycle after
     dispatch (not from the dispatcher's decode: that path to the block RAM's enable limited
     an ECP5 build to 55 MHz) and copied into a register, in time for the first bias add. The
     block-RAM output, the adder and the 32x32 multiplier in one path limited an ECP5 build to
@@ -158,9 +163,10 @@ class PostProcessor(wiring.Component):
                              rounder.shift.eq(par[c].shift),
                              levels[c].eq(rounder.y + cur.zp)]
         else:
-            # Stages 3 to 2 + mul_stages: the multiply. Then the rounding shift.
+            # Stages 3 to 2 + mul_stages: the multiply. Then the rounding shift (ROUND_STAGES).
+            assert ROUND_STAGES == 2
             chain = (sb_valid, sb_addr, sb_base)
-            for name in ("m0", "m1")[:cfg.mul_stages - 1] + ("s2", "sr"):
+            for name in ("m0", "m1")[:cfg.mul_stages - 1] + ("s2", "sh", "sr"):
                 chain = stage(name, *chain)
                 valids.append(chain[0])
             products = [self._multiply(m, c, biased[c], par[c].mult, cfg.mul_stages)
@@ -170,7 +176,7 @@ class PostProcessor(wiring.Component):
                 shr = (par[c].shift - 1)[:6]
                 halved = Signal(signed(64), name=f"halved_{c}")
                 rounded = Signal(signed(65), name=f"rounded_{c}")
-                m.d.comb += halved.eq(products[c] >> shr)
+                m.d.sync += halved.eq(products[c] >> shr)
                 m.d.sync += rounded.eq((halved + 1) >> 1)
                 m.d.comb += levels[c].eq(rounded + cur.zp)
 

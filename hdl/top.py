@@ -182,10 +182,13 @@ class Accelerator(wiring.Component):
                      array.wload_bank.eq(loader.wload_bank), loader.wgt_data.eq(wgt_r.data),
                      array.wload_data.eq(loader.wload_data)]
 
-        # Activations into the array; padding reads as the zero point.
+        # Activations into the array from a register (FEED_DELAY); padding reads as the zero
+        # point.
+        feed_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
+        m.d.sync += feed_word.eq(engine_data)
         for lane in range(cfg.rows):
             m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
-                                                engine_data[lane]))
+                                                feed_word[lane]))
         m.d.comb += [array.feed_bank.eq(feeder.feed_bank), array.feed_dw.eq(feeder.feed_dw)]
 
         # Accumulators: read-modify-write behind the array, read by the post-processor; the
