@@ -158,7 +158,8 @@ _CONTROLLER_PREFIX = "dram."
 
 def _parse_nextpnr(log_text: str) -> dict:
     """Fmax (the accelerator's clock: the slowest clock outside the memory controller), each
-    constrained clock's Fmax and target, and the utilisation, from nextpnr's log."""
+    constrained clock's Fmax and target, the utilisation and that clock's critical path
+    (:func:`critical_path`), from nextpnr's log."""
     fmax = [float(f) for f in re.findall(r"Max frequency for clock[^:]*: ([\d.]+) MHz",
                                          log_text)]
     clocks = {}         # reported after placement and again after routing: the last stays
@@ -173,8 +174,34 @@ def _parse_nextpnr(log_text: str) -> dict:
     for name, used, total in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)", section):
         usage.setdefault(name, {"used": int(used), "total": int(total)})
     # nextpnr reports Fmax after placement and again after routing: the last one counts.
+    slowest = min((n for n in clocks if not n.startswith(_CONTROLLER_PREFIX)),
+                  key=lambda n: clocks[n]["fmax_mhz"], default=None)
     return {"fmax_mhz": min(ours) if ours else fmax[-1] if fmax else None, "clocks": clocks,
-            "utilization": usage}
+            "utilization": usage,
+            "critical_path": critical_path(log_text, slowest) if slowest else None}
+
+
+def critical_path(log_text: str, clock: str) -> "dict | None":
+    """The critical path nextpnr reports for ``clock`` (its last report: after routing): its
+    delay and the routing's share in ns, the first source and the last sink (cell pins) and
+    the HDL lines (``hdl/post.py:174``, in path order) its cells were made from; None without
+    one."""
+    found = None
+    for name, body, logic, routing in re.findall(
+            r"Info: Critical path report for clock '([^']+)'[^\n]*\n(.*?)"
+            r"Info: ([\d.]+) ns logic, ([\d.]+) ns routing", log_text, re.S):
+        if name.removeprefix("$glbnet$") == clock:
+            found = body, float(logic), float(routing)
+    if found is None:
+        return None
+    body, logic, routing = found
+    ends = re.findall(r"(?:Source|Sink) (\S+)", body)
+    lines = []
+    for where in re.findall(r"Info:\s+\S*?/((?:hdl|boards)/\w+\.py:\d+)", body):
+        if where not in lines:
+            lines.append(where)
+    return {"ns": round(logic + routing, 2), "routing_ns": routing,
+            "from": ends[0] if ends else "", "to": ends[-1] if ends else "", "hdl": lines}
 
 
 #: The steps of the build script, by the environment variable naming their tool.
@@ -286,4 +313,9 @@ def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" 
     (root / "bitstream.json").write_text(json.dumps(result, indent=1) + "\n")
     log(f"Bitstream {bitstream} in {seconds:.0f} s: Fmax {parsed['fmax_mhz']} MHz "
         f"(target {target_mhz:.1f})")
+    path = parsed["critical_path"]
+    if path:
+        log(f"Critical path {path['ns']} ns ({path['routing_ns']} ns routing) from "
+            f"{path['from']} to {path['to']}"
+            + (f", made from {', '.join(path['hdl'])}" if path["hdl"] else ""))
     return result

@@ -95,9 +95,12 @@ def check_fits(config: ArchConfig, board: Board, margin: float = 1.0) -> Usage:
     capacity_blocks = board.bram_kbits * 1024 // family.block_bits
     problems = []
     if usage.dsp > board.dsp * margin:
+        pes = config.rows * config.cols
+        logic = (f"; {usage.logic_products} more products from logic"
+                 if usage.logic_products else "")
         problems.append(f"{usage.dsp} DSP blocks for a {config.rows}x{config.cols} array "
-                        f"({config.rows * config.cols} multipliers + {config.cols} requantizers) "
-                        f"but the device has {board.dsp}")
+                        f"({pes - usage.logic_products} multipliers + {config.cols} "
+                        f"requantizers{logic}) but the device has {board.dsp}")
     if usage.bram_blocks > capacity_blocks * margin:
         worst = max(usage.memories, key=usage.memories.get)
         problems.append(f"{usage.bram_blocks} block RAMs but the device has "

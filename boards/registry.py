@@ -98,7 +98,7 @@ class Board:
 
 
 def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4,
-         walker=True, mul_stages=3) -> ArchConfig:
+         walker=True, mul_stages=5) -> ArchConfig:
     # the element-wise engine where the compiler can use it (cols >= rows)
     return ArchConfig(rows=rows, cols=cols, act_depth=act, wgt_depth=wgt, acc_depth=acc,
                       par_depth=par, prog_depth=prog, clock_hz=clock, prog_width=prog_width,
@@ -124,7 +124,7 @@ def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4
 # Default architectures that fit, by device (``check_fits``; tests/test_boards.py checks each):
 # UP5K: no tile walker (its 1,250 flip-flops do not fit beside the array), so every tile is
 # stored, in the SPRAMs.
-# The multiply of the requantizer in one stage (mul_stages): the three-stage one's
+# The multiply of the requantizer in one stage (mul_stages): the five-stage one's
 # flip-flops do not fit, and 12 MHz does not need it.
 _UP5K = _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2,
              walker=False, mul_stages=1)

@@ -8,12 +8,15 @@ from ..config import ArchConfig
 from .array import array_latency
 from .layouts import InstrLayout
 
-__all__ = ["Feeder", "bank_release", "drain_cycles", "ACC_READ_LATENCY", "FEED_DELAY"]
+__all__ = ["Feeder", "bank_release", "drain_cycles", "feed_delay", "ACC_READ_LATENCY"]
 
-#: Cycles from an activation read to its word on the array's ``feed``: the block RAM's read,
-#: then a register (``hdl/top.py``), so that the block RAM's output (5.6 ns from the clock on
-#: ECP5) drives only that register, not the padding multiplexer and the array's first PEs.
-FEED_DELAY = 2
+
+def feed_delay(config: ArchConfig) -> int:
+    """Cycles from an activation read to its word on the array's ``feed``: the block RAM's
+    read, then a register (``hdl/top.py``), so that the block RAM's output (5.6 ns from the
+    clock on ECP5) drives only that register, not the padding multiplexer and the array's
+    first PEs; without the register (1) on the smallest devices (``mul_stages`` 1)."""
+    return 1 if config.mul_stages == 1 else 2
 
 #: Cycles from an accumulator read (the read-modify-write behind the array,
 #: ``hdl/accumulate.py``) to the write of the sum: the block RAM's read, then its data in a
@@ -29,8 +32,8 @@ def bank_release(config: ArchConfig) -> int:
 
 def drain_cycles(config: ArchConfig) -> int:
     """Cycles from a MATMUL's last issued word until the feeder is drained: the read
-    (:data:`FEED_DELAY`), the tag pipeline through the array and the accumulator write."""
-    return FEED_DELAY + array_latency(config) + 1
+    (:func:`feed_delay`), the tag pipeline through the array and the accumulator write."""
+    return feed_delay(config) + array_latency(config) + 1
 
 
 class Feeder(wiring.Component):
@@ -51,7 +54,7 @@ class Feeder(wiring.Component):
     bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
         and its last activation has passed the last column).
     act_addr, act_en : activation-buffer read port.
-    feed_pad, feed_zp, feed_bank, feed_dw : :data:`FEED_DELAY` cycles after a read, with its
+    feed_pad, feed_zp, feed_bank, feed_dw : :func:`feed_delay` cycles after a read, with its
         word: the word is padding (replace it with ``feed_zp``), its weight bank and whether
         it streams depthwise.
 
@@ -159,7 +162,7 @@ class Feeder(wiring.Component):
             self.act_en.eq(running & inside),
         ]
         feed = Cat(~inside, cur.zp, cur.bank, cur.dw)
-        for stage in range(FEED_DELAY):
+        for stage in range(feed_delay(cfg)):
             feed_d = Signal(len(feed), name=f"feed_{stage}")
             m.d.sync += feed_d.eq(feed)
             feed = feed_d

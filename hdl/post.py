@@ -9,23 +9,27 @@ from ..config import ArchConfig
 from .layouts import InstrLayout, ParamLayout
 from .rounding import ORT_LATENCY, OrtRounder
 
-__all__ = ["PostProcessor", "POST_LATENCY", "ROUND_STAGES", "post_latency"]
+__all__ = ["PostProcessor", "POST_LATENCY", "round_stages", "post_latency"]
 
 #: Cycles from an accumulator read to the write of its activation word besides the multiply's
 #: (``ArchConfig.mul_stages``) and the rounding shift's: accumulator read, its data registered,
 #: bias add, zero point and clamp (then the write).
 POST_LATENCY = 4
-#: Stages of the rounding shift: the shift by ``shift - 1`` (a 64-bit barrel shifter), then
-#: the rounding add and the last shift.
-ROUND_STAGES = 2
+
+
+def round_stages(config: ArchConfig) -> int:
+    """Stages of the rounding shift: the shift by ``shift - 1`` (a 64-bit barrel shifter),
+    then the rounding add and the last shift; both in one on the smallest devices
+    (``mul_stages`` 1), whose slow clock does not need the 65 flip-flops a column more."""
+    return 1 if config.mul_stages == 1 else 2
 
 
 def post_latency(config: ArchConfig) -> int:
     """:data:`POST_LATENCY` plus the multiply's ``mul_stages`` and the rounding shift's
-    :data:`ROUND_STAGES` (with the onnxruntime rounding unit, its
+    :func:`round_stages` (with the onnxruntime rounding unit, its
     :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of both), plus one with
     activation tables."""
-    core = ORT_LATENCY if config.ort_rounding else config.mul_stages + ROUND_STAGES
+    core = ORT_LATENCY if config.ort_rounding else config.mul_stages + round_stages(config)
     return POST_LATENCY + core + (1 if config.lut_tables else 0)
 
 
@@ -37,9 +41,9 @@ class PostProcessor(wiring.Component):
     in ``[0, nt)``; other lanes are left unwritten (byte enables).
 
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
-    (``mul_stages`` 3: k+3 to k+5, partial products, their middle sum, the product; 1: k+3),
-    rounding shift (the barrel shift, then the rounding add), zero point and clamp, select
-    lanes and write (k+9 with three multiply stages). ``idle`` is high once every write is
+    (``mul_stages`` 5: k+3 to k+7, its operands, the partial products, again, their middle
+    sum, the product; 1: k+3), rounding shift (the barrel shift, then the rounding add), zero
+    point and clamp, select lanes and write (k+11 with five multiply stages). ``idle`` is high once every write is
     done. Every stage is one register-to-register path: a block-RAM read, one adder, the 18x18
     multipliers, or the shifter (with the rounding add after it, it limited an ECP5 build to
     81 MHz). The parameter word is read from the registered instruction in the cycle after
@@ -163,10 +167,11 @@ class PostProcessor(wiring.Component):
                              rounder.shift.eq(par[c].shift),
                              levels[c].eq(rounder.y + cur.zp)]
         else:
-            # Stages 3 to 2 + mul_stages: the multiply. Then the rounding shift (ROUND_STAGES).
-            assert ROUND_STAGES == 2
+            # Stages 3 to 2 + mul_stages: the multiply. Then the rounding shift (round_stages).
+            split = round_stages(cfg) == 2
             chain = (sb_valid, sb_addr, sb_base)
-            for name in ("m0", "m1")[:cfg.mul_stages - 1] + ("s2", "sh", "sr"):
+            for name in ("m0", "m1", "m2", "m3")[:cfg.mul_stages - 1] + ("s2",) + \
+                    ("sh",) * split + ("sr",):
                 chain = stage(name, *chain)
                 valids.append(chain[0])
             products = [self._multiply(m, c, biased[c], par[c].mult, cfg.mul_stages)
@@ -176,7 +181,10 @@ class PostProcessor(wiring.Component):
                 shr = (par[c].shift - 1)[:6]
                 halved = Signal(signed(64), name=f"halved_{c}")
                 rounded = Signal(signed(65), name=f"rounded_{c}")
-                m.d.sync += halved.eq(products[c] >> shr)
+                if split:
+                    m.d.sync += halved.eq(products[c] >> shr)
+                else:
+                    m.d.comb += halved.eq(products[c] >> shr)
                 m.d.sync += rounded.eq((halved + 1) >> 1)
                 m.d.comb += levels[c].eq(rounded + cur.zp)
 
@@ -211,21 +219,30 @@ class PostProcessor(wiring.Component):
     @staticmethod
     def _multiply(m, c, v, k, stages):
         """``v * k`` (both signed 32-bit) in ``stages`` registered stages (``mul_stages``):
-        one, or three: with ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl``
-        unsigned), the partial products ``vl kl``, ``vl kh``, ``vh kl``, ``vh kh`` (an 18x18
-        multiplier each); then ``vl kh + vh kl``; then ``vh kh 2**32 + vl kl`` (a
-        concatenation: ``0 <= vl kl < 2**32``) plus that sum times ``2**16``. In one stage the
-        multipliers, their routing to the fabric and the adders limited an ECP5 build to
-        58 MHz. Returns the product's register."""
+        one, or five: both operands into registers of their own; with ``v = vh 2**16 + vl``
+        and ``k = kh 2**16 + kl`` (``vl``, ``kl`` unsigned), the partial products ``vl kl``,
+        ``vl kh``, ``vh kl``, ``vh kh`` (an 18x18 multiplier each); the partial products again
+        (so that the registers on either side of a multiplier can sit beside it: an ECP5
+        build's critical path was 4 ns of routing into a multiplier and 4.9 ns out of it);
+        then ``vl kh + vh kl``; then ``vh kh 2**32 + vl kl`` (a concatenation:
+        ``0 <= vl kl < 2**32``) plus that sum times ``2**16``. In one stage the multipliers,
+        their routing to the fabric and the adders limited an ECP5 build to 58 MHz. Returns
+        the product's register."""
         product = Signal(signed(64), name=f"product_{c}")
         if stages == 1:
             m.d.sync += product.eq(v * k)
             return product
-        vl, vh, kl, kh = v[:16], v[16:32].as_signed(), k[:16], k[16:32].as_signed()
-        ll = Signal(32, name=f"pp_ll_{c}")
-        lh, hl = Signal(signed(33), name=f"pp_lh_{c}"), Signal(signed(33), name=f"pp_hl_{c}")
-        hh = Signal(signed(32), name=f"pp_hh_{c}")
-        m.d.sync += [ll.eq(vl * kl), lh.eq(vl * kh), hl.eq(vh * kl), hh.eq(vh * kh)]
+        v_in, k_in = Signal(signed(32), name=f"mul_v_{c}"), Signal(signed(32), name=f"mul_k_{c}")
+        m.d.sync += [v_in.eq(v), k_in.eq(k)]
+        vl, vh, kl, kh = v_in[:16], v_in[16:32].as_signed(), k_in[:16], k_in[16:32].as_signed()
+        parts = []
+        for name, value, shape in (("ll", vl * kl, 32), ("lh", vl * kh, signed(33)),
+                                   ("hl", vh * kl, signed(33)), ("hh", vh * kh, signed(32))):
+            product_reg = Signal(shape, name=f"pp_{name}_{c}")
+            again = Signal(shape, name=f"pp_{name}_{c}_d")
+            m.d.sync += [product_reg.eq(value), again.eq(product_reg)]
+            parts.append(again)
+        ll, lh, hl, hh = parts
         middle = Signal(signed(34), name=f"pp_mid_{c}")
         outer = Signal(signed(64), name=f"pp_outer_{c}")
         m.d.sync += [middle.eq(lh + hl), outer.eq(Cat(ll, hh))]

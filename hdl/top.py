@@ -12,7 +12,7 @@ from .array import SystolicArray
 from .dma import DmaEngine
 from .extmem import WRITE_PORT, connect_read_port
 from .eltwise import EltwiseEngine
-from .feeder import Feeder
+from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
 from .layouts import PARAM_BITS, ActxLayout, InstrLayout, LoadxLayout, ParamLayout
@@ -182,10 +182,12 @@ class Accelerator(wiring.Component):
                      array.wload_bank.eq(loader.wload_bank), loader.wgt_data.eq(wgt_r.data),
                      array.wload_data.eq(loader.wload_data)]
 
-        # Activations into the array from a register (FEED_DELAY); padding reads as the zero
-        # point.
-        feed_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
-        m.d.sync += feed_word.eq(engine_data)
+        # Activations into the array from a register (feed_delay 2; 1: straight from the
+        # buffer); padding reads as the zero point.
+        feed_word = engine_data
+        if feed_delay(cfg) == 2:
+            feed_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
+            m.d.sync += feed_word.eq(engine_data)
         for lane in range(cfg.rows):
             m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
                                                 feed_word[lane]))

@@ -72,10 +72,13 @@ class ArchConfig:
         name of its timing in :data:`hwonnx.hdl.extmem.MEMORIES` and its size in weight
         words; ``""`` and 0 (the default) for none. Layers whose weights do not fit the weight
         buffer then stream from it (``docs/architecture.md``, "External memory").
-    mul_stages : register stages of the post-processor's 32x32 multiply: 3 (the default; four
-        16x16 partial products, their middle sum, the product: every stage short enough for
-        a fast clock) or 1 (fewer flip-flops, about 230 a column, for the smallest devices,
-        whose clock does not need it: ``hdl/post.py``).
+    mul_stages : register stages of the post-processor's 32x32 multiply: 5 (the default; its
+        operands, four 16x16 partial products, again, their middle sum, the product: every
+        stage short enough for a fast clock, with registers on either side of each
+        multiplier) or 1 (fewer flip-flops, about 230 a column, for the smallest devices,
+        whose clock does not need it: ``hdl/post.py``). With 1 the datapath is the compact
+        one throughout: the rounding shift in one stage (``post.round_stages``) and the
+        activation word straight from its block RAM into the array (``feeder.feed_delay``).
     stage_in_depth, stage_out_depth : with an external memory, words of the two staging
         buffers through which tensors too large for the activation buffer move (0 and 0, the
         default: none). The input staging buffer takes activation addresses ``[act_depth,
@@ -104,7 +107,7 @@ class ArchConfig:
     ext_depth: int = 0
     stage_in_depth: int = 0
     stage_out_depth: int = 0
-    mul_stages: int = 3
+    mul_stages: int = 5
 
     def __post_init__(self):
         for name in ("rows", "cols", "act_depth", "wgt_depth", "acc_depth", "par_depth",
@@ -127,8 +130,8 @@ class ArchConfig:
             raise ValueError(f"ArchConfig.lut_tables must be an integer from 0 to "
                              f"{MAX_LUT_TABLES}, not "
                              f"{self.lut_tables!r}")
-        if self.mul_stages not in (1, 3) or isinstance(self.mul_stages, bool):
-            raise ValueError(f"ArchConfig.mul_stages must be 1 or 3, not {self.mul_stages!r}")
+        if self.mul_stages not in (1, 5) or isinstance(self.mul_stages, bool):
+            raise ValueError(f"ArchConfig.mul_stages must be 1 or 5, not {self.mul_stages!r}")
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
                              f"{instruction_width()}, not {self.prog_width!r}")

@@ -152,3 +152,44 @@ def test_fit_check_counts_dsp_per_family():
     with pytest.raises(ResourceError, match=r"^The 16x16 accelerator does not fit board "
                        r"'arty-a7-35': 352 DSP blocks .* but the device has 90; .*$"):
         check_fits(ArchConfig(rows=16, cols=16), get_board("arty-a7-35"))
+
+
+# nextpnr-ecp5's report of a critical path (abbreviated from a ULX3S-85F build: the carry
+# chain's middle cut, which repeats the same lines).
+_TIM = """\
+Info: Critical path report for clock '$glbnet$cd_sync.clk' (posedge -> posedge):
+Info:       type curr  total name
+Info:   clk-to-q  0.52  0.52 Source system.accel.post.par_TRELLIS_FF_Q_130.Q
+Info:    routing  0.94  1.47 Net system.accel.post.par[136] (66,29) -> (66,31)
+Info:                          Sink system.accel.post.rounded_1_CCU2C_S1$CCU2_COMB0.A
+Info:                          Defined in:
+Info:                               /work/main/hdl/post.py:170
+Info:                               /share/lattice/cells_map_trellis.v:108.23-108.24
+Info:      logic  0.45  1.91 Source system.accel.post.rounded_1_CCU2C_S1$CCU2_COMB0.FCO
+Info:    routing 10.40 12.31 Net system.accel.post.rounded_1_CCU2C_S1_COUT (62,32) -> (62,32)
+Info:                          Sink system.accel.post.rounded_1_TRELLIS_FF_Q_63.DI
+Info:                          Defined in:
+Info:                               /work/main/hdl/post.py:174
+Info:                               /work/main/hdl/post.py:170
+Info: 5.28 ns logic, 7.03 ns routing
+Info: 
+Info: Critical path report for cross-domain path '<async>' -> '<async>':
+Info:       type curr  total name
+Info:    routing  0.25  0.25 Net rx (0,1) -> (0,2)
+Info:                          Sink system.bridge.uart_rx.sync.stage0.M
+Info:                               /work/main/hdl/uart.py:117
+Info: 0.00 ns logic, 0.25 ns routing
+Info: Max frequency for clock '$glbnet$cd_sync.clk': 81.25 MHz (PASS at 25.00 MHz)
+"""
+
+
+def test_the_bitstream_report_names_the_critical_path():
+    from hwonnx.boards.build import _parse_nextpnr, critical_path
+    parsed = _parse_nextpnr(_TIM)
+    assert parsed["fmax_mhz"] == 81.25
+    assert parsed["critical_path"] == {
+        "ns": 12.31, "routing_ns": 7.03, "from": "system.accel.post.par_TRELLIS_FF_Q_130.Q",
+        "to": "system.accel.post.rounded_1_TRELLIS_FF_Q_63.DI",
+        "hdl": ["hdl/post.py:170", "hdl/post.py:174"]}
+    assert critical_path(_TIM, "other.clk") is None
+    assert _parse_nextpnr("")["critical_path"] is None

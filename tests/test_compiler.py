@@ -427,10 +427,11 @@ def test_eltw_accept_rules():
     post-processor; a POST is queued until the MATMULs before it drain, and waits for the
     engine; the next ELTW runs beside that POST; END
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
-    # drain = array_latency + 2 = (4 + 4 + 2) + 2 (skew and flow, the operand and product
-    # registers, the accumulator read and write); post latency 9 (accumulator data registered, bias,
-    # the multiply's three stages, rounding shift, zero point and clamp, activation table,
-    # then the write)
+    # drain = 2 + array_latency + 1 = 2 + (4 + 4 + 2) + 1 (the activation read and its
+    # register, skew and flow, the operand and product registers, the accumulator write);
+    # post latency 10 (accumulator read, its data registered, bias, the multiply's three
+    # stages, the rounding shift's two, zero point and clamp, activation table, then the
+    # write)
     config = ArchConfig(rows=4, cols=4)
     eltw = dict(op=Op.ELTW, count=3)
     post = dict(op=Op.POST, count=3, nw=1)
@@ -438,13 +439,13 @@ def test_eltw_accept_rules():
     timing = predict(program, config)
     # (the first instruction leaves in cycle 2: the instruction register fills from a read
     # at start)
-    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 12 = 20
-    # POST dispatched 3 into its slot, starts at 20: idle at 20 + 1 + 9 + 3 = 33
-    # ELTW (wait) at 33: idle 33 + 1 + 6 + 4 = 44 (ELTW_LATENCY 4)
-    # POST at 44: idle 57; ELTW at 45 (beside the POST): idle 56; POST at 57: idle 70
-    # ELTW at 58 (no wait): idle 69; END at 70
-    assert timing.dispatch == [2, 3, 33, 44, 45, 57, 58, 70]
-    assert timing.done[2] == 43 and timing.total == 70
+    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 13 = 21
+    # POST dispatched 3 into its slot, starts at 21: idle at 21 + 1 + 10 + 3 = 35
+    # ELTW (wait) at 35: idle 35 + 1 + 6 + 4 = 46 (ELTW_LATENCY 4)
+    # POST at 46: idle 60; ELTW at 47 (beside the POST): idle 58; POST at 60: idle 74
+    # ELTW at 61 (no wait): idle 72; END at 74
+    assert timing.dispatch == [2, 3, 35, 46, 47, 60, 61, 74]
+    assert timing.done[2] == 45 and timing.total == 74
     assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 4
 
 
@@ -452,16 +453,16 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain (4 + 4 + 2) + 2, post latency 9
+    config = ArchConfig(rows=4, cols=4)          # drain 2 + (4 + 4 + 2) + 1, post latency 10
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
-    # 3, issues 4..8, drained 8 + 12 = 20. POST dispatched 3, starts 20: idle
-    # 20 + 1 + 9 + 3 = 33.
-    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 25.
-    # POST accepted at 33 (the first POST done), starts 33: idle 46. END at 46.
-    assert timing.dispatch == [2, 3, 4, 33, 46]
-    assert timing.done[1] == 32 and timing.total == 46
+    # 3, issues 4..8, drained 8 + 13 = 21. POST dispatched 3, starts 21: idle
+    # 21 + 1 + 10 + 3 = 35.
+    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 26.
+    # POST accepted at 35 (the first POST done), starts 35: idle 49. END at 49.
+    assert timing.dispatch == [2, 3, 4, 35, 49]
+    assert timing.done[1] == 34 and timing.total == 49
 
 
 def test_unknown_opcode_is_a_bug():
