@@ -8,7 +8,9 @@ one build at a time (two at once were 2.5-3x slower each on these machines).
 ``--streamed``: with the board's external memory, the weight buffer two slots as large as the
 largest layer (the most streaming the compiler allows: the LiteDRAM controller is in the
 bitstream; rows named ``<model>+<memory>``).
-``python bench/bench_boards.py --boards ulx3s-85f --models ic_resnet8``.
+``--array RxC``: that array instead of the board's default (rows keyed by board, model and
+array). Each row keeps nextpnr's critical path (``boards/build.critical_path``).
+``python bench/bench_boards.py --boards ulx3s-85f --models ic_resnet8 --array 16x16``.
 """
 
 import argparse
@@ -62,10 +64,13 @@ def _streaming(board, source, calib) -> dict:
     return streaming_options(board, on_chip.program)
 
 
-def measure(board_name: str, model: str, streamed: bool = False) -> dict:
+def measure(board_name: str, model: str, streamed: bool = False,
+            array: "tuple[int, int] | None" = None) -> dict:
     board = get_board(board_name)
     source, calib = _model_and_calib(model)
     options = _streaming(board, source, calib) if streamed else {}
+    if array:
+        options.update(rows=array[0], cols=array[1])
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         result = build(source, tmp, board=board_name, verilog=False, bitstream=True,
@@ -92,31 +97,48 @@ def measure(board_name: str, model: str, streamed: bool = False) -> dict:
             "fit_check_estimate": {"dsp": predicted.dsp, "bram": predicted.bram_blocks,
                                    "luts": predicted.luts},
             "build_seconds": round(seconds, 1), "toolchain_seconds": report["seconds"],
-            "commit": measured_commit(),
+            "commit": measured_commit(), "critical_path": report.get("critical_path"),
             **({"controller_clocks": {n: c for n, c in report["clocks"].items()
                                       if n.startswith("dram.")}} if streamed else {})}
 
 
 #: Published latencies of the same MLPerf Tiny reference models on FPGAs (MLPerf Tiny v1.1,
-#: closed division: fpgaConvNet on a ZedBoard, Zynq XC7Z020; AD: hls4ml's reduced autoencoder
-#: on a Pynq-Z2), and the goals of issue #11 for the ULX3S-85F, in ms.
+#: closed division: fpgaConvNet on a ZedBoard, Zynq XC7Z020; VWW also ANPU on a VCU128; AD:
+#: hls4ml's reduced autoencoder on a Pynq-Z2), and the goals of issue #40 for the ULX3S-85F,
+#: in ms.
 ANCHORS = {"ic_resnet8": ("fpgaConvNet, ZedBoard", 0.411, 0.40),
-           "kws_dscnn": ("fpgaConvNet, ZedBoard", 0.324, 0.30),
-           "vww_mobilenet": ("fpgaConvNet, ZedBoard", 9.49, 1.0),
+           "kws_dscnn": ("fpgaConvNet, ZedBoard", 0.324, 0.15),
+           "vww_mobilenet": ("fpgaConvNet, ZedBoard (ANPU, VCU128: 0.209)", 9.49, 0.50),
            "ad_autoencoder": ("hls4ml, Pynq-Z2 (a smaller model)", 0.0187, 0.05)}
 
 
 def anchors(results) -> "list[str]":
     """The published anchors beside the ULX3S-85F rows of the same models."""
-    lines = ["", "Published FPGA results for the same models, beside the ULX3S-85F's:", "",
-             "| model | published | ms | ulx3s-85f ms at Fmax | goal ms | met |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = ["", "Published FPGA results for the same models, beside the ULX3S-85F's (each array "
+             "measured):", "",
+             "| model | published | ms | ulx3s-85f array | ms at Fmax | goal ms | met |",
+             "|---|---|---:|---|---:|---:|---|"]
     for r in results:
         if r["board"] == "ulx3s-85f" and r["model"] in ANCHORS and r.get("latency_ms_at_fmax"):
             source, ms, goal = ANCHORS[r["model"]]
             ours = r["latency_ms_at_fmax"]
-            lines.append(f"| {r['model']} | {source} | {ms} | {ours} | {goal} | "
+            lines.append(f"| {r['model']} | {source} | {ms} | {r['array']} | {ours} | {goal} | "
                          f"{'yes' if ours <= goal else 'no'} |")
+    return lines
+
+
+def critical_paths(results) -> "list[str]":
+    """nextpnr's critical path of each row that kept it."""
+    kept = [r for r in results if r.get("critical_path")]
+    if not kept:
+        return []
+    lines = ["", "Critical paths (nextpnr, post-route; the HDL lines its cells were made from):",
+             ""]
+    for r in kept:
+        path = r["critical_path"]
+        lines.append(f"- {r['board']} {r['model']} {r['array']} ({r['fmax_mhz']} MHz): "
+                     f"{path['ns']} ns, {path['routing_ns']} of it routing, `{path['from']}` -> "
+                     f"`{path['to']}`" + (f" ({', '.join(path['hdl'])})" if path["hdl"] else ""))
     return lines
 
 
@@ -156,7 +178,7 @@ def markdown(results) -> str:
             f"`{name}` {c['fmax_mhz']} MHz (needs {c['target_mhz']})"
             for name, c in r["controller_clocks"].items()) + (f"; {r['note']}" if r.get("note")
                                                                else "") for r in clocked]
-    return "\n".join(lines + anchors(results)) + "\n"
+    return "\n".join(lines + anchors(results) + critical_paths(results)) + "\n"
 
 
 def main(argv=None) -> int:
@@ -166,14 +188,17 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="*", default=list(SHAPES), choices=MODELS)
     parser.add_argument("--streamed", action="store_true",
                         help="stream the weights from the board's external memory")
+    parser.add_argument("--array", help="RxC: this array instead of the board's default")
     args = parser.parse_args(argv)
+    array = tuple(int(n) for n in args.array.split("x")) if args.array else None
     previous = args.out / "boards.json"      # keep the rows of boards not measured this time
     results = []
     for board in args.boards:
         for model in args.models:       # written after each build: a long run keeps its rows
-            row = measure(board, model, args.streamed)
+            row = measure(board, model, args.streamed, array)
             results = json.loads(previous.read_text()) if previous.exists() else []
-            results = [r for r in results if (r["board"], r["model"]) != (board, row["model"])]
+            key = (board, row["model"], row["array"])
+            results = [r for r in results if (r["board"], r["model"], r["array"]) != key]
             results.append(row)
             write_results(args.out, "boards", results, markdown(results))
     print(markdown(results))
