@@ -6,6 +6,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from .dsp import MULT_LATENCY, RegisteredMultiplier
 from .layouts import InstrLayout, ParamLayout
 from .rounding import ORT_LATENCY, OrtRounder
 
@@ -219,33 +220,33 @@ class PostProcessor(wiring.Component):
     @staticmethod
     def _multiply(m, c, v, k, stages):
         """``v * k`` (both signed 32-bit) in ``stages`` registered stages (``mul_stages``):
-        one, or five: both operands into registers of their own; with ``v = vh 2**16 + vl``
-        and ``k = kh 2**16 + kl`` (``vl``, ``kl`` unsigned), the partial products ``vl kl``,
-        ``vl kh``, ``vh kl``, ``vh kh`` (an 18x18 multiplier each); the partial products again
-        (so that the registers on either side of a multiplier can sit beside it: an ECP5
-        build's critical path was 4 ns of routing into a multiplier and 4.9 ns out of it);
-        then ``vl kh + vh kl``; then ``vh kh 2**32 + vl kl`` (a concatenation:
-        ``0 <= vl kl < 2**32``) plus that sum times ``2**16``. In one stage the multipliers,
-        their routing to the fabric and the adders limited an ECP5 build to 58 MHz. Returns
-        the product's register."""
+        one, or five: with ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl``
+        unsigned), the partial products ``vl kl``, ``vl kh``, ``vh kl``, ``vh kh``, each a
+        :class:`~hwonnx.hdl.dsp.RegisteredMultiplier` (its operands, then its product: one
+        MULT18X18D with its own registers on ECP5), then the partial products again in logic
+        (so that the register out of the block can sit beside it); then ``vl kh + vh kl``;
+        then ``vh kh 2**32 + vl kl`` (a concatenation: ``0 <= vl kl < 2**32``) plus that sum
+        times ``2**16``. In one stage the multipliers, their routing to the fabric and the
+        adders limited an ECP5 build to 58 MHz; with the multipliers combinational between
+        registers in logic, the routing into and out of them to 74-86 MHz. Returns the
+        product's register."""
         product = Signal(signed(64), name=f"product_{c}")
         if stages == 1:
             m.d.sync += product.eq(v * k)
             return product
-        v_in, k_in = Signal(signed(32), name=f"mul_v_{c}"), Signal(signed(32), name=f"mul_k_{c}")
-        m.d.sync += [v_in.eq(v), k_in.eq(k)]
-        vl, vh, kl, kh = v_in[:16], v_in[16:32].as_signed(), k_in[:16], k_in[16:32].as_signed()
+        assert MULT_LATENCY == 2
+        vl, vh, kl, kh = v[:16], v[16:32].as_signed(), k[:16], k[16:32].as_signed()
         parts = []
-        for name, value, shape in (("ll", vl * kl, 32), ("lh", vl * kh, signed(33)),
-                                   ("hl", vh * kl, signed(33)), ("hh", vh * kh, signed(32))):
-            product_reg = Signal(shape, name=f"pp_{name}_{c}")
-            again = Signal(shape, name=f"pp_{name}_{c}_d")
-            m.d.sync += [product_reg.eq(value), again.eq(product_reg)]
+        for name, x, y in (("ll", vl, kl), ("lh", vl, kh), ("hl", vh, kl), ("hh", vh, kh)):
+            m.submodules[f"mul_{name}_{c}"] = mul = RegisteredMultiplier(17, 17)
+            again = Signal(signed(34), name=f"pp_{name}_{c}_d")
+            m.d.comb += [mul.a.eq(x), mul.b.eq(y)]      # unsigned halves: zero-extended
+            m.d.sync += again.eq(mul.p)
             parts.append(again)
         ll, lh, hl, hh = parts
         middle = Signal(signed(34), name=f"pp_mid_{c}")
         outer = Signal(signed(64), name=f"pp_outer_{c}")
-        m.d.sync += [middle.eq(lh + hl), outer.eq(Cat(ll, hh))]
+        m.d.sync += [middle.eq(lh + hl), outer.eq(Cat(ll[:32], hh[:32]))]
         m.d.sync += product.eq(outer + (middle << 16))
         return product
 
