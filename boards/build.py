@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..compiler.program import Program, encode_program
 from ..errors import ResourceError, ToolchainError
-from ..hdl.array import product_module
+from ..hdl.array import logic_pes, product_module
 from ..hdl.convert import fast_memories
 from .fit import check_fits
 from .registry import Board
@@ -56,9 +56,8 @@ def synth_overrides(board: Board, config, logic_products: int) -> "dict[str, str
     that Yosys maps only the rest to DSP blocks: it never limits DSP use by itself."""
     overrides = dict(SYNTH_OVERRIDES.get(board.family, {}))
     if logic_products:
-        pes = [(r, c) for r in range(config.rows) for c in range(config.cols)]
         selection = " ".join(f"*.{product_module(r, c)}/t:$mul"
-                             for r, c in pes[len(pes) - logic_products:])
+                             for r, c in logic_pes(config, logic_products))
         overrides["script_after_read"] = f"proc; booth {selection}"
     return overrides
 
@@ -108,7 +107,7 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
             dram = generate_controller(config.ext_memory, board.clock_hz, config.cols * 8,
                                        part, Path(scratch))
         top = BoardTop(board, config, board_images(program), build_id(program), baud=baud,
-                       dram=dram)
+                       dram=dram, logic_products=usage.logic_products)
         with fast_memories():            # hdl/convert.py: seconds, not minutes
             plan = platform.build(top, name=TOP_NAME, do_build=False,
                                   **synth_overrides(board, config, usage.logic_products))

@@ -50,9 +50,9 @@ class SystemTop(wiring.Component):
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]]", divisor: int,
-                 build_id: int):
+                 build_id: int, logic_products: int = 0):
         self._config = config
-        self._accel = Accelerator(config, images)
+        self._accel = Accelerator(config, images, logic_products)
         self._bridge = HostBridge(config, divisor, build_id)
         members = {"rx": In(1, init=1), "tx": Out(1, init=1)}
         if config.ext_memory:
@@ -103,12 +103,13 @@ class BoardTop(Elaboratable):
     memory pins (:func:`hwonnx.boards.dram.attach_litedram`)."""
 
     def __init__(self, board: Board, config: ArchConfig, images: "dict[str, list[int]]",
-                 build_id: int, baud: int = DEFAULT_BAUD, dram=None):
+                 build_id: int, baud: int = DEFAULT_BAUD, dram=None, logic_products: int = 0):
         if bool(config.ext_memory) != (dram is not None):
             raise ValueError("BoardTop needs the external memory's controller (dram) exactly "
                              "when the architecture has an external memory")
         self.board, self.config, self.images = board, config, images
         self.build_id, self.baud, self.dram = build_id, baud, dram
+        self.logic_products = logic_products        # boards/fit.py: beyond the DSP blocks
 
     @property
     def divisor(self) -> int:
@@ -120,7 +121,7 @@ class BoardTop(Elaboratable):
         if self.board.pll:
             oscillator = pll_domain(m, platform, self.board.family, self.board.clock_hz)
         m.submodules.system = system = SystemTop(self.config, self.images, self.divisor,
-                                                 self.build_id)
+                                                 self.build_id, self.logic_products)
         uart = platform.request("uart", 0, dir="-")
         m.submodules.rx_buf = rx_buf = io.Buffer("i", uart.rx)
         m.submodules.tx_buf = tx_buf = io.Buffer("o", uart.tx)

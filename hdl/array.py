@@ -1,12 +1,13 @@
 """The weight-stationary systolic array."""
 
-from amaranth.hdl import Elaboratable, Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from .dsp import MULT_LATENCY, RegisteredMultiplier
 
-__all__ = ["SystolicArray", "array_latency", "product_module", "PRODUCT_STAGES"]
+__all__ = ["SystolicArray", "array_latency", "logic_pes", "product_module", "PRODUCT_STAGES"]
 
 #: Register stages of a PE's multiply: its operands (the activation, or the depthwise one,
 #: and the weight of the word's bank, selected and registered), then the product, so that the
@@ -22,17 +23,11 @@ def product_module(row: int, col: int) -> str:
     return f"pe_{row}_{col}_mul"
 
 
-class _Product(Elaboratable):
-    """The product register of one PE: ``product`` is ``a * b`` of the cycle before."""
-
-    def __init__(self):
-        self.a, self.b = Signal(signed(8)), Signal(signed(8))
-        self.product = Signal(signed(16))
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.sync += self.product.eq(self.a * self.b)
-        return m
+def logic_pes(config: ArchConfig, logic_products: int) -> "list[tuple[int, int]]":
+    """The PEs whose products a board build makes from logic: the last ``logic_products`` in
+    row-major order."""
+    pes = [(r, c) for r in range(config.rows) for c in range(config.cols)]
+    return pes[len(pes) - logic_products:] if logic_products else []
 
 
 def array_latency(config: ArchConfig) -> int:
@@ -54,7 +49,9 @@ class SystolicArray(wiring.Component):
     appear together on ``sums`` exactly :func:`array_latency` cycles after the word was
     presented. Because the bank travels with
     the data, one bank can be rewritten while the other is in use: weight loads overlap
-    computation.
+    computation. Each PE's multiplier is a :class:`~hwonnx.hdl.dsp.RegisteredMultiplier`
+    (the operand registers and the product's), but for the :func:`logic_pes` of
+    ``logic_products``, which a board build makes from logic: theirs stay a ``$mul``.
 
     Members
     -------
@@ -69,8 +66,9 @@ class SystolicArray(wiring.Component):
     sums : ``Out(ArrayLayout(signed(32), cols))`` de-skewed column sums.
     """
 
-    def __init__(self, config: ArchConfig):
+    def __init__(self, config: ArchConfig, logic_products: int = 0):
         self._config = config
+        self._logic = set(logic_pes(config, logic_products))
         super().__init__({
             "feed": In(data.ArrayLayout(signed(8), config.rows)),
             "feed_bank": In(1),
@@ -121,16 +119,15 @@ class SystolicArray(wiring.Component):
                 # Depthwise streaming: lane c of a later word, held by PE (c, 0) now.
                 operand = Mux(dw, acts[c][0], act) if c < rows and (r or c) else act
                 # Stage 1: the operands into registers (the weight is read in the cycle the
-                # activation is in this PE). Stage 2: multiply into the product register.
-                # Stage 3: add it into the partial sum, in the cycle the partial sum of the
-                # same word arrives from above.
-                assert PRODUCT_STAGES == 2
-                held_act = Signal(signed(8), name=f"pe_{r}_{c}_operand")
-                held_weight = Signal(signed(8), name=f"pe_{r}_{c}_weight")
-                m.d.sync += [held_act.eq(operand), held_weight.eq(Mux(bank, w1, w0))]
-                m.submodules[product_module(r, c)] = mul = _Product()
-                m.d.comb += [mul.a.eq(held_act), mul.b.eq(held_weight)]
-                product = mul.product
+                # activation is in this PE). Stage 2: multiply into the product register
+                # (both in a DSP block's own registers on ECP5: hdl/dsp.py). Stage 3: add it
+                # into the partial sum, in the cycle the partial sum of the same word
+                # arrives from above.
+                assert PRODUCT_STAGES == MULT_LATENCY == 2
+                mul = RegisteredMultiplier(8, 8, in_logic=(r, c) in self._logic)
+                m.submodules[product_module(r, c)] = mul
+                m.d.comb += [mul.a.eq(operand), mul.b.eq(Mux(bank, w1, w0))]
+                product = mul.p
                 m.d.sync += psum.eq(product if psum_above[c] is None
                                     else psum_above[c] + product)
                 with m.If(self.wload_en & (self.wload_row == r)):

@@ -23,22 +23,26 @@ class RegisteredMultiplier(wiring.Component):
     the other families) the same two registers are in logic. The block's registers start at
     0 with its global reset disabled (``GSR``), as the logic's do.
 
+    ``in_logic``: the logic's registers and a ``$mul`` on every platform, for a product that
+    a board build makes from logic (Yosys's ``booth`` pass: ``boards/build.py``).
+
     Members
     -------
     a : ``In(signed(a_width))``. b : ``In(signed(b_width))``.
     p : ``Out(signed(a_width + b_width))``.
     """
 
-    def __init__(self, a_width: int, b_width: int):
+    def __init__(self, a_width: int, b_width: int, in_logic: bool = False):
         if not (1 <= a_width <= 18 and 1 <= b_width <= 18):
             raise ValueError(f"RegisteredMultiplier takes operands of 1 to 18 bits, not "
                              f"{a_width} and {b_width}")
+        self._in_logic = in_logic
         super().__init__({"a": In(signed(a_width)), "b": In(signed(b_width)),
                           "p": Out(signed(a_width + b_width))})
 
     def elaborate(self, platform):
         m = Module()
-        if getattr(platform, "family", None) == "ecp5":
+        if getattr(platform, "family", None) == "ecp5" and not self._in_logic:
             a, b, p = Signal(signed(18)), Signal(signed(18)), Signal(signed(36))
             m.d.comb += [a.eq(self.a), b.eq(self.b), self.p.eq(p)]
             ports = {f"i_A{i}": a[i] for i in range(18)}

@@ -64,9 +64,11 @@ class Accelerator(wiring.Component):
         nothing else reads them, so synthesis removes their logic from a board design.
     """
 
-    def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None):
+    def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None,
+                 logic_products: int = 0):
         self._config = config
         self._images = dict(images or {})
+        self._logic_products = logic_products       # hdl/array.py: for a board build
         unknown = set(self._images) - set(self.buffers(config))
         if unknown:
             raise ValueError(f"Unknown buffer images {sorted(unknown)}")
@@ -129,7 +131,7 @@ class Accelerator(wiring.Component):
         par = buffer("par", ParamLayout(cfg))
         act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
 
-        m.submodules.array = array = SystolicArray(cfg)
+        m.submodules.array = array = SystolicArray(cfg, self._logic_products)
         m.submodules.feeder = feeder = Feeder(cfg)
         m.submodules.loader = loader = WeightLoader(cfg)
         m.submodules.post = post = PostProcessor(cfg, self._images.get("lut"))
