@@ -10,12 +10,12 @@ from .dsp import MULT_LATENCY, RegisteredMultiplier
 from .layouts import InstrLayout, ParamLayout
 from .rounding import ORT_LATENCY, OrtRounder
 
-__all__ = ["PostProcessor", "POST_LATENCY", "round_stages", "post_latency"]
+__all__ = ["PostProcessor", "POST_LATENCY", "round_stages", "clamp_stages", "post_latency"]
 
 #: Cycles from an accumulator read to the write of its activation word besides the multiply's
-#: (``ArchConfig.mul_stages``) and the rounding shift's: accumulator read, its data registered,
-#: bias add, zero point and clamp (then the write).
-POST_LATENCY = 4
+#: (``ArchConfig.mul_stages``), the rounding shift's and the clamp's: accumulator read, its data
+#: registered, bias add (then the write).
+POST_LATENCY = 3
 
 
 def round_stages(config: ArchConfig) -> int:
@@ -25,13 +25,21 @@ def round_stages(config: ArchConfig) -> int:
     return 1 if config.mul_stages == 1 else 2
 
 
+def clamp_stages(config: ArchConfig) -> int:
+    """Stages of the zero point and the clamp: the 65-bit zero-point add, then the two
+    comparisons and the choice (in one stage with the routing of the instruction's fields to
+    every column, they held an ECP5 build at 80 MHz); both in one on the smallest devices
+    (``mul_stages`` 1)."""
+    return 1 if config.mul_stages == 1 else 2
+
+
 def post_latency(config: ArchConfig) -> int:
     """:data:`POST_LATENCY` plus the multiply's ``mul_stages`` and the rounding shift's
     :func:`round_stages` (with the onnxruntime rounding unit, its
-    :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of both), plus one with
-    activation tables."""
+    :data:`~hwonnx.hdl.rounding.ORT_LATENCY` stages instead of both), the clamp's
+    :func:`clamp_stages`, plus one with activation tables."""
     core = ORT_LATENCY if config.ort_rounding else config.mul_stages + round_stages(config)
-    return POST_LATENCY + core + (1 if config.lut_tables else 0)
+    return POST_LATENCY + core + clamp_stages(config) + (1 if config.lut_tables else 0)
 
 
 class PostProcessor(wiring.Component):
@@ -44,10 +52,10 @@ class PostProcessor(wiring.Component):
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
     (``mul_stages`` 5: k+3 to k+7, its operands, the partial products, again, their middle
     sum, the product; 1: k+3), rounding shift (the barrel shift, then the rounding add), zero
-    point and clamp, select lanes and write (k+11 with five multiply stages). ``idle`` is high once every write is
-    done. Every stage is one register-to-register path: a block-RAM read, one adder, the 18x18
-    multipliers, or the shifter (with the rounding add after it, it limited an ECP5 build to
-    81 MHz). The parameter word is read from the registered instruction in the cycle after
+    point, clamp, select lanes and write (k+12 with five multiply stages). ``idle`` is high
+    once every write is done. Every stage is one register-to-register path: a block-RAM read,
+    one adder, the 18x18 multipliers, or the shifter (with the rounding add after it, it
+    limited an ECP5 build to 81 MHz). The parameter word is read from the registered instruction in the cycle after
     dispatch (not from the dispatcher's decode: that path to the block RAM's enable limited
     an ECP5 build to 55 MHz) and copied into a register, in time for the first bias add. The
     block-RAM output, the adder and the 32x32 multiplier in one path limited an ECP5 build to
@@ -189,7 +197,15 @@ class PostProcessor(wiring.Component):
                 m.d.sync += rounded.eq((halved + 1) >> 1)
                 m.d.comb += levels[c].eq(rounded + cur.zp)
 
-        # Then (after the rounding shift or the rounding unit): zero point, clamp.
+        # Then (after the rounding shift or the rounding unit): zero point, clamp
+        # (clamp_stages: the zero-point add in a stage of its own, or both in one).
+        if clamp_stages(cfg) == 2:
+            chain = stage("sz", *chain)
+            valids.append(chain[0])
+            for c in range(cols):
+                level = Signal(signed(67), name=f"level_reg_{c}")
+                m.d.sync += level.eq(levels[c])
+                levels[c] = level
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):

@@ -429,8 +429,8 @@ def test_eltw_accept_rules():
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
     # drain = 2 + array_latency + 1 = 2 + (4 + 4 + 2) + 1 (the activation read and its
     # register, skew and flow, the operand and product registers, the accumulator write);
-    # post latency 12 (accumulator read, its data registered, bias, the multiply's five
-    # stages, the rounding shift's two, zero point and clamp, activation table, then the
+    # post latency 13 (accumulator read, its data registered, bias, the multiply's five
+    # stages, the rounding shift's two, zero point, clamp, activation table, then the
     # write)
     config = ArchConfig(rows=4, cols=4)
     eltw = dict(op=Op.ELTW, count=3)
@@ -440,12 +440,12 @@ def test_eltw_accept_rules():
     # (the first instruction leaves in cycle 2: the instruction register fills from a read
     # at start)
     # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 13 = 21
-    # POST dispatched 3 into its slot, starts at 21: idle at 21 + 1 + 12 + 3 = 37
-    # ELTW (wait) at 37: idle 37 + 1 + 6 + 4 = 48 (ELTW_LATENCY 4)
-    # POST at 48: idle 64; ELTW at 49 (beside the POST): idle 60; POST at 64: idle 80
-    # ELTW at 65 (no wait): idle 76; END at 80
-    assert timing.dispatch == [2, 3, 37, 48, 49, 64, 65, 80]
-    assert timing.done[2] == 47 and timing.total == 80
+    # POST dispatched 3 into its slot, starts at 21: idle at 21 + 1 + 13 + 3 = 38
+    # ELTW (wait) at 38: idle 38 + 1 + 6 + 4 = 49 (ELTW_LATENCY 4)
+    # POST at 49: idle 66; ELTW at 50 (beside the POST): idle 61; POST at 66: idle 83
+    # ELTW at 67 (no wait): idle 78; END at 83
+    assert timing.dispatch == [2, 3, 38, 49, 50, 66, 67, 83]
+    assert timing.done[2] == 48 and timing.total == 83
     assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 4
 
 
@@ -453,16 +453,16 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain 2 + (4 + 4 + 2) + 1, post latency 12
+    config = ArchConfig(rows=4, cols=4)          # drain 2 + (4 + 4 + 2) + 1, post latency 13
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
     # 3, issues 4..8, drained 8 + 13 = 21. POST dispatched 3, starts 21: idle
-    # 21 + 1 + 12 + 3 = 37.
+    # 21 + 1 + 13 + 3 = 38.
     # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 26.
-    # POST accepted at 37 (the first POST done), starts 37: idle 53. END at 53.
-    assert timing.dispatch == [2, 3, 4, 37, 53]
-    assert timing.done[1] == 36 and timing.total == 53
+    # POST accepted at 38 (the first POST done), starts 38: idle 55. END at 55.
+    assert timing.dispatch == [2, 3, 4, 38, 55]
+    assert timing.done[1] == 37 and timing.total == 55
 
 
 def test_unknown_opcode_is_a_bug():

@@ -175,28 +175,29 @@ def test_post_latency_by_hand():
     """The stages, by hand (accumulator word read in cycle k): its data registered k+1, bias
     add k+2, the multiply's operand registers k+3, partial products k+4, their copies k+5,
     middle sum k+6, the product k+7, the rounding shift's barrel shift k+8 and rounding add
-    k+9, zero point and clamp k+10, write k+11: L = 11. With mul_stages 1, the multiply in
-    k+3, the rounding shift in one stage (round_stages 1) and the write in k+6: 6. The
-    onnxruntime rounding unit's 4 stages replace the multiply and the rounding shift: 8
-    whatever mul_stages. The activation table is one stage more."""
-    assert POST_LATENCY == 4
-    assert post_latency(small_config(3, 2)) == 11
-    assert post_latency(small_config(3, 2, lut_tables=4)) == 12
-    for stages, ort, lut_tables, latency in ((1, False, 0, 6), (1, False, 4, 7), (5, True, 0, 8),
-                                             (5, True, 4, 9), (1, True, 4, 9)):
+    k+9, zero point k+10, clamp k+11, write k+12: L = 12. With mul_stages 1, the multiply in
+    k+3, the rounding shift in one stage (round_stages 1), zero point and clamp in one
+    (clamp_stages 1) and the write in k+6: 6. The onnxruntime rounding unit's 4 stages
+    replace the multiply and the rounding shift: 9 (8 with mul_stages 1). The activation
+    table is one stage more."""
+    assert POST_LATENCY == 3
+    assert post_latency(small_config(3, 2)) == 12
+    assert post_latency(small_config(3, 2, lut_tables=4)) == 13
+    for stages, ort, lut_tables, latency in ((1, False, 0, 6), (1, False, 4, 7), (5, True, 0, 9),
+                                             (5, True, 4, 10), (1, True, 4, 9)):
         config = dataclasses.replace(small_config(3, 2, lut_tables), ort_rounding=ort,
                                      mul_stages=stages)
         assert post_latency(config) == latency
 
 
 @pytest.mark.parametrize("count, nw", [(1, 1), (3, 1), (2, 3), (5, 2)])
-def test_post_idle_rises_12_plus_count_times_nw_after_dispatch(count, nw):
+def test_post_idle_rises_13_plus_count_times_nw_after_dispatch(count, nw):
     """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+L+count*nw, high in
-    t+1+L+count*nw (L = post_latency = 11 here, no activation tables: the first read in t+1,
+    t+1+L+count*nw (L = post_latency = 12 here, no activation tables: the first read in t+1,
     its write in t+1+L, the last of count*nw writes in t+L+count*nw), when the next
     instruction is dispatched."""
     config = small_config(3, 2)
-    assert post_latency(config) == 11
+    assert post_latency(config) == 12
     rng = np.random.default_rng(count * 10 + nw)
     acc = rng.integers(*INT32, (config.acc_depth, 2))
     params = [random_params(rng, 2, "wide") for _ in range(config.par_depth)]
@@ -211,7 +212,7 @@ def test_post_activation_tables(rows, cols, tables):
     """Each value goes through table ``lut - 1`` (random tables: every entry matters), or
     passes unchanged with ``lut = 0``; the table stage is one more cycle of latency."""
     config = small_config(rows, cols, lut_tables=tables)
-    assert post_latency(config) == 11 + 1
+    assert post_latency(config) == 12 + 1
     rng = np.random.default_rng(rows * 10 + tables)
     contents = [tuple(int(v) for v in rng.integers(-128, 128, 256)) for _ in range(tables)]
     acc = rng.integers(-40000, 40000, (config.acc_depth, cols))
