@@ -1,12 +1,13 @@
 """The ELTW engine: binary element-wise operators of two activation tensors into the
 accumulators, which the POST after it requantizes (``hwonnx.golden.qeltwise``)."""
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..isa import ELTW_MODES
+from .dsp import MULT_LATENCY, RegisteredMultiplier
 from .layouts import EltwLayout, InstrLayout
 
 __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
@@ -14,8 +15,9 @@ __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
 #: Activation-buffer reads per word: A, then B, through the buffer's one read port.
 READS_PER_WORD = 2
 #: Cycles from the read of a word's B operand to its accumulator write: the data (one cycle
-#: after the address), the zero points, the products, their combination, then the write.
-ELTW_LATENCY = 4
+#: after the address), the zero points, the products (:data:`~hwonnx.hdl.dsp.MULT_LATENCY`:
+#: their operands, then the product), their combination, then the write.
+ELTW_LATENCY = 5
 
 
 def eltwise_cycles(count: int) -> int:
@@ -38,7 +40,7 @@ class EltwiseEngine(wiring.Component):
     Members
     -------
     dispatch, instr : start (only when ``idle``); ``instr`` is viewed as an ELTW.
-    idle : no read or write outstanding (from ``t + 4 + 2 count`` on).
+    idle : no read or write outstanding (from ``t + eltwise_cycles(count)`` on).
     act_addr, act_en, act_data : activation-buffer read port (shared with the feeder, which
         is drained while the engine runs).
     acc_we, acc_addr, acc_data : accumulator write port.
@@ -104,21 +106,28 @@ class EltwiseEngine(wiring.Component):
         with m.If(active & second):
             m.d.sync += a_word.eq(self.act_data)
 
-        # Stage 1: zero points. Stage 2: products. Stage 3: their combination, in a register
-        # (the adder, the comparison and the mode's choice were one path with the
-        # accumulators' write data: the critical one of a ULX3S-85F build at 83 MHz). Then
-        # it is written.
-        s1_valid, s1_addr = Signal(), Signal(cfg.acc_addr_bits)
-        s2_valid, s2_addr = Signal(), Signal(cfg.acc_addr_bits)
-        s3_valid, s3_addr = Signal(), Signal(cfg.acc_addr_bits)
-        m.d.sync += [s1_valid.eq(b_valid), s1_addr.eq(b_addr),
-                     s2_valid.eq(s1_valid), s2_addr.eq(s1_addr),
-                     s3_valid.eq(s2_valid), s3_addr.eq(s2_addr)]
+        # Stage 1: zero points. Stages 2 and 3: the products, each a RegisteredMultiplier
+        # (its operands, then the product: on ECP5 in a DSP block's own registers; combinational
+        # between registers in logic, the routing into the block held a ULX3S-85F build at
+        # 83 MHz). Stage 4: their combination, in a register (the adder, the comparison and
+        # the mode's choice were one path with the accumulators' write data: the critical one
+        # of a ULX3S-85F build at 83 MHz). Then it is written.
+        assert MULT_LATENCY == 2
+        stages = [(b_valid, b_addr)]
+        for i in range(4):
+            valid, addr = Signal(name=f"s{i + 1}_valid"), Signal(cfg.acc_addr_bits,
+                                                                   name=f"s{i + 1}_addr")
+            m.d.sync += [valid.eq(stages[-1][0]), addr.eq(stages[-1][1])]
+            stages.append((valid, addr))
+        s4_valid, s4_addr = stages[-1]
         for c in range(lanes):
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
             m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(self.act_data[c] - cur.zb)]
-            p, q = Signal(signed(27), name=f"p_{c}"), Signal(signed(27), name=f"q_{c}")
-            m.d.sync += [p.eq(da * Mux(cur.mul, db, cur.ka)), q.eq(db * cur.kb)]
+            m.submodules[f"mul_p_{c}"] = mul_p = RegisteredMultiplier(9, 18)
+            m.submodules[f"mul_q_{c}"] = mul_q = RegisteredMultiplier(9, 18)
+            m.d.comb += [mul_p.a.eq(da), mul_p.b.eq(Mux(cur.mul, db, cur.ka)),
+                         mul_q.a.eq(db), mul_q.b.eq(cur.kb)]
+            p, q = mul_p.p, mul_q.p
             with m.Switch(cur.mode):
                 with m.Case(ELTW_MODES["max"]):
                     m.d.sync += self.acc_data[c].eq(Mux(p > q, p, q))
@@ -126,6 +135,6 @@ class EltwiseEngine(wiring.Component):
                     m.d.sync += self.acc_data[c].eq(Mux(p < q, p, q))
                 with m.Default():
                     m.d.sync += self.acc_data[c].eq(p + q)
-        m.d.comb += [self.acc_we.eq(s3_valid), self.acc_addr.eq(s3_addr),
-                     self.idle.eq(~active & ~b_valid & ~s1_valid & ~s2_valid & ~s3_valid)]
+        m.d.comb += [self.acc_we.eq(s4_valid), self.acc_addr.eq(s4_addr),
+                     self.idle.eq(~active & ~b_valid & ~Cat(*(v for v, _ in stages)).any())]
         return m

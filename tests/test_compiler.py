@@ -441,12 +441,12 @@ def test_eltw_accept_rules():
     # at start)
     # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 13 = 21
     # POST dispatched 3 into its slot, starts at 21: idle at 21 + 1 + 13 + 3 = 38
-    # ELTW (wait) at 38: idle 38 + 1 + 6 + 4 = 49 (ELTW_LATENCY 4)
-    # POST at 49: idle 66; ELTW at 50 (beside the POST): idle 61; POST at 66: idle 83
-    # ELTW at 67 (no wait): idle 78; END at 83
-    assert timing.dispatch == [2, 3, 38, 49, 50, 66, 67, 83]
-    assert timing.done[2] == 48 and timing.total == 83
-    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 4
+    # ELTW (wait) at 38: idle 38 + 1 + 6 + 5 = 50 (ELTW_LATENCY 5)
+    # POST at 50: idle 67; ELTW at 51 (beside the POST): idle 63; POST at 67: idle 84
+    # ELTW at 68 (no wait): idle 80; END at 84
+    assert timing.dispatch == [2, 3, 38, 50, 51, 67, 68, 84]
+    assert timing.done[2] == 49 and timing.total == 84
+    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 5
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():
