@@ -18,6 +18,7 @@ def feed_delay(config: ArchConfig) -> int:
     first PEs; without the register (1) on the smallest devices (``mul_stages`` 1)."""
     return 1 if config.mul_stages == 1 else 2
 
+
 #: Cycles from an accumulator read (the read-modify-write behind the array,
 #: ``hdl/accumulate.py``) to the write of the sum: the block RAM's read, then its data in a
 #: register, so that the adder's inputs are registers.

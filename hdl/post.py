@@ -55,9 +55,10 @@ class PostProcessor(wiring.Component):
     point, clamp, select lanes and write (k+12 with five multiply stages). ``idle`` is high
     once every write is done. Every stage is one register-to-register path: a block-RAM read,
     one adder, the 18x18 multipliers, or the shifter (with the rounding add after it, it
-    limited an ECP5 build to 81 MHz). The parameter word is read from the registered instruction in the cycle after
-    dispatch (not from the dispatcher's decode: that path to the block RAM's enable limited
-    an ECP5 build to 55 MHz) and copied into a register, in time for the first bias add. The
+    limited an ECP5 build to 81 MHz). The parameter word is read from the registered
+    instruction in the cycle after dispatch (not from the dispatcher's decode: that path to
+    the block RAM's enable limited an ECP5 build to 55 MHz) and copied into a register, in
+    time for the first bias add. The
     block-RAM output, the adder and the 32x32 multiplier in one path limited an ECP5 build to
     31 MHz; the parameter read, the shift and the clamp after the multiplier to 36-41 MHz.
 
