@@ -16,7 +16,7 @@ def feed_delay(config: ArchConfig) -> int:
     read, then a register (``hdl/top.py``), so that the block RAM's output (5.6 ns from the
     clock on ECP5) drives only that register, not the padding multiplexer and the array's
     first PEs; without the register (1) on the smallest devices (``mul_stages`` 1)."""
-    return 1 if config.mul_stages == 1 else 2
+    return 1 if config.compact else 2
 
 
 #: Cycles from an accumulator read (the read-modify-write behind the array,

@@ -22,7 +22,7 @@ def round_stages(config: ArchConfig) -> int:
     """Stages of the rounding shift: the shift by ``shift - 1`` (a 64-bit barrel shifter),
     then the rounding add and the last shift; both in one on the smallest devices
     (``mul_stages`` 1), whose slow clock does not need the 65 flip-flops a column more."""
-    return 1 if config.mul_stages == 1 else 2
+    return 1 if config.compact else 2
 
 
 def clamp_stages(config: ArchConfig) -> int:
@@ -30,7 +30,7 @@ def clamp_stages(config: ArchConfig) -> int:
     comparisons and the choice (in one stage with the routing of the instruction's fields to
     every column, they held an ECP5 build at 80 MHz); both in one on the smallest devices
     (``mul_stages`` 1)."""
-    return 1 if config.mul_stages == 1 else 2
+    return 1 if config.compact else 2
 
 
 def post_latency(config: ArchConfig) -> int:

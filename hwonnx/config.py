@@ -263,6 +263,13 @@ class ArchConfig:
         return cls(**data)
 
     @property
+    def compact(self) -> bool:
+        """The compact datapath of the smallest devices (``mul_stages`` 1): fewer pipeline
+        registers in the post-processor and before the array (``hdl/post.py``,
+        ``hdl/feeder.py``)."""
+        return self.mul_stages == 1
+
+    @property
     def name(self) -> str:
         return f"{self.rows}x{self.cols}"
 
