@@ -15,18 +15,21 @@ from .loader import WEIGHT_PACKINGS, tile_words
 __all__ = ["TileWalker"]
 
 
-class _Phase(enum.Enum, shape=3):
-    LOAD0 = 0     # LOADW of tile 0
-    LOAD1 = 1     # LOADW of tile 1
-    MATMUL = 2
-    LOADW = 3     # LOADW of the tile after the MATMUL just issued
-    POST = 4
+class _Phase(enum.Enum, shape=2):
+    LOAD1 = 0     # LOADW of tile 1 (tile 0's is made by the LOOP itself)
+    MATMUL = 1
+    LOADW = 2     # LOADW of the tile after the MATMUL just issued
+    POST = 3
 
 
 class TileWalker(wiring.Component):
     """Holds the templates of SETMM and SETPOST and, from a LOOP, issues the layer's
     micro-instructions on ``instr`` while ``active``, the next one in the cycle after the
     dispatcher takes one (``fire``), so that they leave as fast as stored ones would.
+    ``instr`` is a register: the walk's state is one micro-instruction ahead of it (the LOOP
+    writes tile 0's LOADW, each ``fire`` writes the one the state describes and steps the
+    state), so that no path runs from the walker's counters through the dispatcher into an
+    engine (it was the 83 MHz board build's critical path).
 
     The rules are those of :func:`hwonnx.compiler.loops.expand`, state for state: a MATMUL
     tile ``(m, n, k1, k2, k3)`` moves its weight address by a tile's words per tile
@@ -77,9 +80,15 @@ class TileWalker(wiring.Component):
         par, lane = Signal(16), Signal(8)
         out_addr, out_m = Signal(24), Signal(24)
 
+        more = Signal()     # the state describes a micro-instruction still to issue
         with m.If(self.load & (word.op == Op.LOOP)):
+            single_new = ((new.m_count == 1) & (new.n_count == 1) & (new.k1 == 1)
+                          & (new.k2 == 1) & (new.k3 == 1))
             m.d.sync += [
-                lp.eq(new), self.active.eq(1), phase.eq(_Phase.LOAD0),
+                self.instr.eq(0), self.instr.op.eq(Op.LOADW), self.instr.bank.eq(new.bank),
+                self.instr.wgt_addr.eq(mm_t.wgt_addr), self.instr.wpack.eq(mm_t.wpack),
+                lp.eq(new), self.active.eq(1), more.eq(1),
+                phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
                 mi.eq(0), ni.eq(0), k1.eq(0), k2.eq(0), k3.eq(0), pm.eq(0), pn.eq(0),
                 first_tile.eq(1), bank.eq(new.bank), acc.eq(new.acc), p_acc.eq(new.acc),
                 wgt.eq(mm_t.wgt_addr), act.eq(mm_t.act_addr), act_mn.eq(mm_t.act_addr),
@@ -89,19 +98,17 @@ class TileWalker(wiring.Component):
             ]
 
         last_k = Signal()
-        last_m, last_n, last_tile, single = Signal(), Signal(), Signal(), Signal()
+        last_m, last_n, last_tile = Signal(), Signal(), Signal()
         m.d.comb += [
             last_k.eq((k1 == lp.k1 - 1) & (k2 == lp.k2 - 1) & (k3 == lp.k3 - 1)),
             last_m.eq(mi == lp.m_count - 1), last_n.eq(ni == lp.n_count - 1),
             last_tile.eq(last_k & last_n & last_m),
-            single.eq((lp.m_count == 1) & (lp.n_count == 1) & (lp.k1 == 1) & (lp.k2 == 1)
-                      & (lp.k3 == 1)),
         ]
 
-        # The micro-instruction on offer.
-        out = self.instr
+        # The micro-instruction the state describes, the next one on offer.
+        out = Signal(InstrLayout())
         with m.Switch(phase):
-            with m.Case(_Phase.LOAD0, _Phase.LOADW):
+            with m.Case(_Phase.LOADW):
                 m.d.comb += [out.op.eq(Op.LOADW), out.bank.eq(bank), out.wgt_addr.eq(wgt),
                              out.wpack.eq(mm_t.wpack)]
             with m.Case(_Phase.LOAD1):
@@ -132,11 +139,12 @@ class TileWalker(wiring.Component):
                 with m.If(pm == lp.m_count - 1):
                     m.d.comb += out.count.eq(lp.post_count_last)
 
-        advance = self.fire & self.active
+        advance = self.fire & self.active & more
+        with m.If(self.fire & self.active & ~more):
+            m.d.sync += self.active.eq(0)
         with m.If(advance):
+            m.d.sync += self.instr.eq(out)
             with m.Switch(phase):
-                with m.Case(_Phase.LOAD0):
-                    m.d.sync += phase.eq(Mux(single, _Phase.MATMUL, _Phase.LOAD1))
                 with m.Case(_Phase.LOAD1):
                     m.d.sync += phase.eq(_Phase.MATMUL)
                 with m.Case(_Phase.MATMUL):
@@ -151,7 +159,7 @@ class TileWalker(wiring.Component):
                     self._step_post(m, SimpleNamespace(**locals()))
                     m.d.sync += phase.eq(_Phase.MATMUL)
                     with m.If((pm == lp.m_count - 1) & (pn == lp.n_count - 1)):
-                        m.d.sync += self.active.eq(0)
+                        m.d.sync += more.eq(0)
         with m.If(self.start):
             m.d.sync += self.active.eq(0)
         return m
