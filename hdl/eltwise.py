@@ -16,8 +16,9 @@ __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
 READS_PER_WORD = 2
 #: Cycles from the read of a word's B operand to its accumulator write: the data (one cycle
 #: after the address), the zero points, the products (:data:`~hwonnx.hdl.dsp.MULT_LATENCY`:
-#: their operands, then the product), their combination, then the write.
-ELTW_LATENCY = 5
+#: their operands, then the product), the products again in logic, their combination, then
+#: the write.
+ELTW_LATENCY = 6
 
 
 def eltwise_cycles(count: int) -> int:
@@ -109,17 +110,19 @@ class EltwiseEngine(wiring.Component):
         # Stage 1: zero points. Stages 2 and 3: the products, each a RegisteredMultiplier
         # (its operands, then the product: on ECP5 in a DSP block's own registers; combinational
         # between registers in logic, the routing into the block held a ULX3S-85F build at
-        # 83 MHz). Stage 4: their combination, in a register (the adder, the comparison and
-        # the mode's choice were one path with the accumulators' write data: the critical one
-        # of a ULX3S-85F build at 83 MHz). Then it is written.
+        # 83 MHz). Stage 4: the products in logic registers (from the block's output through
+        # the adder or comparison into the write data was 8.5 ns of routing alone: the
+        # critical path of a ULX3S-85F build at 88.5 MHz). Stage 5: their combination, in a
+        # register (the adder, the comparison and the mode's choice were one path with the
+        # accumulators' write data: the critical one at 83 MHz). Then it is written.
         assert MULT_LATENCY == 2
         stages = [(b_valid, b_addr)]
-        for i in range(4):
+        for i in range(5):
             valid, addr = Signal(name=f"s{i + 1}_valid"), Signal(cfg.acc_addr_bits,
                                                                    name=f"s{i + 1}_addr")
             m.d.sync += [valid.eq(stages[-1][0]), addr.eq(stages[-1][1])]
             stages.append((valid, addr))
-        s4_valid, s4_addr = stages[-1]
+        s5_valid, s5_addr = stages[-1]
         for c in range(lanes):
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
             m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(self.act_data[c] - cur.zb)]
@@ -127,7 +130,8 @@ class EltwiseEngine(wiring.Component):
             m.submodules[f"mul_q_{c}"] = mul_q = RegisteredMultiplier(9, 18)
             m.d.comb += [mul_p.a.eq(da), mul_p.b.eq(Mux(cur.mul, db, cur.ka)),
                          mul_q.a.eq(db), mul_q.b.eq(cur.kb)]
-            p, q = mul_p.p, mul_q.p
+            p, q = (Signal.like(mul_p.p, name=f"p_{c}"), Signal.like(mul_q.p, name=f"q_{c}"))
+            m.d.sync += [p.eq(mul_p.p), q.eq(mul_q.p)]
             with m.Switch(cur.mode):
                 with m.Case(ELTW_MODES["max"]):
                     m.d.sync += self.acc_data[c].eq(Mux(p > q, p, q))
@@ -135,6 +139,6 @@ class EltwiseEngine(wiring.Component):
                     m.d.sync += self.acc_data[c].eq(Mux(p < q, p, q))
                 with m.Default():
                     m.d.sync += self.acc_data[c].eq(p + q)
-        m.d.comb += [self.acc_we.eq(s4_valid), self.acc_addr.eq(s4_addr),
+        m.d.comb += [self.acc_we.eq(s5_valid), self.acc_addr.eq(s5_addr),
                      self.idle.eq(~active & ~b_valid & ~Cat(*(v for v, _ in stages)).any())]
         return m

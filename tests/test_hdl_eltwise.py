@@ -59,8 +59,8 @@ def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
                               kb=instr["kb"], za=instr["za"], zb=instr["zb"])
             lanes = [int(v) for v in acc[:min(rows, cols)]] + [0] * max(cols - rows, 0)
             # B read in t0 + 2 + 2i: its data, zero points, the products' operands, the
-            # products, combination, write
-            expected_writes[t0 + 7 + 2 * i] = (instr["acc_addr"] + i, lanes)
+            # products, the products in logic, combination, write
+            expected_writes[t0 + 8 + 2 * i] = (instr["acc_addr"] + i, lanes)
     writes, idle = {}, []
 
     def step(ctx, cycle):
