@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from ..compiler.program import Program, encode_program
 from ..errors import SimulationError, ToolchainError
 from .cache import build_lock, cache_root, install_build, mark_used
-from .runner import _BUILD_ARGS, cocotb_runner, setup_verilator, toolchain_fingerprint
+from .runner import _BUILD_ARGS, _MAKEFLAGS, cocotb_runner, setup_verilator, toolchain_fingerprint
 
 __all__ = ["SYSTEM_TOP", "run_system"]
 
@@ -24,8 +24,9 @@ SYSTEM_TOP = "hwonnx_system"
 
 def _system_build(verilog: str, log=print) -> Path:
     setup_verilator()
-    key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS) + toolchain_fingerprint()).encode()
-                         ).hexdigest()[:16]
+    # The make flags (the model's C++ optimization) are part of the build too.
+    key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS) + _MAKEFLAGS
+                          + toolchain_fingerprint()).encode()).hexdigest()[:16]
     build_dir = cache_root() / "system" / key
     # A complete build appears at once (a rename), so a binary that exists is whole.
     if (build_dir / SYSTEM_TOP).exists():
