@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from ..isa import EXT_WORDS_PER_PARAM, Op, ext_words_per_instruction, instruction_width
 from .extmem import ExtTiming
-from .layouts import ActxLayout, InstrLayout, LoadxLayout, ParamLayout
+from .layouts import ActxLayout, InstrLayout, LoadxLayout, ParamLayout, instr_stream
 
 __all__ = ["DmaEngine"]
 
@@ -44,8 +44,8 @@ class DmaEngine(wiring.Component):
 
     Members
     -------
-    dispatch, instr : start (only when ``idle``; a LOADA or STOREA when ``slot_free``);
-        ``instr`` is viewed as its op's layout.
+    instr : ``In(instr_stream())``: a transfer to start, viewed as its op's layout; ready
+        when ``idle``, a LOADA or STOREA without ``fence`` when ``slot_free``.
     idle : no transfer running or waiting. slot_free : none waiting.
     cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the external memory's read port.
     wr_valid, wr_ready, wr_addr, wr_data : its write port (one word, held until ready).
@@ -62,7 +62,7 @@ class DmaEngine(wiring.Component):
         width = config.cols * 8
         act_width, act_bits = config.rows * 8, config.act_addr_bits
         super().__init__({
-            "dispatch": In(1), "instr": In(InstrLayout()), "idle": Out(1), "slot_free": Out(1),
+            "instr": In(instr_stream()), "idle": Out(1), "slot_free": Out(1),
             "cmd_valid": Out(1), "cmd_ready": In(1), "cmd_addr": Out(32),
             "cmd_len": Out(range(timing.burst + 1)),
             "rvalid": In(1), "rdata": In(width),
@@ -84,12 +84,18 @@ class DmaEngine(wiring.Component):
         waiting = Signal(InstrLayout())
         waiting_valid = Signal()
         start = Signal()             # a transfer starts: the dispatched or the waiting one
-        word = Mux(waiting_valid, waiting.as_value(), self.instr.as_value())
+        offered = self.instr.payload
+        take = Signal()
+        word = Mux(waiting_valid, waiting.as_value(), offered.as_value())
         as_loadx, as_actx = loadx(word[:loadx.size]), actx(word[:actx.size])
+        slotted = offered.op.matches(Op.LOADA, Op.STOREA) & ~actx(
+            offered.as_value()[:actx.size]).fence
         m.d.comb += [self.idle.eq(free & ~waiting_valid), self.slot_free.eq(~waiting_valid),
-                     start.eq(free & (waiting_valid | self.dispatch))]
-        with m.If(self.dispatch & ~free):
-            m.d.sync += [waiting.eq(self.instr), waiting_valid.eq(1)]
+                     self.instr.ready.eq(Mux(slotted, self.slot_free, self.idle)),
+                     take.eq(self.instr.valid & self.instr.ready),
+                     start.eq(free & (waiting_valid | take))]
+        with m.If(take & ~free):
+            m.d.sync += [waiting.eq(offered), waiting_valid.eq(1)]
         with m.Elif(free):
             m.d.sync += waiting_valid.eq(0)
         to_ask = Signal(24)          # words not yet asked for

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from ..isa import ELTW_MODES
 from .dsp import MULT_LATENCY, RegisteredMultiplier
-from .layouts import EltwLayout, InstrLayout
+from .layouts import EltwLayout, instr_stream
 
 __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
 
@@ -40,7 +40,8 @@ class EltwiseEngine(wiring.Component):
 
     Members
     -------
-    dispatch, instr : start (only when ``idle``); ``instr`` is viewed as an ELTW.
+    instr : ``In(instr_stream())``: an ELTW to start (ready when ``idle``); the payload is
+        viewed as an ELTW.
     idle : no read or write outstanding (from ``t + eltwise_cycles(count)`` on).
     act_addr, act_en, act_data : activation-buffer read port (shared with the feeder, which
         is drained while the engine runs).
@@ -53,8 +54,7 @@ class EltwiseEngine(wiring.Component):
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({
-            "dispatch": In(1),
-            "instr": In(InstrLayout()),
+            "instr": In(instr_stream()),
             "idle": Out(1),
             "act_addr": Out(config.act_addr_bits),
             "act_en": Out(1),
@@ -73,7 +73,7 @@ class EltwiseEngine(wiring.Component):
         cfg = self.config
         lanes = min(cfg.rows, cfg.cols)
         layout = EltwLayout()
-        view = layout(self.instr.as_value()[:layout.size])
+        view = layout(self.instr.payload.as_value()[:layout.size])
 
         cur = Signal(layout)
         active = Signal()
@@ -81,13 +81,14 @@ class EltwiseEngine(wiring.Component):
         remaining = Signal(16)
         a_ptr, b_ptr = Signal(26), Signal(26)
         acc_ptr = Signal(cfg.acc_addr_bits)
-        # The instruction is taken in every cycle the engine is idle, so that ``dispatch``
-        # (the end of the dispatcher's decode) drives only ``active``.
+        # The instruction is taken in every cycle the engine is ready (see ``instr_stream``):
+        # ``valid`` drives only ``active``.
+        m.d.comb += self.instr.ready.eq(self.idle)
         with m.If(self.idle):
             m.d.sync += [cur.eq(view), second.eq(0), remaining.eq(view.count),
                          a_ptr.eq(view.a_addr), b_ptr.eq(view.b_addr),
                          acc_ptr.eq(view.acc_addr)]
-        with m.If(self.dispatch):
+        with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += active.eq(view.count != 0)
         with m.Elif(active):
             m.d.sync += second.eq(~second)

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .array import array_latency
-from .layouts import InstrLayout
+from .layouts import InstrLayout, instr_stream
 
 __all__ = ["Feeder", "bank_release", "drain_cycles", "feed_delay", "ACC_READ_LATENCY"]
 
@@ -49,7 +49,8 @@ class Feeder(wiring.Component):
 
     Members
     -------
-    dispatch, instr : accept ``instr`` into the pending slot (only when ``pending`` is 0).
+    instr : ``In(instr_stream())``: a MATMUL into the pending slot (ready when ``pending`` is
+        0).
     post_idle : the post-processor has finished all its writes.
     pending, drained : the pending slot is full; no instruction or partial sum is in flight.
     bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
@@ -77,8 +78,7 @@ class Feeder(wiring.Component):
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({
-            "dispatch": In(1),
-            "instr": In(InstrLayout()),
+            "instr": In(instr_stream()),
             "post_idle": In(1),
             "pending": Out(1),
             "drained": Out(1),
@@ -109,9 +109,10 @@ class Feeder(wiring.Component):
 
         pend = Signal(InstrLayout())
         pend_valid = Signal()
-        with m.If(~pend_valid):             # taken while the slot is empty, so that
-            m.d.sync += pend.eq(self.instr)     # ``dispatch`` drives only the flags
-        with m.If(self.dispatch):
+        m.d.comb += self.instr.ready.eq(~pend_valid)
+        with m.If(~pend_valid):             # taken while the slot is empty (instr_stream)
+            m.d.sync += pend.eq(self.instr.payload)
+        with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += [pend_valid.eq(1), self.accepted.eq(self.accepted + 1)]
 
         # Running tile state.

@@ -1,12 +1,12 @@
 """Data layouts shared by the HDL components and the compiler's encoders."""
 
 from amaranth.hdl import signed, unsigned
-from amaranth.lib import data
+from amaranth.lib import data, stream
 
 from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, PARAM_BITS
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout",
+__all__ = ["InstrLayout", "instr_stream", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout",
            "PARAM_BITS"]
 
 
@@ -20,6 +20,15 @@ class InstrLayout(data.StructLayout):
 
     def __init__(self):
         super().__init__(_members(FIELDS))
+
+
+def instr_stream() -> stream.Signature:
+    """The signature of the instructions the dispatcher hands an engine (``hdl/dispatch.py``):
+    ``payload`` the instruction, ``valid`` the dispatcher offers it, ``ready`` the engine can
+    take it; it is taken in a cycle with both. An engine takes the payload's fields into its
+    registers in every cycle it is ready, so that ``valid`` (the end of the dispatcher's
+    decode) drives only its busy flags, never a register's enable."""
+    return stream.Signature(InstrLayout())
 
 
 class LoopLayout(data.StructLayout):

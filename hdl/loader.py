@@ -6,7 +6,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .layouts import InstrLayout
+from .layouts import instr_stream
 
 __all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "WRITE_DELAY"]
 
@@ -46,7 +46,7 @@ class WeightLoader(wiring.Component):
 
     Members
     -------
-    dispatch, instr : start loading (only when ``busy`` is 0).
+    instr : ``In(instr_stream())``: a LOADW to start (ready when ``busy`` is 0).
     busy : reads are in progress.
     wgt_addr, wgt_en, wgt_data : weight-buffer read port (data one cycle after the address).
     wload_en, wload_row, wload_bank, wload_data : array weight-write controls and the
@@ -56,8 +56,7 @@ class WeightLoader(wiring.Component):
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({
-            "dispatch": In(1),
-            "instr": In(InstrLayout()),
+            "instr": In(instr_stream()),
             "busy": Out(1),
             "wgt_addr": Out(config.wgt_addr_bits),
             "wgt_en": Out(1),
@@ -79,13 +78,14 @@ class WeightLoader(wiring.Component):
         row = Signal(range(rows))
         bank = Signal()
         wpack = Signal(2)
-        # The instruction's fields are taken in every cycle the loader could be dispatched,
-        # so ``dispatch`` (the end of the dispatcher's decode) drives only ``busy``, not the
-        # enables of these registers.
+        # The instruction's fields are taken in every cycle the loader is ready (see
+        # ``instr_stream``).
+        instr = self.instr.payload
+        m.d.comb += self.instr.ready.eq(~self.busy)
         with m.If(~self.busy):
-            m.d.sync += [base.eq(self.instr.wgt_addr), row.eq(0), bank.eq(self.instr.bank),
-                         wpack.eq(self.instr.wpack)]
-        with m.If(self.dispatch):
+            m.d.sync += [base.eq(instr.wgt_addr), row.eq(0), bank.eq(instr.bank),
+                         wpack.eq(instr.wpack)]
+        with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += self.busy.eq(1)
         with m.Elif(self.busy):
             m.d.sync += row.eq(row + 1)

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .dsp import MULT_LATENCY, RegisteredMultiplier
-from .layouts import InstrLayout, ParamLayout
+from .layouts import InstrLayout, ParamLayout, instr_stream
 from .rounding import ORT_LATENCY, OrtRounder
 
 __all__ = ["PostProcessor", "POST_LATENCY", "round_stages", "clamp_stages", "post_latency"]
@@ -64,9 +64,9 @@ class PostProcessor(wiring.Component):
 
     Members
     -------
-    dispatch, instr : start (only when ``idle``); ``par_addr`` is read in the cycle after
-        dispatch (``par_data`` is valid from the cycle after that and held for the whole
-        instruction).
+    instr : ``In(instr_stream())``: a POST to start (ready when ``idle``); ``par_addr`` is
+        read in the cycle after it is taken (``par_data`` is valid from the cycle after that
+        and held for the whole instruction).
     idle : no step or write outstanding.
     acc_addr, acc_data : accumulator read port. par_addr, par_en, par_data : parameter read.
     out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
@@ -84,8 +84,7 @@ class PostProcessor(wiring.Component):
         tables = {"lut_we": In(1), "lut_addr": In(range(config.lut_depth)),
                   "lut_data": In(8)} if config.lut_tables else {}
         super().__init__({**tables,
-            "dispatch": In(1),
-            "instr": In(InstrLayout()),
+            "instr": In(instr_stream()),
             "idle": Out(1),
             "acc_addr": Out(config.acc_addr_bits),
             "acc_data": In(data.ArrayLayout(signed(32), config.cols)),
@@ -113,16 +112,18 @@ class PostProcessor(wiring.Component):
         word = Signal(8)                     # j
         pix_addr = Signal(26)                # out_addr + i * out_stride
         started = Signal()                   # the cycle after dispatch: read the parameters
-        m.d.sync += started.eq(self.dispatch)
+        take = Signal()
+        m.d.comb += [self.instr.ready.eq(self.idle),
+                     take.eq(self.instr.valid & self.instr.ready)]
+        m.d.sync += started.eq(take)
         m.d.comb += [self.par_addr.eq(cur.par_addr), self.par_en.eq(started)]
-        # The instruction is taken in every cycle the post-processor is idle, so that
-        # ``dispatch`` (the end of the dispatcher's decode) drives only ``active`` and
-        # ``started``, not the enables of these registers.
+        # The instruction is taken in every cycle the post-processor is ready (see
+        # ``instr_stream``): ``valid`` drives only ``active`` and ``started``.
+        instr = self.instr.payload
         with m.If(self.idle):
-            m.d.sync += [cur.eq(self.instr), remaining.eq(self.instr.count),
-                         acc_addr.eq(self.instr.acc_addr), word.eq(0),
-                         pix_addr.eq(self.instr.out_addr)]
-        with m.If(self.dispatch):
+            m.d.sync += [cur.eq(instr), remaining.eq(instr.count),
+                         acc_addr.eq(instr.acc_addr), word.eq(0), pix_addr.eq(instr.out_addr)]
+        with m.If(take):
             m.d.sync += active.eq(1)
         with m.Elif(active):
             with m.If(word == cur.nw - 1):

@@ -5,7 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..isa import Op, encode, ext_words_per_instruction, instruction_width
+from ..isa import Op
 from ..config import ArchConfig
 from .accumulate import Accumulators
 from .array import SystolicArray
@@ -15,10 +15,11 @@ from .eltwise import EltwiseEngine
 from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch
 from .program_ram import ProgramRAM
-from .layouts import PARAM_BITS, ActxLayout, InstrLayout, LoadxLayout, ParamLayout
+from .layouts import PARAM_BITS, InstrLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
 from .walker import TileWalker
+from .dispatch import Dispatcher
 
 __all__ = ["Accelerator"]
 
@@ -32,8 +33,6 @@ class _NoEltwise:
             Const(0, config.acc_addr_bits)
         self.acc_data = [Const(0, 32)] * config.cols
         self.act_data = Signal(data.ArrayLayout(signed(8), config.rows))
-        self.dispatch = Signal()
-        self.instr = Signal(InstrLayout())
 
 _BUFFERS = ("prog", "wgt", "par", "act", "lut")
 
@@ -211,106 +210,53 @@ class Accelerator(wiring.Component):
         m.d.comb += [par_r.addr.eq(post.par_addr), par_r.en.eq(post.par_en),
                      post.par_data.eq(par_r.data)]
 
-        # Dispatcher: one instruction per cycle, in order, to the engine that can take it: the
-        # stored instruction, or while the tile walker walks a LOOP, the walker's.
-        fire = Signal()
+        # The instruction on offer: while the tile walker walks a LOOP, its micro-instruction,
+        # otherwise the stored one; the dispatcher hands it to its engine.
         fetched_fire = Signal()       # the dispatcher takes the stored instruction
         fresh, boot = self._paging(m, dma)
         if cfg.runtime_program:
             stored, stored_valid = self._narrow_fetch(m, running, fetched_fire)
         else:
             stored, stored_valid = self._wide_fetch(m, prog, fetched_fire, fresh)
-        instr = Signal(InstrLayout())
-        instr_valid = Signal()
+        m.submodules.dispatcher = disp = Dispatcher(cfg)
+        offer = disp.instr
+        fire = Signal()
+        m.d.comb += fire.eq(offer.valid & offer.ready)
         if cfg.walker:
             m.submodules.walker = walker = TileWalker(cfg)
+            walking = walker.instr.valid
             m.d.comb += [
-                instr.eq(Mux(walker.active, walker.instr.as_value(), stored.as_value())),
-                instr_valid.eq(walker.active | stored_valid),
-                fetched_fire.eq(fire & ~walker.active),
+                offer.payload.eq(Mux(walking, walker.instr.payload.as_value(),
+                                     stored.as_value())),
+                offer.valid.eq(walking | stored_valid),
+                walker.instr.ready.eq(offer.ready),
+                fetched_fire.eq(fire & ~walking),
                 walker.start.eq(self.start), walker.load.eq(fetched_fire),
                 walker.word.eq(stored.as_value()),
-                walker.fire.eq(fire & walker.active),
             ]
         else:
-            m.d.comb += [instr.eq(stored), instr_valid.eq(stored_valid),
+            m.d.comb += [offer.payload.eq(stored), offer.valid.eq(stored_valid),
                          fetched_fire.eq(fire)]
-        # A POST waits in a one-entry slot until the MATMULs dispatched before it are done,
-        # while the dispatcher goes on to the next tile's MATMULs (its accumulator half is the
-        # other one): the drain overlaps the next tile. It is accepted only once the previous
-        # POST has finished, so no MATMUL after it can reach that POST's half early.
-        post_pend = Signal(InstrLayout())
-        post_pend_valid = Signal()
-        post_target = Signal(16)
-        post_idle = Signal()
-        m.d.comb += post_idle.eq(post.idle & ~post_pend_valid)
-        accept = Signal()
-        ready = Signal()            # every engine but the DMA idle
-        dma_ready = Signal()        # the DMA engine takes the LOADA or STOREA presented
+        wiring.connect(m, disp.loadw, loader.instr)
+        wiring.connect(m, disp.matmul, feeder.instr)
+        wiring.connect(m, disp.post, post.instr)
+        if cfg.eltwise:
+            wiring.connect(m, disp.eltw, eltw.instr)
+        else:
+            m.d.comb += disp.eltw.ready.eq(1)       # no element-wise engine: always idle
+        m.d.comb += [disp.bank_free.eq(feeder.bank_free), disp.drained.eq(feeder.drained),
+                     disp.mm_accepted.eq(feeder.accepted),
+                     disp.mm_completed.eq(feeder.completed),
+                     feeder.post_idle.eq(disp.post_idle)]
         if dma is not None:
-            actx = ActxLayout()
-            m.d.comb += dma_ready.eq(Mux(actx(instr.as_value()[:actx.size]).fence, dma.idle,
-                                         dma.slot_free))
-        m.d.comb += ready.eq(~loader.busy & feeder.drained & post_idle & eltw.idle)
-        with m.Switch(instr.op):
-            with m.Case(Op.LOADW):
-                m.d.comb += accept.eq(~loader.busy & feeder.bank_free.bit_select(instr.bank, 1))
-            with m.Case(Op.MATMUL):
-                m.d.comb += accept.eq(~feeder.pending)
-            with m.Case(Op.POST):
-                m.d.comb += accept.eq(post_idle & eltw.idle)
-            with m.Case(Op.ELTW):
-                m.d.comb += accept.eq(eltw.idle & feeder.drained
-                                      & (~instr.as_value()[EltwiseEngine.WAIT_BIT] | post_idle))
-            with m.Case(Op.END):
-                m.d.comb += accept.eq(ready if dma is None else ready & dma.idle)
-            if dma is not None:     # also a fence: the words of the LOADX before are in;
-                with m.Case(Op.LOADX):  # with parameters, once the POSTs have read theirs
-                    loadx = LoadxLayout()(instr.as_value()[:LoadxLayout().size])
-                    m.d.comb += accept.eq(dma.idle & ~loader.busy
-                                          & (post_idle | (loadx.par_count == 0)))
-                with m.Case(Op.LOADP):
-                    m.d.comb += accept.eq(dma.idle)
-                # A transfer when the engines before it are done with its staging buffer
-                # (a LOADA: their reads; a STOREA: their writes) and the DMA engine can take
-                # it: idle if ``fence``, else with its slot free.
-                with m.Case(Op.LOADA):
-                    m.d.comb += accept.eq(feeder.drained & eltw.idle & dma_ready)
-                with m.Case(Op.STOREA):
-                    m.d.comb += accept.eq(post_idle & dma_ready)
-            with m.Case(*Op.WALKER):
-                m.d.comb += accept.eq(1)
-        m.d.comb += fire.eq(instr_valid & accept)
-        for engine, op in ((loader, Op.LOADW), (feeder, Op.MATMUL), (eltw, Op.ELTW)):
-            m.d.comb += [engine.instr.eq(instr), engine.dispatch.eq(fire & (instr.op == op))]
-        if dma is not None:
-            m.d.comb += [dma.instr.eq(Mux(boot, Const(self._boot_word(), instruction_width()),
-                                              instr.as_value())),
-                         dma.dispatch.eq(boot | (fire & instr.op.matches(*Op.DMA)))]
-        post_fire = Signal()
-        start_now = Signal()
-        start_pending = Signal()
-        m.d.comb += [
-            post_fire.eq(fire & (instr.op == Op.POST)),
-            start_now.eq(post_fire & (feeder.completed == feeder.accepted)),
-            start_pending.eq(post_pend_valid & (feeder.completed == post_target)),
-            post.dispatch.eq(start_now | start_pending),
-            post.instr.eq(Mux(post_pend_valid, post_pend.as_value(), instr.as_value())),
-        ]
-        with m.If(~post_pend_valid):         # taken while the slot is empty: ``fire``
-            m.d.sync += [post_pend.eq(instr),  # drives only the valid flag
-                         post_target.eq(feeder.accepted)]
-        with m.If(post_fire & ~start_now):
-            m.d.sync += post_pend_valid.eq(1)
-        with m.If(start_pending):
-            m.d.sync += post_pend_valid.eq(0)
-        m.d.comb += feeder.post_idle.eq(post_idle)
+            wiring.connect(m, disp.dma, dma.instr)
+            m.d.comb += [disp.dma_idle.eq(dma.idle), disp.boot.eq(boot)]
 
         with m.If(self.start):
             m.d.sync += [running.eq(1), self.done.eq(0), self.cycles.eq(0)]
         with m.Elif(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
-            with m.If(fetched_fire & (instr.op == Op.END)):
+            with m.If(fetched_fire & (offer.payload.op == Op.END)):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         m.d.comb += self.busy.eq(running)
 
@@ -321,7 +267,7 @@ class Accelerator(wiring.Component):
             m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
         m.d.comb += self.debug_busy.eq(Cat(loader.busy if dma is None else loader.busy | ~dma.idle,
                                            feeder.pending | ~feeder.drained | ~eltw.idle,
-                                           ~post_idle, instr_valid & ~accept))
+                                           ~disp.post_idle, disp.blocked))
         return m
 
     def _dma(self, m):
@@ -370,7 +316,7 @@ class Accelerator(wiring.Component):
         when a read of the program memory shows what every LOADP wrote (the DMA engine idle
         in this cycle and the one before: its last word may be written in the cycle before
         it is idle); ``boot`` is high in the cycle after ``start``, when the DMA engine takes
-        the LOADP of the first two pages (:meth:`_boot_word`) and nothing is dispatched."""
+        the LOADP of the first two pages (``Dispatcher.boot_word``) and nothing is dispatched."""
         if not self.config.prog_page:
             return Const(1), Const(0)
         seen = Signal(init=1)          # the engine was idle in the cycle before
@@ -414,13 +360,6 @@ class Accelerator(wiring.Component):
             with m.Elif(page_end):
                 m.d.sync += [stored_valid.eq(0), refill.eq(1)]
         return stored, stored_valid
-
-    def _boot_word(self) -> int:
-        """The LOADP a paged program starts with: its first two pages from external word 0
-        into the program memory (``hwonnx.compiler.paging``)."""
-        cfg = self.config
-        return encode(op=Op.LOADP, count=cfg.prog_depth * ext_words_per_instruction(cfg.cols),
-                      prog_addr=0, ext_addr=0)
 
     def _eltwise(self, m):
         """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import Op, instruction_width
 from ..config import ArchConfig
-from .layouts import InstrLayout, LoopLayout
+from .layouts import InstrLayout, LoopLayout, instr_stream
 from .loader import WEIGHT_PACKINGS, tile_words
 
 __all__ = ["TileWalker"]
@@ -24,9 +24,9 @@ class _Phase(enum.Enum, shape=2):
 
 class TileWalker(wiring.Component):
     """Holds the templates of SETMM and SETPOST and, from a LOOP, issues the layer's
-    micro-instructions on ``instr`` while ``active``, the next one in the cycle after the
-    dispatcher takes one (``fire``), so that they leave as fast as stored ones would.
-    ``instr`` is a register: the walk's state is one micro-instruction ahead of it (the LOOP
+    micro-instructions on the stream ``instr``, the next one in the cycle after the
+    dispatcher takes one, so that they leave as fast as stored ones would.
+    ``instr.payload`` is a register: the walk's state is one micro-instruction ahead of it (the LOOP
     writes tile 0's LOADW, each ``fire`` writes the one the state describes and steps the
     state), so that no path runs from the walker's counters through the dispatcher into an
     engine (it was the 83 MHz board build's critical path).
@@ -45,15 +45,13 @@ class TileWalker(wiring.Component):
     load : ``In(1)``: take the stored instruction ``word`` (SETMM, SETPOST or LOOP; a LOOP
         starts the walk).
     word : ``In(instruction width)``.
-    fire : ``In(1)``: the dispatcher takes ``instr`` in this cycle.
-    active : ``Out(1)``: ``instr`` is a micro-instruction to dispatch.
-    instr : ``Out(InstrLayout())``.
+    instr : ``Out(instr_stream())``: ``valid`` while a walk has micro-instructions to issue.
     """
 
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({"start": In(1), "load": In(1), "word": In(instruction_width()),
-                          "fire": In(1), "active": Out(1), "instr": Out(InstrLayout())})
+                          "instr": Out(instr_stream())})
 
     def elaborate(self, platform):
         m = Module()
@@ -80,14 +78,16 @@ class TileWalker(wiring.Component):
         par, lane = Signal(16), Signal(8)
         out_addr, out_m = Signal(24), Signal(24)
 
+        offer = self.instr.payload
+        active = self.instr.valid
         more = Signal()     # the state describes a micro-instruction still to issue
         with m.If(self.load & (word.op == Op.LOOP)):
             single_new = ((new.m_count == 1) & (new.n_count == 1) & (new.k1 == 1)
                           & (new.k2 == 1) & (new.k3 == 1))
             m.d.sync += [
-                self.instr.eq(0), self.instr.op.eq(Op.LOADW), self.instr.bank.eq(new.bank),
-                self.instr.wgt_addr.eq(mm_t.wgt_addr), self.instr.wpack.eq(mm_t.wpack),
-                lp.eq(new), self.active.eq(1), more.eq(1),
+                offer.eq(0), offer.op.eq(Op.LOADW), offer.bank.eq(new.bank),
+                offer.wgt_addr.eq(mm_t.wgt_addr), offer.wpack.eq(mm_t.wpack),
+                lp.eq(new), active.eq(1), more.eq(1),
                 phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
                 mi.eq(0), ni.eq(0), k1.eq(0), k2.eq(0), k3.eq(0), pm.eq(0), pn.eq(0),
                 first_tile.eq(1), bank.eq(new.bank), acc.eq(new.acc), p_acc.eq(new.acc),
@@ -139,11 +139,12 @@ class TileWalker(wiring.Component):
                 with m.If(pm == lp.m_count - 1):
                     m.d.comb += out.count.eq(lp.post_count_last)
 
-        advance = self.fire & self.active & more
-        with m.If(self.fire & self.active & ~more):
-            m.d.sync += self.active.eq(0)
+        taken = self.instr.valid & self.instr.ready
+        advance = taken & more
+        with m.If(taken & ~more):
+            m.d.sync += active.eq(0)
         with m.If(advance):
-            m.d.sync += self.instr.eq(out)
+            m.d.sync += offer.eq(out)
             with m.Switch(phase):
                 with m.Case(_Phase.LOAD1):
                     m.d.sync += phase.eq(_Phase.MATMUL)
@@ -161,7 +162,7 @@ class TileWalker(wiring.Component):
                     with m.If((pm == lp.m_count - 1) & (pn == lp.n_count - 1)):
                         m.d.sync += more.eq(0)
         with m.If(self.start):
-            m.d.sync += self.active.eq(0)
+            m.d.sync += active.eq(0)
         return m
 
     def _step_matmul(self, m, s):

@@ -69,9 +69,14 @@ def set_instr(ctx, port, fields: dict):
     """Drive an ``InstrLayout`` port with the compiler's own encoding of ``fields`` (so the
     test also checks that the HDL layout decodes what :func:`hwonnx.isa.encode`
     packs). ``fields`` is a dict or a compiled :class:`~hwonnx.compiler.program.Instr`;
-    metadata keys the ISA does not know (``layer``) are dropped."""
+    metadata keys the ISA does not know (``layer``) are dropped. ``port`` may be an engine's
+    instruction stream (``hdl/layouts.instr_stream``): its payload is driven, and the engine
+    must be ready for it (a testbench offers one only then, as the dispatcher does)."""
     fields = getattr(fields, "fields", fields)
-    ctx.set(port.as_value(), encode(**{k: v for k, v in fields.items() if k != "layer"}))
+    payload = getattr(port, "payload", port)
+    ctx.set(payload.as_value(), encode(**{k: v for k, v in fields.items() if k != "layer"}))
+    if payload is not port:
+        assert ctx.get(port.ready), f"the engine is not ready for {fields}"
 
 
 def words(array) -> "list[list[int]]":

@@ -82,7 +82,7 @@ def test_loadx_copies_the_words_in_the_predicted_cycles(name):
         if ctx.get(dma.wgt_we):
             writes.append((cycle, ctx.get(dma.wgt_addr), ctx.get(dma.wgt_data)))
         go = (state["next"] < len(transfers) and cycle >= state["earliest"] and idle[cycle])
-        ctx.set(dma.dispatch, go)
+        ctx.set(dma.instr.valid, go)
         if go:
             count, ext, wgt, gap = transfers[state["next"]]
             set_instr(ctx, dma.instr, dict(op=Op.LOADX, count=count, ext_addr=ext,
@@ -154,7 +154,7 @@ def test_activation_transfers_in_the_predicted_cycles(name):
         if go:
             op, count, ext, local, gap, fence = transfers[state["next"]]
             go = idle[cycle] if op == Op.LOADX or fence else slot_free[cycle]
-        ctx.set(dma.dispatch, go)
+        ctx.set(dma.instr.valid, go)
         if go:
             fields = {"wgt_addr": local} if op == Op.LOADX else {"act_addr": local,
                                                                  "fence": fence}
@@ -220,7 +220,7 @@ def test_a_restart_during_a_refresh_starts_the_timeline_over():
                 _load_then_restart(ctx, mem, cycle, image, restart)
                 idle[cycle] = ctx.get(dma.idle)
                 go = cycle == restart + delay
-                ctx.set(dma.dispatch, go)
+                ctx.set(dma.instr.valid, go)
                 if go:
                     set_instr(ctx, dma.instr, dict(op=Op.LOADX, count=2 * timing.burst + 1,
                                                    ext_addr=5, wgt_addr=0))
@@ -268,7 +268,7 @@ def test_loadx_parameters_follow_the_weights_in_the_predicted_cycles(name):
         if ctx.get(dma.par_we):
             par_writes.append((cycle, ctx.get(dma.par_addr), ctx.get(dma.par_data)))
         go = state["next"] < len(transfers) and cycle >= state["earliest"] and idle[cycle]
-        ctx.set(dma.dispatch, go)
+        ctx.set(dma.instr.valid, go)
         if go:
             count, ext, wgt, params, par_ext, par = transfers[state["next"]]
             set_instr(ctx, dma.instr, dict(op=Op.LOADX, count=count, ext_addr=ext,

@@ -64,10 +64,10 @@ def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
     writes, idle = {}, []
 
     def step(ctx, cycle):
-        ctx.set(dut.dispatch, 0)
+        ctx.set(dut.instr.valid, 0)
         if cycle in dispatch:
             set_instr(ctx, dut.instr, instrs[dispatch.index(cycle)])
-            ctx.set(dut.dispatch, 1)
+            ctx.set(dut.instr.valid, 1)
         idle.append(ctx.get(dut.idle))
         if ctx.get(dut.acc_we):
             writes[cycle] = (ctx.get(dut.acc_addr),

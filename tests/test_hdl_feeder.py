@@ -76,7 +76,7 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
     def step(ctx, cycle):
         instr = dispatch.get(cycle)
         ctx.set(dut.post_idle, cycle >= post_idle_from)
-        ctx.set(dut.dispatch, instr is not None)
+        ctx.set(dut.instr.valid, instr is not None)
         if instr is not None:
             set_instr(ctx, dut.instr, instr)
         for name in OUTPUTS:

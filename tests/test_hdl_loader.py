@@ -57,7 +57,7 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
 
     def step(ctx, cycle):
         instr = instrs.get(cycle)
-        ctx.set(dut.dispatch, instr is not None)
+        ctx.set(dut.instr.valid, instr is not None)
         if instr is not None:
             assert not ctx.get(dut.busy), f"dispatch in cycle {cycle} while busy"
             set_instr(ctx, dut.instr, instr)
@@ -134,7 +134,7 @@ def test_loaded_tiles_multiply_in_the_array(rows, cols):
     def step(ctx, cycle):
         loader, array = dut.loader, dut.array
         instr = instrs.get(cycle)
-        ctx.set(loader.dispatch, instr is not None)
+        ctx.set(loader.instr.valid, instr is not None)
         if instr is not None:
             set_instr(ctx, loader.instr, instr)
         ctx.set(array.feed_bank, feeds.get(cycle, 0))

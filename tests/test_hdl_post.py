@@ -94,7 +94,7 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
 
     def step(ctx, cycle):
         instr = dispatch.get(cycle)
-        ctx.set(dut.dispatch, instr is not None)
+        ctx.set(dut.instr.valid, instr is not None)
         if instr is not None:
             set_instr(ctx, dut.instr, instr)
         busy = any(s < cycle < e for s, e in busy_until.items())
