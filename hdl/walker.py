@@ -72,6 +72,13 @@ class TileWalker(wiring.Component):
         first_tile, bank, acc, p_acc, post_due = (Signal(name=n) for n in
                                                   ("first_tile", "bank", "acc", "p_acc",
                                                    "post_due"))
+        # Each counter's "at its last value" in a register of its own, set as the counter
+        # steps (a compare of a counter with a LOOP field on the way to the offer register
+        # was the 90.56 MHz board build's critical path).
+        at_last = {n: Signal(name=f"{n}_at_last") for n in ("mi", "ni", "k1", "k2", "k3",
+                                                            "pm", "pn")}
+        limit = {"mi": "m_count", "ni": "n_count", "k1": "k1", "k2": "k2", "k3": "k3",
+                 "pm": "m_count", "pn": "n_count"}
         wgt = Signal(16)
         act, act_mn, act_m = (Signal(signed(24), name=n) for n in ("act", "act_mn", "act_m"))
         iy, iy_m, ix = (Signal(signed(17), name=n) for n in ("iy", "iy_m", "ix"))
@@ -90,6 +97,7 @@ class TileWalker(wiring.Component):
                 lp.eq(new), active.eq(1), more.eq(1),
                 phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
                 mi.eq(0), ni.eq(0), k1.eq(0), k2.eq(0), k3.eq(0), pm.eq(0), pn.eq(0),
+                *(at_last[n].eq(getattr(new, limit[n]) == 1) for n in at_last),
                 first_tile.eq(1), bank.eq(new.bank), acc.eq(new.acc), p_acc.eq(new.acc),
                 wgt.eq(mm_t.wgt_addr), act.eq(mm_t.act_addr), act_mn.eq(mm_t.act_addr),
                 act_m.eq(mm_t.act_addr), iy.eq(mm_t.iy0), iy_m.eq(mm_t.iy0), ix.eq(mm_t.ix0),
@@ -100,8 +108,8 @@ class TileWalker(wiring.Component):
         last_k = Signal()
         last_m, last_n, last_tile = Signal(), Signal(), Signal()
         m.d.comb += [
-            last_k.eq((k1 == lp.k1 - 1) & (k2 == lp.k2 - 1) & (k3 == lp.k3 - 1)),
-            last_m.eq(mi == lp.m_count - 1), last_n.eq(ni == lp.n_count - 1),
+            last_k.eq(at_last["k1"] & at_last["k2"] & at_last["k3"]),
+            last_m.eq(at_last["mi"]), last_n.eq(at_last["ni"]),
             last_tile.eq(last_k & last_n & last_m),
         ]
 
@@ -125,18 +133,19 @@ class TileWalker(wiring.Component):
                 with m.If(~last_m):
                     m.d.comb += out.count.eq(mm_t.count)
             with m.Case(_Phase.POST):
-                nt = Signal(8)
-                m.d.comb += nt.eq(Mux(pn == lp.n_count - 1, lp.nt_last, po_t.nt))
-                # nw = (lane + nt - 1) // rows + 1: lane + nt - 1 < rows + cols - 1
-                spread = lane + nt - 1
+                # nw = (lane + nt - 1) // rows + 1 (lane + nt - 1 < rows + cols - 1), for
+                # both tile widths at once, then chosen
+                def words(nt):
+                    return 1 + sum(lane + nt - 1 >= k * rows
+                                   for k in range(1, (rows + cfg.cols - 2) // rows + 1))
+                at_n = at_last["pn"]
                 m.d.comb += [
                     out.eq(po_t), out.op.eq(Op.POST), out.acc_addr.eq(p_acc * half),
                     out.count.eq(po_t.count), out.par_addr.eq(par), out.out_addr.eq(out_addr),
-                    out.lane_off.eq(lane), out.nt.eq(nt),
-                    out.nw.eq(1 + sum(spread >= k * rows
-                                      for k in range(1, (rows + cfg.cols - 2) // rows + 1))),
+                    out.lane_off.eq(lane), out.nt.eq(Mux(at_n, lp.nt_last, po_t.nt)),
+                    out.nw.eq(Mux(at_n, words(lp.nt_last), words(po_t.nt))),
                 ]
-                with m.If(pm == lp.m_count - 1):
+                with m.If(at_last["pm"]):
                     m.d.comb += out.count.eq(lp.post_count_last)
 
         taken = self.instr.valid & self.instr.ready
@@ -159,16 +168,29 @@ class TileWalker(wiring.Component):
                 with m.Case(_Phase.POST):
                     self._step_post(m, SimpleNamespace(**locals()))
                     m.d.sync += phase.eq(_Phase.MATMUL)
-                    with m.If((pm == lp.m_count - 1) & (pn == lp.n_count - 1)):
+                    with m.If(at_last["pm"] & at_last["pn"]):
                         m.d.sync += more.eq(0)
         with m.If(self.start):
             m.d.sync += active.eq(0)
         return m
 
+    @staticmethod
+    def _counting(s):
+        """Statements that step counter ``name`` (``step(name)``) or start it over
+        (``restart(name)``), its ``at_last`` flag with it."""
+        def step(name):
+            counter, count = getattr(s, name), getattr(s.lp, s.limit[name])
+            return [counter.eq(counter + 1), s.at_last[name].eq(counter == count - 2)]
+
+        def restart(name):
+            return [getattr(s, name).eq(0),
+                    s.at_last[name].eq(getattr(s.lp, s.limit[name]) == 1)]
+        return step, restart
+
     def _step_matmul(self, m, s):
         """Advance the MATMUL side to the next tile (``s``: the signals of elaborate)."""
         lp = s.lp
-        k1, k2, k3, mi, ni = s.k1, s.k2, s.k3, s.mi, s.ni
+        step, restart = self._counting(s)
         act, act_mn, act_m, iy, iy_m, ix, wgt = s.act, s.act_mn, s.act_m, s.iy, s.iy_m, s.ix, \
             s.wgt
         m.d.sync += [s.first_tile.eq(0), s.bank.eq(~s.bank)]
@@ -179,21 +201,23 @@ class TileWalker(wiring.Component):
                     m.d.comb += words.eq(tile_words(self._config, p))
         with m.If(~s.last_k):
             m.d.sync += wgt.eq(wgt + words)
-            with m.If(k3 != lp.k3 - 1):
-                m.d.sync += [k3.eq(k3 + 1), act.eq(act + lp.act_k3)]
-            with m.Elif(k2 != lp.k2 - 1):
-                m.d.sync += [k3.eq(0), k2.eq(k2 + 1), act.eq(act + lp.act_k2),
+            with m.If(~s.at_last["k3"]):
+                m.d.sync += [*step("k3"), act.eq(act + lp.act_k3)]
+            with m.Elif(~s.at_last["k2"]):
+                m.d.sync += [*restart("k3"), *step("k2"), act.eq(act + lp.act_k2),
                              ix.eq(ix + lp.ix_k2)]
             with m.Else():
-                m.d.sync += [k3.eq(0), k2.eq(0), k1.eq(k1 + 1), act.eq(act + lp.act_k1),
-                             iy.eq(iy + lp.iy_k1), ix.eq(ix + lp.ix_k1)]
+                m.d.sync += [*restart("k3"), *restart("k2"), *step("k1"),
+                             act.eq(act + lp.act_k1), iy.eq(iy + lp.iy_k1),
+                             ix.eq(ix + lp.ix_k1)]
         with m.Else():
-            m.d.sync += [k1.eq(0), k2.eq(0), k3.eq(0), s.acc.eq(~s.acc), ix.eq(s.mm_t.ix0)]
+            m.d.sync += [*restart("k1"), *restart("k2"), *restart("k3"), s.acc.eq(~s.acc),
+                         ix.eq(s.mm_t.ix0)]
             with m.If(~s.last_n):
-                m.d.sync += [ni.eq(ni + 1), wgt.eq(wgt + words), act_mn.eq(act_mn + lp.act_n),
+                m.d.sync += [*step("ni"), wgt.eq(wgt + words), act_mn.eq(act_mn + lp.act_n),
                              act.eq(act_mn + lp.act_n), iy.eq(iy_m)]
             with m.Else():
-                m.d.sync += [ni.eq(0), mi.eq(mi + 1), wgt.eq(s.mm_t.wgt_addr),
+                m.d.sync += [*restart("ni"), *step("mi"), wgt.eq(s.mm_t.wgt_addr),
                              act_m.eq(act_m + lp.act_m), act_mn.eq(act_m + lp.act_m),
                              act.eq(act_m + lp.act_m), iy_m.eq(iy_m + lp.iy_m),
                              iy.eq(iy_m + lp.iy_m)]
@@ -201,17 +225,19 @@ class TileWalker(wiring.Component):
     def _step_post(self, m, s):
         """Advance the POST side to the next output tile."""
         lp, rows, po_t = s.lp, self._config.rows, s.po_t
-        pm, pn, par, lane, out_addr, out_m = s.pm, s.pn, s.par, s.lane, s.out_addr, s.out_m
+        par, lane, out_addr, out_m = s.par, s.lane, s.out_addr, s.out_m
+        step, restart = self._counting(s)
         m.d.sync += s.p_acc.eq(~s.p_acc)
         moved = Signal(9)
         m.d.comb += moved.eq(lane + lp.lane_n)
-        with m.If(pn != lp.n_count - 1):
-            m.d.sync += [pn.eq(pn + 1), par.eq(par + lp.par_n)]
+        with m.If(~s.at_last["pn"]):
+            m.d.sync += [*step("pn"), par.eq(par + lp.par_n)]
             with m.If(moved >= rows):
                 m.d.sync += [lane.eq(moved - rows), out_addr.eq(out_addr + lp.word_n + 1)]
             with m.Else():
                 m.d.sync += [lane.eq(moved), out_addr.eq(out_addr + lp.word_n)]
         with m.Else():
-            m.d.sync += [pn.eq(0), pm.eq(pm + 1), par.eq(po_t.par_addr), lane.eq(po_t.lane_off),
+            m.d.sync += [*restart("pn"), *step("pm"), par.eq(po_t.par_addr),
+                         lane.eq(po_t.lane_off),
                          out_m.eq(out_m + lp.out_m), out_addr.eq(out_m + lp.out_m)]
 
