@@ -5,12 +5,11 @@ import functools
 import operator
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..errors import ResourceError
-from .uart import UartRx, UartTx, _check_divisor
+from .uart import CheckedComponent, UartRx, UartTx, _check_divisor
 
 __all__ = ["HostBridge", "crc16_step"]
 
@@ -38,7 +37,7 @@ def crc16_step(crc, byte, poly: int):
                  for b in bits))
 
 
-class HostBridge(wiring.Component):
+class HostBridge(CheckedComponent):
     """Parses host frames arriving on ``rx``, executes them on the accelerator's host ports and
     sends the reply on ``tx`` (protocol: ``docs/protocol.md``).
 
@@ -98,27 +97,28 @@ class HostBridge(wiring.Component):
         reaches.
     """
 
+    @staticmethod
+    def check(config: ArchConfig, divisor: int, build_id: int, *,
+              timeout_bits: int = 1 << 16) -> None:
+        _check_divisor(divisor)
+        if config.act_depth > 0xFFFF:
+            raise ResourceError(f"Activation buffer must have at most 65535 words to be reached "
+                                f"over the host link, not {config.act_depth}")
+        if config.runtime_program and config.prog_words > 0xFFFF:
+            raise ResourceError(f"Program memory must have at most 65535 words to be loaded "
+                                f"over the host link, not {config.prog_words}")
+        if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
+            raise ValueError(f"Build id must be a 32-bit unsigned integer, not {build_id!r}")
+        if not isinstance(timeout_bits, int) or timeout_bits < 16:
+            raise ValueError(f"Timeout must be at least 16 bit times, not {timeout_bits!r}")
+
     def __init__(self, config: ArchConfig, divisor: int, build_id: int, *,
                  timeout_bits: int = 1 << 16):
         # Imported here: hwonnx.boards may import this module (board tops), and the protocol
         # constants live with the host code that is their specification.
         from ..boards import protocol
         self._protocol = protocol
-        self._divisor = _check_divisor(self, divisor)
-        if config.act_depth > 0xFFFF:
-            self._MustUse__used = True
-            raise ResourceError(f"Activation buffer must have at most 65535 words to be reached "
-                                f"over the host link, not {config.act_depth}")
-        if config.runtime_program and config.prog_words > 0xFFFF:
-            self._MustUse__used = True
-            raise ResourceError(f"Program memory must have at most 65535 words to be loaded "
-                                f"over the host link, not {config.prog_words}")
-        if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
-            self._MustUse__used = True
-            raise ValueError(f"Build id must be a 32-bit unsigned integer, not {build_id!r}")
-        if not isinstance(timeout_bits, int) or timeout_bits < 16:
-            self._MustUse__used = True
-            raise ValueError(f"Timeout must be at least 16 bit times, not {timeout_bits!r}")
+        self._divisor = divisor
         self._config = config
         self._build_id = build_id
         self._timeout = timeout_bits * divisor

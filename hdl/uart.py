@@ -6,18 +6,30 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["UartTx", "UartRx"]
+__all__ = ["UartTx", "UartRx", "CheckedComponent"]
 
 
-def _check_divisor(component, divisor) -> int:
+class CheckedComponent(wiring.Component):
+    """A component whose arguments are checked before it exists: ``check`` (a staticmethod
+    taking the constructor's arguments) raises on bad ones, so a rejected component is never
+    created and leaves no "created but never used" warning behind."""
+
+    @staticmethod
+    def check(*args, **kwargs) -> None:
+        raise NotImplementedError
+
+    def __new__(cls, *args, **kwargs):
+        cls.check(*args, **kwargs)
+        return super().__new__(cls, src_loc_at=1)
+
+
+def _check_divisor(divisor) -> None:
     if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor < 4:
-        component._MustUse__used = True     # rejected: no "created but never used" warning
         raise ValueError(f"UART divisor must be an integer of at least 4 clock cycles per bit, "
                          f"not {divisor!r}")
-    return divisor
 
 
-class UartTx(wiring.Component):
+class UartTx(CheckedComponent):
     """8N1 transmitter: sends each byte accepted on ``data`` on the ``tx`` pin.
 
     Every bit lasts exactly ``divisor`` clock cycles. ``data.ready`` is high while the
@@ -44,8 +56,10 @@ class UartTx(wiring.Component):
         If ``divisor`` is not an integer of at least 4.
     """
 
+    check = staticmethod(_check_divisor)
+
     def __init__(self, divisor: int):
-        self._divisor = _check_divisor(self, divisor)
+        self._divisor = divisor
         super().__init__({"data": In(stream.Signature(8)), "tx": Out(1, init=1)})
 
     @property
@@ -76,7 +90,7 @@ class UartTx(wiring.Component):
         return m
 
 
-class UartRx(wiring.Component):
+class UartRx(CheckedComponent):
     """8N1 receiver: reassembles bytes from the ``rx`` pin and offers them on ``data``.
 
     ``rx`` passes through a two-flop synchronizer. A falling edge starts a byte; the start bit
@@ -112,8 +126,10 @@ class UartRx(wiring.Component):
         If ``divisor`` is not an integer of at least 4.
     """
 
+    check = staticmethod(_check_divisor)
+
     def __init__(self, divisor: int):
-        self._divisor = _check_divisor(self, divisor)
+        self._divisor = divisor
         super().__init__({"rx": In(1, init=1), "data": Out(stream.Signature(8)),
                           "error": Out(1), "overrun": Out(1)})
 
