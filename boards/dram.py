@@ -11,15 +11,23 @@ from amaranth.lib import wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from ..hdl.extmem import connect_read_port
+from ..hdl.extmem import ext_port
 
-__all__ = ["NativeBridge", "NativePortCDC", "attach_litedram", "PINS", "XDC", "NATIVE_PORT"]
+__all__ = ["NativeBridge", "NativePortCDC", "attach_litedram", "PINS", "XDC", "native_port"]
+
+
+def native_port(width: int, addr_bits: int) -> wiring.Signature:
+    """A LiteDRAM native port of ``width``-bit words as its user (the master) drives it."""
+    return wiring.Signature({
+        "cmd_valid": Out(1), "cmd_ready": In(1), "cmd_we": Out(1), "cmd_addr": Out(addr_bits),
+        "wdata_valid": Out(1), "wdata_ready": In(1), "wdata_data": Out(width),
+        "wdata_we": Out(width // 8),
+        "rdata_valid": In(1), "rdata_ready": Out(1), "rdata_data": In(width)})
 
 
 class NativeBridge(wiring.Component):
-    """The accelerator's burst reads (``cmd_*``, ``rvalid``, ``rdata``: ``hdl/extmem.py``) and
-    the host's single-word writes (``wr_valid`` held until ``wr_ready``) on a LiteDRAM native
-    port (``port_*``) of words as wide as the accelerator's or wider (``port_width``: a power
+    """The accelerator's burst reads and the host's single-word writes (``ext``:
+    ``hdl/extmem.ext_port``) on a LiteDRAM native port (``port``) of words as wide as the accelerator's or wider (``port_width``: a power
     of two; a word written is zero-extended, a word read truncated). A read of ``cmd_len`` words is
     taken when no other is being issued and becomes ``cmd_len`` port commands; the port
     returns their data in order, passed on as it comes. A write waits until no read command
@@ -27,25 +35,15 @@ class NativeBridge(wiring.Component):
 
     Members
     -------
-    cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the accelerator's read port.
-    wr_valid, wr_ready, wr_addr, wr_data : the host's writes.
-    port_cmd_valid, port_cmd_ready, port_cmd_we, port_cmd_addr, port_wdata_valid,
-    port_wdata_ready, port_wdata_data, port_wdata_we, port_rdata_valid, port_rdata_ready,
-    port_rdata_data : the native port.
+    ext : ``In(ext_port(width, burst))``: the reads and writes.
+    port : ``Out(native_port(port_width, addr_bits))``: the native port.
     """
 
     def __init__(self, width: int, addr_bits: int, burst: int, port_width: "int | None" = None):
         port_width = port_width or width
         super().__init__({
-            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_addr": In(32),
-            "cmd_len": In(range(burst + 1)), "rvalid": Out(1), "rdata": Out(width),
-            "wr_valid": In(1), "wr_ready": Out(1), "wr_addr": In(32), "wr_data": In(width),
-            "port_cmd_valid": Out(1), "port_cmd_ready": In(1), "port_cmd_we": Out(1),
-            "port_cmd_addr": Out(addr_bits),
-            "port_wdata_valid": Out(1), "port_wdata_ready": In(1),
-            "port_wdata_data": Out(port_width), "port_wdata_we": Out(port_width // 8),
-            "port_rdata_valid": In(1), "port_rdata_ready": Out(1),
-            "port_rdata_data": In(port_width),
+            "ext": In(ext_port(width, burst)),
+            "port": Out(native_port(port_width, addr_bits)),
         })
         self._burst = burst
 
@@ -53,32 +51,32 @@ class NativeBridge(wiring.Component):
         m = Module()
         left = Signal(range(self._burst + 1))         # read commands still to issue
         addr = Signal(32)
-        m.d.comb += [self.port_rdata_ready.eq(1), self.rvalid.eq(self.port_rdata_valid),
-                     self.rdata.eq(self.port_rdata_data),
-                     self.port_wdata_data.eq(self.wr_data), self.port_wdata_we.eq(~0)]
+        m.d.comb += [self.port.rdata_ready.eq(1), self.ext.rvalid.eq(self.port.rdata_valid),
+                     self.ext.rdata.eq(self.port.rdata_data),
+                     self.port.wdata_data.eq(self.ext.wr_data), self.port.wdata_we.eq(~0)]
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += self.cmd_ready.eq(1)
-                with m.If(self.cmd_valid & (self.cmd_len != 0)):
-                    m.d.sync += [left.eq(self.cmd_len), addr.eq(self.cmd_addr)]
+                m.d.comb += self.ext.cmd_ready.eq(1)
+                with m.If(self.ext.cmd_valid & (self.ext.cmd_len != 0)):
+                    m.d.sync += [left.eq(self.ext.cmd_len), addr.eq(self.ext.cmd_addr)]
                     m.next = "READ"
-                with m.Elif(self.wr_valid):
+                with m.Elif(self.ext.wr_valid):
                     m.next = "WRITE_CMD"
             with m.State("READ"):
-                m.d.comb += [self.port_cmd_valid.eq(1), self.port_cmd_addr.eq(addr)]
-                with m.If(self.port_cmd_ready):
+                m.d.comb += [self.port.cmd_valid.eq(1), self.port.cmd_addr.eq(addr)]
+                with m.If(self.port.cmd_ready):
                     m.d.sync += [left.eq(left - 1), addr.eq(addr + 1)]
                     with m.If(left == 1):
                         m.next = "IDLE"
             with m.State("WRITE_CMD"):
-                m.d.comb += [self.port_cmd_valid.eq(1), self.port_cmd_we.eq(1),
-                             self.port_cmd_addr.eq(self.wr_addr)]
-                with m.If(self.port_cmd_ready):
+                m.d.comb += [self.port.cmd_valid.eq(1), self.port.cmd_we.eq(1),
+                             self.port.cmd_addr.eq(self.ext.wr_addr)]
+                with m.If(self.port.cmd_ready):
                     m.next = "WRITE_DATA"
             with m.State("WRITE_DATA"):
-                m.d.comb += self.port_wdata_valid.eq(1)
-                with m.If(self.port_wdata_ready):
-                    m.d.comb += self.wr_ready.eq(1)
+                m.d.comb += self.port.wdata_valid.eq(1)
+                with m.If(self.port.wdata_ready):
+                    m.d.comb += self.ext.wr_ready.eq(1)
                     m.next = "IDLE"
         return m
 
@@ -105,32 +103,22 @@ PINS = {
 #: takes its SSTL135 reference from the FPGA (as LiteX's Arty platform sets it).
 XDC = {"arty-ddr3": "set_property INTERNAL_VREF 0.675 [get_iobanks 34]\n"}
 
-#: A LiteDRAM native port's members, as its user (the master) drives them.
-NATIVE_PORT = {"cmd_valid": Out, "cmd_ready": In, "cmd_we": Out, "cmd_addr": Out,
-               "wdata_valid": Out, "wdata_ready": In, "wdata_data": Out, "wdata_we": Out,
-               "rdata_valid": In, "rdata_ready": Out, "rdata_data": In}
-
-
 class NativePortCDC(wiring.Component):
-    """A native port in the ``dram`` domain (``down_*``, the controller's) offered in ``sync``
-    (``up_*``, :class:`NativeBridge`'s ``port_*``) through three asynchronous FIFOs: commands
+    """A native port in the ``dram`` domain (``down``, the controller's) offered in ``sync``
+    (``up``, :class:`NativeBridge`'s ``port``) through three asynchronous FIFOs: commands
     and write data down, read data up. A read command is taken only while fewer than
     ``depth`` read words are in flight or unclaimed, so the read-data FIFO never overflows
     and the controller's ``rdata_ready`` stays high.
 
     Members
     -------
-    up_* : :data:`NATIVE_PORT` flipped, in ``sync``. down_* : :data:`NATIVE_PORT`, in ``dram``.
+    up : ``In(native_port(width, addr_bits))``, in ``sync``.
+    down : ``Out(native_port(width, addr_bits))``, in ``dram``.
     """
 
     def __init__(self, width: int, addr_bits: int, depth: int = 32):
-        shapes = {"cmd_addr": addr_bits, "wdata_data": width, "wdata_we": width // 8,
-                  "rdata_data": width}
-        members = {}
-        for name, flow in NATIVE_PORT.items():
-            members[f"up_{name}"] = flow.flip()(shapes.get(name, 1))
-            members[f"down_{name}"] = flow(shapes.get(name, 1))
-        super().__init__(members)
+        super().__init__({"up": In(native_port(width, addr_bits)),
+                          "down": Out(native_port(width, addr_bits))})
         self._width, self._addr_bits, self._depth = width, addr_bits, depth
 
     def elaborate(self, platform):
@@ -145,23 +133,23 @@ class NativePortCDC(wiring.Component):
         m.submodules.rdata = rdata = AsyncFIFO(width=w, depth=depth, w_domain="dram",
                                                r_domain="sync")
         in_flight = Signal(range(depth + 1))
-        accept = cmd.w_rdy & (self.up_cmd_we | (in_flight < depth))
-        issued = self.up_cmd_valid & accept & ~self.up_cmd_we
-        taken = rdata.r_rdy & self.up_rdata_ready
+        accept = cmd.w_rdy & (self.up.cmd_we | (in_flight < depth))
+        issued = self.up.cmd_valid & accept & ~self.up.cmd_we
+        taken = rdata.r_rdy & self.up.rdata_ready
         m.d.sync += in_flight.eq(in_flight + issued - taken)
         m.d.comb += [
-            self.up_cmd_ready.eq(accept), cmd.w_en.eq(self.up_cmd_valid & accept),
-            cmd.w_data.eq(Cat(self.up_cmd_addr, self.up_cmd_we)),
-            self.down_cmd_valid.eq(cmd.r_rdy), cmd.r_en.eq(self.down_cmd_ready),
-            self.down_cmd_addr.eq(cmd.r_data[:a]), self.down_cmd_we.eq(cmd.r_data[a]),
-            self.up_wdata_ready.eq(wdata.w_rdy), wdata.w_en.eq(self.up_wdata_valid),
-            wdata.w_data.eq(Cat(self.up_wdata_data, self.up_wdata_we)),
-            self.down_wdata_valid.eq(wdata.r_rdy), wdata.r_en.eq(self.down_wdata_ready),
-            self.down_wdata_data.eq(wdata.r_data[:w]), self.down_wdata_we.eq(wdata.r_data[w:]),
-            rdata.w_en.eq(self.down_rdata_valid), rdata.w_data.eq(self.down_rdata_data),
-            self.down_rdata_ready.eq(1),
-            self.up_rdata_valid.eq(rdata.r_rdy), self.up_rdata_data.eq(rdata.r_data),
-            rdata.r_en.eq(self.up_rdata_ready)]
+            self.up.cmd_ready.eq(accept), cmd.w_en.eq(self.up.cmd_valid & accept),
+            cmd.w_data.eq(Cat(self.up.cmd_addr, self.up.cmd_we)),
+            self.down.cmd_valid.eq(cmd.r_rdy), cmd.r_en.eq(self.down.cmd_ready),
+            self.down.cmd_addr.eq(cmd.r_data[:a]), self.down.cmd_we.eq(cmd.r_data[a]),
+            self.up.wdata_ready.eq(wdata.w_rdy), wdata.w_en.eq(self.up.wdata_valid),
+            wdata.w_data.eq(Cat(self.up.wdata_data, self.up.wdata_we)),
+            self.down.wdata_valid.eq(wdata.r_rdy), wdata.r_en.eq(self.down.wdata_ready),
+            self.down.wdata_data.eq(wdata.r_data[:w]), self.down.wdata_we.eq(wdata.r_data[w:]),
+            rdata.w_en.eq(self.down.rdata_valid), rdata.w_data.eq(self.down.rdata_data),
+            self.down.rdata_ready.eq(1),
+            self.up.rdata_valid.eq(rdata.r_rdy), self.up.rdata_data.eq(rdata.r_data),
+            rdata.r_en.eq(self.up.rdata_ready)]
         return m
 
 
@@ -189,27 +177,23 @@ def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=No
 
     platform.add_file(core.verilog.name, core.verilog.read_text())
     width = core.port_data_bits
-    m.submodules.dram_bridge = bridge = NativeBridge(len(system.ext_rdata), core.port_addr_bits,
+    m.submodules.dram_bridge = bridge = NativeBridge(len(system.ext.rdata), core.port_addr_bits,
                                                      burst, width)
-    connect_read_port(m, system, bridge, requester_prefix="ext_")
-    m.d.comb += [bridge.wr_valid.eq(system.ext_wr_valid), system.ext_wr_ready.eq(bridge.wr_ready),
-                 bridge.wr_addr.eq(system.ext_wr_addr), bridge.wr_data.eq(system.ext_wr_data)]
+    wiring.connect(m, system.ext, bridge.ext)
     if core.own_clock:
         init = DramInit(init_writes(core, handover=False), read_leveling(core),
                         handover_writes(core), handover_writes(core, error=True))
         m.submodules.dram_init = DomainRenamer({"sync": "dram"})(init)
         m.submodules.dram_cdc = cdc = NativePortCDC(width, core.port_addr_bits)
-        for name, flow in NATIVE_PORT.items():
-            ours, theirs = getattr(bridge, f"port_{name}"), getattr(cdc, f"up_{name}")
-            m.d.comb += theirs.eq(ours) if flow == Out else ours.eq(theirs)
-        port = {name: getattr(cdc, f"down_{name}") for name in NATIVE_PORT}
+        wiring.connect(m, bridge.port, cdc.up)
+        port = cdc.down
         m.domains.dram = ClockDomain("dram")
         user_clk, user_rst = Signal(), Signal()
         m.d.comb += [ClockSignal("dram").eq(user_clk), ResetSignal("dram").eq(user_rst)]
         memory = dict(i_clk=oscillator, i_rst=0, o_user_clk=user_clk, o_user_rst=user_rst)
     else:
         m.submodules.dram_init = init = DramInit(init_writes(core))
-        port = {name: getattr(bridge, f"port_{name}") for name in NATIVE_PORT}
+        port = bridge.port
         memory = dict(i_clk=ClockSignal(), i_rst=0)     # holds its state through a reset
     resource, connections = PINS[core.memory]
     pins = platform.request(resource, 0, dir="-")
@@ -230,8 +214,8 @@ def attach_litedram(m: Module, platform, system, core, burst: int, oscillator=No
     m.d.comb += [system.ext_ready.eq(done & ~error), system.ext_failed.eq(error)]
     if core.memory in XDC:
         platform.add_file(f"{core.module}.xdc", XDC[core.memory])
-    user = {f"{'i' if flow == Out else 'o'}_user_port_dma_{name}": port[name]
-            for name, flow in NATIVE_PORT.items()}
+    user = {f"{'i' if member.flow == Out else 'o'}_user_port_dma_{name}": getattr(port, name)
+            for name, member in port.signature.members.items()}
     m.submodules.dram = Instance(
         core.module, **memory, **user,
         i_wb_ctrl_adr=init.adr, i_wb_ctrl_dat_w=init.dat_w, i_wb_ctrl_sel=init.sel,

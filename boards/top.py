@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..errors import UsageError
-from ..hdl.bridge import EXT_WRITE_PORTS, HostBridge
-from ..hdl.extmem import READ_PORT
+from ..hdl.bridge import HostBridge
+from ..hdl.extmem import ext_port
 from ..hdl.top import Accelerator
 from .clocks import pll_domain
 from .registry import Board
@@ -30,10 +30,6 @@ def uart_divisor(clock_hz: int, baud: int) -> int:
                          f"within 2% (near it: {' or '.join(map(str, near))} baud)")
     return divisor
 
-#: The accelerator's external-memory read port (``hdl/extmem.py``).
-_EXT_READ_PORTS = tuple(f"ext_{name}" for name in READ_PORT)
-
-
 class SystemTop(wiring.Component):
     """Accelerator (program, weights and parameters as block-RAM initial contents) plus the
     UART host bridge. Platform independent: the full-system simulation runs exactly this.
@@ -41,9 +37,8 @@ class SystemTop(wiring.Component):
     Members
     -------
     rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
-    ext_cmd_*, ext_rvalid, ext_rdata : the external memory's read port, the accelerator's
-    and the host bridge's (READX), and ext_wr_* : its writes and the host bridge's into it
-    (WRITEX), ext_ready and ext_failed : ``In(1)`` the memory is up or failed to come up
+    ext : ``Out(ext_port(cols * 8, burst))``: the external memory, for the accelerator's DMA
+    engine and the host bridge (READX, WRITEX), ext_ready and ext_failed : ``In(1)`` the memory is up or failed to come up
     (STATUS), and ext_restart : ``Out(1)`` the
     accelerator's ``start`` (a memory model's refresh schedule starts over): with
     ``ArchConfig.ext_memory`` only, for the memory or its model outside.
@@ -56,10 +51,8 @@ class SystemTop(wiring.Component):
         self._bridge = HostBridge(config, divisor, build_id)
         members = {"rx": In(1, init=1), "tx": Out(1, init=1)}
         if config.ext_memory:
-            accel, bridge = self._accel.signature.members, self._bridge.signature.members
-            members.update({name: accel[name] for name in _EXT_READ_PORTS})
-            members.update({name: bridge[name] for name in EXT_WRITE_PORTS})
-            members.update(ext_ready=In(1), ext_failed=In(1))
+            members.update(ext=Out(ext_port(config.cols * 8, config.ext_timing.burst)),
+                           ext_ready=In(1), ext_failed=In(1))
             members["ext_restart"] = Out(1)
         super().__init__(members)
 
@@ -72,25 +65,23 @@ class SystemTop(wiring.Component):
         if self._config.ext_memory:
             # One read port: the accelerator's (its DMA engine, while it runs) or the host's
             # (READX, while it does not); a word read for the host is the host's alone.
-            host = bridge.ext_cmd_valid
+            ours, dma, link = self.ext, accel.ext, bridge.ext
+            host = link.cmd_valid
             m.d.comb += [
-                self.ext_cmd_valid.eq(accel.ext_cmd_valid | host),
-                self.ext_cmd_addr.eq(Mux(host, bridge.ext_cmd_addr, accel.ext_cmd_addr)),
-                self.ext_cmd_len.eq(Mux(host, bridge.ext_cmd_len, accel.ext_cmd_len)),
-                accel.ext_cmd_ready.eq(self.ext_cmd_ready & ~host),
-                bridge.ext_cmd_ready.eq(self.ext_cmd_ready),
-                accel.ext_rvalid.eq(self.ext_rvalid & ~bridge.ext_reading),
-                bridge.ext_rvalid.eq(self.ext_rvalid),
-                accel.ext_rdata.eq(self.ext_rdata), bridge.ext_rdata.eq(self.ext_rdata)]
+                ours.cmd_valid.eq(dma.cmd_valid | host),
+                ours.cmd_addr.eq(Mux(host, link.cmd_addr, dma.cmd_addr)),
+                ours.cmd_len.eq(Mux(host, link.cmd_len, dma.cmd_len)),
+                dma.cmd_ready.eq(ours.cmd_ready & ~host), link.cmd_ready.eq(ours.cmd_ready),
+                dma.rvalid.eq(ours.rvalid & ~bridge.ext_reading), link.rvalid.eq(ours.rvalid),
+                dma.rdata.eq(ours.rdata), link.rdata.eq(ours.rdata)]
             # One write port: the accelerator's (STOREA, while it runs) or else the host's
             # (WRITEX, while it does not).
-            dma = accel.ext_wr_valid
+            storing = dma.wr_valid
             m.d.comb += [
-                self.ext_wr_valid.eq(dma | bridge.ext_wr_valid),
-                self.ext_wr_addr.eq(Mux(dma, accel.ext_wr_addr, bridge.ext_wr_addr)),
-                self.ext_wr_data.eq(Mux(dma, accel.ext_wr_data, bridge.ext_wr_data)),
-                accel.ext_wr_ready.eq(self.ext_wr_ready),
-                bridge.ext_wr_ready.eq(self.ext_wr_ready & ~dma),
+                ours.wr_valid.eq(storing | link.wr_valid),
+                ours.wr_addr.eq(Mux(storing, dma.wr_addr, link.wr_addr)),
+                ours.wr_data.eq(Mux(storing, dma.wr_data, link.wr_data)),
+                dma.wr_ready.eq(ours.wr_ready), link.wr_ready.eq(ours.wr_ready & ~storing),
                 self.ext_restart.eq(accel.start),
                 bridge.ext_ready.eq(self.ext_ready), bridge.ext_failed.eq(self.ext_failed)]
         return m

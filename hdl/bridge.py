@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..errors import ResourceError
+from .extmem import ext_port
 from .uart import CheckedComponent, UartRx, UartTx, _check_divisor
 
 __all__ = ["HostBridge", "crc16_step"]
@@ -16,8 +17,6 @@ __all__ = ["HostBridge", "crc16_step"]
 _HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr",
                "host_act_data", "host_act_raddr", "host_act_rdata")
 _PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
-#: The external memory's write port (``ArchConfig.ext_memory``), outside the accelerator.
-EXT_WRITE_PORTS = ("ext_wr_valid", "ext_wr_ready", "ext_wr_addr", "ext_wr_data")
 
 
 def crc16_step(crc, byte, poly: int):
@@ -48,8 +47,8 @@ class HostBridge(CheckedComponent):
     the frame's command byte and sequence number and ends with its own CRC.
     ``LOAD`` writes program words the same way; it exists only when the program memory is
     loaded at run time (``ArchConfig.prog_width``). ``WRITEX`` writes words into the
-    external memory, each held on ``ext_wr_*`` until the memory takes it, and ``READX`` reads
-    them back, one read of one word at a time on ``ext_cmd_*`` (``ext_reading`` high from the
+    external memory, each held on ``ext.wr_*`` until the memory takes it, and ``READX`` reads
+    them back, one read of one word at a time on ``ext.cmd_*`` (``ext_reading`` high from the
     command until its word arrives); both exist only with an external memory
     (``ArchConfig.ext_memory``), which must take a written word within the time the next one
     takes to arrive. ``RUN`` pulses ``start`` and replies when
@@ -79,11 +78,9 @@ class HostBridge(CheckedComponent):
         To the accelerator's activation-buffer host ports of the same names and shapes.
     host_prog_we, host_prog_addr, host_prog_data : ``Out``
         To the accelerator's program-memory host ports, with ``prog_width`` only.
-    ext_wr_valid, ext_wr_addr, ext_wr_data : ``Out``. ext_wr_ready : ``In``
-        A write of one external-memory word, with ``ext_memory`` only.
-    ext_cmd_valid, ext_cmd_addr, ext_cmd_len, ext_reading : ``Out``. ext_cmd_ready, ext_rvalid,
-    ext_rdata : ``In``
-        A read of the external memory (``hdl/extmem.py``), with ``ext_memory`` only.
+    ext : ``Out(ext_port(cols * 8, burst))``. ext_reading : ``Out(1)``
+        Reads (one word each) and writes of the external memory (``hdl/extmem.py``), and
+        whether a read of the bridge's is under way, with ``ext_memory`` only.
     ext_ready, ext_failed : ``In(1)``
         The external memory is up (its controller initialized, its reads leveled) or failed
         to come up: STATUS flags bits 2 and 3, with ``ext_memory`` only.
@@ -134,12 +131,8 @@ class HostBridge(CheckedComponent):
             members.update(host_prog_we=Out(1), host_prog_addr=Out(range(config.prog_words)),
                            host_prog_data=Out(config.prog_width))
         if config.ext_memory:
-            members.update(ext_wr_valid=Out(1), ext_wr_ready=In(1), ext_wr_addr=Out(32),
-                           ext_wr_data=Out(config.cols * 8),
-                           ext_cmd_valid=Out(1), ext_cmd_ready=In(1), ext_cmd_addr=Out(32),
-                           ext_cmd_len=Out(range(config.ext_timing.burst + 1)),
-                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8), ext_reading=Out(1),
-                           ext_ready=In(1), ext_failed=In(1))
+            members.update(ext=Out(ext_port(config.cols * 8, config.ext_timing.burst)),
+                           ext_reading=Out(1), ext_ready=In(1), ext_failed=In(1))
         super().__init__(members)
 
     @property
@@ -219,20 +212,20 @@ class HostBridge(CheckedComponent):
                          self.host_prog_data.eq(shifted[-pbytes * 8:])]
         if ext:                                 # held until the memory takes it
             xvalid, xaddr, xdata = Signal(), Signal(32), Signal(xbytes * 8)
-            m.d.comb += [self.ext_wr_valid.eq(xvalid), self.ext_wr_addr.eq(xaddr),
-                         self.ext_wr_data.eq(xdata)]
-            with m.If(self.ext_wr_ready):
+            m.d.comb += [self.ext.wr_valid.eq(xvalid), self.ext.wr_addr.eq(xaddr),
+                         self.ext.wr_data.eq(xdata)]
+            with m.If(self.ext.wr_ready):
                 m.d.sync += xvalid.eq(0)
             with m.If(word_done & is_ext):
                 m.d.sync += [xvalid.eq(1), xaddr.eq(addr), xdata.eq(shifted[-xbytes * 8:])]
             # READX: one word at a time, read when its first byte is to be sent
             xword, xhave, xasked = Signal(xbytes * 8), Signal(), Signal()
-            m.d.comb += [self.ext_cmd_addr.eq(addr), self.ext_cmd_len.eq(1),
-                         self.ext_reading.eq(self.ext_cmd_valid | xasked)]
-            with m.If(self.ext_cmd_valid & self.ext_cmd_ready):
+            m.d.comb += [self.ext.cmd_addr.eq(addr), self.ext.cmd_len.eq(1),
+                         self.ext_reading.eq(self.ext.cmd_valid | xasked)]
+            with m.If(self.ext.cmd_valid & self.ext.cmd_ready):
                 m.d.sync += xasked.eq(1)
-            with m.If(xasked & self.ext_rvalid):
-                m.d.sync += [xword.eq(self.ext_rdata), xhave.eq(1), xasked.eq(0)]
+            with m.If(xasked & self.ext.rvalid):
+                m.d.sync += [xword.eq(self.ext.rdata), xhave.eq(1), xasked.eq(0)]
             # SUMX: the words' Fletcher sums (protocol.external_sums), a word at a time
             sum_a, sum_b = Signal(32), Signal(32)
             next_a, next_b = sum_a, sum_b
@@ -424,7 +417,7 @@ class HostBridge(CheckedComponent):
             if ext:
                 with m.State("SUM"):            # SUMX: read and sum count words, then reply
                     m.d.comb += [urx.data.ready.eq(1),
-                                 self.ext_cmd_valid.eq(~xhave & ~xasked & (count != 0))]
+                                 self.ext.cmd_valid.eq(~xhave & ~xasked & (count != 0))]
                     with m.If(xhave):
                         m.d.sync += [sum_a.eq(next_a), sum_b.eq(next_b), xhave.eq(0),
                                      addr.eq(addr + 1), count.eq(count - 1)]
@@ -467,7 +460,7 @@ class HostBridge(CheckedComponent):
                     if ext:                     # READX: a word must be read first
                         with m.If(kind == K_READX):
                             m.d.comb += [utx.data.valid.eq(xhave),
-                                         self.ext_cmd_valid.eq(~xhave & ~xasked)]
+                                         self.ext.cmd_valid.eq(~xhave & ~xasked)]
                     with m.If(sent):
                         m.d.sync += [index.eq(index + 1), tcrc.eq(crc_out)]
                         with m.If(kind == K_READ):

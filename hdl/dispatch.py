@@ -3,7 +3,7 @@ one per cycle, once the engines before it in the program have done what it depen
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -106,22 +106,23 @@ class Dispatcher(wiring.Component):
             & dma_idle)
         m.d.comb += self.post_idle.eq(post.ready & ~pend_valid)
 
-        # The rule of the instruction on offer: ``allowed`` what holds besides its engine's
-        # ready; ``accept`` both.
-        allowed, accept = Signal(), Signal()
-        with m.Switch(instr.op):
-            for op, (engine, rule) in ACCEPT_RULES.items():
-                if engine == "dma" and not has_dma:
-                    continue
-                with m.Case(op):
-                    m.d.comb += allowed.eq(rule(status))
-                    m.d.comb += accept.eq(rule(status) if engine is None
-                                          else rule(status) & engines[engine].ready)
-        m.d.comb += [self.instr.ready.eq(accept), self.blocked.eq(self.instr.valid & ~accept)]
+        # Each engine's stream is valid when its instruction is on offer and the rest of its
+        # rule holds; the offer is taken when that engine is ready too, or when the rule of an
+        # instruction the dispatcher keeps holds.
+        def holds(op, rule):
+            return (instr.op == op) & rule(status)
+
+        taken = []
         for name, stream in engines.items():
-            ops = [op for op, (engine, _) in ACCEPT_RULES.items() if engine == name]
+            rules = [holds(op, rule) for op, (engine, rule) in ACCEPT_RULES.items()
+                     if engine == name]
             m.d.comb += [stream.payload.eq(instr),
-                         stream.valid.eq(self.instr.valid & instr.op.matches(*ops) & allowed)]
+                         stream.valid.eq(self.instr.valid & Cat(*rules).any())]
+            taken.append(stream.valid & stream.ready)
+        kept = [holds(op, rule) for op, (engine, rule) in ACCEPT_RULES.items() if engine is None]
+        accept = Signal()
+        m.d.comb += [accept.eq(Cat(*taken).any() | (self.instr.valid & Cat(*kept).any())),
+                     self.instr.ready.eq(accept), self.blocked.eq(self.instr.valid & ~accept)]
         if has_dma:             # (nothing is on offer in that cycle: the program's first
             with m.If(self.boot):       # instruction is read once the LOADP is done)
                 m.d.comb += [self.dma.payload.eq(self.boot_word()), self.dma.valid.eq(1)]

@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..isa import EXT_WORDS_PER_PARAM, Op, ext_words_per_instruction, instruction_width
-from .extmem import ExtTiming
+from .extmem import ExtTiming, ext_port
 from .layouts import ActxLayout, InstrLayout, LoadxLayout, ParamLayout, instr_stream
 
 __all__ = ["DmaEngine"]
@@ -47,8 +47,7 @@ class DmaEngine(wiring.Component):
     instr : ``In(instr_stream())``: a transfer to start, viewed as its op's layout; ready
         when ``idle``, a LOADA or STOREA without ``fence`` when ``slot_free``.
     idle : no transfer running or waiting. slot_free : none waiting.
-    cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the external memory's read port.
-    wr_valid, wr_ready, wr_addr, wr_data : its write port (one word, held until ready).
+    ext : ``Out(ext_port(cols * 8, timing.burst))``: the external memory.
     wgt_we, wgt_addr, wgt_data : the weight buffer's write port.
     act_we, act_waddr, act_wdata : the input staging buffer's write port (LOADA).
     act_ren, act_raddr, act_rdata : the output staging buffer's read port (STOREA; data one
@@ -63,10 +62,7 @@ class DmaEngine(wiring.Component):
         act_width, act_bits = config.rows * 8, config.act_addr_bits
         super().__init__({
             "instr": In(instr_stream()), "idle": Out(1), "slot_free": Out(1),
-            "cmd_valid": Out(1), "cmd_ready": In(1), "cmd_addr": Out(32),
-            "cmd_len": Out(range(timing.burst + 1)),
-            "rvalid": In(1), "rdata": In(width),
-            "wr_valid": Out(1), "wr_ready": In(1), "wr_addr": Out(32), "wr_data": Out(width),
+            "ext": Out(ext_port(width, timing.burst)),
             "wgt_we": Out(1), "wgt_addr": Out(config.wgt_addr_bits), "wgt_data": Out(width),
             "act_we": Out(1), "act_waddr": Out(act_bits), "act_wdata": Out(act_width),
             "act_ren": Out(1), "act_raddr": Out(act_bits), "act_rdata": In(act_width),
@@ -113,16 +109,16 @@ class DmaEngine(wiring.Component):
                            self._config.prog_addr_bits, self._config.par_addr_bits))
         through = Signal()           # the running read is through
         m.d.comb += [through.eq((to_get == 0) & (to_put == 0)), free.eq(through & ~par_next),
-                     self.cmd_valid.eq(to_ask != 0), self.cmd_addr.eq(ext),
-                     self.cmd_len.eq(Mux(to_ask > burst, burst, to_ask)),
-                     self.wgt_we.eq(self.rvalid & ~to_act & ~to_prog & ~to_par),
+                     self.ext.cmd_valid.eq(to_ask != 0), self.ext.cmd_addr.eq(ext),
+                     self.ext.cmd_len.eq(Mux(to_ask > burst, burst, to_ask)),
+                     self.wgt_we.eq(self.ext.rvalid & ~to_act & ~to_prog & ~to_par),
                      self.wgt_addr.eq(local),
-                     self.wgt_data.eq(self.rdata),
-                     self.act_we.eq(self.rvalid & to_act), self.act_waddr.eq(local),
-                     self.act_wdata.eq(self.rdata),
+                     self.wgt_data.eq(self.ext.rdata),
+                     self.act_we.eq(self.ext.rvalid & to_act), self.act_waddr.eq(local),
+                     self.act_wdata.eq(self.ext.rdata),
                      self.act_ren.eq(to_put != 0), self.act_raddr.eq(local),
-                     self.wr_valid.eq((to_put != 0) & have), self.wr_addr.eq(ext),
-                     self.wr_data.eq(self.act_rdata)]
+                     self.ext.wr_valid.eq((to_put != 0) & have), self.ext.wr_addr.eq(ext),
+                     self.ext.wr_data.eq(self.act_rdata)]
         step = self._gathered_words(m, local, to_prog, to_par, start)
         with m.If(start):
             with m.Switch(as_loadx.op):
@@ -145,14 +141,14 @@ class DmaEngine(wiring.Component):
             m.d.sync += [to_ask.eq(par_count), to_get.eq(par_count), ext.eq(par_ext),
                          local.eq(par_addr), to_par.eq(1), par_next.eq(0)]
         with m.Else():
-            with m.If(self.cmd_valid & self.cmd_ready):
-                m.d.sync += [to_ask.eq(to_ask - self.cmd_len), ext.eq(ext + self.cmd_len)]
-            with m.If(self.rvalid):
+            with m.If(self.ext.cmd_valid & self.ext.cmd_ready):
+                m.d.sync += [to_ask.eq(to_ask - self.ext.cmd_len), ext.eq(ext + self.ext.cmd_len)]
+            with m.If(self.ext.rvalid):
                 m.d.sync += to_get.eq(to_get - 1)
                 with m.If(step):
                     m.d.sync += local.eq(local + 1)
             with m.If(to_put != 0):
-                with m.If(self.wr_valid & self.wr_ready):
+                with m.If(self.ext.wr_valid & self.ext.wr_ready):
                     m.d.sync += [to_put.eq(to_put - 1), local.eq(local + 1), ext.eq(ext + 1),
                                  have.eq(0)]
                 with m.Else():
@@ -165,7 +161,7 @@ class DmaEngine(wiring.Component):
         ``step``, high when an arriving word advances the buffer address: every word, but in
         a LOADP or a LOADX's parameters only the last of each (without ``prog_page`` there is
         no LOADP and no path for it)."""
-        width = len(self.rdata)
+        width = len(self.ext.rdata)
         per_prog = ext_words_per_instruction(self._config.cols) if self._config.prog_page else 1
         words = max(per_prog, EXT_WORDS_PER_PARAM)
         gathered = Signal((words - 1) * width)      # the words so far, the latest on top
@@ -173,17 +169,17 @@ class DmaEngine(wiring.Component):
         last_prog = to_prog & (part == per_prog - 1)
         last_par = to_par & (part == EXT_WORDS_PER_PARAM - 1)
         step = Signal()
-        whole = Cat(gathered, self.rdata)
+        whole = Cat(gathered, self.ext.rdata)
 
         def tail(n):            # the word of n parts ending with the one arriving
             return whole[(words - n) * width:]
 
         m.d.comb += [step.eq(~(to_prog | to_par) | last_prog | last_par),
-                     self.prog_we.eq(self.rvalid & last_prog), self.prog_addr.eq(local),
+                     self.prog_we.eq(self.ext.rvalid & last_prog), self.prog_addr.eq(local),
                      self.prog_data.eq(tail(per_prog)[:instruction_width()]),
-                     self.par_we.eq(self.rvalid & last_par), self.par_addr.eq(local),
+                     self.par_we.eq(self.ext.rvalid & last_par), self.par_addr.eq(local),
                      self.par_data.eq(tail(EXT_WORDS_PER_PARAM))]
-        with m.If(self.rvalid & (to_prog | to_par)):
+        with m.If(self.ext.rvalid & (to_prog | to_par)):
             m.d.sync += [gathered.eq(whole[width:]),
                          part.eq(Mux(last_prog | last_par, 0, part + 1))]
         with m.If(start):

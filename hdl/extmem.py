@@ -29,24 +29,19 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["ExtTiming", "ExternalMemory", "MemoryTimeline", "MEMORIES", "ULX3S_SDRAM",
            "ECPIX5_DDR3", "ARTY_DDR3", "port_bytes",
-           "READ_PORT", "WRITE_PORT", "connect_read_port"]
-
-#: The read port's members and their flow as the memory sees them.
-READ_PORT = {"cmd_valid": In, "cmd_ready": Out, "cmd_addr": In, "cmd_len": In,
-             "rvalid": Out, "rdata": Out}
-#: The write port's members and their flow as the memory sees them.
-WRITE_PORT = {"wr_valid": In, "wr_ready": Out, "wr_addr": In, "wr_data": In}
+           "ext_port"]
 
 
-def connect_read_port(m, requester, memory, requester_prefix: str = "",
-                      memory_prefix: str = "", port: "dict | None" = None) -> None:
-    """Add to ``m`` the assignments joining ``requester``'s read port to ``memory``'s (their
-    members :data:`READ_PORT`, or ``port`` (:data:`WRITE_PORT`), named with the prefixes:
-    the accelerator's is ``ext_``)."""
-    for name, flow in (port or READ_PORT).items():
-        ours = getattr(requester, requester_prefix + name)
-        theirs = getattr(memory, memory_prefix + name)
-        m.d.comb += theirs.eq(ours) if flow == In else ours.eq(theirs)
+def ext_port(width: int, burst: int) -> wiring.Signature:
+    """The external memory's port as its user sees it (the DMA engine, the accelerator, the
+    host bridge; the memory's side is its ``flip()``): reads of ``cmd_len`` words (at most
+    ``burst``) from word ``cmd_addr``, taken when ``cmd_valid`` and ``cmd_ready``, whose
+    words arrive in order on ``rdata`` in the cycles ``rvalid`` is high; and writes of one
+    ``width``-bit word, ``wr_*`` held until ``wr_ready``."""
+    return wiring.Signature({
+        "cmd_valid": Out(1), "cmd_ready": In(1), "cmd_addr": Out(32),
+        "cmd_len": Out(range(burst + 1)), "rvalid": In(1), "rdata": In(width),
+        "wr_valid": Out(1), "wr_ready": In(1), "wr_addr": Out(32), "wr_data": Out(width)})
 
 
 @dataclass(frozen=True)
@@ -145,8 +140,7 @@ class ExternalMemory(wiring.Component):
         (pulsed with the accelerator's ``start``, so that every run of a program takes the
         same cycles: a refresh that fell due in the host's writes before a run could
         otherwise hold the first read of the run).
-    cmd_valid, cmd_ready, cmd_addr, cmd_len, rvalid, rdata : the read port.
-    wr_valid, wr_ready, wr_addr, wr_data : the write port.
+    port : ``In(ext_port(width, timing.burst))``: the reads and writes.
     load_we, load_addr, load_data : write a word at once (the harness loads the image and
         graph inputs; never in the same cycle as a write through the port).
     dump_addr, dump_data : read a word at once, ``dump_data`` the cycle after ``dump_addr``
@@ -158,10 +152,7 @@ class ExternalMemory(wiring.Component):
         self._beats = timing.beats(-(-width // 8))
         super().__init__({
             "restart": In(1),
-            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_addr": In(32),
-            "cmd_len": In(range(timing.burst + 1)),
-            "rvalid": Out(1), "rdata": Out(width),
-            "wr_valid": In(1), "wr_ready": Out(1), "wr_addr": In(32), "wr_data": In(width),
+            "port": In(ext_port(width, timing.burst)),
             "load_we": In(1), "load_addr": In(range(depth)), "load_data": In(width),
             "dump_addr": In(range(depth)), "dump_data": Out(width),
         })
@@ -169,17 +160,17 @@ class ExternalMemory(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         t = self._timing
-        mem = Memory(shape=len(self.rdata), depth=self._depth, init=[])
+        mem = Memory(shape=len(self.port.rdata), depth=self._depth, init=[])
         m.submodules.mem = mem
         load = mem.write_port()
         read = mem.read_port()
         dump = mem.read_port()
         m.d.comb += [dump.addr.eq(self.dump_addr), self.dump_data.eq(dump.data)]
-        written = self.wr_valid & self.wr_ready
+        written = self.port.wr_valid & self.port.wr_ready
         m.d.comb += [load.en.eq(self.load_we | written),
-                     load.addr.eq(Mux(written, self.wr_addr, self.load_addr)),
-                     load.data.eq(Mux(written, self.wr_data, self.load_data)),
-                     self.rdata.eq(read.data)]
+                     load.addr.eq(Mux(written, self.port.wr_addr, self.load_addr)),
+                     load.data.eq(Mux(written, self.port.wr_data, self.load_data)),
+                     self.port.rdata.eq(read.data)]
 
         tick = Signal(range(t.refresh_period))
         due = Signal()
@@ -201,26 +192,26 @@ class ExternalMemory(wiring.Component):
         writing = Signal(range(b))                # cycles the write holds the bus, less one
         m.d.comb += read.addr.eq(addr + word)
         with m.If(busy):
-            m.d.sync += [phase.eq(phase + 1), self.rvalid.eq(0)]
+            m.d.sync += [phase.eq(phase + 1), self.port.rvalid.eq(0)]
             with m.If(phase == t.latency - 1 + length * b):
                 m.d.sync += busy.eq(0)
             with m.Elif(phase >= t.latency - 1):          # the data phase
                 m.d.sync += beat.eq(beat + 1)
                 with m.If(beat == b - 1):
-                    m.d.sync += [beat.eq(0), word.eq(word + 1), self.rvalid.eq(1)]
+                    m.d.sync += [beat.eq(0), word.eq(word + 1), self.port.rvalid.eq(1)]
         with m.Elif(writing != 0):
-            m.d.sync += [writing.eq(writing - 1), self.rvalid.eq(0)]
+            m.d.sync += [writing.eq(writing - 1), self.port.rvalid.eq(0)]
         with m.Elif(refresh != 0):
-            m.d.sync += [refresh.eq(refresh - 1), self.rvalid.eq(0)]
+            m.d.sync += [refresh.eq(refresh - 1), self.port.rvalid.eq(0)]
         with m.Elif(due & ~self.restart):
-            m.d.sync += [refresh.eq(t.refresh_cycles - 1), due.eq(0), self.rvalid.eq(0)]
+            m.d.sync += [refresh.eq(t.refresh_cycles - 1), due.eq(0), self.port.rvalid.eq(0)]
         with m.Else():
-            m.d.comb += [self.cmd_ready.eq(1), self.wr_ready.eq(~self.cmd_valid)]
-            m.d.sync += self.rvalid.eq(0)
-            with m.If(self.cmd_valid):
-                m.d.sync += [busy.eq(1), phase.eq(1), addr.eq(self.cmd_addr),
-                             length.eq(self.cmd_len), word.eq(0), beat.eq(0)]
-            with m.Elif(self.wr_valid):
+            m.d.comb += [self.port.cmd_ready.eq(1), self.port.wr_ready.eq(~self.port.cmd_valid)]
+            m.d.sync += self.port.rvalid.eq(0)
+            with m.If(self.port.cmd_valid):
+                m.d.sync += [busy.eq(1), phase.eq(1), addr.eq(self.port.cmd_addr),
+                             length.eq(self.port.cmd_len), word.eq(0), beat.eq(0)]
+            with m.Elif(self.port.wr_valid):
                 m.d.sync += writing.eq(b - 1)
         with m.If(self.restart):
             m.d.sync += refresh.eq(0)

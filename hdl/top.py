@@ -10,7 +10,7 @@ from ..config import ArchConfig
 from .accumulate import Accumulators
 from .array import SystolicArray
 from .dma import DmaEngine
-from .extmem import WRITE_PORT, connect_read_port
+from .extmem import ext_port
 from .eltwise import EltwiseEngine
 from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch
@@ -61,6 +61,8 @@ class Accelerator(wiring.Component):
         working, bit 3 the dispatcher holds an instruction that its engine cannot take yet.
         Read-only status for a simulation harness that stops a run which does not finish;
         nothing else reads them, so synthesis removes their logic from a board design.
+    ext : ``Out(ext_port(cols * 8, burst))``, with ``ext_memory``: the external memory, for
+        the DMA engine (``hdl/extmem.py``).
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]] | None" = None,
@@ -84,12 +86,8 @@ class Accelerator(wiring.Component):
         members["host_act_rdata"] = Out(config.rows * 8)
         members["debug_dispatched"] = Out(32)
         members["debug_busy"] = Out(4)
-        if config.ext_memory:           # the external memory's read port (hdl/extmem.py)
-            members.update(ext_cmd_valid=Out(1), ext_cmd_ready=In(1), ext_cmd_addr=Out(32),
-                           ext_cmd_len=Out(range(config.ext_timing.burst + 1)),
-                           ext_rvalid=In(1), ext_rdata=In(config.cols * 8),
-                           ext_wr_valid=Out(1), ext_wr_ready=In(1), ext_wr_addr=Out(32),
-                           ext_wr_data=Out(config.cols * 8))      # and its write port
+        if config.ext_memory:           # the external memory's port (hdl/extmem.py)
+            members["ext"] = Out(ext_port(config.cols * 8, config.ext_timing.burst))
         super().__init__(members)
 
     @staticmethod
@@ -276,8 +274,7 @@ class Accelerator(wiring.Component):
         if not cfg.ext_memory:
             return None
         m.submodules.dma = dma = DmaEngine(cfg, cfg.ext_timing)
-        connect_read_port(m, dma, self, memory_prefix="ext_")
-        connect_read_port(m, dma, self, memory_prefix="ext_", port=WRITE_PORT)
+        wiring.connect(m, dma.ext, wiring.flipped(self.ext))
         return dma
 
     def _staging(self, m, dma, post, engine_addr, engine_en, act_data):

@@ -33,33 +33,37 @@ UNITS_PER_NS = 1000
 ENGINES = (
     ("accelerator", "accel", ("start", "busy", "done", "cycles", "debug_dispatched",
                               "debug_busy")),
-    ("dispatcher", "accel", ("running", "pc", "stored_valid", "instr_valid", "instr.op",
-                             "instr.count", "accept", "ready", "fire", "fetched_fire",
-                             "post_pend_valid")),
+    ("instruction fetch", "accel", ("running", "pc", "stored_valid", "fire", "fetched_fire")),
+    ("dispatcher", "accel.dispatcher", ("instr__valid", "instr__ready", "instr__payload.op",
+                                        "instr__payload.count", "post_idle", "blocked",
+                                        "pend_valid")),
     ("program fetch", "accel.fetch", ("valid", "mem_en", "mem_addr", "ptr")),
-    ("tile walker", "accel.walker", ("active", "load", "fire", "instr.op")),
-    ("weight loader", "accel.loader", ("dispatch", "busy", "bank", "row", "wgt_addr",
+    ("tile walker", "accel.walker", ("instr__valid", "load", "instr__ready",
+                                     "instr__payload.op")),
+    ("weight loader", "accel.loader", ("instr__valid", "busy", "bank", "row", "wgt_addr",
                                        "wload_en", "wload_bank", "wload_row")),
-    ("feeder", "accel.feeder", ("dispatch", "pending", "running", "drained", "remaining",
+    ("feeder", "accel.feeder", ("instr__valid", "pending", "running", "drained", "remaining",
                                 "act_en", "act_addr", "feed_bank", "feed_pad", "acc_we",
                                 "acc_waddr", "accepted", "completed")),
     ("array", "accel.array", ("wload_en", "wload_bank", "wload_row", "feed_bank", "feed[*]",
                               "sums[*]")),
-    ("post-processor", "accel.post", ("dispatch", "idle", "active", "remaining", "acc_addr",
+    ("post-processor", "accel.post", ("instr__valid", "idle", "active", "remaining", "acc_addr",
                                       "par_addr", "out_we", "out_addr", "out_data[*]")),
-    ("element-wise engine", "accel.eltw", ("dispatch", "idle", "active", "remaining", "act_en",
+    ("element-wise engine", "accel.eltw", ("instr__valid", "idle", "active", "remaining", "act_en",
                                            "act_addr", "acc_we", "acc_addr")),
-    ("DMA engine", "accel.dma", ("dispatch", "idle", "slot_free", "cmd_valid", "cmd_ready",
-                                 "cmd_addr", "cmd_len", "rvalid", "wr_valid", "wr_ready",
-                                 "wgt_we", "wgt_addr", "act_we", "act_ren")),
-    ("external memory", "ext_memory", ("cmd_valid", "cmd_ready", "rvalid", "wr_valid",
-                                       "wr_ready")),
+    ("DMA engine", "accel.dma", ("instr__valid", "idle", "slot_free", "ext__cmd_valid",
+                                 "ext__cmd_ready", "ext__cmd_addr", "ext__cmd_len",
+                                 "ext__rvalid", "ext__wr_valid", "ext__wr_ready", "wgt_we",
+                                 "wgt_addr", "act_we", "act_ren")),
+    ("external memory", "ext_memory", ("port__cmd_valid", "port__cmd_ready", "port__rvalid",
+                                       "port__wr_valid", "port__wr_ready")),
     ("harness", "", ("sample",)),
 )
 #: Signals shown in decimal (counters, addresses people count in) and signed decimal (data).
-_DECIMAL = {"cycles", "debug_dispatched", "pc", "instr.count", "remaining", "row", "accepted",
-            "completed", "sample", "wgt_addr", "act_addr", "acc_addr", "acc_waddr", "par_addr",
-            "out_addr", "mem_addr", "ptr", "wload_row", "cmd_addr", "cmd_len"}
+_DECIMAL = {"cycles", "debug_dispatched", "pc", "instr__payload.count", "remaining", "row",
+            "accepted", "completed", "sample", "wgt_addr", "act_addr", "acc_addr", "acc_waddr",
+            "par_addr", "out_addr", "mem_addr", "ptr", "wload_row", "ext__cmd_addr",
+            "ext__cmd_len"}
 _SIGNED = {"feed", "sums", "out_data"}
 #: GTKWave's flags: right-justified names (0x20) with hex 0x2, decimal 0x4, binary 0x8 or
 #: signed decimal 0x400 values; translated by a filter file 0x2000; group begin and end.
@@ -125,7 +129,7 @@ def gtkwave_name(scope: str, name: str, bits: str, kind: str = "vcd") -> str:
 
 def _format(name: str, bits: str, ops: bool) -> str:
     base = name.split("[")[0]
-    if name == "instr.op" and ops:
+    if name == "instr__payload.op" and ops:
         return "ops"
     if not bits:
         return "bin"
@@ -195,7 +199,7 @@ def _zoom(span: int) -> float:
 
 
 def opcode_filter() -> str:
-    """A GTKWave translate filter file: each opcode (hex, as the dispatcher's ``instr.op``
+    """A GTKWave translate filter file: each opcode (hex, as the dispatcher's ``instr__payload.op``
     is shown) and its instruction's name."""
     return "".join(f"{code:x} {name}\n" for code, name in sorted(Op.NAMES.items()))
 

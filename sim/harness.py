@@ -202,10 +202,10 @@ _EXT_MODEL = """  wire ext_cmd_valid, ext_cmd_ready, ext_rvalid;
   wire [{ww}-1:0] ext_wr_data;
   {top} ext_memory (
     .clk(clk), .rst(rst), .restart(start),
-    .cmd_valid(ext_cmd_valid), .cmd_ready(ext_cmd_ready), .cmd_addr(ext_cmd_addr),
-    .cmd_len(ext_cmd_len), .rvalid(ext_rvalid), .rdata(ext_rdata),
-    .wr_valid(ext_wr_valid), .wr_ready(ext_wr_ready), .wr_addr(ext_wr_addr),
-    .wr_data(ext_wr_data),
+    .port__cmd_valid(ext_cmd_valid), .port__cmd_ready(ext_cmd_ready),
+    .port__cmd_addr(ext_cmd_addr), .port__cmd_len(ext_cmd_len), .port__rvalid(ext_rvalid),
+    .port__rdata(ext_rdata), .port__wr_valid(ext_wr_valid), .port__wr_ready(ext_wr_ready),
+    .port__wr_addr(ext_wr_addr), .port__wr_data(ext_wr_data),
     .load_we(ext_load_we), .load_addr(ext_load_addr[{addr_bits}-1:0]),
     .load_data(ext_load_data),
     .dump_addr(ext_dump_addr[{addr_bits}-1:0]), .dump_data(ext_dump_data)
@@ -213,10 +213,10 @@ _EXT_MODEL = """  wire ext_cmd_valid, ext_cmd_ready, ext_rvalid;
 """
 
 _EXT_PORTS = """,
-    .ext_cmd_valid(ext_cmd_valid), .ext_cmd_ready(ext_cmd_ready),
-    .ext_cmd_addr(ext_cmd_addr), .ext_cmd_len(ext_cmd_len), .ext_rvalid(ext_rvalid),
-    .ext_rdata(ext_rdata), .ext_wr_valid(ext_wr_valid), .ext_wr_ready(ext_wr_ready),
-    .ext_wr_addr(ext_wr_addr), .ext_wr_data(ext_wr_data)"""
+    .ext__cmd_valid(ext_cmd_valid), .ext__cmd_ready(ext_cmd_ready),
+    .ext__cmd_addr(ext_cmd_addr), .ext__cmd_len(ext_cmd_len), .ext__rvalid(ext_rvalid),
+    .ext__rdata(ext_rdata), .ext__wr_valid(ext_wr_valid), .ext__wr_ready(ext_wr_ready),
+    .ext__wr_addr(ext_wr_addr), .ext__wr_data(ext_wr_data)"""
 
 
 def extmem_verilog(config: ArchConfig) -> str:

@@ -74,7 +74,8 @@ class _WithMemoryModel(wiring.Component):
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
 
     def elaborate(self, platform):
-        from ..hdl.extmem import WRITE_PORT, ExternalMemory, connect_read_port
+        from amaranth.lib import wiring
+        from ..hdl.extmem import ExternalMemory
 
         m = Module()
         cfg, system = self._config, self._system
@@ -84,8 +85,7 @@ class _WithMemoryModel(wiring.Component):
         m.d.comb += [system.rx.eq(self.rx), self.tx.eq(system.tx),
                      memory.restart.eq(system.ext_restart),
                      memory.load_we.eq(0), system.ext_ready.eq(1)]
-        connect_read_port(m, system, memory, requester_prefix="ext_")
-        connect_read_port(m, system, memory, requester_prefix="ext_", port=WRITE_PORT)
+        wiring.connect(m, system.ext, memory.port)
         return m
 
 

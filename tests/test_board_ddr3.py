@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
-from amaranth.lib.wiring import Out
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from hwonnx.boards.dram import NATIVE_PORT, NativeBridge, NativePortCDC
+from hwonnx.boards.dram import NativeBridge, NativePortCDC
 from hwonnx.boards.dram_init import DramInit
 from hwonnx.boards.litedram import (DFII, generate_controller, handover_writes, init_writes,
                                     read_leveling)
@@ -222,9 +222,7 @@ class _Crossing(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.bridge, m.submodules.cdc = self.bridge, self.cdc
-        for name, flow in NATIVE_PORT.items():
-            ours, theirs = getattr(self.bridge, f"port_{name}"), getattr(self.cdc, f"up_{name}")
-            m.d.comb += theirs.eq(ours) if flow == Out else ours.eq(theirs)
+        wiring.connect(m, self.bridge.port, self.cdc.up)
         return m
 
 
@@ -237,8 +235,7 @@ def test_the_crossing_carries_writes_and_bursts_between_the_clocks(dram_period):
     rng = np.random.default_rng(7)
     dut = _Crossing()
     bridge = dut.bridge
-    port = _NativePort(SimpleNamespace(**{f"port_{n}": getattr(dut.cdc, f"down_{n}")
-                                          for n in NATIVE_PORT}), rng, stall=200)
+    port = _NativePort(SimpleNamespace(port=dut.cdc.down), rng, stall=200)
     words = {int(a): int(rng.integers(0, 1 << 63)) for a in rng.choice(300, 40, replace=False)}
     to_write = list(words.items())
     reads = [(int(a), 16) for a in rng.integers(0, 280, 16)] + [(5, 3), (90, 1)]
@@ -248,19 +245,19 @@ def test_the_crossing_carries_writes_and_bursts_between_the_clocks(dram_period):
     async def host(ctx):
         w = r = 0
         for _ in range(4000):
-            ctx.set(bridge.wr_valid, int(w < len(to_write)))
-            ctx.set(bridge.cmd_valid, 0)
+            ctx.set(bridge.ext.wr_valid, int(w < len(to_write)))
+            ctx.set(bridge.ext.cmd_valid, 0)
             if w < len(to_write):
-                ctx.set(bridge.wr_addr, to_write[w][0])
-                ctx.set(bridge.wr_data, to_write[w][1])
-                w += ctx.get(bridge.wr_ready)
+                ctx.set(bridge.ext.wr_addr, to_write[w][0])
+                ctx.set(bridge.ext.wr_data, to_write[w][1])
+                w += ctx.get(bridge.ext.wr_ready)
             elif r < len(reads):
-                ctx.set(bridge.cmd_valid, 1)
-                ctx.set(bridge.cmd_addr, reads[r][0])
-                ctx.set(bridge.cmd_len, reads[r][1])
-                r += ctx.get(bridge.cmd_ready)
-            if ctx.get(bridge.rvalid):
-                got.append(ctx.get(bridge.rdata))
+                ctx.set(bridge.ext.cmd_valid, 1)
+                ctx.set(bridge.ext.cmd_addr, reads[r][0])
+                ctx.set(bridge.ext.cmd_len, reads[r][1])
+                r += ctx.get(bridge.ext.cmd_ready)
+            if ctx.get(bridge.ext.rvalid):
+                got.append(ctx.get(bridge.ext.rdata))
             await ctx.tick("sync")
 
     async def memory(ctx):

@@ -112,25 +112,25 @@ class _NativePort:
         b, rng = self.b, self.rng
         cmd_ready = int(rng.random() < 0.6)
         wdata_ready = int(rng.random() < 0.6 and bool(self.write_addrs))
-        ctx.set(b.port_cmd_ready, cmd_ready)
-        ctx.set(b.port_wdata_ready, wdata_ready)
-        ctx.set(b.port_rdata_valid, 0)
+        ctx.set(b.port.cmd_ready, cmd_ready)
+        ctx.set(b.port.wdata_ready, wdata_ready)
+        ctx.set(b.port.rdata_valid, 0)
         if self.pending and self.pending[0][0] <= cycle and cycle % 400 >= self.stall:
             _, addr = self.pending.pop(0)
-            ctx.set(b.port_rdata_valid, 1)
-            ctx.set(b.port_rdata_data, self.memory.get(addr, 0))
-            assert ctx.get(b.port_rdata_ready)
-        if ctx.get(b.port_cmd_valid) and cmd_ready:
-            addr = ctx.get(b.port_cmd_addr)
-            if ctx.get(b.port_cmd_we):
+            ctx.set(b.port.rdata_valid, 1)
+            ctx.set(b.port.rdata_data, self.memory.get(addr, 0))
+            assert ctx.get(b.port.rdata_ready)
+        if ctx.get(b.port.cmd_valid) and cmd_ready:
+            addr = ctx.get(b.port.cmd_addr)
+            if ctx.get(b.port.cmd_we):
                 self.write_addrs.append(addr)
             else:
                 last = self.pending[-1][0] if self.pending else cycle
                 self.pending.append((max(last + 1, cycle + int(rng.integers(2, 7))), addr))
-        if ctx.get(b.port_wdata_valid) and wdata_ready:
-            assert ctx.get(b.port_wdata_we) == 0xFF
+        if ctx.get(b.port.wdata_valid) and wdata_ready:
+            assert ctx.get(b.port.wdata_we) == 0xFF
             addr = self.write_addrs.pop(0)
-            self.memory[addr] = ctx.get(b.port_wdata_data)
+            self.memory[addr] = ctx.get(b.port.wdata_data)
             self.writes.append(addr)
 
 
@@ -151,22 +151,22 @@ def test_the_bridge_writes_words_and_reads_bursts_in_order(width):
     def step(ctx, cycle):
         port.step(ctx, cycle)
         writing = state["write"] < len(to_write)
-        ctx.set(bridge.wr_valid, int(writing))
-        ctx.set(bridge.cmd_valid, 0)
+        ctx.set(bridge.ext.wr_valid, int(writing))
+        ctx.set(bridge.ext.cmd_valid, 0)
         if writing:
-            ctx.set(bridge.wr_addr, to_write[state["write"]][0])
-            ctx.set(bridge.wr_data, to_write[state["write"]][1])
-            if ctx.get(bridge.wr_ready):
+            ctx.set(bridge.ext.wr_addr, to_write[state["write"]][0])
+            ctx.set(bridge.ext.wr_data, to_write[state["write"]][1])
+            if ctx.get(bridge.ext.wr_ready):
                 state["write"] += 1
         elif state["read"] < len(reads):            # then the reads, as the DMA asks
             addr, count = reads[state["read"]]
-            ctx.set(bridge.cmd_valid, 1)
-            ctx.set(bridge.cmd_addr, addr)
-            ctx.set(bridge.cmd_len, count)
-            if ctx.get(bridge.cmd_ready):
+            ctx.set(bridge.ext.cmd_valid, 1)
+            ctx.set(bridge.ext.cmd_addr, addr)
+            ctx.set(bridge.ext.cmd_len, count)
+            if ctx.get(bridge.ext.cmd_ready):
                 state["read"] += 1
-        if ctx.get(bridge.rvalid):
-            got.append(ctx.get(bridge.rdata))
+        if ctx.get(bridge.ext.rvalid):
+            got.append(ctx.get(bridge.ext.rdata))
 
     run_cycles(bridge, 1500, step)
     assert port.writes == [a for a, _ in to_write]

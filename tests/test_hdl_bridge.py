@@ -116,9 +116,9 @@ class SimTransport:
                 ctx.set(dut.ext_ready, self.memory_up[0])
                 ctx.set(dut.ext_failed, self.memory_up[1])
                 ready = int(self.rng.random() < 0.5)
-                ctx.set(dut.ext_wr_ready, ready)
-                if ready and ctx.get(dut.ext_wr_valid):
-                    self.ext_writes.append((ctx.get(dut.ext_wr_addr), ctx.get(dut.ext_wr_data)))
+                ctx.set(dut.ext.wr_ready, ready)
+                if ready and ctx.get(dut.ext.wr_valid):
+                    self.ext_writes.append((ctx.get(dut.ext.wr_addr), ctx.get(dut.ext.wr_data)))
                     if self.ext_writes[-1][0] not in self.ext_mem_drops:
                         self.ext_mem[self.ext_writes[-1][0]] = self.ext_writes[-1][1]
                 self._read_port(ctx, dut)
@@ -127,20 +127,20 @@ class SimTransport:
 
     def _read_port(self, ctx, dut):
         ready = int(self.rng.random() < 0.5)
-        ctx.set(dut.ext_cmd_ready, ready)
-        if ready and ctx.get(dut.ext_cmd_valid):
-            assert ctx.get(dut.ext_cmd_len) == 1
-            addr = ctx.get(dut.ext_cmd_addr)
+        ctx.set(dut.ext.cmd_ready, ready)
+        if ready and ctx.get(dut.ext.cmd_valid):
+            assert ctx.get(dut.ext.cmd_len) == 1
+            addr = ctx.get(dut.ext.cmd_addr)
             self.ext_reads.append(addr)
             self.pending.append((self.cycle + int(self.rng.integers(2, 7)), addr))
         if self.pending:
             assert ctx.get(dut.ext_reading)     # from the command until its word
         if self.pending and self.pending[0][0] <= self.cycle:
-            ctx.set(dut.ext_rvalid, 1)
-            ctx.set(dut.ext_rdata, self.ext_mem.get(self.pending.popleft()[1], 0))
+            ctx.set(dut.ext.rvalid, 1)
+            ctx.set(dut.ext.rdata, self.ext_mem.get(self.pending.popleft()[1], 0))
         else:           # nothing, or while nothing is asked a word for someone else
-            ctx.set(dut.ext_rvalid, int(not self.pending and self.rng.random() < 0.2))
-            ctx.set(dut.ext_rdata, int(self.rng.integers(0, 1 << 16)))
+            ctx.set(dut.ext.rvalid, int(not self.pending and self.rng.random() < 0.2))
+            ctx.set(dut.ext.rdata, int(self.rng.integers(0, 1 << 16)))
 
     def run(self, cycles: int):
         self.sim.run_until((self.cycle + cycles) * 1e-6)

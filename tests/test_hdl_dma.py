@@ -11,10 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
 
 from hwonnx.hdl.dma import DmaEngine
-from hwonnx.hdl.extmem import (ULX3S_SDRAM, WRITE_PORT, ExternalMemory, ExtTiming,
-                               MemoryTimeline, connect_read_port)
+from hwonnx.hdl.extmem import ULX3S_SDRAM, ExternalMemory, ExtTiming, MemoryTimeline
 from hwonnx.isa import EXT_WORDS_PER_PARAM, Op
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
@@ -31,8 +31,7 @@ class _Pair(Elaboratable):
         m = Module()
         m.submodules.dma, m.submodules.mem = self.dma, self.mem
         dma, mem = self.dma, self.mem
-        connect_read_port(m, dma, mem)
-        connect_read_port(m, dma, mem, port=WRITE_PORT)
+        wiring.connect(m, dma.ext, mem.port)
         return m
 
 
@@ -148,8 +147,8 @@ def test_activation_transfers_in_the_predicted_cycles(name):
             address, word = ctx.get(dma.act_waddr), ctx.get(dma.act_wdata)
             reader.contents[address] = word
             loaded.append((cycle, address, word))
-        if ctx.get(dma.wr_valid) and ctx.get(dma.wr_ready):
-            stored.append((cycle, ctx.get(dma.wr_addr), ctx.get(dma.wr_data)))
+        if ctx.get(dma.ext.wr_valid) and ctx.get(dma.ext.wr_ready):
+            stored.append((cycle, ctx.get(dma.ext.wr_addr), ctx.get(dma.ext.wr_data)))
         go = state["next"] < len(transfers) and cycle >= state["earliest"]
         if go:
             op, count, ext, local, gap, fence = transfers[state["next"]]

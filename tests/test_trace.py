@@ -140,7 +140,8 @@ def gtkwave_names(trace) -> "dict[str, str]":
 
 
 #: The instance of each engine in the accelerator (hdl/top.py).
-SCOPES = {"accelerator": ACCEL, "dispatcher": ACCEL, "tile walker": f"{ACCEL}.walker",
+SCOPES = {"accelerator": ACCEL, "instruction fetch": ACCEL,
+          "dispatcher": f"{ACCEL}.dispatcher", "tile walker": f"{ACCEL}.walker",
           "weight loader": f"{ACCEL}.loader", "feeder": f"{ACCEL}.feeder",
           "array": f"{ACCEL}.array", "post-processor": f"{ACCEL}.post",
           "element-wise engine": f"{ACCEL}.eltw", "harness": "hwonnx_harness"}
@@ -159,7 +160,7 @@ def test_save_file_groups_signals_of_the_trace_by_engine(traced):
             assert names.get(signal) == SCOPES[group], (group, signal)
     assert {f"{ACCEL}.start", f"{ACCEL}.done", f"{ACCEL}.cycles[31:0]"} <= set(
         groups["accelerator"])
-    assert f"{ACCEL}.\\instr.op[3:0]" in groups["dispatcher"]
+    assert f"{ACCEL}.dispatcher.\\instr__payload.op[3:0]" in groups["dispatcher"]
     array = [s.split(".")[-1] for s in groups["array"]]
     assert [s for s in array if s.startswith("feed[")] == [f"feed[{i}][7:0]" for i in range(3)]
     assert [s for s in array if s.startswith("sums[")] == [f"sums[{j}][31:0]"
