@@ -91,8 +91,10 @@ class TileWalker(wiring.Component):
         with m.If(self.load & (word.op == Op.LOOP)):
             single_new = ((new.m_count == 1) & (new.n_count == 1) & (new.k1 == 1)
                           & (new.k2 == 1) & (new.k3 == 1))
+            # (only the fields a LOADW has: zeroing the rest reset the whole offer register
+            # from the dispatcher's decision, the 87 MHz build's critical path)
             m.d.sync += [
-                offer.eq(0), offer.op.eq(Op.LOADW), offer.bank.eq(new.bank),
+                offer.op.eq(Op.LOADW), offer.bank.eq(new.bank),
                 offer.wgt_addr.eq(mm_t.wgt_addr), offer.wpack.eq(mm_t.wpack),
                 lp.eq(new), active.eq(1), more.eq(1),
                 phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
