@@ -60,7 +60,7 @@ class SystemTop(wiring.Component):
         m = Module()
         m.submodules.accel = accel = self._accel
         m.submodules.bridge = bridge = self._bridge
-        bridge.connect_accelerator(m, accel)
+        wiring.connect(m, bridge.accel, accel.host)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
         if self._config.ext_memory:
             # One read port: the accelerator's (its DMA engine, while it runs) or the host's
@@ -82,7 +82,7 @@ class SystemTop(wiring.Component):
                 ours.wr_addr.eq(Mux(storing, dma.wr_addr, link.wr_addr)),
                 ours.wr_data.eq(Mux(storing, dma.wr_data, link.wr_data)),
                 dma.wr_ready.eq(ours.wr_ready), link.wr_ready.eq(ours.wr_ready & ~storing),
-                self.ext_restart.eq(accel.start),
+                self.ext_restart.eq(accel.host.start),
                 bridge.ext_ready.eq(self.ext_ready), bridge.ext_failed.eq(self.ext_failed)]
         return m
 

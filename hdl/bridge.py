@@ -10,13 +10,10 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from ..errors import ResourceError
 from .extmem import ext_port
+from .top import host_port
 from .uart import CheckedComponent, UartRx, UartTx, _check_divisor
 
 __all__ = ["HostBridge", "crc16_step"]
-
-_HOST_PORTS = ("start", "busy", "done", "cycles", "host_act_we", "host_act_addr",
-               "host_act_data", "host_act_raddr", "host_act_rdata")
-_PROG_PORTS = ("host_prog_we", "host_prog_addr", "host_prog_data")
 
 
 def crc16_step(crc, byte, poly: int):
@@ -72,12 +69,8 @@ class HostBridge(CheckedComponent):
     -------
     rx : ``In(1, init=1)``. tx : ``Out(1, init=1)``
         UART pins, 8N1.
-    start : ``Out(1)``. busy, done : ``In(1)``. cycles : ``In(32)``
-        To the accelerator's ports of the same names.
-    host_act_we, host_act_addr, host_act_data, host_act_raddr : ``Out``. host_act_rdata : ``In``
-        To the accelerator's activation-buffer host ports of the same names and shapes.
-    host_prog_we, host_prog_addr, host_prog_data : ``Out``
-        To the accelerator's program-memory host ports, with ``prog_width`` only.
+    accel : ``Out(host_port(config))``
+        To the accelerator's ``host`` port (``hdl/top.host_port``).
     ext : ``Out(ext_port(cols * 8, burst))``. ext_reading : ``Out(1)``
         Reads (one word each) and writes of the external memory (``hdl/extmem.py``), and
         whether a read of the bridge's is under way, with ``ext_memory`` only.
@@ -119,17 +112,10 @@ class HostBridge(CheckedComponent):
         self._config = config
         self._build_id = build_id
         self._timeout = timeout_bits * divisor
-        word = config.rows * 8
         members = {
             "rx": In(1, init=1), "tx": Out(1, init=1),
-            "start": Out(1), "busy": In(1), "done": In(1), "cycles": In(32),
-            "host_act_we": Out(1), "host_act_addr": Out(range(config.act_depth)),
-            "host_act_data": Out(word), "host_act_raddr": Out(range(config.act_depth)),
-            "host_act_rdata": In(word),
+            "accel": Out(host_port(config)),
         }
-        if config.runtime_program:
-            members.update(host_prog_we=Out(1), host_prog_addr=Out(range(config.prog_words)),
-                           host_prog_data=Out(config.prog_width))
         if config.ext_memory:
             members.update(ext=Out(ext_port(config.cols * 8, config.ext_timing.burst)),
                            ext_reading=Out(1), ext_ready=In(1), ext_failed=In(1))
@@ -138,15 +124,6 @@ class HostBridge(CheckedComponent):
     @property
     def config(self) -> ArchConfig:
         return self._config
-
-    def connect_accelerator(self, m: Module, accelerator) -> None:
-        """Add to ``m`` the assignments joining this bridge to ``accelerator``'s ports."""
-        for name in _HOST_PORTS + (_PROG_PORTS if self.config.runtime_program else ()):
-            ours, theirs = getattr(self, name), getattr(accelerator, name)
-            if self.signature.members[name].flow == Out:
-                m.d.comb += theirs.eq(ours)
-            else:
-                m.d.comb += ours.eq(theirs)
 
     def elaborate(self, platform):
         p, cfg, rows = self._protocol, self.config, self.config.rows
@@ -195,8 +172,8 @@ class HostBridge(CheckedComponent):
         # output drives only that register, not the lane select and the CRC (that path was
         # the critical one of a ULX3S-85F build, 62.7 MHz).
         stale, stale_d = Signal(), Signal()
-        act_word = Signal.like(self.host_act_rdata)
-        m.d.sync += [stale_d.eq(stale), act_word.eq(self.host_act_rdata)]
+        act_word = Signal.like(self.accel.act_rdata)
+        m.d.sync += [stale_d.eq(stale), act_word.eq(self.accel.act_rdata)]
         timer = Signal(range(self._timeout + 1))
 
         # Activation word writes: each word goes out as its last byte arrives.
@@ -204,12 +181,12 @@ class HostBridge(CheckedComponent):
         word_done = Signal()
         shifted = Cat(wbuf[8:], byte)
         m.d.comb += [word_done.eq(data_byte & (lane == unit - 1) & (err == 0)),
-                     self.host_act_addr.eq(addr), self.host_act_data.eq(shifted[-rows * 8:]),
-                     self.host_act_we.eq(word_done & ~is_load & ~is_ext),
-                     self.host_act_raddr.eq(addr)]
+                     self.accel.act_addr.eq(addr), self.accel.act_data.eq(shifted[-rows * 8:]),
+                     self.accel.act_we.eq(word_done & ~is_load & ~is_ext),
+                     self.accel.act_raddr.eq(addr)]
         if load:
-            m.d.comb += [self.host_prog_addr.eq(addr), self.host_prog_we.eq(word_done & is_load),
-                         self.host_prog_data.eq(shifted[-pbytes * 8:])]
+            m.d.comb += [self.accel.prog_addr.eq(addr), self.accel.prog_we.eq(word_done & is_load),
+                         self.accel.prog_data.eq(shifted[-pbytes * 8:])]
         if ext:                                 # held until the memory takes it
             xvalid, xaddr, xdata = Signal(), Signal(32), Signal(xbytes * 8)
             m.d.comb += [self.ext.wr_valid.eq(xvalid), self.ext.wr_addr.eq(xaddr),
@@ -410,8 +387,8 @@ class HostBridge(CheckedComponent):
                             with m.Case(Cmd.STATUS):
                                 memory = (Cat(self.ext_ready, self.ext_failed) if ext
                                           else Const(0, 2))
-                                m.d.sync += [flags.eq(Cat(self.busy, self.done, memory)),
-                                             cyc.eq(self.cycles)]
+                                m.d.sync += [flags.eq(Cat(self.accel.busy, self.accel.done, memory)),
+                                             cyc.eq(self.accel.cycles)]
                                 reply(K_STATUS, 5)
                 receiving()
             if ext:
@@ -424,12 +401,12 @@ class HostBridge(CheckedComponent):
                     with m.Elif((count == 0) & ~xasked):
                         reply(K_SUMX, 8)
             with m.State("START"):
-                m.d.comb += [self.start.eq(1), urx.data.ready.eq(1)]
+                m.d.comb += [self.accel.start.eq(1), urx.data.ready.eq(1)]
                 m.next = "WAIT"
             with m.State("WAIT"):               # done is low from the cycle after start
                 m.d.comb += urx.data.ready.eq(1)
-                with m.If(self.done):
-                    m.d.sync += cyc.eq(self.cycles)
+                with m.If(self.accel.done):
+                    m.d.sync += cyc.eq(self.accel.cycles)
                     reply(K_RUN, 4)
 
             crc_out = crc16_step(tcrc, utx.data.payload, p.CRC16_POLY)

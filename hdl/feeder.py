@@ -201,9 +201,13 @@ class Feeder(wiring.Component):
             m.d.sync += self.completed.eq(self.completed + 1)
         # A word in the tag pipeline, in a register: the OR of the stages that will hold one
         # in the next cycle (the OR in front of ``drained`` led the 87 MHz board build's
-        # critical path into the dispatcher).
+        # critical path into the dispatcher); the same OR of the stages that hold one now in
+        # the compact datapath (the UP5K has no logic cell to spare).
         in_flight = Signal()
-        m.d.sync += in_flight.eq(Cat(running, *(t[-1] for t in tags[:latency - 1])).any())
+        if cfg.compact:
+            m.d.comb += in_flight.eq(Cat(t[-1] for t in tags[:latency]).any())
+        else:
+            m.d.sync += in_flight.eq(Cat(running, *(t[-1] for t in tags[:latency - 1])).any())
         m.d.comb += [
             self.pending.eq(pend_valid),
             self.drained.eq(~pend_valid & ~running & ~in_flight),

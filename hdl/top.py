@@ -21,7 +21,24 @@ from .post import PostProcessor
 from .walker import TileWalker
 from .dispatch import Dispatcher
 
-__all__ = ["Accelerator"]
+__all__ = ["Accelerator", "host_port"]
+
+
+def host_port(config: ArchConfig) -> wiring.Signature:
+    """The accelerator's port for its host (a board's host bridge, a simulation harness) as
+    the host drives it: ``start`` runs the program; ``busy``, ``done`` and ``cycles``; the
+    activation buffer written (``act_we``, ``act_addr``, ``act_data``) and read
+    (``act_raddr``; ``act_rdata`` one cycle later) while the accelerator is not busy; with a
+    program memory loaded at run time (``prog_width``), its words (``prog_we``,
+    ``prog_addr``, ``prog_data``)."""
+    members = {"start": Out(1), "busy": In(1), "done": In(1), "cycles": In(32),
+               "act_we": Out(1), "act_addr": Out(range(config.act_depth)),
+               "act_data": Out(config.rows * 8), "act_raddr": Out(range(config.act_depth)),
+               "act_rdata": In(config.rows * 8)}
+    if config.runtime_program:
+        members.update(prog_we=Out(1), prog_addr=Out(range(config.prog_words)),
+                       prog_data=Out(config.prog_word_bits))
+    return wiring.Signature(members)
 
 
 class _NoEltwise:
@@ -48,12 +65,12 @@ class Accelerator(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``. busy, done : ``Out(1)``. cycles : ``Out(32)``.
+    host : ``In(host_port(config))``: start, status, the activation buffer (and a program
+        memory loaded at run time) for the host.
     host_<buf>_we, host_<buf>_addr, host_<buf>_data : write a whole word of buffer ``<buf>``
-        (``prog``, ``wgt``, ``par``, ``act``, and ``lut``, the activation tables, when
-        ``lut_tables`` is not 0) while the accelerator is not busy.
-    host_act_raddr, host_act_rdata : read an activation word (one cycle latency) while the
-        accelerator is not busy.
+        (``prog`` unless loaded through ``host``, ``wgt``, ``par``, and ``lut``, the
+        activation tables, when ``lut_tables`` is not 0) while the accelerator is not busy:
+        the images a simulation harness loads (a board has them as initial contents).
     debug_dispatched : ``Out(32)``: instructions dispatched since ``start`` (the index of the
         next one, so the last one dispatched is ``debug_dispatched - 1``).
     debug_busy : ``Out(4)``: bit 0 the weight loader is loading, bit 1 the feeder holds or
@@ -76,14 +93,14 @@ class Accelerator(wiring.Component):
         if config.runtime_program and "prog" in self._images:
             raise ValueError("A narrow program memory (prog_width) has no initial contents: "
                              "the host loads the program at run time")
-        members = {"start": In(1), "busy": Out(1), "done": Out(1), "cycles": Out(32)}
+        members = {"host": In(host_port(config))}
         for name in self.buffers(config):
+            if name == "act" or (name == "prog" and config.runtime_program):
+                continue                # through ``host``
             depth, width = self.buffer_shape(config, name)
             members[f"host_{name}_we"] = In(1)
             members[f"host_{name}_addr"] = In(range(depth))
             members[f"host_{name}_data"] = In(width)
-        members["host_act_raddr"] = In(range(config.act_depth))
-        members["host_act_rdata"] = Out(config.rows * 8)
         members["debug_dispatched"] = Out(32)
         members["debug_busy"] = Out(4)
         if config.ext_memory:           # the external memory's port (hdl/extmem.py)
@@ -160,8 +177,8 @@ class Accelerator(wiring.Component):
         post_we, engine_data = self._staging(m, dma, post, engine_addr, engine_en,
                                              act_r.data)
         act_w = act.write_port(granularity=1)
-        with m.If(self.host_act_we):
-            m.d.comb += [act_w.addr.eq(self.host_act_addr), act_w.data.eq(self.host_act_data),
+        with m.If(self.host.act_we):
+            m.d.comb += [act_w.addr.eq(self.host.act_addr), act_w.data.eq(self.host.act_data),
                          act_w.en.eq(~0)]
         with m.Else():
             m.d.comb += [act_w.addr.eq(post.out_addr), act_w.data.eq(post.out_data),
@@ -170,9 +187,9 @@ class Accelerator(wiring.Component):
         # engine starts only when the feeder is drained) while the program runs, the host's
         # otherwise (a second port would double the buffer's block RAMs, its largest user on
         # a board).
-        m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host_act_raddr)),
+        m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host.act_raddr)),
                      act_r.en.eq(~running | engine_en),
-                     self.host_act_rdata.eq(act_r.data), eltw.act_data.eq(engine_data)]
+                     self.host.act_rdata.eq(act_r.data), eltw.act_data.eq(engine_data)]
 
         # Weight tiles into the array.
         wgt_r = wgt.read_port()
@@ -229,7 +246,7 @@ class Accelerator(wiring.Component):
                 offer.valid.eq(walking | stored_valid),
                 walker.instr.ready.eq(offer.ready),
                 fetched_fire.eq(fire & ~walking),
-                walker.start.eq(self.start), walker.load.eq(fetched_fire),
+                walker.start.eq(self.host.start), walker.load.eq(fetched_fire),
                 walker.word.eq(stored.as_value()),
             ]
         else:
@@ -250,16 +267,16 @@ class Accelerator(wiring.Component):
             wiring.connect(m, disp.dma, dma.instr)
             m.d.comb += [disp.dma_idle.eq(dma.idle), disp.boot.eq(boot)]
 
-        with m.If(self.start):
-            m.d.sync += [running.eq(1), self.done.eq(0), self.cycles.eq(0)]
+        with m.If(self.host.start):
+            m.d.sync += [running.eq(1), self.host.done.eq(0), self.host.cycles.eq(0)]
         with m.Elif(running):
-            m.d.sync += self.cycles.eq(self.cycles + 1)
+            m.d.sync += self.host.cycles.eq(self.host.cycles + 1)
             with m.If(fetched_fire & (offer.payload.op == Op.END)):
-                m.d.sync += [running.eq(0), self.done.eq(1)]
-        m.d.comb += self.busy.eq(running)
+                m.d.sync += [running.eq(0), self.host.done.eq(1)]
+        m.d.comb += self.host.busy.eq(running)
 
         # Read-only status for the simulation harness (see the class docstring).
-        with m.If(self.start):
+        with m.If(self.host.start):
             m.d.sync += self.debug_dispatched.eq(0)
         with m.Elif(fire):
             m.d.sync += self.debug_dispatched.eq(self.debug_dispatched + 1)
@@ -318,7 +335,7 @@ class Accelerator(wiring.Component):
             return Const(1), Const(0)
         seen = Signal(init=1)          # the engine was idle in the cycle before
         boot = Signal()
-        m.d.sync += [seen.eq(dma.idle), boot.eq(self.start)]
+        m.d.sync += [seen.eq(dma.idle), boot.eq(self.host.start)]
         return ~boot & dma.idle & seen, boot
 
     def _wide_fetch(self, m, prog, fire, fresh):
@@ -339,11 +356,11 @@ class Accelerator(wiring.Component):
         prog_r = prog.read_port()
         go = Signal()
         m.d.comb += [go.eq(refill & fresh),
-                     prog_r.addr.eq(Mux(self.start, 0, Mux(refill, pc,
+                     prog_r.addr.eq(Mux(self.host.start, 0, Mux(refill, pc,
                                                            Mux(fire, pc + 2, pc + 1))))]
         page_end = (pc[:page.bit_length() - 1] == page - 1) if page else Const(0)
         # FETCH_LATENCY: the read (go, or start) in one cycle, the capture in the next
-        with m.If(self.start):
+        with m.If(self.host.start):
             m.d.sync += [pc.eq(0), stored_valid.eq(0), refill.eq(bool(page)),
                          capture.eq(not page)]
         with m.Elif(go):
@@ -372,8 +389,8 @@ class Accelerator(wiring.Component):
         cfg = self.config
         m.submodules.fetch = fetch = NarrowFetch(cfg)
         m.submodules.prog_buf = ram = ProgramRAM(cfg.prog_words, cfg.prog_width)
-        m.d.comb += [ram.addr.eq(Mux(self.host_prog_we, self.host_prog_addr, fetch.mem_addr)),
-                     ram.data.eq(self.host_prog_data), ram.we.eq(self.host_prog_we),
+        m.d.comb += [ram.addr.eq(Mux(self.host.prog_we, self.host.prog_addr, fetch.mem_addr)),
+                     ram.data.eq(self.host.prog_data), ram.we.eq(self.host.prog_we),
                      ram.re.eq(fetch.mem_en), fetch.mem_data.eq(ram.rdata),
-                     fetch.start.eq(self.start), fetch.running.eq(running), fetch.fire.eq(fire)]
+                     fetch.start.eq(self.host.start), fetch.running.eq(running), fetch.fire.eq(fire)]
         return fetch.instr, fetch.valid & running

@@ -265,8 +265,9 @@ class ArchConfig:
     @property
     def compact(self) -> bool:
         """The compact datapath of the smallest devices (``mul_stages`` 1): fewer pipeline
-        registers in the post-processor and before the array (``hdl/post.py``,
-        ``hdl/feeder.py``)."""
+        registers in the post-processor, before the array and behind the feeder's ``drained``
+        (``hdl/post.py``, ``hdl/feeder.py``); the same cycles either way but for those of
+        ``feed_delay`` and the post-processor's stages."""
         return self.mul_stages == 1
 
     @property

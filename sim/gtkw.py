@@ -31,8 +31,8 @@ UNITS_PER_NS = 1000
 #: column each). A signal the build does not declare (an engine the architecture lacks, the
 #: fetch unit's signals without a narrow program memory) is left out.
 ENGINES = (
-    ("accelerator", "accel", ("start", "busy", "done", "cycles", "debug_dispatched",
-                              "debug_busy")),
+    ("accelerator", "accel", ("host__start", "host__busy", "host__done", "host__cycles",
+                              "debug_dispatched", "debug_busy")),
     ("instruction fetch", "accel", ("running", "pc", "stored_valid", "fire", "fetched_fire")),
     ("dispatcher", "accel.dispatcher", ("instr__valid", "instr__ready", "instr__payload.op",
                                         "instr__payload.count", "post_idle", "blocked",
@@ -60,7 +60,7 @@ ENGINES = (
     ("harness", "", ("sample",)),
 )
 #: Signals shown in decimal (counters, addresses people count in) and signed decimal (data).
-_DECIMAL = {"cycles", "debug_dispatched", "pc", "instr__payload.count", "remaining", "row",
+_DECIMAL = {"host__cycles", "debug_dispatched", "pc", "instr__payload.count", "remaining", "row",
             "accepted", "completed", "sample", "wgt_addr", "act_addr", "acc_addr", "acc_waddr",
             "par_addr", "out_addr", "mem_addr", "ptr", "wload_row", "ext__cmd_addr",
             "ext__cmd_len"}

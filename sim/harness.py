@@ -98,16 +98,17 @@ module {harness}(output reg finished);
   wire [{ww}-1:0] ext_dump_data;
 {ext_model}
   {accel} accel (
-    .clk(clk), .rst(rst), .start(start), .busy(busy), .done(done), .cycles(cycles),
-    .host_prog_we(host_prog_we), .host_prog_addr(host_prog_addr[{prog_bits}-1:0]),
-    .host_prog_data(host_prog_data),
+    .clk(clk), .rst(rst), .host__start(start), .host__busy(busy), .host__done(done),
+    .host__cycles(cycles),
+    .{prog}we(host_prog_we), .{prog}addr(host_prog_addr[{prog_bits}-1:0]),
+    .{prog}data(host_prog_data),
     .host_wgt_we(host_wgt_we), .host_wgt_addr(host_wgt_addr[{wgt_bits}-1:0]),
     .host_wgt_data(host_wgt_data),
     .host_par_we(host_par_we), .host_par_addr(host_par_addr[{par_bits}-1:0]),
     .host_par_data(host_par_data),{lut_ports}
-    .host_act_we(host_act_we), .host_act_addr(host_act_addr[{act_bits}-1:0]),
-    .host_act_data(host_act_data),
-    .host_act_raddr(host_act_raddr[{act_bits}-1:0]), .host_act_rdata(host_act_rdata),
+    .host__act_we(host_act_we), .host__act_addr(host_act_addr[{act_bits}-1:0]),
+    .host__act_data(host_act_data),
+    .host__act_raddr(host_act_raddr[{act_bits}-1:0]), .host__act_rdata(host_act_rdata),
     .debug_dispatched(debug_dispatched), .debug_busy(debug_busy){ext_ports}
   );
 
@@ -246,6 +247,7 @@ def harness_verilog(config: ArchConfig) -> str:
         ext_ports = _EXT_PORTS
     return _TEMPLATE.format(
         ext_model=ext_model, ext_ports=ext_ports, ext_depth=max(1, config.ext_depth),
+        prog="host__prog_" if config.runtime_program else "host_prog_",
         lut_ports=lut_ports, lut_depth=max(1, config.lut_depth),
         name=config.name, harness=HARNESS_TOP, accel=ACCEL_TOP, stage=STAGE_DEPTH,
         stage_x=STAGE_DEPTH if config.ext_memory else 1,

@@ -8,6 +8,7 @@ from collections import deque
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hwonnx.boards.host import send_external
@@ -48,18 +49,18 @@ class FakeAccelerator:
         return self.mem[addr].to_bytes(self.rows, "little")
 
     def drive(self, ctx, dut):
-        for port, value in ((dut.busy, self.busy), (dut.done, self.done),
-                            (dut.cycles, self.cycles), (dut.host_act_rdata, self.rdata)):
+        for port, value in ((dut.accel.busy, self.busy), (dut.accel.done, self.done),
+                            (dut.accel.cycles, self.cycles), (dut.accel.act_rdata, self.rdata)):
             ctx.set(port, value)
 
     def sample(self, ctx, dut, cycle):
-        raddr = ctx.get(dut.host_act_raddr)     # reads past the end are harmless, undefined
+        raddr = ctx.get(dut.accel.act_raddr)     # reads past the end are harmless, undefined
         self.rdata = self.mem[raddr] if raddr < len(self.mem) else 0
-        if ctx.get(dut.host_act_we):
-            addr = ctx.get(dut.host_act_addr)
-            self.mem[addr] = ctx.get(dut.host_act_data)
+        if ctx.get(dut.accel.act_we):
+            addr = ctx.get(dut.accel.act_addr)
+            self.mem[addr] = ctx.get(dut.accel.act_data)
             self.writes.append(addr)
-        if ctx.get(dut.start):
+        if ctx.get(dut.accel.start):
             self.starts.append(cycle)
             self.busy, self.done, self.cycles, self.remaining = 1, 0, 0, self.run_cycles
         elif self.remaining:
@@ -169,7 +170,7 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.bridge, m.submodules.accelerator = self.bridge, self.accelerator
-        self.bridge.connect_accelerator(m, self.accelerator)
+        wiring.connect(m, self.bridge.accel, self.accelerator.host)
         return m
 
 

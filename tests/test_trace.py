@@ -31,8 +31,8 @@ from test_segments import _setup
 from vcd_reader import read_vcd
 
 ACCEL = "hwonnx_harness.accel"
-CLOCK, START, DONE = "hwonnx_harness.clk", f"{ACCEL}.start", f"{ACCEL}.done"
-CYCLES, FED = f"{ACCEL}.cycles", f"{ACCEL}.feeder.act_en"
+CLOCK, START, DONE = "hwonnx_harness.clk", f"{ACCEL}.host__start", f"{ACCEL}.host__done"
+CYCLES, FED = f"{ACCEL}.host__cycles", f"{ACCEL}.feeder.act_en"
 DISPATCHED = f"{ACCEL}.debug_dispatched"
 
 
@@ -158,7 +158,7 @@ def test_save_file_groups_signals_of_the_trace_by_engine(traced):
         assert len(signals) >= 1 and len(set(signals)) == len(signals), group
         for signal in signals:
             assert names.get(signal) == SCOPES[group], (group, signal)
-    assert {f"{ACCEL}.start", f"{ACCEL}.done", f"{ACCEL}.cycles[31:0]"} <= set(
+    assert {START, DONE, f"{CYCLES}[31:0]"} <= set(
         groups["accelerator"])
     assert f"{ACCEL}.dispatcher.\\instr__payload.op[3:0]" in groups["dispatcher"]
     array = [s.split(".")[-1] for s in groups["array"]]
