@@ -27,11 +27,11 @@ def native_port(width: int, addr_bits: int) -> wiring.Signature:
 
 class NativeBridge(wiring.Component):
     """The accelerator's burst reads and the host's single-word writes (``ext``:
-    ``hdl/extmem.ext_port``) on a LiteDRAM native port (``port``) of words as wide as the accelerator's or wider (``port_width``: a power
-    of two; a word written is zero-extended, a word read truncated). A read of ``cmd_len`` words is
-    taken when no other is being issued and becomes ``cmd_len`` port commands; the port
-    returns their data in order, passed on as it comes. A write waits until no read command
-    is left to issue. The port's address is ``addr_bits`` wide: the memory's size in words.
+    ``hdl/extmem.ext_port``) on a LiteDRAM native port (``port``) of words as wide as the
+    accelerator's or wider (``port_width``: a power of two; a word written is zero-extended,
+    a word read truncated). A read of ``cmd_len`` words is taken when no other is being
+    issued and becomes ``cmd_len`` port commands; the port returns their data in order, passed
+    on as it comes. A write waits until no read command is left to issue. The port's address is ``addr_bits`` wide: the memory's size in words.
 
     Members
     -------

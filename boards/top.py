@@ -38,10 +38,10 @@ class SystemTop(wiring.Component):
     -------
     rx : ``In(1)`` UART receive pin. tx : ``Out(1)`` UART transmit pin.
     ext : ``Out(ext_port(cols * 8, burst))``: the external memory, for the accelerator's DMA
-    engine and the host bridge (READX, WRITEX), ext_ready and ext_failed : ``In(1)`` the memory is up or failed to come up
-    (STATUS), and ext_restart : ``Out(1)`` the
-    accelerator's ``start`` (a memory model's refresh schedule starts over): with
-    ``ArchConfig.ext_memory`` only, for the memory or its model outside.
+    engine and the host bridge (READX, WRITEX); ext_ready and ext_failed : ``In(1)`` the
+    memory is up or failed to come up (STATUS); ext_restart : ``Out(1)`` the accelerator's
+    ``start`` (a memory model's refresh schedule starts over). With ``ArchConfig.ext_memory``
+    only, for the memory or its model outside.
     """
 
     def __init__(self, config: ArchConfig, images: "dict[str, list[int]]", divisor: int,

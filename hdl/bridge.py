@@ -387,7 +387,8 @@ class HostBridge(CheckedComponent):
                             with m.Case(Cmd.STATUS):
                                 memory = (Cat(self.ext_ready, self.ext_failed) if ext
                                           else Const(0, 2))
-                                m.d.sync += [flags.eq(Cat(self.accel.busy, self.accel.done, memory)),
+                                m.d.sync += [flags.eq(Cat(self.accel.busy, self.accel.done,
+                                                          memory)),
                                              cyc.eq(self.accel.cycles)]
                                 reply(K_STATUS, 5)
                 receiving()

@@ -1,12 +1,14 @@
 """Data layouts shared by the HDL components and the compiler's encoders."""
 
 from amaranth.hdl import signed, unsigned
-from amaranth.lib import data, stream
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.utils import ceil_log2
 
 from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, PARAM_BITS
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "instr_stream", "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout",
+__all__ = ["InstrLayout", "instr_stream", "buffer_read", "LoopLayout", "EltwLayout",
+           "LoadxLayout", "ActxLayout", "ParamLayout",
            "PARAM_BITS"]
 
 
@@ -29,6 +31,13 @@ def instr_stream() -> stream.Signature:
     registers in every cycle it is ready, so that ``valid`` (the end of the dispatcher's
     decode) drives only its busy flags, never a register's enable."""
     return stream.Signature(InstrLayout())
+
+
+def buffer_read(depth: int, shape) -> wiring.Signature:
+    """A buffer's read port as the engine that reads it drives it (amaranth's
+    ``memory.ReadPort.Signature``, flipped): ``addr`` and ``en`` out, the word on ``data`` one
+    cycle later; joined to the buffer's ``read_port()`` with ``wiring.connect``."""
+    return memory.ReadPort.Signature(addr_width=ceil_log2(depth), shape=shape).flip()
 
 
 class LoopLayout(data.StructLayout):

@@ -6,7 +6,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .layouts import instr_stream
+from .layouts import buffer_read, instr_stream
 
 __all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "WRITE_DELAY"]
 
@@ -48,7 +48,8 @@ class WeightLoader(wiring.Component):
     -------
     instr : ``In(instr_stream())``: a LOADW to start (ready when ``busy`` is 0).
     busy : reads are in progress.
-    wgt_addr, wgt_en, wgt_data : weight-buffer read port (data one cycle after the address).
+    wgt : ``Out(buffer_read(wgt_depth, ArrayLayout(signed(8), cols)))``: the weight buffer's
+        read port.
     wload_en, wload_row, wload_bank, wload_data : array weight-write controls and the
         unpacked row.
     """
@@ -58,9 +59,7 @@ class WeightLoader(wiring.Component):
         super().__init__({
             "instr": In(instr_stream()),
             "busy": Out(1),
-            "wgt_addr": Out(config.wgt_addr_bits),
-            "wgt_en": Out(1),
-            "wgt_data": In(config.cols * 8),
+            "wgt": Out(buffer_read(config.wgt_depth, data.ArrayLayout(signed(8), config.cols))),
             "wload_en": Out(1),
             "wload_row": Out(range(config.rows)),
             "wload_bank": Out(1),
@@ -96,13 +95,13 @@ class WeightLoader(wiring.Component):
             for p in WEIGHT_PACKINGS:
                 with m.Case(p):
                     m.d.comb += offset.eq(row >> p)
-        m.d.comb += [self.wgt_addr.eq(base + offset), self.wgt_en.eq(self.busy)]
+        m.d.comb += [self.wgt.addr.eq(base + offset), self.wgt.en.eq(self.busy)]
         # The word read in cycle k is on wgt_data in k + 1 and in a register in k + 2
         # (WRITE_DELAY): the block RAM's output (5.6 ns from the clock on ECP5) drives only
         # that register, not the unpacking and the wires to every PE of the array. The row,
         # bank and slot of the read follow it.
-        word = Signal.like(self.wgt_data)
-        m.d.sync += word.eq(self.wgt_data)
+        word = Signal(self.config.cols * 8)
+        m.d.sync += word.eq(self.wgt.data.as_value())
         follow = [(self.busy, self.wload_en), (row, self.wload_row), (bank, self.wload_bank)]
         slot, unpack = Signal(2), Signal(2)
         follow += [(row, slot), (wpack, unpack)]

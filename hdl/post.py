@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .dsp import MULT_LATENCY, RegisteredMultiplier
-from .layouts import InstrLayout, ParamLayout, instr_stream
+from .layouts import InstrLayout, ParamLayout, buffer_read, instr_stream
 from .rounding import ORT_LATENCY, OrtRounder
 
 __all__ = ["PostProcessor", "POST_LATENCY", "round_stages", "clamp_stages", "post_latency"]
@@ -68,7 +68,8 @@ class PostProcessor(wiring.Component):
         read in the cycle after it is taken (``par_data`` is valid from the cycle after that
         and held for the whole instruction).
     idle : no step or write outstanding.
-    acc_addr, acc_data : accumulator read port. par_addr, par_en, par_data : parameter read.
+    acc_addr, acc_data : accumulator read port.
+    par : ``Out(buffer_read(par_depth, ParamLayout(config)))``: the parameter buffer's read port.
     out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
     lut_we, lut_addr, lut_data : with ``lut_tables``: write entry ``lut_addr`` of the activation
         tables (every column's copy); ``lut_init`` gives their initial contents.
@@ -88,9 +89,7 @@ class PostProcessor(wiring.Component):
             "idle": Out(1),
             "acc_addr": Out(config.acc_addr_bits),
             "acc_data": In(data.ArrayLayout(signed(32), config.cols)),
-            "par_addr": Out(config.par_addr_bits),
-            "par_en": Out(1),
-            "par_data": In(ParamLayout(config)),
+            "par": Out(buffer_read(config.par_depth, ParamLayout(config))),
             "out_we": Out(config.rows),
             "out_addr": Out(config.act_addr_bits),
             "out_data": Out(data.ArrayLayout(signed(8), config.rows)),
@@ -116,7 +115,7 @@ class PostProcessor(wiring.Component):
         m.d.comb += [self.instr.ready.eq(self.idle),
                      take.eq(self.instr.valid & self.instr.ready)]
         m.d.sync += started.eq(take)
-        m.d.comb += [self.par_addr.eq(cur.par_addr), self.par_en.eq(started)]
+        m.d.comb += [self.par.addr.eq(cur.par_addr), self.par.en.eq(started)]
         # The instruction is taken in every cycle the post-processor is ready (see
         # ``instr_stream``): ``valid`` drives only ``active`` and ``started``.
         instr = self.instr.payload
@@ -146,7 +145,7 @@ class PostProcessor(wiring.Component):
         # read in cycle t + 1 (dispatch in t), on par_data from t + 2, here from t + 3: the
         # cycle of the first bias add (the first accumulator read is in t + 1).
         par = Signal(ParamLayout(cfg))
-        m.d.sync += par.eq(self.par_data)
+        m.d.sync += par.eq(self.par.data)
 
         # Stage 1 (accumulator data valid): register it.
         s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word,

@@ -192,10 +192,9 @@ class Accelerator(wiring.Component):
                      self.host.act_rdata.eq(act_r.data), eltw.act_data.eq(engine_data)]
 
         # Weight tiles into the array.
-        wgt_r = wgt.read_port()
-        m.d.comb += [wgt_r.addr.eq(loader.wgt_addr), wgt_r.en.eq(loader.wgt_en),
-                     array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
-                     array.wload_bank.eq(loader.wload_bank), loader.wgt_data.eq(wgt_r.data),
+        wiring.connect(m, loader.wgt, wgt.read_port())
+        m.d.comb += [array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
+                     array.wload_bank.eq(loader.wload_bank),
                      array.wload_data.eq(loader.wload_data)]
 
         # Activations into the array from a register (feed_delay 2; 1: straight from the
@@ -221,9 +220,7 @@ class Accelerator(wiring.Component):
         for c in range(cfg.cols):
             m.d.comb += acc.ew_data[c].eq(eltw.acc_data[c])
 
-        par_r = par.read_port()
-        m.d.comb += [par_r.addr.eq(post.par_addr), par_r.en.eq(post.par_en),
-                     post.par_data.eq(par_r.data)]
+        wiring.connect(m, post.par, par.read_port())
 
         # The instruction on offer: while the tile walker walks a LOOP, its micro-instruction,
         # otherwise the stored one; the dispatcher hands it to its engine.
@@ -392,5 +389,6 @@ class Accelerator(wiring.Component):
         m.d.comb += [ram.addr.eq(Mux(self.host.prog_we, self.host.prog_addr, fetch.mem_addr)),
                      ram.data.eq(self.host.prog_data), ram.we.eq(self.host.prog_we),
                      ram.re.eq(fetch.mem_en), fetch.mem_data.eq(ram.rdata),
-                     fetch.start.eq(self.host.start), fetch.running.eq(running), fetch.fire.eq(fire)]
+                     fetch.start.eq(self.host.start), fetch.running.eq(running),
+                     fetch.fire.eq(fire)]
         return fetch.instr, fetch.valid & running

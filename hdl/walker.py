@@ -25,11 +25,11 @@ class _Phase(enum.Enum, shape=2):
 class TileWalker(wiring.Component):
     """Holds the templates of SETMM and SETPOST and, from a LOOP, issues the layer's
     micro-instructions on the stream ``instr``, the next one in the cycle after the
-    dispatcher takes one, so that they leave as fast as stored ones would.
-    ``instr.payload`` is a register: the walk's state is one micro-instruction ahead of it (the LOOP
-    writes tile 0's LOADW, each ``fire`` writes the one the state describes and steps the
-    state), so that no path runs from the walker's counters through the dispatcher into an
-    engine (it was the 83 MHz board build's critical path).
+    dispatcher takes one, so that they leave as fast as stored ones would. ``instr.payload``
+    is a register: the walk's state is one micro-instruction ahead of it (the LOOP writes tile
+    0's LOADW, each one taken writes the one the state describes and steps the state), so
+    that no path runs from the walker's counters through the dispatcher into an engine (it
+    was the 83 MHz board build's critical path).
 
     The rules are those of :func:`hwonnx.compiler.loops.expand`, state for state: a MATMUL
     tile ``(m, n, k1, k2, k3)`` moves its weight address by a tile's words per tile

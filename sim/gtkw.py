@@ -40,7 +40,7 @@ ENGINES = (
     ("program fetch", "accel.fetch", ("valid", "mem_en", "mem_addr", "ptr")),
     ("tile walker", "accel.walker", ("instr__valid", "load", "instr__ready",
                                      "instr__payload.op")),
-    ("weight loader", "accel.loader", ("instr__valid", "busy", "bank", "row", "wgt_addr",
+    ("weight loader", "accel.loader", ("instr__valid", "busy", "bank", "row", "wgt__addr",
                                        "wload_en", "wload_bank", "wload_row")),
     ("feeder", "accel.feeder", ("instr__valid", "pending", "running", "drained", "remaining",
                                 "act_en", "act_addr", "feed_bank", "feed_pad", "acc_we",
@@ -48,7 +48,7 @@ ENGINES = (
     ("array", "accel.array", ("wload_en", "wload_bank", "wload_row", "feed_bank", "feed[*]",
                               "sums[*]")),
     ("post-processor", "accel.post", ("instr__valid", "idle", "active", "remaining", "acc_addr",
-                                      "par_addr", "out_we", "out_addr", "out_data[*]")),
+                                      "par__addr", "out_we", "out_addr", "out_data[*]")),
     ("element-wise engine", "accel.eltw", ("instr__valid", "idle", "active", "remaining", "act_en",
                                            "act_addr", "acc_we", "acc_addr")),
     ("DMA engine", "accel.dma", ("instr__valid", "idle", "slot_free", "ext__cmd_valid",
@@ -63,7 +63,7 @@ ENGINES = (
 _DECIMAL = {"host__cycles", "debug_dispatched", "pc", "instr__payload.count", "remaining", "row",
             "accepted", "completed", "sample", "wgt_addr", "act_addr", "acc_addr", "acc_waddr",
             "par_addr", "out_addr", "mem_addr", "ptr", "wload_row", "ext__cmd_addr",
-            "ext__cmd_len"}
+            "ext__cmd_len", "wgt__addr", "par__addr"}
 _SIGNED = {"feed", "sums", "out_data"}
 #: GTKWave's flags: right-justified names (0x20) with hex 0x2, decimal 0x4, binary 0x8 or
 #: signed decimal 0x400 values; translated by a filter file 0x2000; group begin and end.

@@ -6,7 +6,7 @@ word on the read port in t+2+r, in a register in t+3+r); ``busy`` is high for ex
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module, signed
-from amaranth.lib import data
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 
 from hwonnx.isa import Op
@@ -41,7 +41,7 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
     for tile, address in zip(tiles, addresses):
         image[address:address + count] = pack_tile(tile, wpack)
     dut = WeightLoader(config)
-    memory = SyncReadMemory(image, dut.wgt_addr, dut.wgt_data, en=dut.wgt_en)
+    memory = SyncReadMemory(image, dut.wgt.addr, dut.wgt.data.as_value(), en=dut.wgt.en)
     # Back to back, as the cycle model schedules them (loader_free = t + rows + 1), both
     # banks, including a tile that ends at the last weight word.
     t0 = 2
@@ -62,7 +62,7 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
             assert not ctx.get(dut.busy), f"dispatch in cycle {cycle} while busy"
             set_instr(ctx, dut.instr, instr)
         assert ctx.get(dut.busy) == (cycle in busy), f"busy in cycle {cycle}"
-        assert ctx.get(dut.wgt_en) == (cycle in busy), f"wgt_en in cycle {cycle}"
+        assert ctx.get(dut.wgt.en) == (cycle in busy), f"wgt.en in cycle {cycle}"
         if ctx.get(dut.wload_en):
             seen[cycle] = (ctx.get(dut.wload_row), ctx.get(dut.wload_bank),
                            list(ctx.get(dut.wload_data)))
@@ -104,10 +104,9 @@ class LoaderAndArray(Elaboratable):
         m.submodules.array = array = self.array
         m.submodules.wgt = wgt = Memory(shape=data.ArrayLayout(signed(8), cfg.cols),
                                         depth=cfg.wgt_depth, init=self.wgt)
-        port = wgt.read_port()
-        m.d.comb += [port.addr.eq(loader.wgt_addr), port.en.eq(loader.wgt_en),
-                     array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
-                     array.wload_bank.eq(loader.wload_bank), loader.wgt_data.eq(port.data),
+        wiring.connect(m, loader.wgt, wgt.read_port())
+        m.d.comb += [array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
+                     array.wload_bank.eq(loader.wload_bank),
                      array.wload_data.eq(loader.wload_data)]
         return m
 

@@ -72,7 +72,7 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
                              dut.acc_data)
     par_words = [[{"bias": int(b), "mult": int(m), "shift": int(s)} for b, m, s in zip(*p)]
                  for p in params]
-    par_mem = SyncReadMemory(par_words, dut.par_addr, dut.par_data, en=dut.par_en)
+    par_mem = SyncReadMemory(par_words, dut.par.addr, dut.par.data, en=dut.par.en)
 
     # The cycle model: dispatch in cycle t -> writes in t+1+L .. t+L+count*nw, idle at
     # t+1+L+n, with L = post_latency(config).
