@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ToolchainError
-from ..hdl.extmem import port_bytes
+from ..memories import port_bytes
 from .dram_init import ReadLeveling
 
 __all__ = ["CONTROLLERS", "DramCore", "generate_controller", "init_writes",
            "handover_writes", "read_leveling", "DFII"]
 
-#: LiteDRAM settings of each external memory (``hdl/extmem.py: MEMORIES``):
+#: LiteDRAM settings of each external memory (``hwonnx/memories.py: MEMORIES``):
 #: - the ULX3S's IS42S16160 (32 MB, 16 bits: two byte lanes) on LiteDRAM's generic SDR PHY,
 #:   clocked by the accelerator's clock;
 #: - the ECPIX-5's MT41K256M16 (512 MB DDR3, 16 bits) on LiteDRAM's ECP5 DDR3 PHY, which

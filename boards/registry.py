@@ -74,7 +74,7 @@ class Board:
     pll: bool = False            # derive clock_hz from the board oscillator with a PLL
     huge_rams: int = 0           # single-port RAM blocks (iCE40 SPRAM) for the program
     ext_memory: str = ""         # its external memory with a controller hwonnx builds
-    #                              (hdl/extmem.py: MEMORIES, boards/litedram.py: CONTROLLERS)
+    #                              (hwonnx/memories.py: MEMORIES, boards/litedram.py: CONTROLLERS)
 
     @property
     def is_simulation(self) -> bool:

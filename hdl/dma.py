@@ -13,7 +13,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..isa import EXT_WORDS_PER_PARAM, Op, ext_words_per_instruction, instruction_width
-from .extmem import ExtTiming, ext_port
+from ..memories import ExtTiming
+from .extmem import ext_port
 from .layouts import ActxLayout, InstrLayout, LoadxLayout, ParamLayout, instr_stream
 
 __all__ = ["DmaEngine"]

@@ -126,7 +126,7 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols``, ``<buffer>_depth`` (``stage_in_depth`` too) and ``lut_tables`` keywords override
     the board's default configuration; ``ext_memory`` adds an external memory
-    (:data:`hwonnx.hdl.extmem.MEMORIES`) from which the weights that do not fit stream;
+    (:data:`hwonnx.memories.MEMORIES`) from which the weights that do not fit stream;
     ``baud`` sets a board build's UART rate (default 115,200: ``hwonnx run`` loads an external
     memory's image over it)."""
     stages = ("stage_in", "stage_out")      # the buffers but the tables: <name>_depth

@@ -51,7 +51,7 @@ def _count_arg(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .boards import BOARDS
-    from .hdl.extmem import MEMORIES
+    from .memories import MEMORIES
 
     parser = argparse.ArgumentParser(
         prog="hwonnx", description="Compile ONNX models into int8 systolic-array accelerators "

@@ -4,12 +4,8 @@ simulator and the board fit check."""
 import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
-
 from .isa import MAX_LUT_TABLES, addressable, ext_words_per_instruction, instruction_width
-
-if TYPE_CHECKING:
-    from .hdl.extmem import ExtTiming
+from .memories import MEMORIES, ExtTiming
 
 __all__ = ["ArchConfig", "PRESETS"]
 
@@ -69,7 +65,7 @@ class ArchConfig:
         ``Add`` of two equal shapes is a ``QAdd`` on the array and the other such layers are
         refused.
     ext_memory, ext_depth : the external memory behind the DMA engine (``hdl/dma.py``): the
-        name of its timing in :data:`hwonnx.hdl.extmem.MEMORIES` and its size in weight
+        name of its timing in :data:`hwonnx.memories.MEMORIES` and its size in weight
         words; ``""`` and 0 (the default) for none. Layers whose weights do not fit the weight
         buffer then stream from it (``docs/architecture.md``, "External memory").
     mul_stages : register stages of the post-processor's 32x32 multiply: 5 (the default; its
@@ -135,7 +131,6 @@ class ArchConfig:
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
                              f"{instruction_width()}, not {self.prog_width!r}")
-        from .hdl.extmem import MEMORIES
         if self.ext_memory not in ("", *MEMORIES) or not isinstance(self.ext_depth, int) \
                 or isinstance(self.ext_depth, bool) or self.ext_depth < 0 \
                 or bool(self.ext_memory) != bool(self.ext_depth):
@@ -184,7 +179,6 @@ class ArchConfig:
     @property
     def ext_timing(self) -> "ExtTiming | None":
         """The timing of the external memory (None without one)."""
-        from .hdl.extmem import MEMORIES
         return MEMORIES.get(self.ext_memory)
 
     @property

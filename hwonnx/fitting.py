@@ -267,7 +267,7 @@ def configure_arch(config: ArchConfig, ext_memory: "str | None" = None,
                    **changes: "int | None") -> ArchConfig:
     """``config`` with the ``changes`` that are not None (``rows=16``, ``wgt_depth=4096``, as
     ``hwonnx build`` and ``hwonnx inspect`` take them from their options); with
-    ``ext_memory``, the external memory of that name (:data:`hwonnx.hdl.extmem.MEMORIES`),
+    ``ext_memory``, the external memory of that name (:data:`hwonnx.memories.MEMORIES`),
     all of it (``ext_depth``: its size in weight words of the resulting array).
 
     Raises
@@ -276,7 +276,7 @@ def configure_arch(config: ArchConfig, ext_memory: "str | None" = None,
         If the result is not a valid architecture: ``Invalid architecture: <why>``, or the
         external memory is unknown.
     """
-    from .hdl.extmem import MEMORIES
+    from .memories import MEMORIES
 
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes and ext_memory is None:

@@ -14,7 +14,8 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
 from hwonnx.hdl.dma import DmaEngine
-from hwonnx.hdl.extmem import ULX3S_SDRAM, ExternalMemory, ExtTiming, MemoryTimeline
+from hwonnx.hdl.extmem import ExternalMemory, MemoryTimeline
+from hwonnx.memories import ULX3S_SDRAM, ExtTiming
 from hwonnx.isa import EXT_WORDS_PER_PARAM, Op
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 from ..config import ArchConfig
 from ..hdl.eltwise import eltwise_cycles
-from ..hdl.extmem import ExtTiming, MemoryTimeline
+from ..hdl.extmem import MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
 from ..hdl.fetch import FETCH_LATENCY
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
 from ..isa import Op, ext_words_per_instruction
+from ..memories import ExtTiming
 
 __all__ = ["Timing", "predict"]
 
