@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..errors import UsageError
-from ..hdl.bridge import HostBridge
+from .bridge import HostBridge
 from ..hdl.extmem import ext_port
 from ..hdl.top import Accelerator
 from .clocks import pll_domain
@@ -20,7 +20,7 @@ DEFAULT_BAUD = 115_200
 
 def uart_divisor(clock_hz: int, baud: int) -> int:
     """The UART's clock cycles per bit for ``baud`` at ``clock_hz``: a whole number of at
-    least 4 (``hdl/uart.py``) whose rate is within 2% of ``baud`` (a UART receiver samples
+    least 4 (``boards/uart.py``) whose rate is within 2% of ``baud`` (a UART receiver samples
     each bit in its middle, so the two ends may differ by a few percent over a character)."""
     divisor = round(clock_hz / baud) if baud > 0 else 0
     if divisor < 4 or abs(clock_hz / divisor - baud) > 0.02 * baud:

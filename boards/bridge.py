@@ -9,8 +9,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..errors import ResourceError
-from .extmem import ext_port
-from .top import host_port
+from ..hdl.extmem import ext_port
+from ..hdl.top import host_port
+from . import protocol
 from .uart import CheckedComponent, UartRx, UartTx, _check_divisor
 
 __all__ = ["HostBridge", "crc16_step"]
@@ -104,10 +105,7 @@ class HostBridge(CheckedComponent):
 
     def __init__(self, config: ArchConfig, divisor: int, build_id: int, *,
                  timeout_bits: int = 1 << 16):
-        # Imported here: hwonnx.boards may import this module (board tops), and the protocol
-        # constants live with the host code that is their specification.
-        from ..boards import protocol
-        self._protocol = protocol
+        self._protocol = protocol      # the constants, with the host code they specify
         self._divisor = divisor
         self._config = config
         self._build_id = build_id

@@ -9,7 +9,7 @@ import pytest
 from amaranth.hdl import Elaboratable, Module
 from amaranth.sim import Simulator
 
-from hwonnx.hdl.uart import UartRx, UartTx
+from hwonnx.boards.uart import UartRx, UartTx
 
 __all__ = ["uart_levels", "UartDecoder"]
 

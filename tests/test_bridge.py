@@ -21,9 +21,9 @@ from hwonnx.isa import Op, encode
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 from hwonnx.hdl import Accelerator
-from hwonnx.hdl.bridge import HostBridge, crc16_step
+from hwonnx.boards.bridge import HostBridge, crc16_step
 
-from test_hdl_uart import UartDecoder, uart_levels
+from test_uart import UartDecoder, uart_levels
 
 BUILD_ID = 0xC0FFEE42
 
