@@ -18,9 +18,9 @@ __all__ = ["Usage", "estimate", "check_fits", "check_board_fit"]
 _READ_PORTS = {"prog": 1, "wgt": 1, "par": 1, "act": 1, "acc": 2}
 
 
-#: Logic cells of the tile walker: two instruction words and a LOOP in flip-flops, the
-#: counters and the address adders.
-_WALKER_LUTS = 1500
+#: Logic cells of the tile walker: two templates, a LOOP and two micro-instructions in
+#: flip-flops, the choice between the two, the counters and the address adders.
+_WALKER_LUTS = 1900
 #: Logic cells of one lane of the element-wise engine beside its two multipliers (zero
 #: points, the combination, the accumulator write multiplexer), and its controller.
 _ELTWISE_LUTS_PER_LANE, _ELTWISE_LUTS = 120, 300

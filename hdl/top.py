@@ -244,7 +244,7 @@ class Accelerator(wiring.Component):
                 walker.instr.ready.eq(offer.ready),
                 fetched_fire.eq(fire & ~walking),
                 walker.start.eq(self.host.start), walker.load.eq(fetched_fire),
-                walker.word.eq(stored.as_value()),
+                walker.word.eq(stored.as_value()), walker.word_valid.eq(stored_valid),
             ]
         else:
             m.d.comb += [offer.payload.eq(stored), offer.valid.eq(stored_valid),

@@ -25,11 +25,14 @@ class _Phase(enum.Enum, shape=2):
 class TileWalker(wiring.Component):
     """Holds the templates of SETMM and SETPOST and, from a LOOP, issues the layer's
     micro-instructions on the stream ``instr``, the next one in the cycle after the
-    dispatcher takes one, so that they leave as fast as stored ones would. ``instr.payload``
-    is a register: the walk's state is one micro-instruction ahead of it (the LOOP writes tile
-    0's LOADW, each one taken writes the one the state describes and steps the state), so
-    that no path runs from the walker's counters through the dispatcher into an engine (it
-    was the 83 MHz board build's critical path).
+    dispatcher takes one, so that they leave as fast as stored ones would. The offer comes
+    from two registers (a FIFO of two micro-instructions): the walk writes the next one in
+    every cycle one is free, stepping its state, and the dispatcher takes the oldest, so no
+    path runs from the walker's counters through the dispatcher into an engine (the 83 MHz
+    board build's critical path), nor from the dispatcher's decision into the enables of the
+    walk's registers (the 69 MHz KWS build's). While no walk runs, the templates and the
+    start of a walk (tile 0's LOADW among them) are taken from the stored instruction on
+    offer in every cycle; taking a LOOP then only marks the walk as started.
 
     The rules are those of :func:`hwonnx.compiler.loops.expand`, state for state: a MATMUL
     tile ``(m, n, k1, k2, k3)`` moves its weight address by a tile's words per tile
@@ -42,15 +45,17 @@ class TileWalker(wiring.Component):
     Members
     -------
     start : ``In(1)``: the program starts over (a walk in progress is dropped).
-    load : ``In(1)``: take the stored instruction ``word`` (SETMM, SETPOST or LOOP; a LOOP
-        starts the walk).
-    word : ``In(instruction width)``.
+    load : ``In(1)``: the dispatcher takes the stored instruction ``word`` (a LOOP starts the
+        walk).
+    word, word_valid : ``In(instruction width)``, ``In(1)``: the stored instruction on offer
+        (SETMM and SETPOST are taken as templates while it is valid and no walk runs).
     instr : ``Out(instr_stream())``: ``valid`` while a walk has micro-instructions to issue.
     """
 
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({"start": In(1), "load": In(1), "word": In(instruction_width()),
+                          "word_valid": In(1),
                           "instr": Out(instr_stream())})
 
     def elaborate(self, platform):
@@ -61,9 +66,24 @@ class TileWalker(wiring.Component):
         new = data.View(LoopLayout(), self.word[:LoopLayout().size])
         mm_t, po_t = Signal(InstrLayout()), Signal(InstrLayout())
         lp = Signal(LoopLayout())
-        with m.If(self.load & (word.op == Op.SETMM)):
+        # Two micro-instructions in flight (``entries``, ``count`` of them, the oldest at
+        # ``rd_ptr``): the walk writes the next one whenever one is free, the dispatcher takes
+        # the oldest. While no walk runs, the templates and the walk's start are taken from
+        # the stored instruction on offer in every cycle, so the dispatcher's decision
+        # (``load``, ``ready``) drives only flags and pointers, never the enables of the
+        # walker's wide registers (its fan-out held the 69-92 MHz board builds).
+        entries = [Signal(InstrLayout(), name=f"entry_{i}") for i in range(2)]
+        wr_ptr, rd_ptr = Signal(), Signal()
+        count = Signal(range(3))
+        more = Signal()     # the state describes a micro-instruction still to issue
+        idle = Signal()
+        m.d.comb += [idle.eq(~more & (count == 0)),
+                     self.instr.valid.eq(count != 0),
+                     self.instr.payload.eq(Mux(rd_ptr, entries[1].as_value(),
+                                               entries[0].as_value()))]
+        with m.If(idle & self.word_valid & (word.op == Op.SETMM)):
             m.d.sync += mm_t.eq(word)
-        with m.If(self.load & (word.op == Op.SETPOST)):
+        with m.If(idle & self.word_valid & (word.op == Op.SETPOST)):
             m.d.sync += po_t.eq(word)
 
         phase = Signal(_Phase)
@@ -85,18 +105,14 @@ class TileWalker(wiring.Component):
         par, lane = Signal(16), Signal(8)
         out_addr, out_m = Signal(24), Signal(24)
 
-        offer = self.instr.payload
-        active = self.instr.valid
-        more = Signal()     # the state describes a micro-instruction still to issue
-        with m.If(self.load & (word.op == Op.LOOP)):
+        with m.If(idle):       # a LOOP on offer starts from here: tile 0's LOADW is written
             single_new = ((new.m_count == 1) & (new.n_count == 1) & (new.k1 == 1)
                           & (new.k2 == 1) & (new.k3 == 1))
-            # (only the fields a LOADW has: zeroing the rest reset the whole offer register
-            # from the dispatcher's decision, the 87 MHz build's critical path)
+            first = entries[0]
             m.d.sync += [
-                offer.op.eq(Op.LOADW), offer.bank.eq(new.bank),
-                offer.wgt_addr.eq(mm_t.wgt_addr), offer.wpack.eq(mm_t.wpack),
-                lp.eq(new), active.eq(1), more.eq(1),
+                first.eq(0), first.op.eq(Op.LOADW), first.bank.eq(new.bank),
+                first.wgt_addr.eq(mm_t.wgt_addr), first.wpack.eq(mm_t.wpack),
+                wr_ptr.eq(1), rd_ptr.eq(0), lp.eq(new),
                 phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
                 mi.eq(0), ni.eq(0), k1.eq(0), k2.eq(0), k3.eq(0), pm.eq(0), pn.eq(0),
                 *(at_last[n].eq(getattr(new, limit[n]) == 1) for n in at_last),
@@ -150,12 +166,19 @@ class TileWalker(wiring.Component):
                 with m.If(at_last["pm"]):
                     m.d.comb += out.count.eq(lp.post_count_last)
 
-        taken = self.instr.valid & self.instr.ready
-        advance = taken & more
-        with m.If(taken & ~more):
-            m.d.sync += active.eq(0)
-        with m.If(advance):
-            m.d.sync += offer.eq(out)
+        taken, write = Signal(), Signal()
+        m.d.comb += [taken.eq(self.instr.valid & self.instr.ready),
+                     write.eq(more & (count != 2))]
+        m.d.sync += count.eq(count + write - taken)
+        with m.If(taken):
+            m.d.sync += rd_ptr.eq(~rd_ptr)
+        with m.If(self.load & (word.op == Op.LOOP)):    # taken while idle: tile 0's LOADW
+            m.d.sync += [count.eq(1), more.eq(1)]
+        with m.If(write):
+            for i, entry in enumerate(entries):
+                with m.If(wr_ptr == i):
+                    m.d.sync += entry.eq(out)
+            m.d.sync += wr_ptr.eq(~wr_ptr)
             with m.Switch(phase):
                 with m.Case(_Phase.LOAD1):
                     m.d.sync += phase.eq(_Phase.MATMUL)
@@ -173,7 +196,7 @@ class TileWalker(wiring.Component):
                     with m.If(at_last["pm"] & at_last["pn"]):
                         m.d.sync += more.eq(0)
         with m.If(self.start):
-            m.d.sync += active.eq(0)
+            m.d.sync += [count.eq(0), more.eq(0)]
         return m
 
     @staticmethod
