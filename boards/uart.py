@@ -16,7 +16,7 @@ class CheckedComponent(wiring.Component):
 
     @staticmethod
     def check(*args, **kwargs) -> None:
-        raise NotImplementedError
+        """Raise on bad arguments (each subclass has its own; none by default)."""
 
     def __new__(cls, *args, **kwargs):
         cls.check(*args, **kwargs)
