@@ -29,7 +29,19 @@ def _check_divisor(divisor) -> None:
                          f"not {divisor!r}")
 
 
-class UartTx(CheckedComponent):
+class _Uart(CheckedComponent):
+    """A side of the UART: ``divisor`` clock cycles per bit, checked before it exists."""
+
+    @staticmethod
+    def check(divisor, *args) -> None:
+        _check_divisor(divisor)
+
+    def __init__(self, divisor: int, members: dict):
+        self._divisor = divisor
+        super().__init__(members)
+
+
+class UartTx(_Uart):
     """8N1 transmitter: sends each byte accepted on ``data`` on the ``tx`` pin.
 
     Every bit lasts exactly ``divisor`` clock cycles. ``data.ready`` is high while the
@@ -56,11 +68,8 @@ class UartTx(CheckedComponent):
         If ``divisor`` is not an integer of at least 4.
     """
 
-    check = staticmethod(_check_divisor)
-
     def __init__(self, divisor: int):
-        self._divisor = divisor
-        super().__init__({"data": In(stream.Signature(8)), "tx": Out(1, init=1)})
+        super().__init__(divisor, {"data": In(stream.Signature(8)), "tx": Out(1, init=1)})
 
     @property
     def divisor(self) -> int:
@@ -90,7 +99,7 @@ class UartTx(CheckedComponent):
         return m
 
 
-class UartRx(CheckedComponent):
+class UartRx(_Uart):
     """8N1 receiver: reassembles bytes from the ``rx`` pin and offers them on ``data``.
 
     ``rx`` passes through a two-flop synchronizer. A falling edge starts a byte; the start bit
@@ -126,12 +135,9 @@ class UartRx(CheckedComponent):
         If ``divisor`` is not an integer of at least 4.
     """
 
-    check = staticmethod(_check_divisor)
-
     def __init__(self, divisor: int):
-        self._divisor = divisor
-        super().__init__({"rx": In(1, init=1), "data": Out(stream.Signature(8)),
-                          "error": Out(1), "overrun": Out(1)})
+        super().__init__(divisor, {"rx": In(1, init=1), "data": Out(stream.Signature(8)),
+                                   "error": Out(1), "overrun": Out(1)})
 
     @property
     def divisor(self) -> int:
