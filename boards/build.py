@@ -17,6 +17,7 @@ from ..compiler.program import Program, encode_program
 from ..errors import ResourceError, ToolchainError
 from ..hdl.array import logic_pes, product_module
 from ..hdl.convert import fast_memories
+from ..hdl.fanout import KEEP_REPLICAS
 from .fit import check_fits
 from .registry import Board
 from .top import DEFAULT_BAUD, BoardTop
@@ -39,26 +40,29 @@ YOWASP_TOOLS = {
 }
 
 
-#: Yosys script overrides per family (amaranth's ``synth_opts``/``script_after_read``). iCE40:
-#: the UltraPlus DSPs and single-port RAMs are used, and every multiplier narrower than the
-#: requantizer's goes through ``booth`` into logic first, because Yosys would otherwise put
-#: each 8x8 product into one of the only eight SB_MAC16 blocks (toolchain notes).
-SYNTH_OVERRIDES = {
-    "ice40": {"synth_opts": "-dsp -spram", "script_after_read":
-              "proc; booth t:$mul r:Y_WIDTH<=32 %i"},
-}
+#: Yosys options per family (amaranth's ``synth_opts``) and commands run on the design as read
+#: (before ``synth_*``). iCE40: the UltraPlus DSPs and single-port RAMs are used, and every
+#: multiplier narrower than the requantizer's goes through ``booth`` into logic first, because
+#: Yosys would otherwise put each 8x8 product into one of the only eight SB_MAC16 blocks
+#: (toolchain notes).
+SYNTH_OPTS = {"ice40": "-dsp -spram"}
+AFTER_READ = {"ice40": ["booth t:$mul r:Y_WIDTH<=32 %i"]}
 
 
 def synth_overrides(board: Board, config, logic_products: int) -> "dict[str, str]":
-    """:data:`SYNTH_OVERRIDES` for ``board``, and on a family that splits the PEs
-    (``Family.spill_luts``) the ``booth`` pass over the multipliers of the last
+    """Amaranth's ``synth_opts``/``script_after_read`` for ``board``: on every family the
+    registers that :func:`~hwonnx.hdl.fanout.replicate` copied stay copies
+    (:data:`~hwonnx.hdl.fanout.KEEP_REPLICAS`), then :data:`AFTER_READ`, and on a family that
+    splits the PEs (``Family.spill_luts``) the ``booth`` pass over the multipliers of the last
     ``logic_products`` PEs in row-major order (:func:`~hwonnx.hdl.array.product_module`), so
     that Yosys maps only the rest to DSP blocks: it never limits DSP use by itself."""
-    overrides = dict(SYNTH_OVERRIDES.get(board.family, {}))
+    commands = ["proc", KEEP_REPLICAS, *AFTER_READ.get(board.family, [])]
     if logic_products:
-        selection = " ".join(f"*.{product_module(r, c)}/t:$mul"
-                             for r, c in logic_pes(config, logic_products))
-        overrides["script_after_read"] = f"proc; booth {selection}"
+        commands.append("booth " + " ".join(f"*.{product_module(r, c)}/t:$mul"
+                                             for r, c in logic_pes(config, logic_products)))
+    overrides = {"script_after_read": "; ".join(commands)}
+    if board.family in SYNTH_OPTS:
+        overrides["synth_opts"] = SYNTH_OPTS[board.family]
     return overrides
 
 

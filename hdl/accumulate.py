@@ -23,12 +23,18 @@ class Accumulators(wiring.Component):
     (the read port is transparent for the write port); one cycle after (``forward``) it
     takes the word written in the cycle before instead of its read.
 
+    The selects that steer every column (``first``, ``max``, ``forward``, ``ew_we``) come with
+    one bit per column, all equal, each from a register of its own (``hdl/fanout.py``): one
+    register driving all 256 bits of an 8-column word was the critical path of a ULX3S-85F
+    build (12.8 ns, 8.2 of routing). The word kept for forwarding is the sums' (an
+    element-wise write is never forwarded), so the element-wise choice is not in that loop.
+
     Members
     -------
     raddr : ``In``: the read-modify-write's read address.
     we, waddr, first, max, forward, sums : ``In``: its write.
     ew_we, ew_addr, ew_data : ``In``: the element-wise engine writes a whole word (never in
-        the same cycle as ``we``).
+        the same cycle as ``we``); ``ew_we`` has a bit per column, ``ew_we[0]`` enables.
     post_addr : ``In``; post_data : ``Out``: the post-processor's read port (one cycle).
     """
 
@@ -37,9 +43,9 @@ class Accumulators(wiring.Component):
         word = data.ArrayLayout(signed(32), config.cols)
         super().__init__({
             "raddr": In(config.acc_addr_bits),
-            "we": In(1), "waddr": In(config.acc_addr_bits), "first": In(1), "max": In(1),
-            "forward": In(1), "sums": In(word),
-            "ew_we": In(1), "ew_addr": In(config.acc_addr_bits), "ew_data": In(word),
+            "we": In(1), "waddr": In(config.acc_addr_bits), "first": In(config.cols),
+            "max": In(config.cols), "forward": In(config.cols), "sums": In(word),
+            "ew_we": In(config.cols), "ew_addr": In(config.acc_addr_bits), "ew_data": In(word),
             "post_addr": In(config.acc_addr_bits), "post_data": Out(word),
         })
 
@@ -53,16 +59,17 @@ class Accumulators(wiring.Component):
         rmw = mem.read_port(transparent_for=(write,))
         post = mem.read_port()
         read = Signal.like(rmw.data)
-        written = Signal.like(write.data)
-        m.d.sync += [read.eq(rmw.data), written.eq(write.data)]
+        result = Signal.like(write.data)          # the read-modify-write's word
+        written = Signal.like(write.data)         # ... in the cycle before
+        m.d.sync += [read.eq(rmw.data), written.eq(result)]
         m.d.comb += [rmw.addr.eq(self.raddr),
-                     write.addr.eq(Mux(self.ew_we, self.ew_addr, self.waddr)),
-                     write.en.eq(self.we | self.ew_we),
+                     write.addr.eq(Mux(self.ew_we[0], self.ew_addr, self.waddr)),
+                     write.en.eq(self.we | self.ew_we[0]),
                      post.addr.eq(self.post_addr), self.post_data.eq(post.data)]
         for c in range(cfg.cols):
-            old = Mux(self.forward, written[c], read[c])
-            added = Mux(self.first, 0, old) + self.sums[c]
-            larger = Mux(self.first | (self.sums[c] > old), self.sums[c], old)
-            m.d.comb += write.data[c].eq(Mux(self.ew_we, self.ew_data[c],
-                                             Mux(self.max, larger, added)))
+            old = Mux(self.forward[c], written[c], read[c])
+            added = Mux(self.first[c], 0, old) + self.sums[c]
+            larger = Mux(self.first[c] | (self.sums[c] > old), self.sums[c], old)
+            m.d.comb += [result[c].eq(Mux(self.max[c], larger, added)),
+                         write.data[c].eq(Mux(self.ew_we[c], self.ew_data[c], result[c]))]
         return m

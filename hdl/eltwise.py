@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from ..isa import ELTW_MODES
 from .dsp import MULT_LATENCY, RegisteredMultiplier
+from .fanout import per_lane, replicate
 from .layouts import EltwLayout, instr_stream
 
 __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
@@ -45,7 +46,8 @@ class EltwiseEngine(wiring.Component):
     idle : no read or write outstanding (from ``t + eltwise_cycles(count)`` on).
     act_addr, act_en, act_data : activation-buffer read port (shared with the feeder, which
         is drained while the engine runs).
-    acc_we, acc_addr, acc_data : accumulator write port.
+    acc_we, acc_addr, acc_data : accumulator write port; ``acc_we`` has a bit per column,
+        all equal, each from a register of its own (``hdl/fanout.py``).
     """
 
     #: Bit of the instruction word holding ELTW's ``wait`` (the dispatcher reads it).
@@ -59,7 +61,7 @@ class EltwiseEngine(wiring.Component):
             "act_addr": Out(config.act_addr_bits),
             "act_en": Out(1),
             "act_data": In(data.ArrayLayout(signed(8), config.rows)),
-            "acc_we": Out(1),
+            "acc_we": Out(config.cols),
             "acc_addr": Out(config.acc_addr_bits),
             "acc_data": Out(data.ArrayLayout(signed(32), config.cols)),
         })
@@ -140,6 +142,7 @@ class EltwiseEngine(wiring.Component):
                     m.d.sync += self.acc_data[c].eq(Mux(p < q, p, q))
                 with m.Default():
                     m.d.sync += self.acc_data[c].eq(p + q)
-        m.d.comb += [self.acc_we.eq(s5_valid), self.acc_addr.eq(s5_addr),
+        write = replicate(m, stages[-2][0], 1 if cfg.compact else cfg.cols, "acc_we")
+        m.d.comb += [self.acc_we.eq(per_lane(write, cfg.cols)), self.acc_addr.eq(s5_addr),
                      self.idle.eq(~active & ~b_valid & ~Cat(*(v for v, _ in stages)).any())]
         return m

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .array import array_latency
+from .fanout import per_lane, replicate
 from .layouts import InstrLayout, instr_stream
 
 __all__ = ["Feeder", "bank_release", "drain_cycles", "feed_delay", "ACC_READ_LATENCY"]
@@ -70,6 +71,9 @@ class Feeder(wiring.Component):
         read came too early to see (``hdl/accumulate.py`` takes that write's word).
     acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
         instead of adding them (``first`` still overwrites).
+    acc_first, acc_max and acc_forward have one bit per column, all equal: each column's
+        comes from a register of its own (:func:`~.fanout.replicate`; one register for all in
+        the compact datapath).
     accepted, completed : MATMULs dispatched, and MATMULs whose last accumulator write is
         done (each counted from the cycle after; modulo 2**16): the MATMULs dispatched so far
         are all done when they are equal (what a queued POST waits for, ``hdl/top.py``).
@@ -92,9 +96,9 @@ class Feeder(wiring.Component):
             "acc_raddr": Out(config.acc_addr_bits),
             "acc_we": Out(1),
             "acc_waddr": Out(config.acc_addr_bits),
-            "acc_first": Out(1),
-            "acc_max": Out(1),
-            "acc_forward": Out(1),
+            "acc_first": Out(config.cols),
+            "acc_max": Out(config.cols),
+            "acc_forward": Out(config.cols),
             "accepted": Out(16),
             "completed": Out(16),
         })
@@ -185,17 +189,21 @@ class Feeder(wiring.Component):
             tag = tag_d
         read_tag = tags[latency - 1 - ACC_READ_LATENCY]
         write_tag = tags[latency - 1]
-        # When the word written in the next cycle has the address this one writes, its read
-        # (in the cycle before this write) missed this write: hdl/accumulate.py forwards it.
+        # The write's selects, one register per column (computed from the stage before): when
+        # the word written in the next cycle has the address this one writes, its read (in the
+        # cycle before this write) missed this write: hdl/accumulate.py forwards it.
         addr_bits = slice(2, 2 + cfg.acc_addr_bits)
-        m.d.sync += self.acc_forward.eq(write_tag[1] & tags[latency - 2][1]
-                                        & (write_tag[addr_bits] == tags[latency - 2][addr_bits]))
+        before = tags[latency - 2]
+        forward = write_tag[1] & before[1] & (write_tag[addr_bits] == before[addr_bits])
+        selects = replicate(m, Cat(before[-2], before[-3], forward),
+                            1 if cfg.compact else cfg.cols, "acc_select")
         m.d.comb += [
-            self.acc_raddr.eq(read_tag[2:2 + cfg.acc_addr_bits]),
+            self.acc_raddr.eq(read_tag[addr_bits]),
             self.acc_we.eq(write_tag[1]),
-            self.acc_waddr.eq(write_tag[2:2 + cfg.acc_addr_bits]),
-            self.acc_max.eq(write_tag[-3]),
-            self.acc_first.eq(write_tag[-2]),
+            self.acc_waddr.eq(write_tag[addr_bits]),
+            self.acc_first.eq(per_lane(selects, cfg.cols, 0)),
+            self.acc_max.eq(per_lane(selects, cfg.cols, 1)),
+            self.acc_forward.eq(per_lane(selects, cfg.cols, 2)),
         ]
         with m.If(write_tag[0]):                 # a MATMUL's last word is written
             m.d.sync += self.completed.eq(self.completed + 1)

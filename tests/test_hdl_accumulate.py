@@ -51,15 +51,16 @@ def test_read_modify_write_equals_the_writes_in_order(seed):
         now = plan[cycle] if cycle < cycles else None
         before = plan[cycle - 1] if 0 < cycle <= cycles else None
         rmw, ew = bool(now and now[0] == "rmw"), bool(now and now[0] == "ew")
+        full = (1 << config.cols) - 1            # the selects: a bit per column, all equal
         ctx.set(dut.we, rmw)
-        ctx.set(dut.ew_we, ew)
-        ctx.set(dut.forward, rmw and bool(before) and before[0] == "rmw"
-                and before[1] == now[1])
+        ctx.set(dut.ew_we, full * ew)
+        ctx.set(dut.forward, full * (rmw and bool(before) and before[0] == "rmw"
+                                     and before[1] == now[1]))
         if rmw:
             _, addr, first, largest, sums = now
             ctx.set(dut.waddr, addr)
-            ctx.set(dut.first, first)
-            ctx.set(dut.max, largest)
+            ctx.set(dut.first, full * first)
+            ctx.set(dut.max, full * largest)
             for c, v in enumerate(sums):
                 ctx.set(dut.sums[c], v)
         if ew:

@@ -69,7 +69,9 @@ def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
             set_instr(ctx, dut.instr, instrs[dispatch.index(cycle)])
             ctx.set(dut.instr.valid, 1)
         idle.append(ctx.get(dut.idle))
-        if ctx.get(dut.acc_we):
+        we = ctx.get(dut.acc_we)                 # a bit per column, all equal
+        assert we in (0, (1 << cols) - 1), (cycle, we)
+        if we:
             writes[cycle] = (ctx.get(dut.acc_addr),
                              [int(v) for v in ctx.get(dut.acc_data)])
 

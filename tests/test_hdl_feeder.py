@@ -14,6 +14,9 @@ from hwonnx.hdl.feeder import ACC_READ_LATENCY, Feeder
 
 from hdl_helpers import run_cycles, set_instr, small_config
 
+#: Outputs with one bit per column, all equal (hdl/fanout.py): each is checked as all ones
+#: where the flag is set and all zeros where it is not.
+PER_COLUMN = ("acc_first", "acc_forward")
 OUTPUTS = ("act_en", "act_addr", "feed_pad", "feed_zp", "feed_bank", "acc_raddr", "acc_we",
            "acc_waddr", "acc_first", "acc_forward", "pending", "drained", "bank_free")
 
@@ -124,7 +127,8 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
     want["bank_free"] = [a | b << 1 for a, b in zip(*bank_free)]
     for name in OUTPUTS:
         cycles_checked = [c for c in range(cycles) if want[name][c] is not None]
-        expected = [want[name][c] for c in cycles_checked]
+        full = (1 << dut.config.cols) - 1 if name in PER_COLUMN else 1
+        expected = [want[name][c] * full for c in cycles_checked]
         got = [int(seen[name][c]) for c in cycles_checked]
         assert got == expected, (name, [(c, g, e) for c, g, e in
                                         zip(cycles_checked, got, expected) if g != e][:8])
