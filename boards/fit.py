@@ -21,6 +21,9 @@ _READ_PORTS = {"prog": 1, "wgt": 1, "par": 1, "act": 1, "acc": 2}
 #: Logic cells of the tile walker: two templates, a LOOP and two micro-instructions in
 #: flip-flops, the choice between the two, the counters and the address adders.
 _WALKER_LUTS = 1900
+#: Logic cells of the fetch queue over a program memory of whole instructions
+#: (``hdl/fetch.py``: three instructions of ~420 bits in distributed RAM, 4 bits per cell pair).
+_FETCH_QUEUE_LUTS = 320
 #: Logic cells of one lane of the element-wise engine beside its two multipliers (zero
 #: points, the combination, the accumulator write multiplexer), and its controller.
 _ELTWISE_LUTS_PER_LANE, _ELTWISE_LUTS = 120, 300
@@ -81,6 +84,7 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     blocks = sum(memories.values())
     luts = (family.luts_base + pes * (family.luts_per_pe + family.luts_per_mult)
             + config.cols * 300 + (_WALKER_LUTS if config.walker else 0)
+            + (0 if config.runtime_program else _FETCH_QUEUE_LUTS)
             + (_ELTWISE_LUTS + lanes * _ELTWISE_LUTS_PER_LANE if lanes else 0)
             + spill * family.spill_luts
             + (CONTROLLERS[config.ext_memory]["luts"] if config.ext_memory else 0))

@@ -1,19 +1,92 @@
-"""Instruction fetch from a narrow program memory (``ArchConfig.prog_width``): each
-instruction is ``fetch_words`` consecutive words, least significant word first."""
+"""Instruction fetch: from a program memory of whole instructions (:class:`WideFetch`), or
+from a narrow one (``ArchConfig.prog_width``) where each instruction is ``fetch_words``
+consecutive words, least significant word first (:class:`NarrowFetch`)."""
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .layouts import InstrLayout
+from .layouts import InstrLayout, buffer_read, instr_stream
 
-__all__ = ["NarrowFetch", "FETCH_LATENCY"]
+__all__ = ["WideFetch", "NarrowFetch", "FETCH_LATENCY", "FETCH_QUEUE"]
 
-#: A program memory of whole instructions (``hdl/top.py``): cycles from the read of an
-#: instruction into the empty instruction register (at ``start``, and at a page's first
-#: instruction) until the dispatcher can take it: the read, then its capture.
+#: A program memory of whole instructions: cycles from the read of an instruction into the
+#: empty queue (at ``start``, and at a page's first instruction) until the dispatcher can take
+#: it: the read, then its capture.
 FETCH_LATENCY = 2
+
+#: Instructions :class:`WideFetch` holds read ahead: with reads decided a cycle late (from the
+#: queue's registered fill level, never from the dispatcher's decision in the same cycle),
+#: three keep one instruction per cycle flowing.
+FETCH_QUEUE = 3
+
+
+class WideFetch(wiring.Component):
+    """Reads a program memory of whole instructions ahead into a queue of
+    :data:`FETCH_QUEUE` that the dispatcher takes from, one per cycle.
+
+    A read is issued whenever the queue has room for it counting the read in flight; the
+    decision uses the queue's fill level of this cycle (a register), so the dispatcher's
+    decision drives only the queue's read pointer and level, not the memory's address nor a
+    wide register's enable (on a ULX3S-85F the fetch's 420-bit instruction register enabled
+    by that decision, and the memory's address chosen by it, were a long path). The queue
+    never runs dry once filled: an instruction is on offer in every cycle after the first
+    :data:`FETCH_LATENCY`, as with one instruction register, so the cycle model
+    (``hwonnx/compiler/timing.py``) is the same.
+
+    ``start`` restarts from instruction 0, emptying the queue. With a paged program
+    (``ArchConfig.prog_page``) the reads stop at the end of each page; the next page's first
+    instruction is read once every instruction of the page has been taken and ``fresh``
+    holds (the LOADP that wrote it is done), also at ``start``.
+
+    Members
+    -------
+    start, running, fresh : ``In(1)``.
+    instr : ``Out(instr_stream())``: the instruction on offer (valid while ``running``);
+        taken with ``ready``.
+    prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port.
+    """
+
+    def __init__(self, config: ArchConfig):
+        self._config = config
+        super().__init__({
+            "start": In(1), "running": In(1), "fresh": In(1),
+            "instr": Out(instr_stream()),
+            "prog": Out(buffer_read(config.prog_depth, InstrLayout())),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        page = cfg.prog_page
+        queue = SyncFIFO(width=InstrLayout().size, depth=FETCH_QUEUE)
+        m.submodules.queue = ResetInserter(self.start)(queue)
+        ptr = Signal(range(cfg.prog_depth))     # the next instruction to read
+        arriving = Signal()                     # the read of the cycle before: on the port
+        waiting = Signal()                      # paged: at a page's end (or start)
+        read = Signal()
+        page_last = (ptr[:page.bit_length() - 1] == page - 1) if page else Const(0)
+        m.d.comb += [
+            read.eq(Mux(waiting, (queue.level == 0) & ~arriving & self.fresh,
+                        queue.level + arriving < FETCH_QUEUE)),
+            self.prog.addr.eq(Mux(self.start, 0, ptr)),
+            self.prog.en.eq(1),
+            queue.w_data.eq(self.prog.data.as_value()), queue.w_en.eq(arriving),
+            self.instr.payload.eq(queue.r_data), queue.r_en.eq(self.instr.ready),
+            self.instr.valid.eq(queue.r_rdy & self.running),
+        ]
+        # FETCH_LATENCY: the read in one cycle (at start, of instruction 0), the capture in
+        # the next; it is on offer in the one after.
+        with m.If(self.start):
+            m.d.sync += [ptr.eq(0 if page else 1), arriving.eq(not page),
+                         waiting.eq(bool(page))]
+        with m.Else():
+            m.d.sync += arriving.eq(read)
+            with m.If(read):
+                m.d.sync += [ptr.eq(ptr + 1), waiting.eq(page_last)]  # paged: 2 * prog_page,
+        return m                                                          # so it wraps
 
 
 class NarrowFetch(wiring.Component):

@@ -13,7 +13,7 @@ from .dma import DmaEngine
 from .extmem import ext_port
 from .eltwise import EltwiseEngine
 from .feeder import Feeder, feed_delay
-from .fetch import NarrowFetch
+from .fetch import NarrowFetch, WideFetch
 from .program_ram import ProgramRAM
 from .layouts import PARAM_BITS, InstrLayout, ParamLayout
 from .loader import WeightLoader
@@ -229,7 +229,7 @@ class Accelerator(wiring.Component):
         if cfg.runtime_program:
             stored, stored_valid = self._narrow_fetch(m, running, fetched_fire)
         else:
-            stored, stored_valid = self._wide_fetch(m, prog, fetched_fire, fresh)
+            stored, stored_valid = self._wide_fetch(m, prog, running, fetched_fire, fresh)
         m.submodules.dispatcher = disp = Dispatcher(cfg)
         offer = disp.instr
         fire = Signal()
@@ -335,42 +335,14 @@ class Accelerator(wiring.Component):
         m.d.sync += [seen.eq(dma.idle), boot.eq(self.host.start)]
         return ~boot & dma.idle & seen, boot
 
-    def _wide_fetch(self, m, prog, fire, fresh):
-        """The instruction register over a program memory of whole instructions: returns
-        the stored instruction (a register: the block RAM's output drives nothing else) and
-        its valid. The memory reads one instruction ahead, so the register takes the next
-        one in the cycle the dispatcher takes this one (``fire``): one per cycle. The
-        register fills (:data:`FETCH_LATENCY`) from a read of its own at ``start`` and,
-        in a paged program, at every page's first instruction, read once ``fresh`` (the
-        LOADP that wrote the page is done)."""
-        cfg = self.config
-        page = cfg.prog_page
-        stored = Signal(InstrLayout())
-        stored_valid = Signal()
-        pc = Signal(range(cfg.prog_depth))     # the stored instruction's address
-        refill = Signal()                      # read pc once fresh, into the register
-        capture = Signal()                     # the read of pc is on the read port
-        prog_r = prog.read_port()
-        go = Signal()
-        m.d.comb += [go.eq(refill & fresh),
-                     prog_r.addr.eq(Mux(self.host.start, 0, Mux(refill, pc,
-                                                           Mux(fire, pc + 2, pc + 1))))]
-        page_end = (pc[:page.bit_length() - 1] == page - 1) if page else Const(0)
-        # FETCH_LATENCY: the read (go, or start) in one cycle, the capture in the next
-        with m.If(self.host.start):
-            m.d.sync += [pc.eq(0), stored_valid.eq(0), refill.eq(bool(page)),
-                         capture.eq(not page)]
-        with m.Elif(go):
-            m.d.sync += [refill.eq(0), capture.eq(1)]
-        with m.Elif(capture):
-            m.d.sync += [stored.eq(prog_r.data), stored_valid.eq(1), capture.eq(0)]
-        with m.Elif(fire):
-            m.d.sync += [pc.eq(pc + 1), stored.eq(prog_r.data)]  # paged: 2 * prog_page, so
-            with m.If(stored.op == Op.END):                      # it wraps
-                m.d.sync += stored_valid.eq(0)
-            with m.Elif(page_end):
-                m.d.sync += [stored_valid.eq(0), refill.eq(1)]
-        return stored, stored_valid
+    def _wide_fetch(self, m, prog, running, fire, fresh):
+        """The fetch unit over a program memory of whole instructions (``hdl/fetch.py``):
+        returns the instruction on offer and its valid."""
+        m.submodules.fetch = fetch = WideFetch(self.config)
+        wiring.connect(m, fetch.prog, prog.read_port())
+        m.d.comb += [fetch.start.eq(self.host.start), fetch.running.eq(running),
+                     fetch.fresh.eq(fresh), fetch.instr.ready.eq(fire)]
+        return fetch.instr.payload, fetch.instr.valid
 
     def _eltwise(self, m):
         """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose

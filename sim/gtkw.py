@@ -29,15 +29,17 @@ UNITS_PER_NS = 1000
 #: The save file's groups: name, the scope below the harness (``accel``: the accelerator),
 #: and the signals in it; ``name[*]`` stands for ``name[0]``, ``name[1]``, ... (a lane or a
 #: column each). A signal the build does not declare (an engine the architecture lacks, the
-#: fetch unit's signals without a narrow program memory) is left out.
+#: narrow fetch unit's signals with a wide program memory and the other way round) is left
+#: out.
 ENGINES = (
     ("accelerator", "accel", ("host__start", "host__busy", "host__done", "host__cycles",
                               "debug_dispatched", "debug_busy")),
-    ("instruction fetch", "accel", ("running", "pc", "stored_valid", "fire", "fetched_fire")),
+    ("instruction fetch", "accel", ("running", "fire", "fetched_fire")),
     ("dispatcher", "accel.dispatcher", ("instr__valid", "instr__ready", "instr__payload.op",
                                         "instr__payload.count", "post_idle", "blocked",
                                         "pend_valid")),
-    ("program fetch", "accel.fetch", ("valid", "mem_en", "mem_addr", "ptr")),
+    ("program fetch", "accel.fetch", ("valid", "mem_en", "mem_addr", "ptr", "arriving",
+                                      "waiting", "instr__valid", "instr__ready")),
     ("tile walker", "accel.walker", ("instr__valid", "load", "instr__ready",
                                      "instr__payload.op")),
     ("weight loader", "accel.loader", ("instr__valid", "busy", "bank", "row", "wgt__addr",
@@ -60,7 +62,7 @@ ENGINES = (
     ("harness", "", ("sample",)),
 )
 #: Signals shown in decimal (counters, addresses people count in) and signed decimal (data).
-_DECIMAL = {"host__cycles", "debug_dispatched", "pc", "instr__payload.count", "remaining", "row",
+_DECIMAL = {"host__cycles", "debug_dispatched", "instr__payload.count", "remaining", "row",
             "accepted", "completed", "sample", "wgt_addr", "act_addr", "acc_addr", "acc_waddr",
             "par_addr", "out_addr", "mem_addr", "ptr", "wload_row", "ext__cmd_addr",
             "ext__cmd_len", "wgt__addr", "par__addr"}

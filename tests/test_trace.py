@@ -141,7 +141,8 @@ def gtkwave_names(trace) -> "dict[str, str]":
 
 #: The instance of each engine in the accelerator (hdl/top.py).
 SCOPES = {"accelerator": ACCEL, "instruction fetch": ACCEL,
-          "dispatcher": f"{ACCEL}.dispatcher", "tile walker": f"{ACCEL}.walker",
+          "dispatcher": f"{ACCEL}.dispatcher", "program fetch": f"{ACCEL}.fetch",
+          "tile walker": f"{ACCEL}.walker",
           "weight loader": f"{ACCEL}.loader", "feeder": f"{ACCEL}.feeder",
           "array": f"{ACCEL}.array", "post-processor": f"{ACCEL}.post",
           "element-wise engine": f"{ACCEL}.eltw", "harness": "hwonnx_harness"}
@@ -152,7 +153,7 @@ def test_save_file_groups_signals_of_the_trace_by_engine(traced):
     folder = traced["folder"]
     groups, other = save_file(folder / "run.gtkw")
     assert f'[dumpfile] "{(folder / "run.vcd").resolve()}"' in other
-    assert list(groups) == list(SCOPES)         # no DMA engine, no narrow program memory
+    assert list(groups) == list(SCOPES)         # no DMA engine
     names = gtkwave_names(traced["trace"])
     for group, signals in groups.items():
         assert len(signals) >= 1 and len(set(signals)) == len(signals), group
@@ -272,8 +273,8 @@ def test_gtkwave_finds_every_signal_of_the_save_file(traced, dump, request):
 
 def test_every_engine_signal_exists_in_some_architecture():
     """Each signal the save file's groups name is declared by the Verilog of an accelerator
-    without external memory (the program counter) or of one with an external memory, a
-    narrow program memory and no tile walker (the DMA engine, the fetch unit)."""
+    without external memory (the wide fetch unit) or of one with an external memory, a
+    narrow program memory and no tile walker (the DMA engine, the narrow fetch unit)."""
     plain = ArchConfig(rows=2, cols=3, act_depth=64, wgt_depth=32, acc_depth=8, par_depth=8,
                        prog_depth=16, lut_tables=0)
     other = ArchConfig(rows=2, cols=3, act_depth=64, wgt_depth=32, acc_depth=8, par_depth=8,
