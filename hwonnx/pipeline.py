@@ -93,10 +93,10 @@ class BuildState:
 # The steps -----------------------------------------------------------------------------------
 
 def read(state: BuildState) -> BuildState:
-    request = state.request
-    return replace(state, started=time.monotonic(), imported=import_model(
-        request.model, input_shapes=request.input_shapes,
-        override_initializers=request.override_initializers))
+    request, started = state.request, time.monotonic()
+    imported = import_model(request.model, input_shapes=request.input_shapes,
+                            override_initializers=request.override_initializers)
+    return replace(state, started=started, imported=imported)
 
 
 def float_passes(state: BuildState) -> BuildState:
