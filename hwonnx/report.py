@@ -6,14 +6,14 @@ from pathlib import Path
 
 from .boards import estimate, get_board
 from .boards.top import DEFAULT_BAUD
-from .compiler.segments import segment_graphs
-from .plots import write_cycle_chart
-from .ir.ops import IR_OPS, LAYOUT, integer_ops
-from .isa import Op, instruction_width
 from .compiler.paging import pages_words
 from .compiler.program import Program
+from .compiler.segments import segment_graphs
 from .compiler.timing import (CYCLE_CATEGORIES, cycle_breakdown, cycle_windows, layer_cycles,
                               predict)
+from .ir.ops import IR_OPS, LAYOUT, integer_ops
+from .isa import Op, instruction_width
+from .plots import write_cycle_chart
 from .report_segments import segments_markdown, segments_report
 
 __all__ = ["layer_cycles", "cycle_windows", "cycle_breakdown", "build_report", "programs_report",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards.build import build_id
 from .boards import host      # called through the module: tests replace its SerialTransport
+from .boards.build import build_id
 from .boards.protocol import Client
 from .compiler.artifact import load_program
 from .compiler.folder import verify_build_folder
