@@ -19,22 +19,24 @@ from .config import ArchConfig
 from .errors import ResourceError
 from .ir import Graph
 from .isa import Op, addressable
+from .memories import MEMORIES
+from .quant import adds_on_array
 
 __all__ = ["FALLBACK_ARRAYS", "configure_arch", "fit_board", "for_architecture", "lower_sized"]
 
 
 def lower_sized(int_graph: Graph, config: ArchConfig, size=None, fixed=(),
-                loops: bool = True) -> Program:
+                loops: bool = True) -> "tuple[Program, ...]":
     """Lower ``int_graph`` for ``config``, its buffers (but ``fixed``) sized to the model
-    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board; a segmented
-    graph to the list of its segments' programs (:func:`~hwonnx.compiler.segments.
-    lower_segments`)."""
+    (:func:`~hwonnx.compiler.sizing.sized`) when ``size`` is ``"sim"`` or a board: the
+    program, or of a segmented graph its segments' programs in order
+    (:func:`~hwonnx.compiler.segments.lower_segments`)."""
     if is_segmented(int_graph):
-        return lower_segments(int_graph, config, size is not None, fixed, None if size in (
-            None, "sim") else _block_depth(size), loops)
+        return tuple(lower_segments(int_graph, config, size is not None, fixed, None if size in (
+            None, "sim") else _block_depth(size), loops))
     if size is None:
-        return lower(int_graph, config, loops)
-    return _lower_sized(int_graph, config, size, fixed, loops)
+        return (lower(int_graph, config, loops),)
+    return (_lower_sized(int_graph, config, size, fixed, loops),)
 
 
 def _lower_sized(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
@@ -250,8 +252,6 @@ def for_architecture(graph: Graph, config: ArchConfig, log=print) -> Graph:
     that keep a pre-quantized model's own parameters rounding as onnxruntime does where the
     architecture can (``ArchConfig.ort_rounding``), otherwise half up, which differs from
     onnxruntime by 1 LSB on exact ties."""
-    from .quant import adds_on_array
-
     graph = adds_on_array(graph, config.eltwise_engine)
     layers = [n for n in graph.nodes if n.attrs.get("rounding") == "ort"]
     if not layers or config.ort_rounding:
@@ -276,8 +276,6 @@ def configure_arch(config: ArchConfig, ext_memory: "str | None" = None,
         If the result is not a valid architecture: ``Invalid architecture: <why>``, or the
         external memory is unknown.
     """
-    from .memories import MEMORIES
-
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes and ext_memory is None:
         return config

@@ -9,9 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
+from .boards.top import DEFAULT_BAUD
+from .compiler.program import Program
+from .compiler.timing import predict
 from .config import ArchConfig
+from .errors import UsageError
 from .frontend import load_model
 from .ir.graph import Graph
+from .pipeline import plan_programs
+from .plots import write_cycle_chart
+from .report import placement_table, programs_report
+from .report_segments import segments_markdown, segments_report
 
 __all__ = ["inspect_model", "format_inspection", "format_placement", "load_for_inspection",
            "check_plot_path"]
@@ -73,25 +81,18 @@ def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None
     UsageError
         If ``plot`` cannot be written.
     """
-    from .api import plan_model
-    from .compiler.timing import predict
-    from .report import placement_table
-
     if plot is not None:
         check_plot_path(plot)               # before the planning, which may take long
-    int_graph, program = plan_model(graph, config=config, size=size)
-    programs = program if isinstance(program, list) else [program]
+    int_graph, programs = plan_programs(graph, config=config, size=size)
     config = programs[0].config
     total = sum(predict(p.expanded(), config).total for p in programs)
     macs = sum(p.macs for p in programs)
     utilization = macs / (total * config.rows * config.cols)
     text = (f"Placement on a {config.name} array ({macs:,} MACs, {total:,} predicted cycles "
             f"per inference{f' in {len(programs)} segments' if len(programs) > 1 else ''}, "
-            f"{utilization:.1%} utilization):\n" + placement_table(int_graph, program))
+            f"{utilization:.1%} utilization):\n" + placement_table(int_graph, *programs))
     if len(programs) > 1:
-        from .boards.top import DEFAULT_BAUD
-        from .segmented import segments_markdown, segments_report
-        report = segments_report(int_graph, programs, DEFAULT_BAUD)
+        report = segments_report(int_graph, list(programs), DEFAULT_BAUD)
         text += "\n" + "\n".join(segments_markdown(report, config.clock_hz))
         if size not in (None, "sim"):
             text += (f"\n\nA build for board '{size}' is refused: segmented builds run in "
@@ -104,8 +105,6 @@ def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None
 def check_plot_path(path: "str | os.PathLike") -> None:
     """Refuse a chart path (``hwonnx inspect --plot``) that cannot be written, before
     anything runs: :class:`~hwonnx.errors.UsageError`."""
-    from .errors import UsageError
-
     path = Path(path)
     why = "Is a directory" if path.is_dir() else None if path.parent.is_dir() else \
         "Not a directory" if path.parent.exists() else "No such file or directory"
@@ -113,17 +112,11 @@ def check_plot_path(path: "str | os.PathLike") -> None:
         raise UsageError(f"Cannot write the chart to '{path}': {why}")
 
 
-def _write_plot(int_graph: Graph, programs: list, model: str, board: str,
+def _write_plot(int_graph: Graph, programs: "tuple[Program, ...]", model: str, board: str,
                 path: "str | os.PathLike") -> None:
     """The build's ``report.png`` of the planned ``programs`` (one, or a segmented model's),
     written to ``path``."""
-    from .errors import UsageError
-    from .plots import write_cycle_chart
-    from .report import build_report
-    from .segmented import segmented_report
-
-    report = segmented_report(programs, model, board, int_graph) if len(programs) > 1 \
-        else build_report(programs[0], model, board, dict(int_graph.meta), int_graph)
+    report = programs_report(programs, model, board, int_graph)
     try:
         write_cycle_chart(report, path)
     except OSError as error:

@@ -1,5 +1,5 @@
 """The build report's chart, ``report.png``: where the predicted cycles of each layer go
-(:func:`hwonnx.report.cycle_breakdown`), one horizontal stacked bar per layer in program
+(:func:`hwonnx.compiler.timing.cycle_breakdown`), one horizontal stacked bar per layer in program
 order, and for a segmented build a bar per host round trip between segments. Drawn with
 matplotlib's object API on the Agg canvas (no pyplot, no global state)."""
 

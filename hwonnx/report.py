@@ -1,22 +1,24 @@
 """The build report: per layer MACs, tiles, weight memory, predicted cycles and utilization
 (JSON and Markdown)."""
 
-import bisect
-import itertools
 import json
 from pathlib import Path
 
-from .ir.ops import IR_OPS, LAYOUT, integer_ops
-from .isa import Op, instruction_width
+from .boards import estimate, get_board
+from .boards.top import DEFAULT_BAUD
 from .compiler.paging import pages_words
 from .compiler.program import Program
-from .compiler.timing import predict
+from .compiler.segments import segment_graphs
+from .compiler.timing import (CYCLE_CATEGORIES, cycle_breakdown, cycle_windows, layer_cycles,
+                              predict)
+from .ir.ops import IR_OPS, LAYOUT, integer_ops
+from .isa import Op, instruction_width
+from .plots import write_cycle_chart
+from .report_segments import segments_markdown, segments_report
 
-__all__ = ["layer_cycles", "cycle_windows", "cycle_breakdown", "build_report", "write_report",
-           "placement", "placement_table", "ports", "CYCLE_CATEGORIES"]
-
-#: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
-CYCLE_CATEGORIES = ("compute", "weight_loads", "boundaries", "host")
+__all__ = ["layer_cycles", "cycle_windows", "cycle_breakdown", "build_report", "programs_report",
+           "segmented_report", "write_report", "placement", "placement_table", "ports",
+           "CYCLE_CATEGORIES"]
 
 #: Where each integer op runs and why (from the operator registry).
 _WHY = {entry.quantized: (entry.where, entry.why) for entry in IR_OPS.values() if entry.quantized}
@@ -51,10 +53,9 @@ def placement(graph) -> "list[dict]":
     return rows
 
 
-def placement_table(graph, program: "Program | list[Program] | None" = None) -> str:
+def placement_table(graph, *programs: Program) -> str:
     """Markdown table of :func:`placement`, with MACs and predicted cycles per array layer
-    (of every segment's program, given a list)."""
-    programs = program if isinstance(program, list) else [program] if program else []
+    of ``programs`` (a segmented build's: every segment's)."""
     cycles = {layer.name: c for p in programs for layer, c in zip(p.layers, layer_cycles(p))}
     macs = {layer.name: layer.macs for p in programs for layer in p.layers}
     streamed = {p.layers[i.layer].name for p in programs for i in p.expanded() if i.get("dw")}
@@ -84,84 +85,6 @@ def ports(program: Program, graph) -> "dict[str, list[dict]]":
     dequantize = {n.outputs[0]: n for n in graph.nodes if n.op == "Dequantize"}
     return {"inputs": [entry(p, graph.producer(p.value)) for p in program.inputs],
             "outputs": [entry(p, dequantize[p.name]) for p in program.outputs]}
-
-
-def layer_cycles(program: Program) -> "list[int]":
-    """Predicted cycles of each layer: the total of the program truncated after the layer
-    minus the total truncated after the previous one (layers overlap in the hardware, so
-    this is each layer's share of the timeline). One pass of the cycle model: the truncated
-    programs are prefixes of the whole one (instructions are in layer order)."""
-    instructions = program.expanded()
-    assert all(a.layer <= b.layer for a, b in zip(instructions, instructions[1:]))
-    ends = {instr.layer: k for k, instr in enumerate(instructions) if instr.op != Op.END}
-    stops = list(itertools.accumulate((ends.get(i, -1) for i in range(len(program.layers))),
-                                      max))      # a layer without instructions: the last's
-    totals = predict(instructions, program.config, stops).stops
-    return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
-
-
-def cycle_windows(program: Program, cycles: "list[int] | None" = None
-                  ) -> "list[tuple[int, int]]":
-    """Each layer's window of the timeline, ``(first, end)``: its cycles (``cycles``,
-    :func:`layer_cycles`) follow the previous layer's, from the program's start. The
-    accelerator's ``cycles`` counter reads ``first`` to ``end - 1`` during the layer's window
-    (it reads 0 from the clock edge at which the accelerator takes ``start``), so a trace of
-    the run (``hwonnx sim --trace``) shows the layer there; the last window ends at the
-    predicted total, when ``done`` rises."""
-    cycles = layer_cycles(program) if cycles is None else cycles
-    ends = list(itertools.accumulate(cycles))
-    return list(zip([0] + ends[:-1], ends))
-
-
-def cycle_breakdown(program: Program, cycles: "list[int] | None" = None) -> "list[dict]":
-    """Where each layer's predicted cycles (``cycles``, :func:`layer_cycles`) go, from the
-    cycle model's timeline of the whole program (:func:`~hwonnx.compiler.timing.predict`):
-    layer ``i`` owns the cycles from the end of the program truncated after layer ``i - 1``
-    to the end of the one truncated after ``i``. Each of its cycles counts once, as
-    ``compute`` if the array is fed a word (a MATMUL issues), else ``weight_loads`` if the
-    weight loader (LOADW) or the DMA (LOADX; LOADA, STOREA: activations) is busy, else ``boundaries`` (pipeline drain,
-    post-processing tails, element-wise work, dispatch); ``host`` is 0 (the host's time is
-    not a layer's: see the report's ``round_trips``). The four add up to the layer's cycles."""
-    from .hdl.feeder import drain_cycles
-
-    cycles = layer_cycles(program) if cycles is None else cycles
-    instructions = program.expanded()
-    timing = predict(instructions, program.config)
-    drain = drain_cycles(program.config)
-    fed, loading = [], []
-    for instr, dispatch, done in zip(instructions, timing.dispatch, timing.done):
-        if instr.op == Op.MATMUL:           # done: last word issued + drain - 1
-            end = done + 1 - drain
-            fed.append((end - instr["count"], end))
-        elif instr.op == Op.LOADW:          # the loader is busy from dispatch until done
-            loading.append((dispatch, done))
-        elif instr.op in (Op.LOADX, *Op.ACTX):     # the DMA, from the cycle after dispatch
-            loading.append((dispatch + 1, done + 1))
-    windows = cycle_windows(program, cycles)
-    starts, ends = [first for first, _ in windows], [end for _, end in windows]
-    compute = _covered(fed, starts, ends)
-    busy = _covered(fed + loading, starts, ends)
-    return [{"compute": c, "weight_loads": b - c, "boundaries": span - b, "host": 0}
-            for c, b, span in zip(compute, busy, cycles)]
-
-
-def _covered(intervals: "list[tuple[int, int]]", starts: "list[int]", ends: "list[int]"
-             ) -> "list[int]":
-    """Cycles of the union of half-open ``intervals`` within each window [start, end)."""
-    merged: "list[list[int]]" = []
-    for low, high in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and low <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], high)
-        else:
-            merged.append([low, high])
-    lows = [low for low, _ in merged]
-    before = list(itertools.accumulate((high - low for low, high in merged), initial=0))
-
-    def upto(cycle: int) -> int:        # covered cycles before ``cycle``
-        k = bisect.bisect_right(lows, cycle)
-        return before[k] - max(merged[k - 1][1] - cycle, 0) if k else 0
-
-    return [upto(end) - upto(start) for start, end in zip(starts, ends)]
 
 
 def _rounding(program: Program) -> str:
@@ -231,11 +154,44 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
     }
 
 
+def programs_report(programs: "tuple[Program, ...]", model: str, board: str, graph) -> dict:
+    """The build report of ``programs`` compiled from the integer ``graph``: of one program,
+    :func:`build_report`; of a segmented build's, :func:`segmented_report`."""
+    if len(programs) == 1:
+        return build_report(programs[0], model, board, dict(graph.meta), graph)
+    return segmented_report(programs, model, board, graph)
+
+
+def segmented_report(programs: "tuple[Program, ...]", model: str, board: str, graph) -> dict:
+    """The build report of a segmented build: :func:`build_report`'s keys over all segments
+    (layers in order, each with its ``segment``; totals; the buffers' largest use), the ports
+    of every segment, and ``segments`` (:func:`~hwonnx.report_segments.segments_report`)."""
+    graphs = segment_graphs(graph)
+    parts = [build_report(p, model, board, dict(graph.meta)) for p in programs]
+    report = parts[0]
+    report["layers"] = [{**layer, "segment": i + 1}
+                        for i, part in enumerate(parts) for layer in part["layers"]]
+    macs = sum(p.macs for p in programs)
+    cycles = sum(part["total"]["predicted_cycles"] for part in parts)
+    pes = programs[0].config.rows * programs[0].config.cols
+    report["total"] = {"macs": macs, "predicted_cycles": cycles,
+                       "utilization": macs / (cycles * pes) if cycles else 0}
+    report["buffers"] = {name: {"used": max(part["buffers"][name]["used"] for part in parts),
+                                "depth": entry["depth"]}
+                         for name, entry in report["buffers"].items()}
+    report["program"] = {key: sum(part["program"][key] for part in parts)
+                         for key in report["program"]}
+    report["placement"] = placement(graph)
+    io = [ports(p, g) for p, g in zip(programs, graphs)]
+    report["io"] = {kind: [{**entry, "segment": i + 1} for i, part in enumerate(io)
+                           for entry in part[kind]] for kind in ("inputs", "outputs")}
+    report.update(segments_report(graph, list(programs), DEFAULT_BAUD))
+    return report
+
+
 def _resources(config, board: str) -> "dict | None":
     """The fit check's estimate of DSP blocks, block RAMs and logic cells on ``board``,
     against the device's (None for the simulation target)."""
-    from .boards import estimate, get_board
-
     target = get_board(board)
     if target.is_simulation:
         return None
@@ -343,7 +299,6 @@ def write_report(report: dict, folder: Path) -> None:
                   f"{p['base'] + p['words'] - 1} |"
                   for kind in ("inputs", "outputs") for p in report["io"][kind]]
     if report.get("segments"):
-        from .segmented import segments_markdown
         lines += segments_markdown(report, arch["clock_hz"])
     if report.get("placement"):
         lines += ["", "| node | op | runs on | why |", "|---|---|---|---|"]
@@ -357,5 +312,4 @@ def write_report(report: dict, folder: Path) -> None:
         lines += ["", "Model metadata: " + ", ".join(f"{k} = {v}" for k, v in
                                                      report["metadata_props"].items())]
     (folder / "report.md").write_text("\n".join(lines) + "\n")
-    from .plots import write_cycle_chart
     write_cycle_chart(report, folder / "report.png")

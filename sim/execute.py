@@ -5,7 +5,7 @@ import numpy as np
 from ..isa import Op
 from ..compiler.layout import pack_words, unpack_words
 from ..compiler.program import Program, encode_program
-from ..compiler.timing import predict
+from ..compiler.timing import cycle_windows, predict
 from ..errors import SimulationError, UsageError
 from .harness import STAGE_DEPTH
 from .runner import RunResult, run_rtl
@@ -125,9 +125,7 @@ def execute_program(program: Program, feeds: "dict[str, np.ndarray]",
 
 def _layer_markers(program: Program) -> "list[tuple[str, int]]":
     """The save file's markers of a traced run: each layer's first cycle and its window
-    (:func:`hwonnx.report.cycle_windows`)."""
-    from ..report import cycle_windows
-
+    (:func:`hwonnx.compiler.timing.cycle_windows`)."""
     return [(f"layer '{layer.name}', cycles {first} to {end - 1}" if end > first else
              f"layer '{layer.name}', no cycle of its own", first)
             for layer, (first, end) in zip(program.layers, cycle_windows(program))]

@@ -79,7 +79,7 @@ def test_small_npz_of_2_gib_of_float64_is_refused(build, tmp_path, capsys):
 def test_golden_model_in_blocks_equals_each_sample_alone(build, monkeypatch):
     xs = rand(40, 16, seed=6)
     loaded = api.load_build(build)
-    monkeypatch.setattr(api, "GOLDEN_BLOCK_VALUES", 1)       # one sample per block
+    monkeypatch.setattr("hwonnx.run.GOLDEN_BLOCK_VALUES", 1)   # one sample per block
     blocks = api.run_golden(loaded, {"x": xs})
     for i in range(len(xs)):
         alone = api.run_golden(loaded, {"x": xs[i:i + 1]})

@@ -288,7 +288,7 @@ def test_compare_fails_when_cycles_differ_from_the_prediction(golden_build, digi
         golden = api.run_golden(build_result, inputs)
         golden.cycles = [golden.predicted_cycles, 67_086]
         return golden
-    monkeypatch.setattr(api, "run_rtl_batch", slow_rtl)
+    monkeypatch.setattr("hwonnx.run.run_rtl_batch", slow_rtl)      # as simulate calls it
     predicted = api.simulate(out, x(digits), mode="golden").predicted_cycles
     with pytest.raises(MismatchError, match=re.escape(
             f"RTL cycles differ from the prediction: sample 1 took 67,086 cycles, predicted "

@@ -6,7 +6,10 @@ with the external memory model of ``hdl/extmem.py`` exactly, so the
 prediction equals the simulated cycle count (tested in ``tests/test_rtl.py``,
 ``tests/test_examples_rtl.py`` and ``tests/test_eltwise_rtl.py``)."""
 
+import bisect
+import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import ArchConfig
 from ..hdl.eltwise import eltwise_cycles
@@ -18,7 +21,14 @@ from ..hdl.post import post_latency
 from ..isa import Op, ext_words_per_instruction
 from ..memories import ExtTiming
 
-__all__ = ["Timing", "predict"]
+if TYPE_CHECKING:
+    from .program import Program
+
+__all__ = ["Timing", "predict", "layer_cycles", "cycle_windows", "cycle_breakdown",
+           "CYCLE_CATEGORIES"]
+
+#: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
+CYCLE_CATEGORIES = ("compute", "weight_loads", "boundaries", "host")
 
 
 @dataclass(frozen=True)
@@ -149,3 +159,82 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             stopped.append(stop())
             pending.pop()
     return Timing(dispatch, done, total, stopped)
+
+
+# Each layer's share of the predicted timeline ------------------------------------------------
+
+def layer_cycles(program: "Program") -> "list[int]":
+    """Predicted cycles of each layer: the total of the program truncated after the layer
+    minus the total truncated after the previous one (layers overlap in the hardware, so
+    this is each layer's share of the timeline). One pass of the cycle model: the truncated
+    programs are prefixes of the whole one (instructions are in layer order)."""
+    instructions = program.expanded()
+    assert all(a.layer <= b.layer for a, b in zip(instructions, instructions[1:]))
+    ends = {instr.layer: k for k, instr in enumerate(instructions) if instr.op != Op.END}
+    stops = list(itertools.accumulate((ends.get(i, -1) for i in range(len(program.layers))),
+                                      max))      # a layer without instructions: the last's
+    totals = predict(instructions, program.config, stops).stops
+    return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
+
+
+def cycle_windows(program: "Program", cycles: "list[int] | None" = None
+                  ) -> "list[tuple[int, int]]":
+    """Each layer's window of the timeline, ``(first, end)``: its cycles (``cycles``,
+    :func:`layer_cycles`) follow the previous layer's, from the program's start. The
+    accelerator's ``cycles`` counter reads ``first`` to ``end - 1`` during the layer's window
+    (it reads 0 from the clock edge at which the accelerator takes ``start``), so a trace of
+    the run (``hwonnx sim --trace``) shows the layer there; the last window ends at the
+    predicted total, when ``done`` rises."""
+    cycles = layer_cycles(program) if cycles is None else cycles
+    ends = list(itertools.accumulate(cycles))
+    return list(zip([0] + ends[:-1], ends))
+
+
+def cycle_breakdown(program: "Program", cycles: "list[int] | None" = None) -> "list[dict]":
+    """Where each layer's predicted cycles (``cycles``, :func:`layer_cycles`) go, from the
+    cycle model's timeline of the whole program (:func:`~hwonnx.compiler.timing.predict`):
+    layer ``i`` owns the cycles from the end of the program truncated after layer ``i - 1``
+    to the end of the one truncated after ``i``. Each of its cycles counts once, as
+    ``compute`` if the array is fed a word (a MATMUL issues), else ``weight_loads`` if the
+    weight loader (LOADW) or the DMA (LOADX; LOADA, STOREA: activations) is busy, else
+    ``boundaries`` (pipeline drain, post-processing tails, element-wise work, dispatch);
+    ``host`` is 0 (the host's time is not a layer's: see the report's ``round_trips``). The
+    four add up to the layer's cycles."""
+    cycles = layer_cycles(program) if cycles is None else cycles
+    instructions = program.expanded()
+    timing = predict(instructions, program.config)
+    drain = drain_cycles(program.config)
+    fed, loading = [], []
+    for instr, dispatch, done in zip(instructions, timing.dispatch, timing.done):
+        if instr.op == Op.MATMUL:           # done: last word issued + drain - 1
+            end = done + 1 - drain
+            fed.append((end - instr["count"], end))
+        elif instr.op == Op.LOADW:          # the loader is busy from dispatch until done
+            loading.append((dispatch, done))
+        elif instr.op in (Op.LOADX, *Op.ACTX):     # the DMA, from the cycle after dispatch
+            loading.append((dispatch + 1, done + 1))
+    windows = cycle_windows(program, cycles)
+    starts, ends = [first for first, _ in windows], [end for _, end in windows]
+    compute = _covered(fed, starts, ends)
+    busy = _covered(fed + loading, starts, ends)
+    return [{"compute": c, "weight_loads": b - c, "boundaries": span - b, "host": 0}
+            for c, b, span in zip(compute, busy, cycles)]
+
+
+def _covered(intervals: "list[tuple[int, int]]", starts: "list[int]", ends: "list[int]"
+             ) -> "list[int]":
+    """Cycles of the union of half-open ``intervals`` within each window [start, end)."""
+    merged: "list[list[int]]" = []
+    for low, high in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    lows = [low for low, _ in merged]
+    before = list(itertools.accumulate((high - low for low, high in merged), initial=0))
+
+    def upto(cycle: int) -> int:        # covered cycles before ``cycle``
+        k = bisect.bisect_right(lows, cycle)
+        return before[k] - max(merged[k - 1][1] - cycle, 0) if k else 0
+
+    return [upto(end) - upto(start) for start, end in zip(starts, ends)]

@@ -61,9 +61,9 @@ def _unfitted(model, calib, shapes, board, spec: dict, log) -> dict:
     """What a point that does not fit would take: the cycles and the fit check's estimate of
     its configuration with the buffers sized to the model (as ``build`` sizes them before the
     check; nothing is tried smaller)."""
-    from ..api import compile_model
     from ..compiler.timing import predict
     from ..fitting import configure_arch
+    from ..pipeline import compile_programs
 
     depths = spec["depths"]
     config = board.default_config
@@ -71,9 +71,9 @@ def _unfitted(model, calib, shapes, board, spec: dict, log) -> dict:
         config = replace(config, clock_hz=board.clock_hz)
     config = configure_arch(config, rows=spec["rows"], cols=spec["cols"], **depths)
     fixed = {name[:-len("_depth")] if name.endswith("_depth") else "lut" for name in depths}
-    _, program = compile_model(model, calib, config=config, input_shapes=shapes, log=log,
-                               size="sim" if board.is_simulation else board.name, fixed=fixed)
-    programs = program if isinstance(program, list) else [program]
+    _, programs = compile_programs(model, calib, config=config, input_shapes=shapes, log=log,
+                                   size="sim" if board.is_simulation else board.name,
+                                   fixed=fixed)
     record = {"config": programs[0].config.to_dict(),
               "estimate": _estimate(programs[0].config, board)}
     _timing(record, board, sum(predict(p.expanded(), p.config).total for p in programs), None)
@@ -111,8 +111,7 @@ def evaluate(spec: dict, folder: Path, log=print) -> dict:
               "estimate": _estimate(config, board), "device": device_capacity(board),
               "macs": int(result.report["total"]["macs"]),
               "utilization": result.report["total"]["utilization"],
-              "instructions": sum(len(p.instructions)
-                                  for p in result.segments or (result.program,))}
+              "instructions": sum(len(p.instructions) for p in result.programs)}
     bitstream = result.report.get("bitstream")
     measured = {}
     if bitstream:

@@ -1,7 +1,7 @@
 """The frontend entry point: read, validate, inline, check support, convert opsets, bind,
 infer, fold, convert. See ``docs/spec.md`` for the ONNX IR rule each step implements."""
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ from .host import HOST_CONVERTERS, check_host_steps, host_steps
 from .onedim import view_1d
 from .opsets import check_signatures, convert_opset
 from .patterns import find_unary_patterns, pattern_converters
+from .annotate import Annotations
 from .prequant import annotate_graph, dequantize_model, is_prequantized
 from .qonnx import import_missing_domains, is_qonnx, rewrite_qonnx
 from .read import read_model
@@ -29,14 +30,27 @@ from .sparse import densify_sparse
 from .support import check_fused, check_support
 from .validate import resolve_operators, validate_model
 
-__all__ = ["load_model", "read_model", "model_meta"]
+__all__ = ["ImportedModel", "finish_import", "import_model", "load_model", "read_model",
+           "model_meta"]
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    """A model as :func:`import_model` reads it, before the float passes: the float ``graph``,
+    the passes' ``context`` (a pre-quantized model's quantized values added) and, of a
+    pre-quantized model, its ``annotations`` (:class:`.annotate.Annotations`)."""
+    graph: Graph
+    context: PassContext
+    annotations: "Annotations | None" = None
 
 
 def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
                input_shapes: "dict[str, tuple[int, ...]] | None" = None,
                override_initializers: "dict[str, np.ndarray] | None" = None,
                *, pass_context: "PassContext | None" = None) -> Graph:
-    """Import an ONNX model as a verified float IR graph.
+    """Import an ONNX model as a verified float IR graph: :func:`import_model`, the float
+    passes, then :func:`finish_import` (``hwonnx build`` runs the three as steps of
+    :data:`hwonnx.pipeline.BUILD_STEPS`).
 
     The model is read (external data only from inside the model's folder), checked against
     the ONNX IR rules, its model-local functions are inlined and each ``If`` with a constant
@@ -87,6 +101,18 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         If a value, the work of a node or of folding exceeds hwonnx's limits (``docs/spec.md``,
         "Limits"); the message names the node or value and its size.
     """
+    imported = import_model(path_or_model, input_shapes, override_initializers,
+                            pass_context=pass_context)
+    return finish_import(imported, run_pipeline(imported.graph, FLOAT_PIPELINE,
+                                                imported.context))
+
+
+def import_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
+                 input_shapes: "dict[str, tuple[int, ...]] | None" = None,
+                 override_initializers: "dict[str, np.ndarray] | None" = None,
+                 *, pass_context: "PassContext | None" = None) -> ImportedModel:
+    """:func:`load_model` up to the float passes, which it leaves to the caller (parameters
+    and errors as :func:`load_model`'s)."""
     rlog = ReadLog()
     model = read_model(path_or_model)
     densify_sparse(model, rlog)
@@ -152,11 +178,19 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     context = pass_context or PassContext()
     if annotations is not None:
         context = replace(context, quantized=frozenset(annotations.activations))
-    graph = run_pipeline(graph, FLOAT_PIPELINE, context)
-    check_fused(graph, meta["opset"])
-    check_host_steps(graph, meta["opset"])
-    if annotations is not None:
-        graph = annotate_graph(graph, annotations)
+    return ImportedModel(graph, context, annotations)
+
+
+def finish_import(imported: ImportedModel, graph: Graph) -> Graph:
+    """``graph`` (``imported.graph`` after the float passes) checked: a ``Clip`` the passes
+    could not fuse and a host step in a place the host cannot run it are refused
+    (:class:`~hwonnx.errors.UnsupportedOperatorError`); a pre-quantized model's
+    quantization parameters go into ``graph.meta["quantization"]``."""
+    opset = imported.graph.meta["opset"]
+    check_fused(graph, opset)
+    check_host_steps(graph, opset)
+    if imported.annotations is not None:
+        graph = annotate_graph(graph, imported.annotations)
     return graph
 
 
