@@ -71,6 +71,7 @@ def measure(board_name: str, model: str, streamed: bool = False,
     options = _streaming(board, source, calib) if streamed else {}
     if array:
         options.update(rows=array[0], cols=array[1])
+    commit = measured_commit()      # the tree the design is read from, before the long build
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         result = build(source, tmp, board=board_name, verilog=False, bitstream=True,
@@ -97,7 +98,7 @@ def measure(board_name: str, model: str, streamed: bool = False,
             "fit_check_estimate": {"dsp": predicted.dsp, "bram": predicted.bram_blocks,
                                    "luts": predicted.luts},
             "build_seconds": round(seconds, 1), "toolchain_seconds": report["seconds"],
-            "commit": measured_commit(), "critical_path": report.get("critical_path"),
+            "commit": commit, "critical_path": report.get("critical_path"),
             **({"controller_clocks": {n: c for n, c in report["clocks"].items()
                                       if n.startswith("dram.")}} if streamed else {})}
 
