@@ -67,13 +67,12 @@ class Feeder(wiring.Component):
     acc_raddr : accumulator read address (:data:`ACC_READ_LATENCY` cycles before the write:
         the read data is registered, ``hdl/accumulate.py``).
     acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
-    acc_forward : this write's address is the one written in the cycle before, which its
-        read came too early to see (``hdl/accumulate.py`` takes that write's word).
     acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
         instead of adding them (``first`` still overwrites).
-    acc_first, acc_max and acc_forward have one bit per column, all equal: each column's
-        comes from a register of its own (:func:`~.fanout.replicate`; one register for all in
-        the compact datapath).
+    acc_first and acc_max have one bit per column, all equal: each column's comes from a
+        register of its own (:func:`~.fanout.replicate`; one register for all in the compact
+        datapath). No two writes in consecutive cycles go to the same word (a MATMUL waits a
+        cycle, see ``collide``).
     accepted, completed : MATMULs dispatched, and MATMULs whose last accumulator write is
         done (each counted from the cycle after; modulo 2**16): the MATMULs dispatched so far
         are all done when they are equal (what a queued POST waits for, ``hdl/top.py``).
@@ -98,7 +97,6 @@ class Feeder(wiring.Component):
             "acc_waddr": Out(config.acc_addr_bits),
             "acc_first": Out(config.cols),
             "acc_max": Out(config.cols),
-            "acc_forward": Out(config.cols),
             "accepted": Out(16),
             "completed": Out(16),
         })
@@ -135,8 +133,17 @@ class Feeder(wiring.Component):
         m.d.comb += [last.eq(running & (remaining == 1)),
                      keep.eq(running & (~cur.dw | ((phase == 0) & (ox <= cur.vlast))))]
 
+        # Not back to back with a MATMUL whose last word writes the word this one's first word
+        # writes: its read would come a cycle before that write, and the accumulators do not
+        # forward (the adder's loop would be the critical path, hdl/accumulate.py). A cycle
+        # later the read port's transparency shows the write (hwonnx/compiler/timing.py).
+        collide = Signal()
         start = Signal()
-        m.d.comb += start.eq(pend_valid & (~running | last) & (~pend.wait | self.post_idle))
+        m.d.comb += [
+            collide.eq(last & keep & (pend.acc_addr[:cfg.acc_addr_bits] == acc_addr)),
+            start.eq(pend_valid & (~running | (last & ~collide))
+                     & (~pend.wait | self.post_idle)),
+        ]
         with m.If(start):
             m.d.sync += [
                 cur.eq(pend), pend_valid.eq(0), running.eq(1),
@@ -189,21 +196,17 @@ class Feeder(wiring.Component):
             tag = tag_d
         read_tag = tags[latency - 1 - ACC_READ_LATENCY]
         write_tag = tags[latency - 1]
-        # The write's selects, one register per column (computed from the stage before): when
-        # the word written in the next cycle has the address this one writes, its read (in the
-        # cycle before this write) missed this write: hdl/accumulate.py forwards it.
+        # The write's selects, one register per column (from the stage before).
         addr_bits = slice(2, 2 + cfg.acc_addr_bits)
         before = tags[latency - 2]
-        forward = write_tag[1] & before[1] & (write_tag[addr_bits] == before[addr_bits])
-        selects = replicate(m, Cat(before[-2], before[-3], forward),
-                            1 if cfg.compact else cfg.cols, "acc_select")
+        selects = replicate(m, Cat(before[-2], before[-3]), 1 if cfg.compact else cfg.cols,
+                            "acc_select")
         m.d.comb += [
             self.acc_raddr.eq(read_tag[addr_bits]),
             self.acc_we.eq(write_tag[1]),
             self.acc_waddr.eq(write_tag[addr_bits]),
             self.acc_first.eq(per_lane(selects, cfg.cols, 0)),
             self.acc_max.eq(per_lane(selects, cfg.cols, 1)),
-            self.acc_forward.eq(per_lane(selects, cfg.cols, 2)),
         ]
         with m.If(write_tag[0]):                 # a MATMUL's last word is written
             m.d.sync += self.completed.eq(self.completed + 1)

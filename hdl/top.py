@@ -213,7 +213,7 @@ class Accelerator(wiring.Component):
         m.submodules.acc = acc = Accumulators(cfg)
         m.d.comb += [acc.raddr.eq(feeder.acc_raddr), acc.we.eq(feeder.acc_we),
                      acc.waddr.eq(feeder.acc_waddr), acc.first.eq(feeder.acc_first),
-                     acc.max.eq(feeder.acc_max), acc.forward.eq(feeder.acc_forward),
+                     acc.max.eq(feeder.acc_max),
                      acc.sums.eq(array.sums), acc.ew_we.eq(eltw.acc_we),
                      acc.ew_addr.eq(eltw.acc_addr), acc.post_addr.eq(post.acc_addr),
                      post.acc_data.eq(acc.post_data)]

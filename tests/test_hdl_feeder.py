@@ -2,8 +2,9 @@
 ``hwonnx.golden.im2col`` of an index image), one read per cycle, padding as ``feed_pad``;
 instructions stream back to back; ``pending``, ``drained`` and ``bank_free`` follow the rules
 of ``hwonnx/compiler/timing.py``; the accumulator tags come out ``array_latency + 1`` cycles
-after each read, the accumulator read ``ACC_READ_LATENCY`` cycles before its write, and
-``acc_forward`` marks a write to the word written in the cycle before."""
+after each read, the accumulator read ``ACC_READ_LATENCY`` cycles before its write, and no
+two writes in consecutive cycles go to the same word (a MATMUL whose first word writes the
+word the one before it wrote last starts a cycle later)."""
 
 import numpy as np
 import pytest
@@ -16,9 +17,9 @@ from hdl_helpers import run_cycles, set_instr, small_config
 
 #: Outputs with one bit per column, all equal (hdl/fanout.py): each is checked as all ones
 #: where the flag is set and all zeros where it is not.
-PER_COLUMN = ("acc_first", "acc_forward")
+PER_COLUMN = ("acc_first",)
 OUTPUTS = ("act_en", "act_addr", "feed_pad", "feed_zp", "feed_bank", "acc_raddr", "acc_we",
-           "acc_waddr", "acc_first", "acc_forward", "pending", "drained", "bank_free")
+           "acc_waddr", "acc_first", "pending", "drained", "bank_free")
 
 
 def conv_layer(config, base, ih, iw, cb_in, kernel, strides, pads, dilations, zp):
@@ -55,13 +56,17 @@ def conv_layer(config, base, ih, iw, cb_in, kernel, strides, pads, dilations, zp
 
 
 def schedule(instrs, t0, post_idle_from):
-    """The cycle model of ``timing.py`` for MATMULs only: each is dispatched as soon as the
-    pending slot is free; returns (dispatch, start, feed_end); reads are start+1 .. feed_end."""
-    times, t, pending_free, feed_end = [], t0, 0, 0
+    """The cycle model of ``timing.py`` for MATMULs only (no depthwise streaming): each is
+    dispatched as soon as the pending slot is free; one whose first word writes the
+    accumulator word the one before wrote last does not start back to back with it; returns
+    (dispatch, start, feed_end); reads are start+1 .. feed_end."""
+    times, t, pending_free, feed_end, written = [], t0, 0, 0, None
     for instr in instrs:
         t = max(t, pending_free)
-        start = max(t + 1, feed_end, post_idle_from if instr["wait"] else 0)
+        start = max(t + 1, feed_end + (instr["acc_addr"] == written),
+                    post_idle_from if instr["wait"] else 0)
         pending_free, feed_end = start + 1, start + instr["count"]
+        written = instr["acc_addr"] + instr["count"] - 1
         times.append((t, start, feed_end))
         t += 1
     return times
@@ -119,11 +124,8 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
             want["acc_waddr"][f + latency] = instr["acc_addr"] + i
             want["acc_first"][f + latency] = instr["first"]
     want["drained"] = drained
-    for cycle in range(1, cycles):          # a write to the word written in the cycle before
-        if want["acc_we"][cycle]:
-            want["acc_forward"][cycle] = int(want["acc_we"][cycle - 1] == 1 and
-                                             want["acc_waddr"][cycle - 1]
-                                             == want["acc_waddr"][cycle])
+    assert not any(want["acc_we"][c - 1] and want["acc_we"][c] and want["acc_waddr"][c - 1]
+                   == want["acc_waddr"][c] for c in range(1, cycles))
     want["bank_free"] = [a | b << 1 for a, b in zip(*bank_free)]
     for name in OUTPUTS:
         cycles_checked = [c for c in range(cycles) if want[name][c] is not None]
@@ -188,10 +190,12 @@ def test_feeder_wait_starts_when_post_idle(waits, post_idle_from):
         assert times[0][1] + 1 == 2 + 2
 
 
-def test_a_write_to_the_word_written_just_before_is_forwarded():
-    """Back to back, a two-word tile's last word and a one-word tile's word write the same
-    accumulator word in consecutive cycles: the second write has ``acc_forward`` (its read
-    came before the first write; run_feeder checks it cycle by cycle)."""
+def test_a_tile_that_writes_the_word_written_just_before_waits_a_cycle():
+    """A two-word tile's last word and a one-word tile's word write the same accumulator word:
+    the second tile starts a cycle after the first issues its last word instead of in that
+    cycle, so its read (``ACC_READ_LATENCY`` before its write) sees the first write
+    (run_feeder checks every output cycle by cycle). A one-word tile that writes another word
+    follows back to back."""
     config = small_config(2, 2)
     base = conv_layer(config, 0, 1, 2, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0)
     (first, addrs), = base
@@ -199,5 +203,7 @@ def test_a_write_to_the_word_written_just_before_is_forwarded():
     second = dict(first, count=1, acc_addr=first["acc_addr"] + 1, first=0, wait=0,
                   act_addr=addrs[1], act_row=addrs[0], ox0=1, ix0=1, bank=1)
     times = run_feeder(config, [(first, addrs), (second, addrs[1:])])
-    assert times[1][1] == times[0][2]            # back to back: the second starts as the
-                                                 # first issues its last word
+    assert times[1][1] == times[0][2] + 1
+    other = dict(second, acc_addr=first["acc_addr"])
+    times = run_feeder(config, [(first, addrs), (other, addrs[1:])])
+    assert times[1][1] == times[0][2]

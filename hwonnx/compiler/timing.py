@@ -24,8 +24,24 @@ from ..memories import ExtTiming
 if TYPE_CHECKING:
     from .program import Program
 
-__all__ = ["Timing", "predict", "layer_cycles", "cycle_windows", "cycle_breakdown",
-           "CYCLE_CATEGORIES"]
+__all__ = ["Timing", "predict", "last_write", "layer_cycles", "cycle_windows",
+           "cycle_breakdown", "CYCLE_CATEGORIES"]
+
+
+def last_write(instr, config: ArchConfig) -> "int | None":
+    """The accumulator word a MATMUL's last word writes (``hdl/feeder.py``), or None when
+    that word writes none (depthwise streaming keeps only word ``j`` of each row of ``ow``
+    with ``j mod vstride = 0`` and ``j <= vlast``; its rows start at ``ox0`` 0)."""
+    count, acc_addr = instr["count"], instr.get("acc_addr", 0)     # (a field left out is 0)
+    if not instr.get("dw"):
+        return (acc_addr + count - 1) % (1 << config.acc_addr_bits)
+    ow, vstride, vlast = instr["ow"], instr["vstride"], instr["vlast"]
+    rows, j = divmod(count - 1, ow)                 # the last word: row ``rows``, index j
+    if j % vstride or j > vlast:
+        return None
+    per_row = min(ow - 1, vlast) // vstride + 1     # words kept in a whole row
+    before = rows * per_row + j // vstride          # kept words before the last one
+    return (acc_addr + before) % (1 << config.acc_addr_bits)
 
 #: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
 CYCLE_CATEGORIES = ("compute", "weight_loads", "boundaries", "host")
@@ -53,6 +69,7 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     bank_free = [0, 0]            # first cycle a LOADW may overwrite each bank
     pending_free = 0              # first cycle the feeder's pending slot is empty
     feed_end = 0                  # last issue cycle of the latest MATMUL
+    written = None                # the accumulator word its last word writes (last_write)
     drained = 0                   # first cycle no MATMUL or partial sum is in flight
     post_idle = 0                 # first cycle the post-processor is idle
     eltw_idle = 0                 # first cycle the element-wise engine is idle
@@ -103,7 +120,12 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             loader_free = finish = t + loader
         elif op == Op.MATMUL:
             t = max(t, pending_free)
-            start = max(t + 1, feed_end, post_idle if instr.get("wait") else 0)
+            # not back to back with a MATMUL whose last word writes the word its first
+            # word writes: the read of that word would come too early to see the write
+            first_word = instr.get("acc_addr", 0) % (1 << config.acc_addr_bits)
+            start = max(t + 1, feed_end + (first_word == written),
+                        post_idle if instr.get("wait") else 0)
+            written = last_write(instr, config)
             pending_free = start + 1
             feed_end = start + instr["count"]
             bank_free[instr["bank"]] = feed_end + release
