@@ -20,7 +20,14 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["DramInit", "ReadLeveling"]
+__all__ = ["DramInit", "ReadLeveling", "DFII"]
+
+#: Bits of LiteDRAM's DFI injector registers (``litedram/dfii.py``; the BIOS's
+#: ``DFII_CONTROL_*`` and ``DFII_COMMAND_*``).
+DFII = {"DFII_CONTROL_SEL": 0x01, "DFII_CONTROL_CKE": 0x02, "DFII_CONTROL_ODT": 0x04,
+        "DFII_CONTROL_RESET_N": 0x08, "DFII_COMMAND_CS": 0x01, "DFII_COMMAND_WE": 0x02,
+        "DFII_COMMAND_CAS": 0x04, "DFII_COMMAND_RAS": 0x08, "DFII_COMMAND_WRDATA": 0x10,
+        "DFII_COMMAND_RDDATA": 0x20}
 
 # The sequencer's operations, one per ROM word.
 _WRITE, _WRITE_SEL, _CHECK, _BURST, _RETURN = range(5)
@@ -131,7 +138,6 @@ class DramInit(wiring.Component):
             return [(reg[name] + i, (value >> (32 * (n - 1 - i))) & 0xFFFFFFFF)
                     for i in range(n)]
 
-        from .litedram import DFII
         bits = lambda names: sum(DFII[f"DFII_COMMAND_{n}"] for n in names.split())  # noqa: E731
         test = []
         for pattern in lv.patterns():

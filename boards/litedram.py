@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import ToolchainError
 from ..memories import port_bytes
-from .dram_init import ReadLeveling
+from .dram_init import DFII, ReadLeveling
 
 __all__ = ["CONTROLLERS", "DramCore", "generate_controller", "init_writes",
            "handover_writes", "read_leveling", "DFII"]
@@ -47,14 +47,6 @@ CONTROLLERS = {
                     "init_clk_freq": 25_000_000, "rtt_nom": "60ohm", "rtt_wr": "60ohm",
                     "ron": "34ohm", "omit_pads": ["cs_n", "reset_n"], "luts": 5400},
 }
-
-#: Bits of LiteDRAM's DFI injector registers (``litedram/dfii.py``; the BIOS's
-#: ``DFII_CONTROL_*`` and ``DFII_COMMAND_*``).
-DFII = {"DFII_CONTROL_SEL": 0x01, "DFII_CONTROL_CKE": 0x02, "DFII_CONTROL_ODT": 0x04,
-        "DFII_CONTROL_RESET_N": 0x08, "DFII_COMMAND_CS": 0x01, "DFII_COMMAND_WE": 0x02,
-        "DFII_COMMAND_CAS": 0x04, "DFII_COMMAND_RAS": 0x08, "DFII_COMMAND_WRDATA": 0x10,
-        "DFII_COMMAND_RDDATA": 0x20}
-
 
 @dataclass(frozen=True)
 class DramCore:

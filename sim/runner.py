@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import ArchConfig
 from ..errors import SimulationError, ToolchainError
 from . import trace as _trace
+from .gtkw import write_save_file
 from .cache import build_lock, cache_root, install_build, mark_used
 from .harness import ACCEL_TOP, HARNESS_TOP, control_file, extmem_verilog, harness_verilog
 from .tb_accel import WALL_FILE
@@ -350,8 +351,9 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
             raise SimulationError("The simulation ended before the harness finished")
         status = _read_hex(status_file)
         if trace is not None:       # also of a run out of cycles: it shows where it stopped
-            save = _trace.finish(trace, build_dir, tmp, _read_hex(tmp / "cycles.hex")[0]
-                                 if status[0] == 0 else max_cycles, markers)
+            save = write_save_file(trace, build_dir, _trace.finish(trace, tmp),
+                                   _read_hex(tmp / "cycles.hex")[0] if status[0] == 0
+                                   else max_cycles, markers)
             if status[0] != 0:
                 log(f"The trace of the stopped run is in {trace} (GTKWave: {save})")
         if status[0] != 0:

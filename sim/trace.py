@@ -123,14 +123,9 @@ def discard(trace: "Path | None") -> None:
         _partial(trace).unlink(missing_ok=True)
 
 
-def finish(trace: Path, build_dir: Path, folder: Path, cycles: int,
-           markers: "list[tuple[str, int]]" = ()) -> Path:
-    """Move the dump of ``trace`` into place and write its save file
-    (:func:`hwonnx.sim.gtkw.write_save_file`) from the start times the harness wrote into
-    ``folder``. Returns the save file's path."""
-    from .gtkw import write_save_file
-
+def finish(trace: Path, folder: Path) -> "list[int]":
+    """Move the dump of ``trace`` into place; returns the start times the harness wrote into
+    ``folder`` (for its save file, :func:`hwonnx.sim.gtkw.write_save_file`)."""
     _partial(trace).replace(trace)
     starts = folder / STARTS_FILE
-    times = [int(t) for t in starts.read_text().split()] if starts.exists() else []
-    return write_save_file(trace, build_dir, times, cycles, markers)
+    return [int(t) for t in starts.read_text().split()] if starts.exists() else []

@@ -14,10 +14,8 @@ PACKAGES = {"hwonnx": ROOT / "hwonnx", "hwonnx.hdl": ROOT / "hdl", "hwonnx.sim":
 
 #: Circles left for later (issue 37, item 3), each as the sorted names of its modules.
 KNOWN = {
-    ("hwonnx.boards.dram_init", "hwonnx.boards.litedram"),
     ("hwonnx.compiler.paging", "hwonnx.compiler.program"),
     ("hwonnx.quant.eltwise", "hwonnx.quant.ptq", "hwonnx.quant.residual"),
-    ("hwonnx.sim.gtkw", "hwonnx.sim.trace"),
 }
 
 
