@@ -19,7 +19,7 @@ from .ranges import apply_ranges
 from .residual import quantize_residual_add
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "activation_table",
-           "CALIBRATION_METHOD"]
+           "add_constants", "CALIBRATION_METHOD"]
 
 log = logging.getLogger(__name__)
 
@@ -426,7 +426,10 @@ def _clamp(node: Node, out_params) -> "tuple[int, int]":
     return lo, hi
 
 
-def _add_constants(prefix: str, arrays: dict, constants: dict, types: dict) -> "tuple[str, ...]":
+def add_constants(prefix: str, arrays: dict, constants: dict, types: dict
+                  ) -> "tuple[str, ...]":
+    """Add each of ``arrays`` (key -> array) to the integer graph's ``constants`` and
+    ``types`` as ``<prefix>:<key>``; returns the names, in order."""
     names = []
     for key, array in arrays.items():
         name = f"{prefix}:{key}"
@@ -449,7 +452,7 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
     mult, shift = requant_params(real, node.name)
     if exclude:
         mult, shift = mult.reshape(window, channels), shift.reshape(window, channels)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = _clamp(node, params[node.outputs[0]])
     return Node(node.name, "QAvgPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
@@ -469,7 +472,7 @@ def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
         mult, shift = np.full(channels, 1 << 30, np.int32), np.full(channels, 30, np.int32)
     else:
         mult, shift = requant_params(np.full(channels, s_in / s_out), node.name)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = _clamp(node, params[node.outputs[0]])
     return Node(node.name, "QMaxPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
@@ -518,8 +521,8 @@ def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, t
                                          f"(the array takes [1, C, H, W] images or [1, K] "
                                          f"vectors)", "", graph.meta.get("opset", 0))])
     channels = shape[1]
-    names = _add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
-                                       "shift": np.full(channels, 30, np.int32)},
+    names = add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
+                                      "shift": np.full(channels, 30, np.int32)},
                            constants, types)
     nodes.append(Node(node.name, "QConcat", (qname[x],) + names, (qname[out],),
                       {"zps": (zp_in,), "out_zp": zp_in, "lo": -128, "hi": 127,
@@ -545,7 +548,7 @@ def _quantize_concat(node: Node, params, qname, constants, types) -> Node:
     s_out, zp_out = params[node.outputs[0]]
     mult, shift = concat_multipliers(node, params, [types[qname[x]].shape[1]
                                                     for x in node.inputs], s_out, requant_params)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = _clamp(node, params[node.outputs[0]])
     return Node(node.name, "QConcat", tuple(qname[x] for x in node.inputs) + names,
                 (qname[node.outputs[0]],),
