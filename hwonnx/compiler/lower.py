@@ -1,5 +1,7 @@
-"""Lower an integer graph onto the systolic array: tiling, buffer allocation and memory images;
-the order of the instructions is :mod:`.loops`', the program and its encoding :mod:`.program`'s.
+"""Lower an integer graph onto the systolic array: the layers in order, the activation buffer's
+allocation, and the checks of the buffers' sizes; each layer's tiles and memory images are the
+:class:`~.emitter.TileEmitter`'s (through the op's lowering, :mod:`.lowerings`), the order of
+the instructions is :mod:`.loops`', the program and its encoding :mod:`.program`'s.
 """
 
 from dataclasses import replace
