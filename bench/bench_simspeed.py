@@ -328,7 +328,7 @@ class Workload:
 def workload(array: str, config, samples: int) -> Workload:
     from models import calibration, conv_layer_model
 
-    from hwonnx.api import _quantize_inputs, build as compile_model, simulate
+    from hwonnx.api import quantize_inputs, build as compile_model, simulate
     from hwonnx.compiler.timing import predict
     from hwonnx.sim.runner import accelerator_verilog
 
@@ -337,7 +337,7 @@ def workload(array: str, config, samples: int) -> Workload:
                            log=quiet)
     raw = calibration(model, samples, seed=5)
     program = result.program
-    inputs = _quantize_inputs(result.graph, program, raw)[program.input_value]
+    inputs = quantize_inputs(result.graph, program, raw)[program.input_value]
     golden = simulate(result, raw, mode="golden", log=quiet)
     return Workload(array, config, program, accelerator_verilog(config, log=quiet), inputs,
                     next(iter(golden.int_values.values())),

@@ -3,7 +3,7 @@ of :mod:`hwonnx.pipeline`; running one is :mod:`hwonnx.run`; their results are
 :mod:`hwonnx.results`."""
 
 # The names this module re-exports are imported from it by the CLI, the tests and bench/
-# (``_quantize_inputs``: bench/bench_simspeed.py): ``noqa: F401``.
+# (``quantize_inputs``: bench/bench_simspeed.py): ``noqa: F401``.
 from .compiler.program import Program
 from .compiler.timing import predict  # noqa: F401
 from .config import ArchConfig
@@ -11,8 +11,8 @@ from .fitting import FALLBACK_ARRAYS, configure_arch  # noqa: F401
 from .ir import Graph
 from .pipeline import bitstream, build, compile_programs, model_label, plan_programs  # noqa: F401
 from .results import BuildResult, SimResult  # noqa: F401
-from .run import (GOLDEN_BLOCK_VALUES, MAX_CYCLES_LIMIT, _quantize_inputs,  # noqa: F401
-                  first_difference, load_build, run_board, run_golden, run_rtl_batch, simulate)
+from .run import (GOLDEN_BLOCK_VALUES, MAX_CYCLES_LIMIT, first_difference,  # noqa: F401
+                  load_build, quantize_inputs, run_board, run_golden, run_rtl_batch, simulate)
 
 __all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "configure_arch",
            "load_build", "plan_model", "run_board", "run_golden", "run_rtl_batch", "simulate"]

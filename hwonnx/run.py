@@ -29,7 +29,7 @@ from .segmented import (check_segment_cycles, first_segment_difference, golden_r
 from .sim.trace import check_trace_path
 
 __all__ = ["GOLDEN_BLOCK_VALUES", "MAX_CYCLES_LIMIT", "first_difference", "load_build",
-           "run_board", "run_golden", "run_rtl_batch", "simulate"]
+           "quantize_inputs", "run_board", "run_golden", "run_rtl_batch", "simulate"]
 
 
 def load_build(out_dir) -> BuildResult:
@@ -79,8 +79,8 @@ def _blocks(graph: Graph, inputs: "dict[str, np.ndarray]") -> "list[dict[str, np
             for start in range(0, count, step)]
 
 
-def _quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"
-                     ) -> "dict[str, np.ndarray]":
+def quantize_inputs(graph: Graph, program: Program, inputs: "dict[str, np.ndarray]"
+                    ) -> "dict[str, np.ndarray]":
     """The accelerator's int8 inputs (int8 value -> ``[S, ...]``, one per ``program.inputs``)
     from the model's inputs: the host steps before the accelerator (if any), then each
     input's quantization, with the golden model's functions (a block of samples at a
@@ -160,7 +160,7 @@ def run_rtl_batch(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
     if build_result.segments:
         return rtl_result(build_result, inputs, log, max_cycles)
     graph, program = build_result.graph, build_result.program
-    q_in = _quantize_inputs(graph, program, inputs)
+    q_in = quantize_inputs(graph, program, inputs)
     traced = {} if trace is None else {"trace": trace}
     q_out, run = execute_program(program, _placed(program, q_in), log=log,
                                  max_cycles=max_cycles, **traced)
@@ -195,7 +195,7 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
                                         inputs, sample, log)
     graph, program = build_result.graph, build_result.program
     q_in = {value: q[sample:sample + 1]
-            for value, q in _quantize_inputs(graph, program, inputs).items()}
+            for value, q in quantize_inputs(graph, program, inputs).items()}
     env = _golden_values(graph, program, q_in)
     layers = program.layers
     for index, layer in enumerate(layers):
@@ -358,7 +358,7 @@ def run_board(out_dir, port: str, inputs, *, baud: "int | None" = None, log=prin
     samples = _input_samples(result.graph, inputs)
     program, cfg = result.program, result.program.config
     in_places, reads, words = host.host_io(program,
-                                           _quantize_inputs(result.graph, program, samples))
+                                           quantize_inputs(result.graph, program, samples))
     window = host.cycle_window(program)
     program_words, image = encode_program(program), program.images.get("ext", [])
     budget = host.run_budget(cfg, len(program_words), len(image), words, reads, window[1], baud)

@@ -24,8 +24,8 @@ OUTPUTS = ("act_en", "act_addr", "feed_pad", "feed_zp", "feed_bank", "acc_raddr"
 
 def conv_layer(config, base, ih, iw, cb_in, kernel, strides, pads, dilations, zp):
     """The MATMUL tiles of one layer with their im2col addresses (None: padding). The field
-    formulas are those of ``_Builder.layer`` in ``hwonnx/compiler/lower.py``; the banks
-    alternate as in ``_Builder.finish``."""
+    formulas are those of ``TileEmitter.layer`` in ``hwonnx/compiler/emitter.py``; the
+    banks alternate as in ``TileEmitter.finish``."""
     (kh, kw), (sy, sx), (dy, dx) = kernel, strides, dilations
     pt, pl, pb, pr = pads
     oh = conv_output_size(ih, kh, sy, pt, pb, dy)

@@ -36,8 +36,8 @@ def random_params(rng, cols, kind):
 
 def tile_instr(config, n0, nt, n_out, count, acc_addr, par_addr, base, zp, lo, hi):
     """The POST of output channels ``n0 .. n0+nt`` of an ``n_out``-channel layer whose output
-    starts at word ``base``, built like ``_Builder.layer``: pixels are ``cb`` words apart, and
-    consecutive tiles share the word where one ends and the next begins."""
+    starts at word ``base``, built like ``TileEmitter.layer``: pixels are ``cb`` words apart,
+    and consecutive tiles share the word where one ends and the next begins."""
     rows = config.rows
     nw = (n0 + nt - 1) // rows - n0 // rows + 1
     return dict(op=Op.POST, acc_addr=acc_addr, count=count, par_addr=par_addr,
@@ -143,7 +143,7 @@ def test_post_matches_golden_requantize(rows, cols, n_out, mul_stages):
     acc[config.acc_half] = INT32[0]                        # extremes for the "wide" tiles
     acc[config.acc_half + 1] = INT32[1] - 1
     params = [random_params(rng, cols, kind) for kind in ("ties", "wide", "narrow", "wide")]
-    # The output tiles of a 4-pixel layer with n_out channels, as _Builder.layer splits it;
+    # The output tiles of a 4-pixel layer with n_out channels, as TileEmitter.layer splits it;
     # tile 0 reads the small accumulators with the "ties" parameters.
     instrs = []
     for index, n0 in enumerate(range(0, n_out, cols)):

@@ -4,6 +4,7 @@ explicit form; layers that are no regular nest stay explicit. The RTL walker is 
 against the same expansion by every RTL test (tests/test_rtl.py runs both forms)."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hwonnx.api import plan_model
 from hwonnx.compiler import Op, lower
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.compiler.loops import LayerTiles, Tile, compress, expand, normalized, schedule
+from hwonnx.compiler.micro import MatMul, Post
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError
 from hwonnx.zoo import MLPERF_TINY
@@ -82,9 +84,9 @@ def test_a_layer_with_window_counts_stays_explicit():
 
 
 def _tile(wgt, act, acc, posts=(), first=0, wait=0):
-    return Tile(dict(op=Op.MATMUL, count=4, wgt_addr=wgt, acc_addr=acc, act_addr=act,
-                     act_row=act, ow=2, first=first, wait=wait),
-                [dict(op=Op.POST, count=4, nt=8, nw=1, acc_addr=acc)] if posts else [])
+    return Tile(MatMul(count=4, wgt_addr=wgt, acc_addr=acc, act_addr=act, act_row=act, ow=2,
+                       first=first, wait=wait),
+                [Post(count=4, nt=8, nw=1, acc_addr=acc)] if posts else [])
 
 
 def _two_m_tiles(second_wgt=16):
@@ -114,7 +116,7 @@ def test_a_packed_layer_steps_its_weights_by_a_packed_tile():
                                                         (0, 0, 512, 0, 1),
                                                         (step, 1, 512, 1, 0)])]
         for tile in tiles:
-            tile.matmul["wpack"] = 1
+            tile.matmul = replace(tile.matmul, wpack=1)
         return tiles
 
     looped = compress(LayerTiles(packed(4), (2, 1, 1, 1, 2)), 0, config)
@@ -135,7 +137,7 @@ def test_expand_follows_the_schedule_of_banks_and_loads():
                    (Op.LOADW, 1, 0), (Op.POST, 0, 0), (Op.MATMUL, 1, 0),
                    (Op.LOADW, 0, 8), (Op.MATMUL, 0, 8), (Op.POST, 0, 0)]
     assert [normalized(i) for i in expand(setmm, setpost, loop, config)] == \
-        [normalized(i) for i in schedule(tiles, 1)]
+        [normalized(i.fields()) for i in schedule(tiles, 1)]
     with pytest.raises(ValueError):
         expand(setmm, setpost, {**loop, "k3": 0}, config)
 

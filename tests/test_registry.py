@@ -4,6 +4,8 @@ an operator to one stage and forgetting another fails here, not in a user's buil
 
 import numpy as np
 
+from hwonnx.compiler.lower import ARRAY_OPS
+from hwonnx.compiler.lowerings import LOWERINGS
 from hwonnx.frontend.annotate import Annotations, annotate_graph
 from hwonnx.frontend.convert import CONVERTERS
 from hwonnx.frontend.host import HOST_CONVERTERS, HOST_END_OPS, HOST_START_OPS
@@ -15,6 +17,7 @@ from hwonnx.ir.evaluate import FLOAT_OPS
 from hwonnx.ir.ops import (BOUNDARY, FUSED, HOST, IR_OPS, LAYER, LAYOUT, ONNX_OPS, TABLE,
                            integer_ops, ir_ops, onnx_ops)
 from hwonnx.ir.tables import TABLE_OPS
+from hwonnx.quant.ptq import QUANTIZERS
 
 
 def test_every_mapped_onnx_operator_has_a_converter_and_no_other():
@@ -42,6 +45,15 @@ def test_every_float_op_has_a_float_function():
 
 def test_every_integer_op_has_a_golden_function_and_no_other():
     assert set(GOLDEN_OPS) == set(integer_ops(LAYER, LAYOUT, BOUNDARY)) | HOST_OPS
+
+
+def test_every_layer_op_has_a_quantizer_and_no_other():
+    assert set(QUANTIZERS) == ir_ops(LAYER)
+
+
+def test_every_integer_layer_op_has_a_lowering_and_no_other():
+    assert set(LOWERINGS) == set(integer_ops(LAYER))
+    assert set(ARRAY_OPS) == set(LOWERINGS)     # what the compiler accepts
 
 
 def test_table_operators_are_registered_in_both_vocabularies():

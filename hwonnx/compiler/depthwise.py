@@ -17,8 +17,7 @@ default mapping (:func:`streams`; a 1-wide kernel with a stride along the rows i
 import numpy as np
 
 from ..config import ArchConfig
-from ..isa import Op
-from .loops import Tile
+from .micro import MatMul
 
 __all__ = ["streams", "emit_depthwise"]
 
@@ -108,12 +107,12 @@ def _passes(kh: int, sy: int, dy: int, most: int) -> "list[list[tuple[int, int]]
     return passes
 
 
-def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
+def emit_depthwise(emitter, spec, folded: np.ndarray, target, lut: int
                    ) -> "tuple[int, int, int, int, int]":
-    """Emit the tiles of a streaming depthwise layer into ``builder`` (a
-    :class:`~hwonnx.compiler.lower._Builder`): N tiles of one channel block, M tiles of whole
-    output rows, one K tile per pass; returns their nest ``(M, N, K1, K2, K3)``."""
-    cfg, rows, cols = builder.config, builder.config.rows, builder.config.cols
+    """Emit the tiles of a streaming depthwise layer with ``emitter`` (a
+    :class:`~hwonnx.compiler.emitter.TileEmitter`): N tiles of one channel block, M tiles of
+    whole output rows, one K tile per pass; returns their nest ``(M, N, K1, K2, K3)``."""
+    cfg, rows, cols = emitter.config, emitter.config.rows, emitter.config.cols
     n_out, kh, kw = spec.phys.shape[:3]
     oh, ow = spec.out_hw
     (sy, sx), (dy, dx) = spec.strides, spec.dilations
@@ -122,7 +121,7 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
     stream = _Stream(spec, cfg)
     step = stream.sy                                    # input rows per stream row
     n_tiles = [(n0, min(rows, n_out - n0)) for n0 in range(0, n_out, rows)]
-    par_addr = builder.params(spec, folded, n_tiles)
+    par_addr = emitter.params(spec, folded, n_tiles)
     tile_addr = {}
     for n0, nt in n_tiles:
         channels = n0 + np.arange(nt)
@@ -132,29 +131,28 @@ def emit_depthwise(builder, spec, folded: np.ndarray, target, lut: int
                 for kx in range(kw):
                     padded[t * stream.row + kx * dx, :nt] = spec.phys[channels, ky, kx,
                                                                       channels]
-            tile_addr[n0, p] = builder.weight_tile(padded)
+            tile_addr[n0, p] = emitter.weight_tile(padded)
     first_of_layer = True
     tile_rows = stream.tile_rows
     for oy0 in range(0, oh, tile_rows):
         rows_here = min(tile_rows, oh - oy0)
         for n_index, (n0, nt) in enumerate(n_tiles):
-            acc_base = (builder.output_tiles % 2) * cfg.acc_half
-            builder.output_tiles += 1
+            acc_base = emitter.output_tile()
             for p, group in enumerate(stream.passes):
                 ky0 = group[0][1]
                 iy0, ix0 = oy0 * sy + ky0 * dy - pt, -pl
                 address = src.base + (iy0 * src.iw + ix0) * src.cb + n0 // rows
-                matmul = dict(
-                    op=Op.MATMUL, wait=int(first_of_layer), first=int(p == 0),
+                matmul = MatMul(
+                    wait=int(first_of_layer), first=int(p == 0),
                     count=stream.count(rows_here), wgt_addr=tile_addr[n0, p],
                     acc_addr=acc_base, act_addr=address, act_row=address, ow=stream.row,
                     ox0=0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ix0, sy=step, sx=1,
                     step_x=src.cb, step_y=step * src.iw * src.cb, zp=spec.padding(src), dw=1,
-                    vstride=sx, vlast=stream.vlast, wpack=builder.wpack)
+                    vstride=sx, vlast=stream.vlast, wpack=emitter.wpack)
                 first_of_layer = False
                 posts = []
                 if p == len(stream.passes) - 1:
-                    posts = builder.posts(spec, target, acc_base, (oy0 * ow, rows_here * ow),
+                    posts = emitter.posts(spec, target, acc_base, (oy0 * ow, rows_here * ow),
                                           (n0, nt), par_addr, n_index, lut)
-                builder.tiles.append(Tile(matmul, posts))
+                emitter.add_tile(matmul, posts)
     return -(-oh // tile_rows), len(n_tiles), len(stream.passes), 1, 1

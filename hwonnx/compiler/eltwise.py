@@ -9,7 +9,7 @@ into one accumulator half, and one POST requantizes them into word ``j`` of each
 (``nt`` = the block's channels). ELTW ``j + 1`` writes the other half while POST ``j`` runs.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,9 +17,9 @@ from ..errors import ResourceError
 from ..golden.ops import ELTWISE_MODES
 from ..hdl.eltwise import eltwise_cycles
 from ..ir import Node
-from ..isa import ELTW_MODES, Op
+from ..isa import ELTW_MODES
 from .layout import Placement, natural_placement
-from .loops import LayerTiles
+from .micro import Eltw, Post
 from .program import LayerPlan
 
 __all__ = ["emit_eltwise"]
@@ -29,7 +29,7 @@ assert tuple(ELTW_MODES) == ELTWISE_MODES, "the golden modes are the ISA's, in o
 
 @dataclass
 class _Params:
-    """What :meth:`hwonnx.compiler.lower._Builder.params` reads of a layer."""
+    """What :meth:`hwonnx.compiler.emitter.TileEmitter.params` reads of a layer."""
     mult: np.ndarray
     shift: np.ndarray
     counts: None = None
@@ -44,11 +44,11 @@ def _natural(node: Node, placement: Placement, rows: int, role: str) -> "tuple[i
     return placement.shape[1], natural.height * natural.width, natural.cb
 
 
-def emit_eltwise(builder, node: Node, sources: "list[Placement]", target: Placement
+def emit_eltwise(emitter, node: Node, sources: "list[Placement]", target: Placement
                  ) -> LayerPlan:
     """Store the ELTW and POST instructions of ``node`` (their own, stored as they are, no
     weight bank) and its parameter words; returns its plan (no MACs on the array)."""
-    cfg, attrs = builder.config, node.attrs
+    cfg, attrs = emitter.config, node.attrs
     rows = cfg.rows
     if not cfg.eltwise:
         raise ResourceError(f"Layer '{node.name}' needs the element-wise engine, which the "
@@ -67,13 +67,13 @@ def emit_eltwise(builder, node: Node, sources: "list[Placement]", target: Placem
                             f"{list(b.shape)} are neither equal nor an image and a per-channel "
                             f"[1, C, 1, 1] tensor")
     broadcast = b_pixels != pixels
-    consts = builder.graph.constants
+    consts = emitter.graph.constants
     mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
     blocks = [(j * rows, min(rows, channels - j * rows)) for j in range(cb)]
-    par_addr = builder.params(_Params(mult, shift), np.zeros(channels, np.int64), blocks)
-    lut = builder.table_index(node, None if attrs.get("table") is None
+    par_addr = emitter.params(_Params(mult, shift), np.zeros(channels, np.int64), blocks)
+    lut = emitter.table_index(node, None if attrs.get("table") is None
                               else tuple(int(v) for v in attrs["table"]))
-    engine = dict(op=Op.ELTW, mode=ELTW_MODES[attrs["mode"]], mul=int(bool(attrs["mul"])),
+    engine = Eltw(mode=ELTW_MODES[attrs["mode"]], mul=int(bool(attrs["mul"])),
                   ka=int(attrs["ka"]), kb=int(attrs["kb"]), za=int(attrs["za"]),
                   zb=int(attrs["zb"]), a_stride=cb, b_stride=0 if broadcast else cb)
     records = []
@@ -86,18 +86,15 @@ def emit_eltwise(builder, node: Node, sources: "list[Placement]", target: Placem
     for m0 in range(0, pixels, m_tile):
         mt = min(m_tile, pixels - m0)
         for j, (n0, nt) in enumerate(blocks):
-            acc_base = (builder.output_tiles % 2) * cfg.acc_half
-            builder.output_tiles += 1
-            records.append(dict(engine, wait=int(not records), count=mt, acc_addr=acc_base,
-                                a_addr=a.base + m0 * cb + j,
-                                b_addr=b.base + (0 if broadcast else m0 * cb) + j))
-            records.append(dict(op=Op.POST, acc_addr=acc_base, count=mt,
-                                par_addr=par_addr[j, None], out_addr=target.base + m0 * cb + j,
-                                out_stride=cb, nw=1, lane_off=0, nt=nt,
-                                zp=int(attrs["out_zp"]), lo=int(attrs["lo"]),
-                                hi=int(attrs["hi"]), lut=lut))
-    builder.layer_tiles.append(LayerTiles([], records=records))
-    builder.layer_count += 1
+            acc_base = emitter.output_tile()
+            records.append(replace(engine, wait=int(not records), count=mt, acc_addr=acc_base,
+                                   a_addr=a.base + m0 * cb + j,
+                                   b_addr=b.base + (0 if broadcast else m0 * cb) + j))
+            records.append(Post(acc_addr=acc_base, count=mt, par_addr=par_addr[j, None],
+                                out_addr=target.base + m0 * cb + j, out_stride=cb, nw=1,
+                                lane_off=0, nt=nt, zp=int(attrs["out_zp"]),
+                                lo=int(attrs["lo"]), hi=int(attrs["hi"]), lut=lut))
+    emitter.add_records(records)
     plan = LayerPlan(node.name, node.op, node.outputs[0], 0)
     plan.tiles = len(records) // 2
     return plan

@@ -13,30 +13,32 @@ looped form only if its expansion equals the explicit list, so a layer whose til
 regular nest simply stays explicit.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 
 from ..config import ArchConfig
 from ..hdl.loader import tile_words
 from ..isa import FIELDS, LOOP_FIELDS, Op
+from .micro import LoadW, MatMul, Post
 
 __all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized"]
 
 
 @dataclass
 class Tile:
-    matmul: dict               # MATMUL fields, without ``bank``
-    posts: "list[dict]"
+    """One tile: its MATMUL (without ``bank``) and the POSTs after it."""
+    matmul: MatMul
+    posts: "list[Post]"
 
 
 @dataclass
 class LayerTiles:
     """The tiles of one layer and their nest ``(M, N, K1, K2, K3)`` when they form one; or,
     for a layer that does not run on the array (the element-wise engine), no tiles and its
-    micro-instructions as they are stored (``records``)."""
+    micro-instructions as they are stored (``records``: :mod:`.micro` records)."""
     tiles: "list[Tile]"
     nest: "tuple[int, int, int, int, int] | None" = None
-    records: "list[dict] | None" = None
+    records: "list | None" = None
 
 
 def normalized(instr: dict) -> dict:
@@ -60,21 +62,21 @@ def _in_range(rows: "list[tuple]") -> bool:
                for f, column in zip(FIELDS, zip(*rows)))
 
 
-def schedule(tiles: "list[Tile]", bank: int) -> "list[dict]":
+def schedule(tiles: "list[Tile]", bank: int) -> "list[LoadW | MatMul | Post]":
     """The micro-instructions of a layer whose first tile uses weight bank ``bank``."""
     out = []
 
     def load(i):
         matmul = tiles[i].matmul
-        out.append(dict(op=Op.LOADW, bank=(bank + i) % 2, wgt_addr=matmul["wgt_addr"],
-                        wpack=matmul.get("wpack", 0)))
+        out.append(LoadW((bank + i) % 2, matmul.wgt_addr,
+                         0 if matmul.wpack is None else matmul.wpack))
 
     count = len(tiles)
     load(0)
     if count > 1:
         load(1)
     for i, tile in enumerate(tiles):
-        out.append({**tile.matmul, "bank": (bank + i) % 2})
+        out.append(replace(tile.matmul, bank=(bank + i) % 2))
         if 1 <= i < count - 1:
             load(i + 1)
         out.extend(tile.posts)
@@ -176,10 +178,10 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig
         return None
 
     def mm(m, n, k):
-        return normalized(tiles[(m * N + n) * K + k].matmul)
+        return normalized(tiles[(m * N + n) * K + k].matmul.fields())
 
     def post(m, n):
-        return normalized(tiles[(m * N + n) * K + K - 1].posts[0])
+        return normalized(tiles[(m * N + n) * K + K - 1].posts[0].fields())
 
     def step(key, a, b):
         return a[key] - b[key]
@@ -190,7 +192,7 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig
     loop = {f.name: 0 for f in LOOP_FIELDS}
     loop.update(op=Op.LOOP, bank=bank, acc=int(setmm["acc_addr"] == config.acc_half),
                 m_count=M, n_count=N, k1=K1, k2=K2, k3=K3,
-                w1=tiles[1].matmul["wgt_addr"] if len(tiles) > 1 else 0,
+                w1=tiles[1].matmul.wgt_addr if len(tiles) > 1 else 0,
                 count_last=mm(M - 1, 0, 0)["count"], post_count_last=post(M - 1, 0)["count"],
                 nt_last=post(0, N - 1)["nt"])
     if K3 > 1:
@@ -215,7 +217,7 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig
                     out_m=step("out_addr", post(1, 0), p0))
     if any(not f.min <= loop[f.name] <= f.max for f in LOOP_FIELDS):
         return None
-    expected = _rows(schedule(tiles, bank))
+    expected = _rows([record.fields() for record in schedule(tiles, bank)])
     if not _in_range(expected):
         return None        # stays explicit, where encoding names the field that overflows
     if _rows(expand(setmm, setpost, loop, config)) != expected:

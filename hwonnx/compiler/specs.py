@@ -1,8 +1,9 @@
-"""Every integer layer as a convolution over its sources (:class:`_LayerSpec`): the
+"""Every integer layer as a convolution over its sources (:class:`LayerSpec`): the
 physical weights ``[N, KH, KW, lanes]`` with each source's channel lanes side by side, the
 requantization, the window and, for an op written by several layers (a transposed
 convolution's phases, a Concat along height or width), where each one's output pixels go.
-:mod:`.lower` emits the tiles of each spec."""
+One function per integer array op (``*_spec``: its layer; ``*_specs``: its layers, named), which
+its lowering (:mod:`.lowerings`) hands to the :class:`~.emitter.TileEmitter`."""
 
 from dataclasses import dataclass
 
@@ -16,7 +17,9 @@ from .layout import Placement
 from .phases import phases
 from .taps import packed_spec_fields
 
-__all__ = ["_Source", "_LayerSpec", "_layer_spec", "_parts", "MAX_PHYS_ELEMENTS"]
+__all__ = ["Source", "LayerSpec", "MAX_PHYS_ELEMENTS", "add_spec", "concat_hw_specs",
+           "concat_spec", "conv_spec", "dense_spec", "permute_specs", "phase_specs", "pool_spec",
+           "slice_spec"]
 
 #: The most elements of one layer's physical weights ``[N, KH, KW, lanes]`` (512 MiB of
 #: int64) beyond twice the layer's own weights. The compiler holds them whole, ``N x lanes``
@@ -47,7 +50,7 @@ def _phys_zeros(node: Node, n_out: int, kh: int, kw: int, lanes: int, weights: i
 
 
 @dataclass(frozen=True)
-class _Source:
+class Source:
     """How a layer reads one input: its placement, words per pixel and zero point."""
     base: int
     ih: int
@@ -57,10 +60,10 @@ class _Source:
 
 
 @dataclass
-class _LayerSpec:
+class LayerSpec:
     """A layer as a convolution over its sources: ``phys`` is ``[N, KH, KW, lanes]`` with the
     sources' channel lanes side by side (``offsets``)."""
-    sources: "list[_Source]"
+    sources: "list[Source]"
     offsets: "list[int]"
     phys: np.ndarray
     bias: np.ndarray
@@ -86,18 +89,18 @@ class _LayerSpec:
     #: along height or width; a part of a Permute)
     scatter: "tuple[int, int, int] | None" = None
 
-    def padding(self, source: _Source) -> int:
+    def padding(self, source: Source) -> int:
         """The value the feeder reads at padding positions of ``source`` (MATMUL ``zp``)."""
         if self.pad is not None:
             return self.pad
         return -128 if self.pool_max else source.zp
 
 
-def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> _Source:
+def _image_source(node: Node, placement: Placement, zp: int, rows: int) -> Source:
     if not placement.is_natural_image(rows):
         raise ResourceError(f"Layer '{node.name}': its input is a reshaped tensor that is not "
                             f"an image in [1, C, H, W] order")
-    return _Source(placement.base, placement.height, placement.width, placement.cb, zp)
+    return Source(placement.base, placement.height, placement.width, placement.cb, zp)
 
 
 def _vector_lanes(placement: Placement, elements: int) -> np.ndarray:
@@ -107,7 +110,7 @@ def _vector_lanes(placement: Placement, elements: int) -> np.ndarray:
 
 
 def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int,
-                 out: dict) -> _LayerSpec:
+                 out: dict) -> LayerSpec:
     """Channel concatenation as a block-diagonal 1x1 convolution over all sources: output
     channel ``c``, channel ``c'`` of source ``j``, has weight 1 on that source lane and 0
     elsewhere (the zero K tiles are skipped), and its own multiplier."""
@@ -121,7 +124,7 @@ def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: 
             source = _image_source(node, placement, int(zp), rows)
             lanes = np.arange(placement.shape[1])
         else:
-            source = _Source(placement.base, 1, 1, placement.words, int(zp))
+            source = Source(placement.base, 1, 1, placement.words, int(zp))
             lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))
         sources.append(source)
         offsets.append(width)
@@ -132,96 +135,136 @@ def _concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: 
     phys = _phys_zeros(node, channels, 1, 1, width, channels)
     phys[np.arange(channels), 0, 0, lanes] = 1
     h, w = (placements[0].height, placements[0].width) if image else (1, 1)
-    return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult, shift,
-                      (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w, **out)
+    return LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                     (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w, **out)
 
 
-def _layer_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
-                ) -> _LayerSpec:
-    consts, attrs = graph.constants, node.attrs
+def _layer_out(attrs) -> dict:
+    """The output fields of a one-layer spec: :func:`_out`'s and a folded Pad's value."""
     table = attrs.get("table")
-    out = dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
-               rounding=attrs.get("rounding", "half_up"),
-               table=None if table is None else tuple(int(v) for v in table),
-               pad=attrs.get("pad_q"))
-    if node.op == "QDense":
-        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
-        source = placements[0]
-        k_in, n_out = w.shape
-        phys = _phys_zeros(node, n_out, 1, 1, source.words * rows, w.size)
-        valid = source.logical >= 0
-        phys[:, 0, 0, valid] = w[source.logical[valid]].T
-        return _LayerSpec([_Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
-                          phys, bias.astype(np.int64), mult, shift, (1, 1), (1, 1),
-                          (0, 0, 0, 0), (1, 1), macs=n_out * k_in, dense=True, **out)
-    if node.op == "QConcat":
-        return _concat_spec(node, placements, graph, rows, out)
-    if node.op == "QSlice":
-        return _slice_spec(node, placements[0], graph, rows, out)
-    if node.op == "QAdd":
-        a, b = placements[:2]
-        mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
-        image = len(a.shape) == 4
-        if image:
-            sources = [_image_source(node, a, int(attrs["za"]), rows),
-                       _image_source(node, b, int(attrs["zb"]), rows)]
-            channels = a.shape[1]
-        else:
-            sources = [_Source(p.base, 1, 1, p.words, int(attrs[z]))
-                       for p, z in ((a, "za"), (b, "zb"))]
-            channels = int(np.prod(a.shape[1:]))
-        # each source with its own lanes: two vectors can be placed differently (a Gemm
-        # output and a Flatten of an image), so b's lanes are not a's
-        offsets = [0, sources[0].cb * rows]
-        phys = _phys_zeros(node, channels, 1, 1, offsets[1] + sources[1].cb * rows,
-                            2 * channels)
-        for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
-            lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
-            phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
-        h, w_ = (a.height, a.width) if image else (1, 1)
-        return _LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult,
-                          shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
-                          macs=2 * channels * h * w_, **out)
+    return dict(out_zp=int(attrs["out_zp"]), lo=int(attrs["lo"]), hi=int(attrs["hi"]),
+                rounding=attrs.get("rounding", "half_up"),
+                table=None if table is None else tuple(int(v) for v in table),
+                pad=attrs.get("pad_q"))
+
+
+def dense_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+               ) -> LayerSpec:
+    """A ``QDense`` as a 1x1 convolution over its input vector's words."""
+    consts, attrs = graph.constants, node.attrs
+    out = _layer_out(attrs)
+    w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
+    source = placements[0]
+    k_in, n_out = w.shape
+    phys = _phys_zeros(node, n_out, 1, 1, source.words * rows, w.size)
+    valid = source.logical >= 0
+    phys[:, 0, 0, valid] = w[source.logical[valid]].T
+    return LayerSpec([Source(source.base, 1, 1, source.words, int(attrs["in_zp"]))], [0],
+                     phys, bias.astype(np.int64), mult, shift, (1, 1), (1, 1),
+                     (0, 0, 0, 0), (1, 1), macs=n_out * k_in, dense=True, **out)
+
+
+def concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                ) -> LayerSpec:
+    """A ``QConcat`` along the channels (:func:`_concat_spec`)."""
+    return _concat_spec(node, placements, graph, rows, _layer_out(node.attrs))
+
+
+def slice_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+               ) -> LayerSpec:
+    """A ``QSlice`` (:func:`_slice_spec`)."""
+    return _slice_spec(node, placements[0], graph, rows, _layer_out(node.attrs))
+
+
+def add_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+             ) -> LayerSpec:
+    """A ``QAdd`` as a 1x1 convolution over both inputs, weighted by ``wa`` and ``wb``."""
+    consts, attrs = graph.constants, node.attrs
+    out = _layer_out(attrs)
+    a, b = placements[:2]
+    mult, shift = consts[node.inputs[2]], consts[node.inputs[3]]
+    image = len(a.shape) == 4
+    if image:
+        sources = [_image_source(node, a, int(attrs["za"]), rows),
+                   _image_source(node, b, int(attrs["zb"]), rows)]
+        channels = a.shape[1]
+    else:
+        sources = [Source(p.base, 1, 1, p.words, int(attrs[z]))
+                   for p, z in ((a, "za"), (b, "zb"))]
+        channels = int(np.prod(a.shape[1:]))
+    # each source with its own lanes: two vectors can be placed differently (a Gemm
+    # output and a Flatten of an image), so b's lanes are not a's
+    offsets = [0, sources[0].cb * rows]
+    phys = _phys_zeros(node, channels, 1, 1, offsets[1] + sources[1].cb * rows,
+                       2 * channels)
+    for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
+        lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
+        phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
+    h, w_ = (a.height, a.width) if image else (1, 1)
+    return LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult,
+                     shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
+                     macs=2 * channels * h * w_, **out)
+
+
+def pool_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+              ) -> LayerSpec:
+    """A ``QAvgPool`` or ``QMaxPool`` as a depthwise convolution with weights of one."""
+    consts, attrs = graph.constants, node.attrs
+    out = _layer_out(attrs)
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    channels = placements[0].shape[1]
+    kh, kw = attrs["kernel"]
+    w = np.ones((channels, 1, kh, kw), dtype=np.int64)
+    bias, group = np.zeros(channels, dtype=np.int64), channels
+    dilations = tuple(attrs.get("dilations", (1, 1)))
+    mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
+    out["pool_max"] = node.op == "QMaxPool"
+    if mult.ndim == 2:          # count_include_pad=0: a multiplier per window count
+        out["counts"] = window_counts((source.ih, source.iw), (kh, kw), attrs["strides"],
+                                      attrs["pads"])
+    return _windowed_spec(node, source, w, group, dilations, bias, mult, shift, out, rows)
+
+
+def conv_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+              ) -> LayerSpec:
+    """A ``QConv``: over its input packed for it (:mod:`.taps`), or its image."""
+    consts, attrs = graph.constants, node.attrs
+    out = _layer_out(attrs)
     if placements[0].packed:          # a graph input packed for this convolution (.taps)
         return _packed_spec(node, placements[0], graph, rows, out)
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
-    if node.op in ("QAvgPool", "QMaxPool"):
-        channels = placements[0].shape[1]
-        kh, kw = attrs["kernel"]
-        w = np.ones((channels, 1, kh, kw), dtype=np.int64)
-        bias, group = np.zeros(channels, dtype=np.int64), channels
-        dilations = tuple(attrs.get("dilations", (1, 1)))
-        mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
-        out["pool_max"] = node.op == "QMaxPool"
-        if mult.ndim == 2:          # count_include_pad=0: a multiplier per window count
-            out["counts"] = window_counts((source.ih, source.iw), (kh, kw), attrs["strides"],
-                                          attrs["pads"])
-    else:                     # QConv
-        w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
-        group, dilations = int(attrs.get("group", 1)), tuple(attrs["dilations"])
-        bias = bias.astype(np.int64)
+    w, bias, mult, shift = (consts[v] for v in node.inputs[1:5])
+    group, dilations = int(attrs.get("group", 1)), tuple(attrs["dilations"])
+    return _windowed_spec(node, source, w, group, dilations, bias.astype(np.int64), mult,
+                          shift, out, rows)
+
+
+def _windowed_spec(node: Node, source: Source, w: np.ndarray, group: int, dilations,
+                   bias: np.ndarray, mult, shift, out: dict, rows: int) -> LayerSpec:
+    """A convolution of ``w`` ``[M, C / group, KH, KW]`` over the image ``source``."""
+    attrs = node.attrs
     n_out, c_group, kh, kw = w.shape
     strides, pads = tuple(attrs["strides"]), tuple(attrs["pads"])
     oh = conv_output_size(source.ih, kh, strides[0], pads[0], pads[2], dilations[0])
     ow = conv_output_size(source.iw, kw, strides[1], pads[1], pads[3], dilations[1])
     phys = _conv_phys(node, w, group, source.cb * rows)
-    return _LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
-                      dilations, macs=oh * ow * n_out * c_group * kh * kw,
-                      depthwise=c_group == 1 and n_out == group,
-                      dense=node.op == "QConv" and group == 1, **out)
+    return LayerSpec([source], [0], phys, bias, mult, shift, (oh, ow), strides, pads,
+                     dilations, macs=oh * ow * n_out * c_group * kh * kw,
+                     depthwise=c_group == 1 and n_out == group,
+                     dense=node.op == "QConv" and group == 1, **out)
 
 
 def _packed_spec(node: Node, placement: Placement, graph: Graph, rows: int,
-                 out: dict) -> _LayerSpec:
+                 out: dict) -> LayerSpec:
     """The ungrouped ``QConv`` ``node`` over its input packed for it: a 1x1 convolution with
     stride 1 over the packed lanes (:mod:`.taps`), the same MACs."""
     w, bias, mult, shift = (graph.constants[v] for v in node.inputs[1:5])
-    source = _Source(placement.base, placement.height, placement.width, placement.cb,
-                     int(node.attrs["in_zp"]))
+    source = Source(placement.base, placement.height, placement.width, placement.cb,
+                    int(node.attrs["in_zp"]))
     fields = packed_spec_fields(w, placement, rows)
     oh, ow = fields["out_hw"]
-    return _LayerSpec([source], [0], bias=bias.astype(np.int64), mult=mult, shift=shift,
-                      macs=oh * ow * w.size, dense=True, **fields, **out)
+    return LayerSpec([source], [0], bias=bias.astype(np.int64), mult=mult, shift=shift,
+                     macs=oh * ow * w.size, dense=True, **fields, **out)
 
 
 def _conv_phys(node: Node, w: np.ndarray, group: int, lanes: int) -> np.ndarray:
@@ -252,22 +295,8 @@ def _out(attrs) -> dict:
                 tuple(int(v) for v in attrs["table"]))
 
 
-def _parts(node: Node, placements: "list[Placement]", graph: Graph, rows: int
-           ) -> "list[tuple[str, _LayerSpec]] | None":
-    """The layers of an op written by several of them, each to its own output pixels: a
-    ``QConvTranspose`` (one per output phase) or a ``QConcat`` along height or width (one
-    per source); None for the others."""
-    if node.op == "QConvTranspose":
-        return _phase_specs(node, placements, graph, rows)
-    if node.op == "QConcat" and node.attrs.get("axis", 1) != 1:
-        return _concat_hw_specs(node, placements, graph, rows)
-    if node.op == "QPermute":
-        return _permute_specs(node, placements, graph, rows)
-    return None
-
-
-def _permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
-                   ) -> "list[tuple[str, _LayerSpec]]":
+def permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                   ) -> "list[tuple[str, LayerSpec]]":
     """A ``QPermute`` of ``[1, C, H, W]`` as copies written with strides (``scatter``):
     swapping H and W, one 1x1 copy of each input row ``h`` (the window starting at row ``h``)
     written as output column ``h``; moving input axis ``a`` (H or W) to the channels, one copy
@@ -285,7 +314,7 @@ def _permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows
 
     def copy(name, phys, out_hw, pads, scatter):
         n_out = phys.shape[0]
-        specs.append((name, _LayerSpec(
+        specs.append((name, LayerSpec(
             [source], [0], phys, np.zeros(n_out, dtype=np.int64), mult, shift, out_hw, (1, 1),
             pads, (1, 1), macs=n_out * out_hw[0] * out_hw[1], scatter=scatter,
             **_out(attrs))))
@@ -316,7 +345,7 @@ def _permute_specs(node: Node, placements: "list[Placement]", graph: Graph, rows
 
 
 def _slice_spec(node: Node, placement: Placement, graph: Graph, rows: int, out: dict
-                ) -> _LayerSpec:
+                ) -> LayerSpec:
     """A window as a 1x1 copy: output channel ``c`` has weight 1 on input lane ``c0 + c``;
     the window's first row and column enter as negative begin pads (the feeder starts
     reading inside the input)."""
@@ -329,18 +358,18 @@ def _slice_spec(node: Node, placement: Placement, graph: Graph, rows: int, out: 
         (c0, y0, x0), channels, hw = attrs["starts"], shape[1], tuple(shape[2:])
         lanes, pads = c0 + np.arange(channels), (-y0, -x0, 0, 0)
     else:
-        source = _Source(placement.base, 1, 1, placement.words, zp)
+        source = Source(placement.base, 1, 1, placement.words, zp)
         (k0,), channels, hw = attrs["starts"], shape[1], (1, 1)
         lanes = _vector_lanes(placement, int(np.prod(placement.shape[1:])))[k0:k0 + channels]
         pads = (0, 0, 0, 0)
     phys = _phys_zeros(node, channels, 1, 1, source.cb * rows, channels)
     phys[np.arange(channels), 0, 0, lanes] = 1
-    return _LayerSpec([source], [0], phys, np.zeros(channels, dtype=np.int64), mult, shift,
-                      hw, (1, 1), pads, (1, 1), macs=channels * hw[0] * hw[1], **out)
+    return LayerSpec([source], [0], phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                     hw, (1, 1), pads, (1, 1), macs=channels * hw[0] * hw[1], **out)
 
 
-def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
-                     ) -> "list[tuple[str, _LayerSpec]]":
+def concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                     ) -> "list[tuple[str, LayerSpec]]":
     """A ``QConcat`` along height or width: each source copied (1x1, weight 1 per channel,
     requantized by its own row of multipliers) to its place in the output."""
     axis, attrs = node.attrs["axis"], node.attrs
@@ -353,7 +382,7 @@ def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, ro
         phys = _phys_zeros(node, channels, 1, 1, source.cb * rows, channels)
         phys[np.arange(channels), 0, 0, np.arange(channels)] = 1
         oy, ox = (offset, 0) if axis == 2 else (0, offset)
-        specs.append((f"source {index}", _LayerSpec(
+        specs.append((f"source {index}", LayerSpec(
             [source], [0], phys, np.zeros(channels, dtype=np.int64), mult[index],
             shift[index], (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w,
             scatter=(out_w, 1, oy * out_w + ox), **_out(attrs))))
@@ -361,8 +390,8 @@ def _concat_hw_specs(node: Node, placements: "list[Placement]", graph: Graph, ro
     return specs
 
 
-def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
-                 ) -> "list[tuple[str, _LayerSpec]]":
+def phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                 ) -> "list[tuple[str, LayerSpec]]":
     """The layer of each output phase of a ``QConvTranspose`` (:func:`.phases.phases`)."""
     attrs = node.attrs
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
@@ -374,7 +403,7 @@ def _phase_specs(node: Node, placements: "list[Placement]", graph: Graph, rows: 
                         attrs["out_hw"]):
         n_out, c_group = phase.weight.shape[:2]
         oh, ow = phase.out_hw
-        specs.append((phase.name, _LayerSpec(
+        specs.append((phase.name, LayerSpec(
             [source], [0], _conv_phys(node, phase.weight, group, source.cb * rows),
             bias.astype(np.int64), mult, shift, phase.out_hw, (1, 1), phase.pads, (1, 1),
             macs=oh * ow * n_out * c_group * phase.taps,

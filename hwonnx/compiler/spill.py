@@ -17,17 +17,18 @@ The bands of one layer share its weight and parameter words (:func:`share_words`
 pool whose input does not fit the input staging buffer runs in groups of channels instead
 (:func:`_global_pool`)."""
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..errors import ResourceError
 from ..ir import Graph, Node
 from ..isa import Op
 from .layout import Placement, natural_placement
-from .specs import _layer_spec
+from .micro import Transfer
+from .specs import conv_spec
 from .split import part_target, weight_parts, words_per_group
 
-__all__ = ["BANDED", "ExtTensors", "StageTooSmall", "bandable", "band_layer", "share_words",
-           "spill_attempts"]
+__all__ = ["BANDED", "ExtTensors", "StageTooSmall", "bandable", "band_layer", "relocated",
+           "share_words", "spill_attempts"]
 
 #: Integer layers that can run in bands of output rows.
 BANDED = ("QConv", "QConvTranspose", "QAvgPool", "QMaxPool", "QAdd", "QEltwise", "QConcat")
@@ -89,27 +90,23 @@ def spill_attempts(graph: Graph, config) -> "list[frozenset[str]]":
 @dataclass
 class ExtTensors:
     """Where the tensors in the external memory are (word addresses from the start of the
-    activation region, which follows the streamed weights: :meth:`relocate`) and the
-    transfers that move their rows."""
+    activation region, which follows the streamed weights: :func:`relocated`)."""
     rows: int
     where: "dict[str, tuple[int, tuple[int, ...]]]"     # value -> (address, shape)
     words: int = 0
-    transfers: "list[dict]" = field(default_factory=list)    # every LOADA and STOREA
     stage: "tuple[int, int]" = (0, 0)   # the staging buffers' words the bands use (in, out)
 
     def place(self, value: str, shape: "tuple[int, ...]") -> None:
         self.where[value] = (self.words, tuple(shape))
         self.words += natural_placement(0, shape, self.rows).words
 
-    def transfer(self, op: int, count: int, act_addr: int, ext_addr: int) -> dict:
-        record = dict(op=op, fence=0, count=count, act_addr=act_addr, ext_addr=ext_addr)
-        self.transfers.append(record)
-        return record
 
-    def relocate(self, base: int) -> None:
-        """Put the activation region at external word ``base``."""
-        for record in self.transfers:
-            record["ext_addr"] += base
+def relocated(records: "dict[int, list[Transfer]]", base: int
+              ) -> "dict[int, list[Transfer]]":
+    """The transfers ``records`` (layer index -> LOADA and STOREA) with the activation region
+    at external word ``base``."""
+    return {index: [replace(record, ext_addr=record.ext_addr + base) for record in transfers]
+            for index, transfers in records.items()}
 
 
 def _band_node(node: Node, graph: Graph, o0: int, o1: int, height: int
@@ -200,25 +197,25 @@ def _bands(node: Node, graph: Graph, full: dict, external: list, out_row: int,
                         f"{stage[0]} and {stage[1]}", single)
 
 
-def _restreamed(builder, node: Node, graph: Graph, sources: "list[Placement]") -> int:
+def _restreamed(emitter, node: Node, graph: Graph, sources: "list[Placement]") -> int:
     """The weight words each band of ``node`` streams: all of a convolution's when it runs in
     parts of output channels (:func:`~.split.weight_parts`; the bands of a layer of one part
     share its one LOADX instead), else 0."""
-    config = builder.config
-    if not builder.split or node.op != "QConv":
+    config = emitter.config
+    if not emitter.split or node.op != "QConv":
         return 0
-    spec = _layer_spec(node, sources, graph, config.rows)
+    spec = conv_spec(node, sources, graph, config.rows)
     if len(weight_parts(spec, config)) < 2:
         return 0
     return words_per_group(spec, config) * -(-spec.phys.shape[0] // config.cols)
 
 
-def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
+def band_layer(emitter, node: Node, graph: Graph, inputs: "list[str]",
                placements: "dict[str, Placement]", ext: ExtTensors,
                into: "tuple[dict, dict, dict]") -> list:
     """Emit ``node`` in bands (some of its ``inputs`` or its output in ``ext``); returns the
     bands' layer plans (each band one layer per part: :mod:`.split`). The bands are layers
-    ``len(builder.layer_tiles)`` on; their LOADA and STOREA go into the first two
+    ``len(emitter.layer_tiles)`` on; their LOADA and STOREA go into the first two
     dictionaries of ``into`` (layer index -> instructions before it, after it), and each
     part whose weight words an earlier part of the layer has into the third (layer index ->
     that part's layer, whose weight words it reads: :func:`share_words`).
@@ -234,7 +231,7 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     Single-buffered, each band's LOADAs come before it and then a fence of no words, which
     also waits for the band before's STOREA."""
     before, after, owners = into
-    config = builder.config
+    config = emitter.config
     rows, out = config.rows, node.outputs[0]
     stage = (config.stage_in_depth, config.stage_out_depth)
     in_base, out_base = config.stage_bases
@@ -247,12 +244,12 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
     try:
         cuts, words, in_words, out_words, slots = _bands(
             node, graph, full, external, 0 if target is not None else out_px.width * out_px.cb,
-            stage, _restreamed(builder, node, graph, [full[v] for v in inputs]))
+            stage, _restreamed(emitter, node, graph, [full[v] for v in inputs]))
     except StageTooSmall:
         if (node.op not in ("QAvgPool", "QMaxPool") or out_shape[2:] != (1, 1)
                 or not external or target is None):
             raise
-        return _global_pool(builder, node, full[external[0]], external[0], ext, into, target)
+        return _global_pool(emitter, node, full[external[0]], external[0], ext, into, target)
     offsets, offset = {}, 0
     for v, w in words.items():
         offsets[v], offset = offset, offset + w
@@ -265,13 +262,13 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
             whole = full[v]
             lo, hi = (0, 1) if whole.shape[2] == 1 else (r0, r1)
             window = _rows(whole, lo, hi, rows, base=base + offsets[v])
-            records.append(ext.transfer(Op.LOADA, window.words, window.base,
-                                        ext.where[v][0] + lo * whole.shape[3] * whole.cb))
+            records.append(Transfer(Op.LOADA, 0, window.words, window.base,
+                                    ext.where[v][0] + lo * whole.shape[3] * whole.cb))
         return records
 
     plans, seen = [], ({}, {})
     for k, (o0, o1, band_node, r0, r1) in enumerate(cuts):
-        _before(ext, before, len(builder.layer_tiles), k, len(cuts), slots, loads,
+        _before(before, emitter.layer_count, k, len(cuts), slots, loads,
                 bool(words and target is not None), in_base)
         sources = []
         for v in inputs:
@@ -283,19 +280,18 @@ def band_layer(builder, node: Node, graph: Graph, inputs: "list[str]",
         if target is None:
             band_target = _rows(out_px, o0, o1, rows,
                                 base=_slot(out_base, stage[1], k % slots, out_words))
-            store = ext.transfer(Op.STOREA, band_target.words, band_target.base,
-                                 ext.where[out][0] + o0 * out_px.width * out_px.cb)
-            store["fence"] = 1
+            store = Transfer(Op.STOREA, 1, band_target.words, band_target.base,
+                             ext.where[out][0] + o0 * out_px.width * out_px.cb)
         else:
             band_target = _rows(target, o0, o1, rows)
-        _emit(builder, band_node, sources, band_target, seen, owners, plans)
+        _emit(emitter, band_node, sources, band_target, seen, owners, plans)
         if target is None:
-            after.setdefault(len(builder.layer_tiles) - 1, []).append(store)
+            after.setdefault(emitter.layer_count - 1, []).append(store)
     ext.stage = (max(ext.stage[0], slots * in_words), max(ext.stage[1], slots * out_words))
     return plans
 
 
-def _before(ext: ExtTensors, before: dict, layer: int, k: int, count: int, slots: int, loads,
+def _before(before: dict, layer: int, k: int, count: int, slots: int, loads,
             fence_every: bool, in_base: int) -> None:
     """Put the transfers that come before cut ``k`` of ``count`` (layer ``layer``) into
     ``before``, the first to wait for the others a fence (:func:`band_layer`); ``loads(j)``
@@ -310,26 +306,26 @@ def _before(ext: ExtTensors, before: dict, layer: int, k: int, count: int, slots
         fence = len(first) if k == 0 or fence_every else None
     if fence is not None:        # (else the STOREA before fences)
         if fence == len(transfers):
-            transfers.append(ext.transfer(Op.LOADA, 0, in_base, 0))
-        transfers[fence]["fence"] = 1
+            transfers.append(Transfer(Op.LOADA, 0, 0, in_base, 0))
+        transfers[fence] = replace(transfers[fence], fence=1)
     if transfers:
         before.setdefault(layer, []).extend(transfers)
 
 
-def _emit(builder, node: Node, sources: list, target: Placement, seen, owners: dict,
+def _emit(emitter, node: Node, sources: list, target: Placement, seen, owners: dict,
           plans: list) -> None:
     """Emit the cut ``node`` of a layer, its parts sharing the words of the layer's earlier
     parts (:func:`share_words`), and add their plans to ``plans``."""
-    for emit in builder.layer_parts(node, sources, target):
-        wgt, par = len(builder.wgt), len(builder.par)
+    for emit in emitter.layer_parts(node, sources, target):
+        wgt, par = emitter.weight_words, emitter.param_words
         plan = emit()
-        plan.wgt_words, owner = share_words(builder, seen, wgt, par)
+        plan.wgt_words, owner = share_words(emitter, seen, wgt, par)
         if owner is not None:
-            owners[len(builder.layer_tiles) - 1] = owner
+            owners[emitter.layer_count - 1] = owner
         plans.append(plan)
 
 
-def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTensors,
+def _global_pool(emitter, node: Node, whole: Placement, value: str, ext: ExtTensors,
                  into: "tuple[dict, dict, dict]", target: Placement) -> list:
     """A pool of one output pixel (a global pool) on chip whose input ``value`` (in the
     external memory, ``whole``) does not fit the input staging buffer: in groups of its
@@ -341,7 +337,7 @@ def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTens
     so a board build's buffers, sized before it grows the staging buffers (which can make
     the pool whole), stay large enough (``fitting._sized_config``)."""
     before, _, owners = into
-    config, rows, depth = builder.config, builder.config.rows, builder.config.stage_in_depth
+    config, rows, depth = emitter.config, emitter.config.rows, emitter.config.stage_in_depth
     in_base = config.stage_bases[0]
     _, channels, height, width = whole.shape
     pixels, cb = height * width, whole.cb
@@ -358,53 +354,40 @@ def _global_pool(builder, node: Node, whole: Placement, value: str, ext: ExtTens
     def loads(k: int) -> list:
         b0, b1 = groups[k]
         base = _slot(in_base, depth, k % slots, in_words)
-        return [ext.transfer(Op.LOADA, b1 - b0, base + p * (b1 - b0),
-                             ext.where[value][0] + p * cb + b0) for p in range(pixels)]
+        return [Transfer(Op.LOADA, 0, b1 - b0, base + p * (b1 - b0),
+                         ext.where[value][0] + p * cb + b0) for p in range(pixels)]
 
     plans = []
     for k, (b0, b1) in enumerate(groups):
         c0, c1 = b0 * rows, min(channels, b1 * rows)
-        _before(ext, before, len(builder.layer_tiles), k, len(groups), slots, loads, True,
-                in_base)
+        _before(before, emitter.layer_count, k, len(groups), slots, loads, True, in_base)
         source = natural_placement(_slot(in_base, depth, k % slots, in_words),
                                    (1, c1 - c0, height, width), rows)
-        _emit(builder, replace(node, name=f"{node.name} [channels {c0}-{c1 - 1}]"), [source],
+        _emit(emitter, replace(node, name=f"{node.name} [channels {c0}-{c1 - 1}]"), [source],
               part_target(target, c0, rows), ({}, {}), owners, plans)
     ext.stage = (max(ext.stage[0], slots * in_words), ext.stage[1])
     return plans
 
 
-def share_words(builder, seen: "tuple[dict, dict]", wgt_start: int, par_start: int
+def share_words(emitter, seen: "tuple[dict, dict]", wgt_start: int, par_start: int
                 ) -> "tuple[int, int | None]":
-    """The last layer ``builder`` emitted is a part of a band of a layer, its weight and
+    """The last layer ``emitter`` emitted is a part of a band of a layer, its weight and
     parameter words from ``wgt_start`` and ``par_start``; ``seen`` maps the words of the
     layer's parts emitted before (weights, parameters) to where they are (and the weights'
     to the layer that holds them). Where its words are the same as some earlier part's (the
     same part of another band; a transposed convolution's phase, which bands starting at
-    odd and even rows list in other orders), drop its copies and point its tiles at those.
-    Returns its weight words left, and the layer whose weights it reads (None: its own)."""
-    layer = builder.layer_tiles[-1]
-    deltas, owner = [], None
-    for image, start, known in ((builder.wgt, wgt_start, seen[0]),
-                                (builder.par, par_start, seen[1])):
-        words = tuple(image[start:])
-        if words and words in known:
-            at = known[words]
-            if image is builder.wgt:
-                at, owner = at
-            deltas.append(start - at)
-            del image[start:]
-        else:
-            deltas.append(0)
-            if words:
-                known[words] = (start, len(builder.layer_tiles) - 1) \
-                    if image is builder.wgt else start
-    wgt_delta, par_delta = deltas
-    for tile in layer.tiles:
-        tile.matmul["wgt_addr"] -= wgt_delta
-        for post in tile.posts:
-            post["par_addr"] -= par_delta
-    for record in layer.records or []:
-        if record["op"] == Op.POST:
-            record["par_addr"] -= par_delta
-    return len(builder.wgt) - wgt_start, owner
+    odd and even rows list in other orders), drop its copies and point its tiles at those
+    (:meth:`~.emitter.TileEmitter.reuse_words`). Returns its weight words left, and the layer
+    whose weights it reads (None: its own)."""
+    wgt_words, par_words = emitter.words_since(wgt_start, par_start)
+    wgt_at = par_at = owner = None
+    if wgt_words and wgt_words in seen[0]:
+        wgt_at, owner = seen[0][wgt_words]
+    elif wgt_words:
+        seen[0][wgt_words] = (wgt_start, emitter.layer_count - 1)
+    if par_words and par_words in seen[1]:
+        par_at = seen[1][par_words]
+    elif par_words:
+        seen[1][par_words] = par_start
+    emitter.reuse_words(wgt_start, wgt_at, par_start, par_at)
+    return emitter.weight_words - wgt_start, owner

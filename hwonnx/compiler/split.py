@@ -20,7 +20,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..hdl.loader import tile_words
 from .layout import Placement
-from .specs import _LayerSpec
+from .specs import LayerSpec
 
 __all__ = ["part_budget", "words_per_group", "weight_parts", "concat_parts", "part_spec", "part_target"]
 
@@ -31,7 +31,7 @@ def part_budget(config: ArchConfig) -> int:
     return config.wgt_depth // 4
 
 
-def words_per_group(spec: _LayerSpec, config: ArchConfig) -> int:
+def words_per_group(spec: LayerSpec, config: ArchConfig) -> int:
     """Weight words of one N tile of ``spec`` (``cols`` output channels), at most: every K
     tile kept (a dense layer keeps them all), in 8-bit packing."""
     kh, kw = spec.phys.shape[1:3]
@@ -39,7 +39,7 @@ def words_per_group(spec: _LayerSpec, config: ArchConfig) -> int:
     return kh * kw * blocks * tile_words(config, 0)
 
 
-def weight_parts(spec: _LayerSpec, config: ArchConfig) -> "list[tuple[int, int]]":
+def weight_parts(spec: LayerSpec, config: ArchConfig) -> "list[tuple[int, int]]":
     """The output channels ``[c0, c1)`` of each part of the layer ``spec``: one part unless the
     architecture has an external memory and the layer's weights exceed :func:`part_budget`;
     then groups of whole N tiles (and whole words: multiples of ``lcm(rows, cols)``
@@ -56,7 +56,7 @@ def weight_parts(spec: _LayerSpec, config: ArchConfig) -> "list[tuple[int, int]]
     return [(c0, min(c0 + width, channels)) for c0 in range(0, channels, width)]
 
 
-def concat_parts(spec: _LayerSpec, rows: int) -> "list[tuple[int, int]] | None":
+def concat_parts(spec: LayerSpec, rows: int) -> "list[tuple[int, int]] | None":
     """The output channels ``[c0, c1)`` of each source of a channel concatenation ``spec``
     (a 1x1 convolution with one weight per output channel), when each starts at a multiple
     of ``rows``: a part reads one source, so its N tiles step through that source's words by
@@ -70,7 +70,7 @@ def concat_parts(spec: _LayerSpec, rows: int) -> "list[tuple[int, int]] | None":
     return list(zip(starts, starts[1:] + [len(source)]))
 
 
-def part_spec(spec: _LayerSpec, c0: int, c1: int) -> _LayerSpec:
+def part_spec(spec: LayerSpec, c0: int, c1: int) -> LayerSpec:
     """``spec`` restricted to its output channels ``[c0, c1)``."""
     channels = spec.phys.shape[0]
     return replace(spec, phys=spec.phys[c0:c1], bias=spec.bias[c0:c1], mult=spec.mult[c0:c1],

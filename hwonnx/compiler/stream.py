@@ -22,12 +22,13 @@ slot's previous user's have read their words), and the fence that makes the weig
 makes the parameters visible to the POSTs too.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config import ArchConfig
 from ..errors import ResourceError
 from ..isa import EXT_WORDS_PER_PARAM, Op
 from .loops import LayerTiles
+from .micro import LoadX
 
 __all__ = ["StreamPlan", "SlotTooSmall", "plan_streaming"]
 
@@ -46,7 +47,7 @@ class StreamPlan:
     wgt: "list[int]"              # the weight buffer's image: the resident layers' words
     ext: "list[int]"              # the external memory's image: the streamed layers' words
     words: int                    # weight-buffer words used: resident and both slots
-    loadx: "dict[int, list[dict]]"     # LOADX instructions issued before layer index i
+    loadx: "dict[int, list[LoadX]]"    # LOADX instructions issued before layer index i
     streamed: "dict[int, int]"    # layer index -> the external words its LOADX streams
     par: "list[int]"              # the parameter buffer's image: the resident layers' words
     par_words: int                # parameter-buffer words used: resident and both slots
@@ -117,13 +118,14 @@ def plan_streaming(wgt: "list[int]", par: "list[int]", layer_words: "list[int]",
                             f"{config.ext_depth} (ext_depth)")
     for i, layer in enumerate(layers):
         owner = owners.get(i, i)
+        shift = base.get(i if i in copies else owner, 0) - starts[owner]
         for tile in layer.tiles:
-            tile.matmul["wgt_addr"] += base.get(i if i in copies else owner, 0) - starts[owner]
+            tile.matmul = replace(tile.matmul, wgt_addr=tile.matmul.wgt_addr + shift)
 
-    loadx: "dict[int, list[dict]]" = {}
+    loadx: "dict[int, list[LoadX]]" = {}
 
     def issue(before_layer: int, fields: dict) -> None:
-        loadx.setdefault(before_layer, []).append({"op": Op.LOADX, **fields})
+        loadx.setdefault(before_layer, []).append(LoadX(**fields))
 
     for g, group in enumerate(groups + [None]):
         where = 0 if g < 2 else groups[g - 2][-1] + 1
@@ -141,7 +143,7 @@ def _posts(layer: LayerTiles):
     for tile in layer.tiles:
         yield from tile.posts
     for record in layer.records or []:
-        if record["op"] == Op.POST:
+        if record.op == Op.POST:
             yield record
 
 
@@ -154,27 +156,35 @@ def _stream_params(par: "list[int]", groups: "list[list[int]]", layers: "list[La
     least significant first. Points every POST at its word's new place; returns the buffer's
     image, the words it needs with both slots, and each group's LOADX fields."""
     in_group = {i for group in groups for i in group}
-    kept = sorted({post["par_addr"] for i, layer in enumerate(layers) if i not in in_group
+    kept = sorted({post.par_addr for i, layer in enumerate(layers) if i not in in_group
                    for post in _posts(layer)})
-    reads = [sorted({post["par_addr"] for i in group for post in _posts(layers[i])})
+    reads = [sorted({post.par_addr for i in group for post in _posts(layers[i])})
              for group in groups]
     slot = max(map(len, reads), default=0)
-    moved: "set[int]" = set()         # the POSTs pointed at their new words (each once)
+    moved: "set[int]" = set()         # the layers whose POSTs point at their new words
 
-    def point(layer: LayerTiles, where: "dict[int, int]") -> None:
-        for post in _posts(layer):
-            assert id(post) not in moved, "a POST shared by two layers"
-            moved.add(id(post))
-            post["par_addr"] = where[post["par_addr"]]
+    def point(index: int, where: "dict[int, int]") -> None:
+        assert index not in moved, "a layer's POSTs pointed twice"
+        moved.add(index)
+        layer = layers[index]
+
+        def pointed(post):
+            return replace(post, par_addr=where[post.par_addr])
+
+        for tile in layer.tiles:
+            tile.posts = [pointed(post) for post in tile.posts]
+        if layer.records is not None:
+            layer.records = [pointed(record) if record.op == Op.POST else record
+                             for record in layer.records]
 
     for i, layer in enumerate(layers):
         if i not in in_group:
-            point(layer, {a: k for k, a in enumerate(kept)})
+            point(i, {a: k for k, a in enumerate(kept)})
     mask, copies, loads = (1 << (8 * cols)) - 1, {}, []
     for g, (group, read) in enumerate(zip(groups, reads)):
         start = len(kept) + (g % 2) * slot
         for i in group:
-            point(layers[i], {a: start + k for k, a in enumerate(read)})
+            point(i, {a: start + k for k, a in enumerate(read)})
         if tuple(read) not in copies:
             copies[tuple(read)] = len(ext)
             ext += [(par[a] >> (8 * cols * j)) & mask for a in read

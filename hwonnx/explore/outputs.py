@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .files import write_atomic, write_json
-from .pareto import RESOURCE_NAMES, RESOURCES, RULE, _ms, fronts, recommend
+from .pareto import RESOURCE_NAMES, RESOURCES, RULE, format_ms, fronts, recommend
 from .point import STATUSES, device_capacity
 
 __all__ = ["summarize", "write_outputs", "markdown", "plot_png", "text_summary"]
@@ -96,7 +96,7 @@ def _rows(summary: dict) -> "list[list[str]]":
         used = r.get("resources") if ok else r.get("estimate")
         cells = [r["array"] + (" *" if r["key"] == chosen else ""), _status(r),
                  f"{r['predicted_cycles']:,}" if r.get("predicted_cycles") else "-",
-                 _ms(r["latency_s"]) if ok else "-",
+                 format_ms(r["latency_s"]) if ok else "-",
                  f"{r['throughput_per_s']:,.0f}" if ok else "-"]
         cells += [(f"{used[n]:,}" + ("" if ok else " (needs)")) if used else "-"
                   for n in RESOURCES]

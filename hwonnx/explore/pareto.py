@@ -6,7 +6,7 @@ front is the points no other point dominates. Equal points do not dominate each 
 duplicates are on the front together or not at all."""
 
 __all__ = ["RESOURCES", "RESOURCE_NAMES", "dominates", "front", "fronts", "recommend",
-           "MARGIN", "SLACK", "RULE"]
+           "MARGIN", "SLACK", "RULE", "format_ms"]
 
 #: The resources of a point (``record["resources"]``), in this order.
 RESOURCES = ("dsp", "bram", "luts")
@@ -83,7 +83,7 @@ def recommend(records: "list[dict]", device: "dict[str, int] | None",
                                       r["rows"] * r["cols"], r["key"]))
     used = ", ".join(f"{chosen['resources'][n]:,} {RESOURCE_NAMES[n]}"
                      + (f" ({share(chosen, n):.0%})" if device else "") for n in RESOURCES)
-    why = [f"{_ms(chosen['latency_s'])} per inference "
+    why = [f"{format_ms(chosen['latency_s'])} per inference "
            f"({chosen['throughput_per_s']:,.0f} inferences/s) with {used}."]
     if device and not roomy:
         why.append(f"No point leaves {1 - margin:.0%} of every resource free, so the rule "
@@ -102,13 +102,13 @@ def recommend(records: "list[dict]", device: "dict[str, int] | None",
             sum(share(chosen, n) for n in RESOURCES), 1e-12)
         slower = chosen["latency_s"] / fastest["latency_s"] - 1
         why.append(f"It is {slower:.0%} slower than the fastest, {fastest['array']} at "
-                   f"{_ms(fastest['latency_s'])}, which uses {cost:.1f}x as much "
+                   f"{format_ms(fastest['latency_s'])}, which uses {cost:.1f}x as much "
                    + ("of the device." if device else "(in shares of the largest use of each "
                                                       "resource)."))
     return chosen, " ".join(why)
 
 
-def _ms(seconds: float) -> str:
+def format_ms(seconds: float) -> str:
     """A latency for people: ``0.123 ms``, ``45.6 us``, ``1.23 s``."""
     if seconds >= 1:
         return f"{seconds:.3g} s"

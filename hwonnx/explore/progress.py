@@ -5,7 +5,7 @@ only the lines, on stderr."""
 import sys
 from contextlib import contextmanager
 
-from .pareto import _ms
+from .pareto import format_ms
 
 __all__ = ["SweepProgress", "point_line"]
 
@@ -20,7 +20,7 @@ def point_line(record: dict, done: int, total: int) -> str:
                  else f"{record['clock_mhz']:g} MHz")
         sim = (f"; RTL = golden on {record['sim']['samples']} sample(s)" if record.get("sim")
                else "")
-        return (f"{head}{record['predicted_cycles']:,} cycles, {_ms(record['latency_s'])} at "
+        return (f"{head}{record['predicted_cycles']:,} cycles, {format_ms(record['latency_s'])} at "
                 f"{clock}; {used['dsp']:,} DSP, {used['bram']:,} BRAM, {used['luts']:,} LUT"
                 f"{sim}{took}")
     status = {"does-not-fit": "does not fit", "timeout": "timed out"}.get(record["status"],

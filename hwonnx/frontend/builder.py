@@ -1,5 +1,5 @@
 """The converter's state and the helpers every converter module shares (:mod:`.convert`,
-:mod:`.slicing`, :mod:`.upsample`, :mod:`.eltwise`, :mod:`.host`): the ``_Builder`` that
+:mod:`.slicing`, :mod:`.upsample`, :mod:`.eltwise`, :mod:`.host`): the ``GraphBuilder`` that
 registers values and constants of the float graph, attribute reading, window checks, and the
 refusal of a form of a supported operator."""
 
@@ -14,11 +14,11 @@ from ..ir.evaluate import MAX_VALUE_ELEMENTS
 from ..ir.graph import TensorType
 from .common import FLOAT_TYPES, MAX_RANK, count_text, domain_opset, elem_type_name
 
-__all__ = ["_Builder", "_ACTIVATION", "_attrs", "_explicit_pads", "_check_windows",
-           "_check_per_channel", "_input_4d", "_unsupported"]
+__all__ = ["GraphBuilder", "NO_ACTIVATION", "node_attrs", "explicit_pads", "check_windows",
+           "check_per_channel", "input_4d", "unsupported"]
 
 
-class _Builder:
+class GraphBuilder:
     """Collects the IR constants and types while the nodes are converted."""
 
     def __init__(self, model: onnx.ModelProto, nodes, constants: dict, types: dict):
@@ -130,7 +130,9 @@ def _finite(value: np.ndarray, block: int = 1 << 20) -> bool:
     return all(np.isfinite(flat[i:i + block]).all() for i in range(0, flat.size, block))
 
 
-def _attrs(node: onnx.NodeProto) -> dict:
+def node_attrs(node: onnx.NodeProto) -> dict:
+    """The attributes of ``node`` as Python values (strings decoded); raises
+    :class:`ModelError` for a float attribute that is not finite."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     attrs = {k: v.decode(errors="replace") if isinstance(v, bytes) else v
              for k, v in attrs.items()}
@@ -141,9 +143,9 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return attrs
 
 
-def _explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
-                   kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
-                   dilations: "tuple[int, ...]") -> "tuple[int, int, int, int]":
+def explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
+                  kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
+                  dilations: "tuple[int, ...]") -> "tuple[int, int, int, int]":
     """Return ``(top, left, bottom, right)`` from ``pads`` or ``auto_pad`` of a Conv or pool."""
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad != "NOTSET" and "pads" in attrs:
@@ -166,9 +168,9 @@ def _explicit_pads(node: onnx.NodeProto, attrs: dict, size: "tuple[int, ...]",
                      f"NOTSET, VALID, SAME_UPPER or SAME_LOWER")
 
 
-def _check_windows(b: _Builder, node: onnx.NodeProto, shape: "tuple[int, ...]",
-                   kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
-                   pads: "tuple[int, ...]", dilations: "tuple[int, ...]") -> None:
+def check_windows(b: GraphBuilder, node: onnx.NodeProto, shape: "tuple[int, ...]",
+                  kernel: "tuple[int, ...]", strides: "tuple[int, ...]",
+                  pads: "tuple[int, ...]", dilations: "tuple[int, ...]") -> None:
     """Check that the windows of a Conv or pool fit its padded input and give the output
     shape inference found for it."""
     spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
@@ -188,8 +190,8 @@ def _check_windows(b: _Builder, node: onnx.NodeProto, shape: "tuple[int, ...]",
                          f"shape {list(inferred)}")
 
 
-def _check_per_channel(b: _Builder, node: onnx.NodeProto, index: int, role: str, count: int,
-                       unit: str) -> None:
+def check_per_channel(b: GraphBuilder, node: onnx.NodeProto, index: int, role: str, count: int,
+                      unit: str) -> None:
     """Check that input ``index`` of ``node`` (a constant) holds one value per ``unit``."""
     name = node.input[index]
     shape = list(np.shape(b.onnx_constants[name]))
@@ -198,7 +200,9 @@ def _check_per_channel(b: _Builder, node: onnx.NodeProto, index: int, role: str,
                          f"must have shape [{count}] (one value per {unit})")
 
 
-def _input_4d(b: _Builder, node: onnx.NodeProto, what: str) -> "tuple[str, tuple[int, ...]]":
+def input_4d(b: GraphBuilder, node: onnx.NodeProto, what: str
+             ) -> "tuple[str, tuple[int, ...]]":
+    """The IR value and shape of ``node``'s first input, which must be 4-D (a 2-D ``what``)."""
     x = b.value(node.input[0])
     shape = b.shape(x)
     if len(shape) != 4:
@@ -208,10 +212,10 @@ def _input_4d(b: _Builder, node: onnx.NodeProto, what: str) -> "tuple[str, tuple
 
 
 #: Attributes of a layer-like node (Conv, Dense, Add, AvgPool) before any fusion.
-_ACTIVATION = {"relu": False, "act_max": None}
+NO_ACTIVATION = {"relu": False, "act_max": None}
 
 
-def _unsupported(b: _Builder, node: onnx.NodeProto, reason: str) -> UnsupportedOperatorError:
+def unsupported(b: GraphBuilder, node: onnx.NodeProto, reason: str) -> UnsupportedOperatorError:
     """Return the error refusing ``node`` (a form of a supported operator hwonnx cannot map)."""
     return UnsupportedOperatorError.with_reasons([(node.name, node.op_type, "", b.opset)],
                                                  [reason])

@@ -15,19 +15,19 @@ from ..ir.graph import Graph, Node
 from ..ir.ops import IR_OPS
 from ..ir.tables import TABLE_OPS
 from ..passes.rewrite import channel_scale_node, channel_weight
-from .builder import (_ACTIVATION, _Builder, _attrs, _check_per_channel, _check_windows,
-                      _explicit_pads, _input_4d, _unsupported)
+from .builder import (NO_ACTIVATION, GraphBuilder, check_per_channel, check_windows,
+                      explicit_pads, input_4d, node_attrs, unsupported)
 from .common import summary
 from .eltwise import convert_eltwise, convert_prelu
 from .slicing import SLICING_CONVERTERS, pad_by_copies
 from .upsample import UPSAMPLE_CONVERTERS
 
-__all__ = ["CONVERTERS", "convert_graph"]
+__all__ = ["CONVERTERS", "convert_graph", "convert_softmax"]
 
 
-def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, shape = _input_4d(b, node, "convolution")
-    attrs = _attrs(node)
+def _conv(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    x, shape = input_4d(b, node, "convolution")
+    attrs = node_attrs(node)
     weight = b.onnx_constants[node.input[1]]
     kernel = tuple(attrs.get("kernel_shape", weight.shape[2:]))
     if kernel != tuple(weight.shape[2:]):
@@ -42,20 +42,20 @@ def _conv(b: _Builder, node: onnx.NodeProto) -> Node:
                          f"channels divisible by group)")
     strides = tuple(attrs.get("strides", (1, 1)))
     dilations = tuple(attrs.get("dilations", (1, 1)))
-    pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
-    _check_windows(b, node, shape, kernel, strides, pads, dilations)
+    pads = explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    check_windows(b, node, shape, kernel, strides, pads, dilations)
     inputs = [x, b.constant(node, node.input[1])]
     if len(node.input) > 2 and node.input[2]:
-        _check_per_channel(b, node, 2, "bias", weight.shape[0], "output channel")
+        check_per_channel(b, node, 2, "bias", weight.shape[0], "output channel")
         inputs.append(b.constant(node, node.input[2]))
     return Node(node.name, "Conv", inputs, (b.value(node.output[0]),),
                 {"strides": strides, "pads": pads, "dilations": dilations, "group": group,
-                 **_ACTIVATION})
+                 **NO_ACTIVATION})
 
 
-def _average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, shape = _input_4d(b, node, "pooling")
-    attrs = _attrs(node)
+def _average_pool(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    x, shape = input_4d(b, node, "pooling")
+    attrs = node_attrs(node)
     if attrs.get("ceil_mode", 0):
         raise ModelError(f"AveragePool '{node.name}' has ceil_mode=1; only ceil_mode=0 (output "
                          f"size rounded down) is supported")
@@ -65,31 +65,31 @@ def _average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
         raise ModelError(f"AveragePool '{node.name}' has dilations {list(dilations)}; only "
                          f"dilations [1, 1] are supported")
     strides = tuple(attrs.get("strides", (1, 1)))
-    pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    pads = explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
     if any(p >= k for p, k in zip(pads, kernel * 2)):
         raise ModelError(f"AveragePool '{node.name}' has pads {list(pads)}; each must be "
                          f"smaller than the kernel {list(kernel)} (a window must not lie "
                          f"entirely in the padding)")
-    _check_windows(b, node, shape, kernel, strides, pads, dilations)
+    check_windows(b, node, shape, kernel, strides, pads, dilations)
     return Node(node.name, "AvgPool", (x,), (b.value(node.output[0]),),
                 {"kernel": kernel, "strides": strides, "pads": pads,
-                 "count_include_pad": bool(attrs.get("count_include_pad", 0)), **_ACTIVATION})
+                 "count_include_pad": bool(attrs.get("count_include_pad", 0)), **NO_ACTIVATION})
 
 
-def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, shape = _input_4d(b, node, "pooling")
-    attrs = _attrs(node)
+def _max_pool(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    x, shape = input_4d(b, node, "pooling")
+    attrs = node_attrs(node)
     if len(node.output) > 1 and node.output[1]:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"MaxPool '{node.name}' has an Indices output '{node.output[1]}'; only the pooled "
             f"values have a hardware mapping"))
     kernel = tuple(attrs["kernel_shape"])
     dilations = tuple(attrs.get("dilations", (1, 1)))
     strides = tuple(attrs.get("strides", (1, 1)))
-    pads = _explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
+    pads = explicit_pads(node, attrs, shape[2:], kernel, strides, dilations)
     if attrs.get("ceil_mode", 0):
         pads = _ceil_pads(node, shape[2:], kernel, strides, pads, dilations)
-    _check_windows(b, node, shape, kernel, strides, pads, dilations)
+    check_windows(b, node, shape, kernel, strides, pads, dilations)
     if not all(windows_touch_input(size, k, s, begin, end, d) for size, k, s, begin, end, d
                in zip(shape[2:], kernel, strides, pads[:2], pads[2:], dilations)):
         raise ModelError(f"MaxPool '{node.name}' has pads {list(pads)}; with kernel "
@@ -97,7 +97,7 @@ def _max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
                          f"entirely in the padding of its {list(shape[2:])} input")
     return Node(node.name, "MaxPool", (x,), (b.value(node.output[0]),),
                 {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
-                 **_ACTIVATION})
+                 **NO_ACTIVATION})
 
 
 def _ceil_pads(node: onnx.NodeProto, size, kernel, strides, pads, dilations
@@ -123,25 +123,25 @@ def _ceil_pads(node: onnx.NodeProto, size, kernel, strides, pads, dilations
     return (*pads[:2], *ends)
 
 
-def _global_max_pool(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, shape = _input_4d(b, node, "pooling")
+def _global_max_pool(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    x, shape = input_4d(b, node, "pooling")
     return Node(node.name, "MaxPool", (x,), (b.value(node.output[0]),),
                 {"kernel": tuple(shape[2:]), "strides": (1, 1), "pads": (0, 0, 0, 0),
-                 "dilations": (1, 1), **_ACTIVATION})
+                 "dilations": (1, 1), **NO_ACTIVATION})
 
 
-def _global_average_pool(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, shape = _input_4d(b, node, "pooling")
+def _global_average_pool(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    x, shape = input_4d(b, node, "pooling")
     return Node(node.name, "AvgPool", (x,), (b.value(node.output[0]),),
                 {"kernel": tuple(shape[2:]), "strides": (1, 1), "pads": (0, 0, 0, 0),
-                 "count_include_pad": True, **_ACTIVATION})
+                 "count_include_pad": True, **NO_ACTIVATION})
 
 
-def _reduce_pool(b: _Builder, node: onnx.NodeProto) -> Node:
+def _reduce_pool(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``ReduceMean`` or ``ReduceMax`` over height and width of a ``[N, C, H, W]`` value,
     dimensions kept (timm's squeeze-and-excitation blocks): the global pool it is."""
-    x, shape = _input_4d(b, node, "reduction over height and width")
-    attrs = _attrs(node)
+    x, shape = input_4d(b, node, "reduction over height and width")
+    attrs = node_attrs(node)
     if len(node.input) > 1 and node.input[1]:             # opset 18: axes an input
         axes = [int(a) for a in np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)]
     else:
@@ -153,7 +153,7 @@ def _reduce_pool(b: _Builder, node: onnx.NodeProto) -> Node:
                          f"rank-4 input (ONNX: each axis is in [-r, r-1])")
     reduced = sorted({a % 4 for a in axes}) if axes else [0, 1, 2, 3]
     if reduced != [2, 3]:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"{node.op_type} '{node.name}' reduces axes {reduced} of {list(shape)}; the array "
             f"reduces height and width (axes 2 and 3), a global pool"))
     pool = (_global_average_pool if node.op_type == "ReduceMean" else _global_max_pool)(b, node)
@@ -167,7 +167,7 @@ def _reduce_pool(b: _Builder, node: onnx.NodeProto) -> Node:
                  {"shape": tuple(b.shape(out))})]
 
 
-def _dense_input(b: _Builder, node: onnx.NodeProto) -> str:
+def _dense_input(b: GraphBuilder, node: onnx.NodeProto) -> str:
     x = b.value(node.input[0])
     if len(b.shape(x)) != 2 or b.shape(x)[0] != 1:
         raise ModelError(f"{node.op_type} '{node.name}' must read a [1, K] input, not "
@@ -175,8 +175,8 @@ def _dense_input(b: _Builder, node: onnx.NodeProto) -> str:
     return x
 
 
-def _gemm(b: _Builder, node: onnx.NodeProto) -> Node:
-    attrs = _attrs(node)
+def _gemm(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    attrs = node_attrs(node)
     if attrs.get("transA", 0):
         raise ModelError(f"Gemm '{node.name}' must have transA=0, not transA=1; its run-time "
                          f"operand A cannot be transposed")
@@ -198,19 +198,19 @@ def _gemm(b: _Builder, node: onnx.NodeProto) -> Node:
                              f"{list(c.shape)}")
         inputs.append(b.constant(node, node.input[2]) if c.shape == (n,) and beta == 1.0 else
                       b.new_constant(f"{node.name}_bias", c.reshape(n) * np.float32(beta)))
-    return Node(node.name, "Dense", inputs, (b.value(node.output[0]),), dict(_ACTIVATION))
+    return Node(node.name, "Dense", inputs, (b.value(node.output[0]),), dict(NO_ACTIVATION))
 
 
-def _matmul(b: _Builder, node: onnx.NodeProto) -> Node:
+def _matmul(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = _dense_input(b, node)
     if b.onnx_constants[node.input[1]].ndim != 2:
         raise ModelError(f"MatMul '{node.name}' must have a 2-D second operand, not "
                          f"{list(b.onnx_constants[node.input[1]].shape)}")
     return Node(node.name, "Dense", (x, b.constant(node, node.input[1])),
-                (b.value(node.output[0]),), dict(_ACTIVATION))
+                (b.value(node.output[0]),), dict(NO_ACTIVATION))
 
 
-def _add(b: _Builder, node: onnx.NodeProto) -> Node:
+def _add(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     a, c = node.input
     if a not in b.onnx_constants and c not in b.onnx_constants \
             and b.shape(b.value(a)) != b.shape(b.value(c)):
@@ -219,20 +219,20 @@ def _add(b: _Builder, node: onnx.NodeProto) -> Node:
         a, c = c, a
     c = b.constant(node, c) if c in b.onnx_constants else b.value(c)
     return Node(node.name, "Add", (b.value(a), c), (b.value(node.output[0]),),
-                dict(_ACTIVATION))
+                dict(NO_ACTIVATION))
 
 
-def _relu(b: _Builder, node: onnx.NodeProto) -> Node:
+def _relu(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Relu", (b.value(node.input[0]),), (b.value(node.output[0]),))
 
 
-def _table_activation(b: _Builder, node: onnx.NodeProto) -> Node:
+def _table_activation(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """A table operator of :data:`hwonnx.ir.tables.TABLE_OPS` (``LeakyRelu``, ``Sigmoid``,
     ``Elu``, ``Gelu``, ...): an elementwise function the accelerator computes by a lookup table
     on the int8 value. Its attributes, ONNX's defaults filled in, are kept."""
     table = TABLE_OPS[node.op_type]
     attrs = dict(table.defaults)
-    for key, value in _attrs(node).items():
+    for key, value in node_attrs(node).items():
         if key not in table.defaults:
             continue
         if isinstance(table.defaults[key], str):
@@ -247,7 +247,7 @@ def _table_activation(b: _Builder, node: onnx.NodeProto) -> Node:
                 attrs)
 
 
-def _clip_bound(b: _Builder, node: onnx.NodeProto, index: int, attrs: dict, key: str,
+def _clip_bound(b: GraphBuilder, node: onnx.NodeProto, index: int, attrs: dict, key: str,
                 lower: bool) -> "float | None":
     """Return the ``min`` (``lower``) or ``max`` bound of a Clip, None when it is absent or
     unbounded (-inf / the lowest float for ``min``, +inf / the largest float for ``max``)."""
@@ -273,7 +273,7 @@ def _clip_bound(b: _Builder, node: onnx.NodeProto, index: int, attrs: dict, key:
     return value
 
 
-def _clip(b: _Builder, node: onnx.NodeProto) -> Node:
+def _clip(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     low = _clip_bound(b, node, 1, attrs, "min", lower=True)
     high = _clip_bound(b, node, 2, attrs, "max", lower=False)
@@ -283,10 +283,12 @@ def _clip(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Clip", (x,), (y,), {"min": low, "max": high})
 
 
-def _softmax(b: _Builder, node: onnx.NodeProto) -> Node:
+def convert_softmax(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    """The IR ``Softmax`` of an ONNX Softmax (one axis); :mod:`.host` converts a host step's
+    Softmax with it too."""
     x = b.value(node.input[0])
     rank = len(b.shape(x))
-    axis = _attrs(node).get("axis", -1)                  # opset >= 13 (older is converted)
+    axis = node_attrs(node).get("axis", -1)                  # opset >= 13 (older is converted)
     if not -rank <= axis < rank:
         raise ModelError(f"Softmax '{node.name}' has axis={axis}, out of range for its "
                          f"rank-{rank} input")
@@ -294,15 +296,15 @@ def _softmax(b: _Builder, node: onnx.NodeProto) -> Node:
                 {"axis": axis + rank if axis < 0 else axis})
 
 
-def _check_unused(b: _Builder, node: onnx.NodeProto, what: str) -> None:
+def _check_unused(b: GraphBuilder, node: onnx.NodeProto, what: str) -> None:
     extra = [value for value in node.output[1:] if value and value in b.used]
     if extra:
         raise ModelError(f"{node.op_type} '{node.name}' output '{extra[0]}' ({what}) must be "
                          f"unused; hwonnx runs inference only")
 
 
-def _batchnorm(b: _Builder, node: onnx.NodeProto) -> Node:
-    attrs = _attrs(node)
+def _batchnorm(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    attrs = node_attrs(node)
     if attrs.get("training_mode", 0):
         raise ModelError(f"BatchNormalization '{node.name}' must have training_mode=0, not 1; "
                          f"hwonnx runs inference only")
@@ -310,7 +312,7 @@ def _batchnorm(b: _Builder, node: onnx.NodeProto) -> Node:
     shape = b.shape(node.input[0])
     channels = shape[1] if len(shape) > 1 else 1
     for index, role in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
-        _check_per_channel(b, node, index, role, channels, "channel")
+        check_per_channel(b, node, index, role, channels, "channel")
     epsilon = float(attrs.get("epsilon", 1e-5))
     if not np.all(np.asarray(b.onnx_constants[node.input[4]], np.float64) + epsilon > 0):
         raise ModelError(f"BatchNormalization '{node.name}' has input_var '{node.input[4]}' "
@@ -319,18 +321,18 @@ def _batchnorm(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "BatchNorm", inputs, (b.value(node.output[0]),), {"epsilon": epsilon})
 
 
-def _flatten(b: _Builder, node: onnx.NodeProto) -> Node:
+def _flatten(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = b.value(node.input[0])
-    axis = _attrs(node).get("axis", 1)
+    axis = node_attrs(node).get("axis", 1)
     axis = axis + len(b.shape(x)) if axis < 0 else axis
     return Node(node.name, "Flatten", (x,), (b.value(node.output[0]),), {"axis": axis})
 
 
-def _reshape(b: _Builder, node: onnx.NodeProto) -> Node:
+def _reshape(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = b.value(node.input[0])
     source = b.shape(x)
     target = [int(v) for v in b.onnx_constants[node.input[1]]]
-    if not _attrs(node).get("allowzero", 0):
+    if not node_attrs(node).get("allowzero", 0):
         target = [source[i] if v == 0 else v for i, v in enumerate(target)]
     if -1 in target:
         known = math.prod(v for v in target if v != -1)
@@ -342,11 +344,11 @@ def _reshape(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Reshape", (x,), (out,), {"shape": tuple(target)})
 
 
-def _identity(b: _Builder, node: onnx.NodeProto) -> Node:
+def _identity(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Identity", (b.value(node.input[0]),), (b.value(node.output[0]),))
 
 
-def _dropout(b: _Builder, node: onnx.NodeProto) -> Node:
+def _dropout(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     _check_unused(b, node, "the dropout mask")
     training = node.input[2] if len(node.input) > 2 and node.input[2] else None
     if training and bool(np.asarray(b.onnx_constants[training]).reshape(-1)[0]):
@@ -373,7 +375,7 @@ def mul_maps(shape: "tuple[int, ...]", out_shape: "tuple[int, ...]",
         and (rank == 4 or (shape[0] == 1 and channels <= DIAGONAL_MAX))
 
 
-def _mul(b: _Builder, node: onnx.NodeProto) -> Node:
+def _mul(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     a, c = node.input
     if a not in b.onnx_constants and c not in b.onnx_constants:
         return convert_eltwise(b, node)      # two computed tensors: the element-wise engine
@@ -386,14 +388,14 @@ def _mul(b: _Builder, node: onnx.NodeProto) -> Node:
         per_channel = np.broadcast_to(scale.reshape(-1), (channels,))
         weight = b.new_constant(f"{node.name}_weight", channel_weight(shape, per_channel))
         return channel_scale_node(node.name, (x, weight), out, shape)
-    raise _unsupported(b, node, (
+    raise unsupported(b, node, (
         f"Mul '{node.name}' multiplies '{x}' of shape {list(shape)} by a constant of shape "
         f"{list(scale.shape)}; hwonnx maps only a scalar or per-channel constant ([C, 1, 1], "
         f"[1, C, 1, 1]) on a 4-D input (a depthwise 1x1 Conv) or a scalar, [K] or [1, K] "
         f"constant on a [1, K] input with K <= {DIAGONAL_MAX} (a diagonal Dense)"))
 
 
-def _as_reshape(b: _Builder, node: onnx.NodeProto) -> Node:
+def _as_reshape(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``Squeeze``/``Unsqueeze`` (and a ``Transpose`` moving only size-1 axes): a ``Reshape``
     to the inferred output shape."""
     x, out = b.value(node.input[0]), b.value(node.output[0])
@@ -410,25 +412,25 @@ def transpose_is_reshape(shape: "tuple[int, ...]", perm: "list[int]") -> bool:
     return moved == sorted(moved)
 
 
-def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
+def _transpose(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """A ``Reshape`` when only size-1 axes move; else a ``Permute`` of a ``[1, C, H, W]``
     image (the batch axis in place), which the ``fold-transpose`` pass removes where another
     cancels it or a ``Dense`` after a ``Flatten`` can take it into its weights, and the array
     copies otherwise."""
     x = b.value(node.input[0])
     shape = b.shape(x)
-    perm = tuple(int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
+    perm = tuple(int(p) for p in node_attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
     if transpose_is_reshape(shape, list(perm)):
         return _as_reshape(b, node)
     if len(shape) != 4 or shape[0] != 1 or perm[0] != 0:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Transpose '{node.name}' has perm {list(perm)} on a value of shape {list(shape)}; "
             f"the array moves the channel, height and width axes of a [1, C, H, W] image"))
     return Node(node.name, "Permute", (x,), (b.value(node.output[0]),),
-                {"perm": perm, **_ACTIVATION})
+                {"perm": perm, **NO_ACTIVATION})
 
 
-def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
+def _pad(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """A transient ``Pad`` node {``pads``: (top, left, bottom, right), ``value`` if not 0},
     folded into the padding of the layers reading it by the ``fold-pad`` pass (any ``Pad``
     left is refused)."""
@@ -442,7 +444,7 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
     full = [0] * (2 * rank)
     for i, axis in enumerate(axes):
         full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
-    mode = _attrs(node).get("mode", "constant")
+    mode = node_attrs(node).get("mode", "constant")
     if mode != "constant":
         return pad_by_copies(b, node, x, out, full, mode)
     value = 0.0
@@ -454,7 +456,7 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
         value = float(values[0])
     if rank != 4 or math.isnan(value) or value == math.inf or any(p < 0 for p in full) \
             or any(full[a] or full[a + rank] for a in (0, 1)):
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Pad '{node.name}' pads a {rank}-D input by {full} with value {value:g}; only "
             f"non-negative constant padding (not NaN or +inf) of the two spatial axes of a 4-D "
             f"input (folded into the padding of the Conv, AveragePool or MaxPool reading it) "
@@ -469,39 +471,39 @@ def _pad(b: _Builder, node: onnx.NodeProto) -> Node:
 _AXIS_NAMES = {4: ("batch", "channel", "height", "width"), 2: ("batch", "feature")}
 
 
-def _concat(b: _Builder, node: onnx.NodeProto) -> Node:
+def _concat(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``Concat`` of run-time tensors: of ``[1, C_j, H, W]`` images along the channel, height
     or width axis, or of ``[1, K_j]`` vectors along axis 1 (a single input is an
     ``Identity``)."""
     constant = next((v for v in node.input if v in b.onnx_constants), None)
     if constant is not None:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Concat '{node.name}' joins the constant '{constant}' to values computed at run "
             f"time; only run-time inputs can be concatenated"))
     xs = [b.value(v) for v in node.input]
     out = b.value(node.output[0])
     shape = b.shape(xs[0])
     rank = len(shape)
-    axis = int(_attrs(node).get("axis", 1))     # required (shape inference checks it)
+    axis = int(node_attrs(node).get("axis", 1))     # required (shape inference checks it)
     if not -rank <= axis < rank:
         raise ModelError(f"Concat '{node.name}' has axis={axis}, out of range for its rank-{rank} "
                          f"inputs")
     axis = axis + rank if axis < 0 else axis
     if rank not in _AXIS_NAMES or shape[0] != 1:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Concat '{node.name}' joins values of shape {list(shape)}; only [1, C, H, W] "
             f"images and [1, K] vectors can be concatenated"))
     if axis == 0 or (rank == 2 and axis != 1):
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Concat '{node.name}' along axis {axis} ({_AXIS_NAMES[rank][axis]}) has no "
             f"hardware mapping; only the channel, height and width axes are supported"))
     if len(xs) == 1:
         return Node(node.name, "Identity", (xs[0],), (out,))
-    return Node(node.name, "Concat", xs, (out,), {"axis": axis, **_ACTIVATION})
+    return Node(node.name, "Concat", xs, (out,), {"axis": axis, **NO_ACTIVATION})
 
 
 
-CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
+CONVERTERS: "dict[str, Callable[[GraphBuilder, onnx.NodeProto], Node]]" = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "BatchNormalization": _batchnorm, "Flatten": _flatten, "Reshape": _reshape,
     "Identity": _identity, "Dropout": _dropout, "AveragePool": _average_pool,
@@ -548,7 +550,7 @@ def convert_graph(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]", constan
         If a value, or the work of a node, exceeds hwonnx's bounds
         (:func:`hwonnx.ir.evaluate.check_node_work`).
     """
-    b = _Builder(model, nodes, constants, types)
+    b = GraphBuilder(model, nodes, constants, types)
     graph = model.graph
     ir_nodes, refused, reasons = [], [], []
     for node in nodes:

@@ -37,7 +37,8 @@ from ..errors import ModelError, UnsupportedOperatorError
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import HOST, ir_ops, onnx_ops
 from .common import FLOAT_TYPES, domain_opset, elem_type_name, is_default_domain
-from .convert import _ACTIVATION, _attrs, _Builder, _softmax, mul_maps, transpose_is_reshape
+from .builder import NO_ACTIVATION, GraphBuilder, node_attrs
+from .convert import convert_softmax, mul_maps, transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
            "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
@@ -150,7 +151,7 @@ def _missing_mapping(node: onnx.NodeProto, chain: "list[onnx.NodeProto]", consta
         shape = _shape(types, node.input[0])
         if shape is None:
             return None                              # the converter names the missing shape
-        perm = [int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1))]
+        perm = [int(p) for p in node_attrs(node).get("perm", range(len(shape) - 1, -1, -1))]
         return None if transpose_is_reshape(shape, perm) else \
             f" (perm {perm} reorders axes of size > 1 of {list(shape)})"
     if op not in _ELEMENTWISE:
@@ -284,7 +285,7 @@ def check_host_steps(graph: Graph, opset: int) -> None:
 
 # Conversion of host steps to float IR nodes ------------------------------------------------------
 
-def _typed(b: _Builder, node: onnx.NodeProto, name: str, dtype: str = "float32") -> str:
+def _typed(b: GraphBuilder, node: onnx.NodeProto, name: str, dtype: str = "float32") -> str:
     """Register the type of the run-time value ``name`` written or read by host step ``node``
     (float values through the converter's own check) and check its sample axis."""
     if name not in b.types:
@@ -303,7 +304,7 @@ def _typed(b: _Builder, node: onnx.NodeProto, name: str, dtype: str = "float32")
     return name
 
 
-def _elementwise(b: _Builder, node: onnx.NodeProto) -> Node:
+def _elementwise(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``Sub``, ``Div``, ``Mul``, ``Add`` of a run-time value and a constant (either order)."""
     x = next(v for v in node.input if v not in b.onnx_constants)
     inputs = tuple(b.constant(node, v) if v in b.onnx_constants else _typed(b, node, v)
@@ -323,20 +324,20 @@ def _elementwise(b: _Builder, node: onnx.NodeProto) -> Node:
                 f"{float(bad[0]):g}, whose reciprocal overflows float32"
             raise ModelError(f"Div '{node.name}' divides by the constant '{divisor}', which "
                              f"holds {what}; the result would not be finite")
-    attrs = dict(_ACTIVATION) if node.op_type == "Add" else {}
+    attrs = dict(NO_ACTIVATION) if node.op_type == "Add" else {}
     return Node(node.name, node.op_type, inputs, (out,), attrs)
 
 
-def _transpose(b: _Builder, node: onnx.NodeProto) -> Node:
+def _transpose(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = _typed(b, node, node.input[0], _dtype(b, node.input[0]))
     rank = len(b.types[x].shape)
-    perm = tuple(int(p) for p in _attrs(node).get("perm", range(rank - 1, -1, -1)))
+    perm = tuple(int(p) for p in node_attrs(node).get("perm", range(rank - 1, -1, -1)))
     out = _typed(b, node, node.output[0], b.types[x].dtype)
     return Node(node.name, "Transpose", (x,), (out,), {"perm": perm})
 
 
-def _cast(b: _Builder, node: onnx.NodeProto) -> Node:
-    to = int(_attrs(node)["to"])
+def _cast(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    to = int(node_attrs(node)["to"])
     if to not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
         raise ModelError(f"Cast '{node.name}' converts to {elem_type_name(to)}; a Cast on the "
                          f"host must convert to float (float32, or float64, which hwonnx "
@@ -345,7 +346,7 @@ def _cast(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "Cast", (x,), (_typed(b, node, node.output[0]),))
 
 
-def _dtype(b: _Builder, value: str) -> str:
+def _dtype(b: GraphBuilder, value: str) -> str:
     """The IR dtype of a run-time value: int64 for indices, else float32."""
     if value in b.types:
         return b.types[value].dtype
@@ -353,7 +354,7 @@ def _dtype(b: _Builder, value: str) -> str:
     return "float32" if elem in FLOAT_TYPES else elem_type_name(elem)
 
 
-def _layout(b: _Builder, node: onnx.NodeProto) -> Node:
+def _layout(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` (to the inferred output shape),
     ``Identity`` and ``Dropout`` of a host value of any dtype."""
     if node.op_type == "Dropout":
@@ -380,18 +381,18 @@ def _axis(node: onnx.NodeProto, attrs: dict, rank: int, default: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _softmax_like(b: _Builder, node: onnx.NodeProto) -> Node:
+def _softmax_like(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``Softmax`` (the converter of the float IR op) and ``LogSoftmax`` (the same form)."""
     _typed(b, node, node.input[0])
     _typed(b, node, node.output[0])
-    return _softmax(b, node) if node.op_type == "Softmax" else \
+    return convert_softmax(b, node) if node.op_type == "Softmax" else \
         Node(node.name, "LogSoftmax", (node.input[0],), (node.output[0],),
-             {"axis": _axis(node, _attrs(node), len(b.shape(node.input[0])), -1)})
+             {"axis": _axis(node, node_attrs(node), len(b.shape(node.input[0])), -1)})
 
 
-def _argmax(b: _Builder, node: onnx.NodeProto) -> Node:
+def _argmax(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = _typed(b, node, node.input[0])
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     out = _typed(b, node, node.output[0], "int64")
     return Node(node.name, "ArgMax", (x,), (out,),
                 {"axis": _axis(node, attrs, len(b.shape(x)), 0),
@@ -399,9 +400,9 @@ def _argmax(b: _Builder, node: onnx.NodeProto) -> Node:
                  "select_last_index": int(attrs.get("select_last_index", 0))})
 
 
-def _topk(b: _Builder, node: onnx.NodeProto) -> Node:
+def _topk(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = _typed(b, node, node.input[0])
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     axis = _axis(node, attrs, len(b.shape(x)), -1)
     k = np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)
     size = b.shape(x)[axis]
@@ -417,7 +418,7 @@ def _topk(b: _Builder, node: onnx.NodeProto) -> Node:
 
 #: Converters of the host steps, by ONNX operator (used instead of ``CONVERTERS`` for the
 #: nodes :func:`host_steps` places on the host).
-HOST_CONVERTERS: "dict[str, Callable[[_Builder, onnx.NodeProto], Node]]" = {
+HOST_CONVERTERS: "dict[str, Callable[[GraphBuilder, onnx.NodeProto], Node]]" = {
     "Sub": _elementwise, "Div": _elementwise, "Mul": _elementwise, "Add": _elementwise,
     "Transpose": _transpose, "Cast": _cast, "Reshape": _layout, "Flatten": _layout,
     "Squeeze": _layout, "Unsqueeze": _layout, "Identity": _layout, "Dropout": _layout,

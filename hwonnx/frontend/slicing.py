@@ -8,15 +8,15 @@ import onnx
 
 from ..errors import ModelError
 from ..ir.graph import Node
-from .builder import _ACTIVATION, _Builder, _attrs, _unsupported
+from .builder import NO_ACTIVATION, GraphBuilder, node_attrs, unsupported
 
 __all__ = ["SLICING_CONVERTERS", "pad_by_copies"]
 
 
-def _image_or_vector(b: _Builder, node: onnx.NodeProto, x: str) -> "tuple[int, ...]":
+def _image_or_vector(b: GraphBuilder, node: onnx.NodeProto, x: str) -> "tuple[int, ...]":
     shape = b.shape(x)
     if len(shape) not in (2, 4) or shape[0] != 1:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"{node.op_type} '{node.name}' slices a value of shape {list(shape)}; only [1, C, "
             f"H, W] images and [1, K] vectors can be sliced"))
     return shape
@@ -24,10 +24,10 @@ def _image_or_vector(b: _Builder, node: onnx.NodeProto, x: str) -> "tuple[int, .
 
 def _slice_node(name: str, x: str, out: str, starts: "list[int]", shape) -> Node:
     return Node(name, "Slice", (x,), (out,), {"starts": tuple(int(s) for s in starts[1:]),
-                                              "in_shape": tuple(shape), **_ACTIVATION})
+                                              "in_shape": tuple(shape), **NO_ACTIVATION})
 
 
-def _ints(b: _Builder, node: onnx.NodeProto, index: int, attrs: dict, key: str):
+def _ints(b: GraphBuilder, node: onnx.NodeProto, index: int, attrs: dict, key: str):
     if b.opset < 10:
         return list(attrs.get(key, [])) if key in attrs else None
     if len(node.input) > index and node.input[index]:
@@ -35,11 +35,11 @@ def _ints(b: _Builder, node: onnx.NodeProto, index: int, attrs: dict, key: str):
     return None
 
 
-def _slice(b: _Builder, node: onnx.NodeProto) -> Node:
+def _slice(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     x = b.value(node.input[0])
     out = b.value(node.output[0])
     shape = _image_or_vector(b, node, x)
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     starts, ends = _ints(b, node, 1, attrs, "starts"), _ints(b, node, 2, attrs, "ends")
     axes = _ints(b, node, 3, attrs, "axes") or list(range(len(starts)))
     steps = _ints(b, node, 4, attrs, "steps") or [1] * len(starts)
@@ -47,26 +47,26 @@ def _slice(b: _Builder, node: onnx.NodeProto) -> Node:
     for axis, start, end, step in zip(axes, starts, ends, steps):
         axis += len(shape) if axis < 0 else 0
         if step != 1:
-            raise _unsupported(b, node, f"Slice '{node.name}' has step {step} along axis "
-                                        f"{axis}; only unit steps are supported")
+            raise unsupported(b, node, f"Slice '{node.name}' has step {step} along axis "
+                                       f"{axis}; only unit steps are supported")
         dim = shape[axis]
         start = min(max(start + dim if start < 0 else start, 0), dim)
         end = min(max(end + dim if end < 0 else end, 0), dim)
         if axis == 0 and (start, end) != (0, 1):
-            raise _unsupported(b, node, f"Slice '{node.name}' slices the batch axis")
+            raise unsupported(b, node, f"Slice '{node.name}' slices the batch axis")
         first[axis] = start
     if any(f + o > s for f, o, s in zip(first, b.shape(out), shape)):
         raise ModelError(f"Slice '{node.name}' reads beyond its input of shape {list(shape)}")
     return _slice_node(node.name, x, out, first, shape)
 
 
-def _split(b: _Builder, node: onnx.NodeProto) -> "list[Node]":
+def _split(b: GraphBuilder, node: onnx.NodeProto) -> "list[Node]":
     x = b.value(node.input[0])
     shape = _image_or_vector(b, node, x)
-    axis = int(_attrs(node).get("axis", 0))
+    axis = int(node_attrs(node).get("axis", 0))
     axis += len(shape) if axis < 0 else 0
     if axis == 0:
-        raise _unsupported(b, node, f"Split '{node.name}' splits the batch axis")
+        raise unsupported(b, node, f"Split '{node.name}' splits the batch axis")
     nodes, start = [], 0
     for index, name in enumerate(node.output):
         out = b.value(name)
@@ -104,7 +104,7 @@ def _runs(indices: "list[int]") -> "list[tuple[int, int]]":
     return runs
 
 
-def pad_by_copies(b: _Builder, node: onnx.NodeProto, x: str, out: str, full: "list[int]",
+def pad_by_copies(b: GraphBuilder, node: onnx.NodeProto, x: str, out: str, full: "list[int]",
                   mode: str) -> "list[Node]":
     """``Pad`` in mode ``reflect``, ``edge`` or ``wrap`` of the height and width of a ``[1, C,
     H, W]`` image: along each padded axis, the runs of input rows (columns) the padded tensor
@@ -113,7 +113,7 @@ def pad_by_copies(b: _Builder, node: onnx.NodeProto, x: str, out: str, full: "li
     shape = b.shape(x)
     rank = len(shape)
     if rank != 4 or any(p < 0 for p in full) or any(full[a] or full[a + rank] for a in (0, 1)):
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Pad '{node.name}' pads a {rank}-D input by {full} in mode '{mode}'; only "
             f"non-negative pads of the two spatial axes of a 4-D input are copied"))
     nodes, current, current_shape = [], x, list(shape)
@@ -121,7 +121,7 @@ def pad_by_copies(b: _Builder, node: onnx.NodeProto, x: str, out: str, full: "li
     for axis in padded:
         sources = _sources(mode, current_shape[axis], full[axis], full[axis + rank])
         if sources is None:
-            raise _unsupported(b, node, (
+            raise unsupported(b, node, (
                 f"Pad '{node.name}' reflects {full[axis]} and {full[axis + rank]} positions "
                 f"along axis {axis}, of size {current_shape[axis]}; reflect pads must be "
                 f"smaller than the size"))
@@ -143,7 +143,7 @@ def pad_by_copies(b: _Builder, node: onnx.NodeProto, x: str, out: str, full: "li
         current_shape[axis] = len(sources)
         target = out if axis == padded[-1] else b.new_value(f"{out}:h", current_shape)
         nodes.append(Node(f"{node.name}/{'hw'[axis - 2]}" if axis != padded[-1] else node.name,
-                          "Concat", tuple(pieces), (target,), {"axis": axis, **_ACTIVATION}))
+                          "Concat", tuple(pieces), (target,), {"axis": axis, **NO_ACTIVATION}))
         current = target
     return nodes
 

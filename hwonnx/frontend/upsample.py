@@ -10,7 +10,7 @@ import onnx
 
 from ..errors import ModelError
 from ..ir.graph import Node
-from .builder import _ACTIVATION, _Builder, _attrs, _input_4d, _unsupported
+from .builder import NO_ACTIVATION, GraphBuilder, input_4d, node_attrs, unsupported
 
 __all__ = ["UPSAMPLE_CONVERTERS", "nearest_sources", "conv_layout"]
 
@@ -24,9 +24,9 @@ def conv_layout(w: np.ndarray, group: int) -> np.ndarray:
         group * mg, cg, *w.shape[2:])
 
 
-def _conv_transpose(b: _Builder, node: onnx.NodeProto) -> Node:
-    x, shape = _input_4d(b, node, "transposed convolution")
-    attrs = _attrs(node)
+def _conv_transpose(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    x, shape = input_4d(b, node, "transposed convolution")
+    attrs = node_attrs(node)
     weight = b.onnx_constants[node.input[1]]              # [C, M / group, KH, KW]
     out = b.value(node.output[0])
     out_shape = b.shape(out)
@@ -39,8 +39,8 @@ def _conv_transpose(b: _Builder, node: onnx.NodeProto) -> Node:
                          f"which do not fit its input of {shape[1]} channels (the weight is "
                          f"[C, M / group, KH, KW])")
     if tuple(attrs.get("dilations", (1, 1))) != (1, 1):
-        raise _unsupported(b, node, f"ConvTranspose '{node.name}' has dilations "
-                                    f"{list(attrs['dilations'])}; only [1, 1] is supported")
+        raise unsupported(b, node, f"ConvTranspose '{node.name}' has dilations "
+                                   f"{list(attrs['dilations'])}; only [1, 1] is supported")
     strides = tuple(int(s) for s in attrs.get("strides", (1, 1)))
     outpad = tuple(int(p) for p in attrs.get("output_padding", (0, 0)))
     pads = _pads(node, attrs, shape[2:], kernel, strides, outpad, out_shape[2:])
@@ -56,7 +56,7 @@ def _conv_transpose(b: _Builder, node: onnx.NodeProto) -> Node:
     return Node(node.name, "ConvTranspose", tuple(inputs), (out,),
                 {"strides": strides, "pads": pads, "group": group,
                  "out_hw": tuple(out_shape[2:]), "source_weight": node.input[1],
-                 **_ACTIVATION})
+                 **NO_ACTIVATION})
 
 
 def _pads(node, attrs, in_hw, kernel, strides, outpad, out_hw) -> "tuple[int, int, int, int]":
@@ -119,22 +119,22 @@ _MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_cor
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def _nearest_upsampling(b: _Builder, node: onnx.NodeProto, mode: str, nearest: str
+def _nearest_upsampling(b: GraphBuilder, node: onnx.NodeProto, mode: str, nearest: str
                         ) -> Node:
-    x, shape = _input_4d(b, node, "upsampling")
+    x, shape = input_4d(b, node, "upsampling")
     out = b.value(node.output[0])
     out_shape = b.shape(out)
     factors = []
     for axis, (i, o) in enumerate(zip(shape, out_shape)):
         if o % i or (axis < 2 and o != i):
-            raise _unsupported(b, node, (
+            raise unsupported(b, node, (
                 f"{node.op_type} '{node.name}' resizes {list(shape)} to {list(out_shape)}; "
                 f"only upsampling of H and W by integer factors is supported"))
         factors.append(o // i)
     for axis in (2, 3):
         if not np.array_equal(nearest_sources(mode, nearest, shape[axis], factors[axis]),
                               np.arange(out_shape[axis]) // factors[axis]):
-            raise _unsupported(b, node, (
+            raise unsupported(b, node, (
                 f"{node.op_type} '{node.name}' with coordinate_transformation_mode '{mode}' and "
                 f"nearest_mode '{nearest}' does not repeat each pixel {factors[axis]} times "
                 f"along axis {axis}; only such a nearest upsampling is supported"))
@@ -143,16 +143,16 @@ def _nearest_upsampling(b: _Builder, node: onnx.NodeProto, mode: str, nearest: s
     weight = b.new_constant(f"{node.name}_ones", np.ones((channels, 1, sh, sw), np.float32))
     return Node(node.name, "ConvTranspose", (x, weight), (out,),
                 {"strides": (sh, sw), "pads": (0, 0, 0, 0), "group": channels,
-                 "out_hw": tuple(out_shape[2:]), "copy": True, **_ACTIVATION})
+                 "out_hw": tuple(out_shape[2:]), "copy": True, **NO_ACTIVATION})
 
 
-def _resize(b: _Builder, node: onnx.NodeProto) -> Node:
-    attrs = _attrs(node)
+def _resize(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    attrs = node_attrs(node)
     mode = attrs.get("mode", "nearest")
     transform = attrs.get("coordinate_transformation_mode", "half_pixel")
     nearest = attrs.get("nearest_mode", "round_prefer_floor")
     if mode != "nearest" or transform not in _MODES or nearest not in _NEAREST:
-        raise _unsupported(b, node, (
+        raise unsupported(b, node, (
             f"Resize '{node.name}' has mode '{mode}', coordinate_transformation_mode "
             f"'{transform}' and nearest_mode '{nearest}'; only nearest upsampling by integer "
             f"factors is supported"))
@@ -161,21 +161,21 @@ def _resize(b: _Builder, node: onnx.NodeProto) -> Node:
     return _nearest_upsampling(b, node, transform, nearest)
 
 
-def _upsample(b: _Builder, node: onnx.NodeProto) -> Node:
-    mode = _attrs(node).get("mode", "nearest")
+def _upsample(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    mode = node_attrs(node).get("mode", "nearest")
     if mode != "nearest":
-        raise _unsupported(b, node, f"Upsample '{node.name}' has mode '{mode}'; only "
-                                    f"'nearest' by integer factors is supported")
+        raise unsupported(b, node, f"Upsample '{node.name}' has mode '{mode}'; only "
+                                   f"'nearest' by integer factors is supported")
     return _nearest_upsampling(b, node, "asymmetric", "floor")
 
 
-def _depth_to_space(b: _Builder, node: onnx.NodeProto) -> Node:
+def _depth_to_space(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     """``out[c, h*s + i, w*s + j] = in[k, h, w]`` with ``k = c*s*s + i*s + j`` (mode CRD) or
     ``(i*s + j)*C + c`` (DCR, the default): a transposed convolution of stride and kernel
     ``s`` with weight 1 at ``[k, c, i, j]`` (CRD: ``group = C``, each group ``s*s`` input
     channels to one output channel; DCR: ``group = 1``)."""
-    x, shape = _input_4d(b, node, "depth-to-space")
-    attrs = _attrs(node)
+    x, shape = input_4d(b, node, "depth-to-space")
+    attrs = node_attrs(node)
     s = int(attrs.get("blocksize", 0))
     mode = attrs.get("mode", "DCR")
     if s < 1 or shape[1] % (s * s) or mode not in ("DCR", "CRD"):
@@ -199,7 +199,7 @@ def _depth_to_space(b: _Builder, node: onnx.NodeProto) -> Node:
     conv_w = b.new_constant(f"{node.name}_phases", conv_layout(weight, group))
     return Node(node.name, "ConvTranspose", (x, conv_w), (out,),
                 {"strides": (s, s), "pads": (0, 0, 0, 0), "group": group,
-                 "out_hw": (shape[2] * s, shape[3] * s), "copy": True, **_ACTIVATION})
+                 "out_hw": (shape[2] * s, shape[3] * s), "copy": True, **NO_ACTIVATION})
 
 
 UPSAMPLE_CONVERTERS = {"ConvTranspose": _conv_transpose, "Resize": _resize,

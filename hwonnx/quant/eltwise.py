@@ -53,8 +53,8 @@ def quantize_eltwise(node: Node, params, qname, constants, types) -> Node:
                                     int(node.attrs.get("count", 2)))
     channels = types[qname[out]].shape[1]
     mult, shift = ptq.requant_params(np.full(channels, real), node.name)
-    names = ptq._add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
-    lo, hi = ptq._clamp(node, params[out])
+    names = ptq.add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = ptq.clamp_bounds(node, params[out])
     return Node(node.name, "QEltwise", (qname[a], qname[b]) + names, (qname[out],),
                 {**attrs, "kind": kind, "out_zp": zp_out, "lo": lo, "hi": hi,
                  "a_scale": params[a][0], "b_scale": params[b][0], "out_scale": s_out,

@@ -2,6 +2,8 @@
 
 import logging
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -19,7 +21,8 @@ from .ranges import apply_ranges
 from .residual import quantize_residual_add
 
 __all__ = ["quantize_graph", "activation_params", "requant_params", "activation_table",
-           "CALIBRATION_METHOD"]
+           "add_constants", "clamp_bounds", "CALIBRATION_METHOD", "QUANTIZERS",
+           "LayerQuantization", "quantizer"]
 
 log = logging.getLogger(__name__)
 
@@ -190,23 +193,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             params[out] = given.get(out) or (
                 _concat_params(node, params, values) if node.op == "Concat"
                 else _output_params(node, values[out]))
-        if node.op == "Add":
-            exact = all(v in given for v in (*node.inputs[:2], out))
-            nodes.append(quantize_residual_add(node, params, qname, constants, types, exact))
-        elif node.op == "Eltwise":
-            nodes.append(quantize_eltwise(node, params, qname, constants, types))
-        elif node.op == "AvgPool":
-            nodes.append(_quantize_avgpool(node, params, qname, constants, types))
-        elif node.op == "MaxPool":
-            nodes.append(_quantize_maxpool(node, params, qname, constants, types))
-        elif node.op == "Concat":
-            nodes.append(_quantize_concat(node, params, qname, constants, types))
-        elif node.op in ("Slice", "Permute"):
-            nodes.append(quantize_copy(node, params, qname, constants, types, _clamp,
-                                       requant_params))
-        else:
-            nodes.append(_quantize_layer(node, graph, params[x], params[out], qname,
-                                         constants, types, layer_ann, warnings))
+        nodes.append(QUANTIZERS[node.op](node, LayerQuantization(
+            graph, params, qname, constants, types, given, layer_ann, warnings)))
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
     nodes = apply_ranges(nodes, ann.get("ranges", {}), qname,     # n-bit and narrow ranges
@@ -217,6 +205,76 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     if values:
         result = check_layers(result, values, feeds, params)
     return result
+
+
+@dataclass(frozen=True)
+class LayerQuantization:
+    """What a quantizer (:data:`QUANTIZERS`) reads, and the integer graph's ``constants`` and
+    ``types`` it adds to: the float ``graph``, each value's ``params`` (scale, zero point:
+    the layer's output's already chosen), the integer names ``qname``, the parameters the
+    model gives (``given``; ``layer_ann``: its weights, biases and activations), and the
+    build's ``warnings``."""
+    graph: Graph
+    params: "dict[str, tuple[float, int]]"
+    qname: "dict[str, str]"
+    constants: dict
+    types: dict
+    given: "dict[str, tuple[float, int]]"
+    layer_ann: tuple
+    warnings: "list[str]"
+
+
+#: Float array layer op -> its quantizer ``fn(node, LayerQuantization) -> integer Node``,
+#: registered with :func:`quantizer` (``tests/test_registry.py``: one per layer op of the
+#: operator registry, :mod:`hwonnx.ir.ops`).
+QUANTIZERS: "dict[str, Callable[[Node, LayerQuantization], Node]]" = {}
+
+
+def quantizer(*ops: str):
+    """Register the decorated function as the quantizer of the float layer ops ``ops``."""
+    def register(fn):
+        for op in ops:
+            QUANTIZERS[op] = fn
+        return fn
+    return register
+
+
+@quantizer("Conv", "Dense", "ConvTranspose")
+def _quantize_weighted(node: Node, q: LayerQuantization) -> Node:
+    return _quantize_layer(node, q.graph, q.params[node.inputs[0]], q.params[node.outputs[0]],
+                           q.qname, q.constants, q.types, q.layer_ann, q.warnings)
+
+
+@quantizer("Add")
+def _quantize_add(node: Node, q: LayerQuantization) -> Node:
+    exact = all(v in q.given for v in (*node.inputs[:2], node.outputs[0]))
+    return quantize_residual_add(node, q.params, q.qname, q.constants, q.types, exact)
+
+
+@quantizer("Eltwise")
+def _quantize_eltwise(node: Node, q: LayerQuantization) -> Node:
+    return quantize_eltwise(node, q.params, q.qname, q.constants, q.types)
+
+
+@quantizer("AvgPool")
+def _quantize_avg(node: Node, q: LayerQuantization) -> Node:
+    return _quantize_avgpool(node, q.params, q.qname, q.constants, q.types)
+
+
+@quantizer("MaxPool")
+def _quantize_max(node: Node, q: LayerQuantization) -> Node:
+    return _quantize_maxpool(node, q.params, q.qname, q.constants, q.types)
+
+
+@quantizer("Concat")
+def _quantize_cat(node: Node, q: LayerQuantization) -> Node:
+    return _quantize_concat(node, q.params, q.qname, q.constants, q.types)
+
+
+@quantizer("Slice", "Permute")
+def _quantize_copies(node: Node, q: LayerQuantization) -> Node:
+    return quantize_copy(node, q.params, q.qname, q.constants, q.types, clamp_bounds,
+                         requant_params)
 
 
 def _check_finite(graph: Graph, values: "dict[str, np.ndarray]") -> None:
@@ -327,7 +385,7 @@ def _quantize_layer(node: Node, graph: Graph, in_params, out_params, qname, cons
                  record is not None, warnings)
     check_accumulator(node.name, wq, bq, zp_in, record is not None)
     mult, shift = requant_params(real, node.name)
-    lo, hi = _clamp(node, out_params)
+    lo, hi = clamp_bounds(node, out_params)
     prefix = node.name
     names = {k: f"{prefix}:{k}" for k in ("w", "bias", "mult", "shift")}
     if node.op in _CONV_LIKE:
@@ -416,7 +474,7 @@ def _borrowed_params(node: Node, graph: Graph, params, values, warnings: "list[s
     return scale, -128 if node.attrs.get("relu") else 0
 
 
-def _clamp(node: Node, out_params) -> "tuple[int, int]":
+def clamp_bounds(node: Node, out_params) -> "tuple[int, int]":
     """int8 clamp bounds of a fused ReLU (real 0) and Clip maximum."""
     scale, zp = out_params
     lo = max(-128, zp) if node.attrs.get("relu") else -128
@@ -426,7 +484,10 @@ def _clamp(node: Node, out_params) -> "tuple[int, int]":
     return lo, hi
 
 
-def _add_constants(prefix: str, arrays: dict, constants: dict, types: dict) -> "tuple[str, ...]":
+def add_constants(prefix: str, arrays: dict, constants: dict, types: dict
+                  ) -> "tuple[str, ...]":
+    """Add each of ``arrays`` (key -> array) to the integer graph's ``constants`` and
+    ``types`` as ``<prefix>:<key>``; returns the names, in order."""
     names = []
     for key, array in arrays.items():
         name = f"{prefix}:{key}"
@@ -449,8 +510,8 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
     mult, shift = requant_params(real, node.name)
     if exclude:
         mult, shift = mult.reshape(window, channels), shift.reshape(window, channels)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
-    lo, hi = _clamp(node, params[node.outputs[0]])
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = clamp_bounds(node, params[node.outputs[0]])
     return Node(node.name, "QAvgPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
@@ -469,8 +530,8 @@ def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
         mult, shift = np.full(channels, 1 << 30, np.int32), np.full(channels, 30, np.int32)
     else:
         mult, shift = requant_params(np.full(channels, s_in / s_out), node.name)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
-    lo, hi = _clamp(node, params[node.outputs[0]])
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = clamp_bounds(node, params[node.outputs[0]])
     return Node(node.name, "QMaxPool", (qname[x],) + names, (qname[node.outputs[0]],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi,
                  "kernel": tuple(node.attrs["kernel"]), "strides": tuple(node.attrs["strides"]),
@@ -518,8 +579,8 @@ def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, t
                                          f"(the array takes [1, C, H, W] images or [1, K] "
                                          f"vectors)", "", graph.meta.get("opset", 0))])
     channels = shape[1]
-    names = _add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
-                                       "shift": np.full(channels, 30, np.int32)},
+    names = add_constants(node.name, {"mult": np.full(channels, 1 << 30, np.int32),
+                                      "shift": np.full(channels, 30, np.int32)},
                            constants, types)
     nodes.append(Node(node.name, "QConcat", (qname[x],) + names, (qname[out],),
                       {"zps": (zp_in,), "out_zp": zp_in, "lo": -128, "hi": 127,
@@ -545,8 +606,8 @@ def _quantize_concat(node: Node, params, qname, constants, types) -> Node:
     s_out, zp_out = params[node.outputs[0]]
     mult, shift = concat_multipliers(node, params, [types[qname[x]].shape[1]
                                                     for x in node.inputs], s_out, requant_params)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
-    lo, hi = _clamp(node, params[node.outputs[0]])
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = clamp_bounds(node, params[node.outputs[0]])
     return Node(node.name, "QConcat", tuple(qname[x] for x in node.inputs) + names,
                 (qname[node.outputs[0]],),
                 {"zps": tuple(params[x][1] for x in node.inputs), "out_zp": zp_out, "lo": lo,

@@ -82,7 +82,7 @@ def array_add(node: Node, constants, types) -> Node:
     in the ratio of their scales (the larger gets 127; with ``exact``, the model's own
     parameters, the pair of weights that best fits the two scales, see :func:`add_weights`),
     summed exactly and requantized once."""
-    from .ptq import _add_constants, requant_params
+    from .ptq import add_constants, requant_params
 
     attrs = node.attrs
     a, b = node.inputs[:2]
@@ -103,7 +103,7 @@ def array_add(node: Node, constants, types) -> Node:
         real = largest / 127 / s_out
     channels = types[a].shape[1]
     mult, shift = requant_params(np.full(channels, real), node.name)
-    names = _add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     kept = {k: v for k, v in attrs.items() if k not in _ENGINE_ATTRS}
     return Node(node.name, "QAdd", (a, b) + names, node.outputs, {**kept, "wa": wa, "wb": wb})
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .mlperf_tiny import _Net, _conv_bn_relu
+from .mlperf_tiny import Net, conv_bn_relu
 
 __all__ = ["IMAGENET", "resnet18", "mobilenet_v2", "yolo_tiny", "unet_tiny"]
 
@@ -33,14 +33,14 @@ def resnet18(seed: int = 0) -> onnx.ModelProto:
     """ResNet-18: 7x7/2 conv 64, 3x3/2 max pool, four stages of two basic blocks (64, 128,
     256, 512 channels; stages 2-4 start with stride 2 and a 1x1/2 conv + batch norm on the
     shortcut), global average pool, fully connected 1000."""
-    net = _Net("resnet18", seed, (1, 3, 224, 224), "ResNet-18 (He et al. 2016), seeded",
-               SAMPLES)
-    x = _conv_bn_relu(net, "input", 64, (7, 7), stride=2)
+    net = Net("resnet18", seed, (1, 3, 224, 224), "ResNet-18 (He et al. 2016), seeded",
+              SAMPLES)
+    x = conv_bn_relu(net, "input", 64, (7, 7), stride=2)
     x = net.maxpool(x, 3, 2, 1)
     for filters, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
         for block in range(2):
             s = stride if block == 0 else 1
-            y = _conv_bn_relu(net, x, filters, stride=s)
+            y = conv_bn_relu(net, x, filters, stride=s)
             y = net.bn(net.conv(y, filters, (3, 3)))
             if s != 1 or net.values[x].shape[1] != filters:
                 x = net.bn(net.conv(x, filters, (1, 1), s))
@@ -54,20 +54,20 @@ def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
     depthwise, 1x1 linear projection; a residual Add where the shape is kept), 1x1 conv 1280,
     global average pool, fully connected 1000. ReLU6 is written as ReLU (a Clip of 0..6
     after int8 requantization differs only in the calibrated range)."""
-    net = _Net("mobilenet_v2", seed, (1, 3, 224, 224), "MobileNetV2 1.0 (Sandler et al. "
-               "2018), seeded", SAMPLES)
-    x = _conv_bn_relu(net, "input", 32, stride=2)
+    net = Net("mobilenet_v2", seed, (1, 3, 224, 224), "MobileNetV2 1.0 (Sandler et al. "
+              "2018), seeded", SAMPLES)
+    x = conv_bn_relu(net, "input", 32, stride=2)
     settings = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
                 (6, 160, 3, 2), (6, 320, 1, 1))
     for t, channels, repeat, stride in settings:
         for block in range(repeat):
             s = stride if block == 0 else 1
             cin = net.values[x].shape[1]
-            y = _conv_bn_relu(net, x, cin * t, (1, 1)) if t != 1 else x
-            y = _conv_bn_relu(net, y, 0, stride=s, depthwise=True)
+            y = conv_bn_relu(net, x, cin * t, (1, 1)) if t != 1 else x
+            y = conv_bn_relu(net, y, 0, stride=s, depthwise=True)
             y = net.bn(net.conv(y, channels, (1, 1)))
             x = net.add(x, y) if s == 1 and cin == channels else y
-    x = _conv_bn_relu(net, x, 1280, (1, 1))
+    x = conv_bn_relu(net, x, 1280, (1, 1))
     x = net.flatten(net.avgpool(x, net.values[x].shape[2:]))
     return net.model(net.dense(x, 1000))
 
@@ -77,8 +77,8 @@ def yolo_tiny(seed: int = 0) -> onnx.ModelProto:
     channels, each followed by a 2x2/2 max pool (256 -> 8), a 3x3 conv 512, and a 1x1
     detection head of 3 x (5 + 20) = 75 channels on the 8x8 grid (no activation: the decoder
     of boxes runs on the host)."""
-    net = _Net("yolo_tiny", seed, (1, 3, 256, 256), "YOLO-style detector after YOLOv2-tiny, "
-               "seeded", SAMPLES)
+    net = Net("yolo_tiny", seed, (1, 3, 256, 256), "YOLO-style detector after YOLOv2-tiny, "
+              "seeded", SAMPLES)
     x = "input"
     for filters in (16, 32, 64, 128, 256):
         x = net.leaky_relu(net.bn(net.conv(x, filters, (3, 3))))
@@ -91,11 +91,11 @@ def unet_tiny(seed: int = 0) -> onnx.ModelProto:
     """A four-level U-Net: two 3x3 conv + batch norm + ReLU per level (16, 32, 64, 128
     channels, 2x2/2 max pooling down), 256 at the bottom, 2x2/2 transposed convolutions up,
     each concatenated with the level's skip, and a 1x1 conv to 2 classes per pixel."""
-    net = _Net("unet_tiny", seed, (1, 3, 256, 256), "U-Net (Ronneberger et al. 2015), four "
-               "levels, seeded", SAMPLES)
+    net = Net("unet_tiny", seed, (1, 3, 256, 256), "U-Net (Ronneberger et al. 2015), four "
+              "levels, seeded", SAMPLES)
 
     def double(x: str, filters: int) -> str:
-        return _conv_bn_relu(net, _conv_bn_relu(net, x, filters), filters)
+        return conv_bn_relu(net, conv_bn_relu(net, x, filters), filters)
 
     skips, x = [], "input"
     for filters in (16, 32, 64, 128):
@@ -109,7 +109,7 @@ def unet_tiny(seed: int = 0) -> onnx.ModelProto:
     return net.model(net.conv(x, 2, (1, 1)))
 
 
-def _up(net: _Net, x: str, filters: int) -> str:
+def _up(net: Net, x: str, filters: int) -> str:
     """A 2x2 stride-2 ``ConvTranspose`` with a bias (Keras ``Conv2DTranspose``)."""
     v = net.values[x]
     cin = v.shape[1]

@@ -28,8 +28,8 @@ import onnx
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["MLPERF_TINY", "autoencoder", "count_macs", "ds_cnn", "mobilenet_v1_025",
-           "random_inputs", "resnet8"]
+__all__ = ["MLPERF_TINY", "Net", "autoencoder", "conv_bn_relu", "count_macs", "ds_cnn",
+           "mobilenet_v1_025", "random_inputs", "resnet8"]
 
 _OPSET = 13
 _IR_VERSION = 8
@@ -38,7 +38,7 @@ _CALIB_SAMPLES = 32         # samples the builder uses to set batch-norm statist
 _REPO = "https://github.com/mlcommons/tiny/blob/master/"
 
 
-class _Net:
+class Net:
     """Eager graph builder: appends ONNX nodes and computes each value on calibration data."""
 
     def __init__(self, name: str, seed: int, input_shape: "tuple[int, ...]", doc: str,
@@ -192,8 +192,10 @@ def _conv_np(x, w, b, stride, pads, group) -> np.ndarray:
     return y + b.reshape(1, -1, 1, 1)
 
 
-def _conv_bn_relu(net: _Net, x: str, cout: int, kernel=(3, 3), stride=1,
-                  depthwise=False) -> str:
+def conv_bn_relu(net: Net, x: str, cout: int, kernel=(3, 3), stride=1,
+                 depthwise=False) -> str:
+    """Append a convolution (``depthwise``: one filter per input channel), its batch norm and
+    a ReLU to ``net``; returns the ReLU's output."""
     return net.relu(net.bn(net.conv(x, cout, kernel, stride, depthwise)))
 
 
@@ -204,12 +206,12 @@ def resnet8(seed: int = 0) -> onnx.ModelProto:
     (v1.0 version: 16/32/64 filters, three stacks; stacks 2 and 3 stride 2 with a 1x1
     stride-2 conv, without batch norm, on the shortcut; AveragePooling2D(8); Dense + softmax).
     """
-    net = _Net("ic_resnet8", seed, (1, 3, 32, 32),
-               f"MLPerf Tiny IC ResNet-8; {_REPO}benchmark/training/image_classification/"
-               "keras_model.py")
-    x = _conv_bn_relu(net, "input", 16)
+    net = Net("ic_resnet8", seed, (1, 3, 32, 32),
+              f"MLPerf Tiny IC ResNet-8; {_REPO}benchmark/training/image_classification/"
+              "keras_model.py")
+    x = conv_bn_relu(net, "input", 16)
     for filters, stride in ((16, 1), (32, 2), (64, 2)):
-        y = _conv_bn_relu(net, x, filters, stride=stride)
+        y = conv_bn_relu(net, x, filters, stride=stride)
         y = net.bn(net.conv(y, filters, (3, 3)))
         if stride != 1:
             x = net.conv(x, filters, (1, 1), stride)
@@ -227,13 +229,13 @@ def ds_cnn(seed: int = 0) -> onnx.ModelProto:
     conv 64 + BN + ReLU), AveragePooling2D((24, 5)) (= (int(49/2), int(10/2))), Dense(12) +
     softmax. Its two Dropout layers are identities at inference and are omitted.
     """
-    net = _Net("kws_dscnn", seed, (1, 1, 49, 10),
-               f"MLPerf Tiny KWS DS-CNN; {_REPO}benchmark/training/keyword_spotting/"
-               "keras_model.py")
-    x = _conv_bn_relu(net, "input", 64, (10, 4), stride=2)
+    net = Net("kws_dscnn", seed, (1, 1, 49, 10),
+              f"MLPerf Tiny KWS DS-CNN; {_REPO}benchmark/training/keyword_spotting/"
+              "keras_model.py")
+    x = conv_bn_relu(net, "input", 64, (10, 4), stride=2)
     for _ in range(4):
-        x = _conv_bn_relu(net, x, 64, depthwise=True)
-        x = _conv_bn_relu(net, x, 64, (1, 1))
+        x = conv_bn_relu(net, x, 64, depthwise=True)
+        x = conv_bn_relu(net, x, 64, (1, 1))
     x = net.flatten(net.avgpool(x, (49 // 2, 10 // 2)))
     return net.model(net.softmax(net.dense(x, 12)))
 
@@ -246,15 +248,15 @@ def mobilenet_v1_025(seed: int = 0) -> onnx.ModelProto:
     + BN + ReLU, 1x1 conv + BN + ReLU; pointwise filters 16, 32, 32, 64, 64, 128 x6, 256,
     256; depthwise strides 2 in blocks 2, 4, 6, 12), AveragePooling2D(3x3), Dense(2) + softmax.
     """
-    net = _Net("vww_mobilenet", seed, (1, 3, 96, 96),
-               f"MLPerf Tiny VWW MobileNetV1-0.25; {_REPO}benchmark/training/visual_wake_words/"
-               "vww_model.py")
-    x = _conv_bn_relu(net, "input", 8, stride=2)
+    net = Net("vww_mobilenet", seed, (1, 3, 96, 96),
+              f"MLPerf Tiny VWW MobileNetV1-0.25; {_REPO}benchmark/training/visual_wake_words/"
+              "vww_model.py")
+    x = conv_bn_relu(net, "input", 8, stride=2)
     blocks = [(16, 1), (32, 2), (32, 1), (64, 2), (64, 1), (128, 2)] + [(128, 1)] * 5 \
         + [(256, 2), (256, 1)]
     for filters, stride in blocks:
-        x = _conv_bn_relu(net, x, 0, stride=stride, depthwise=True)
-        x = _conv_bn_relu(net, x, filters, (1, 1))
+        x = conv_bn_relu(net, x, 0, stride=stride, depthwise=True)
+        x = conv_bn_relu(net, x, filters, (1, 1))
     size = net.values[x].shape[2:]
     x = net.flatten(net.avgpool(x, size))
     return net.model(net.softmax(net.dense(x, 2)))
@@ -267,9 +269,9 @@ def autoencoder(seed: int = 0) -> onnx.ModelProto:
     Dense 128, 128, 128, 128, 8, 128, 128, 128, 128, each + BN + ReLU, then Dense(640)
     (linear reconstruction, no softmax).
     """
-    net = _Net("ad_autoencoder", seed, (1, 640),
-               f"MLPerf Tiny AD autoencoder; {_REPO}benchmark/training/anomaly_detection/"
-               "keras_model.py")
+    net = Net("ad_autoencoder", seed, (1, 640),
+              f"MLPerf Tiny AD autoencoder; {_REPO}benchmark/training/anomaly_detection/"
+              "keras_model.py")
     x = "input"
     for units in (128, 128, 128, 128, 8, 128, 128, 128, 128):
         x = net.relu(net.bn(net.dense(x, units)))
