@@ -16,10 +16,10 @@ __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
 #: Activation-buffer reads per word: A, then B, through the buffer's one read port.
 READS_PER_WORD = 2
 #: Cycles from the read of a word's B operand to its accumulator write: the data (one cycle
-#: after the address), the zero points, the products (:data:`~hwonnx.hdl.dsp.MULT_LATENCY`:
-#: their operands, then the product), the products again in logic, their combination, then
-#: the write.
-ELTW_LATENCY = 6
+#: after the address), the data in a register, the zero points, the products
+#: (:data:`~hwonnx.hdl.dsp.MULT_LATENCY`: their operands, then the product), the products
+#: again in logic, their combination, then the write.
+ELTW_LATENCY = 7
 
 
 def eltwise_cycles(count: int) -> int:
@@ -32,12 +32,12 @@ class EltwiseEngine(wiring.Component):
     """Executes ELTW instructions (:data:`hwonnx.isa.ELTW_FIELDS`): for word ``i < count``,
     reads operand A at ``a_addr + i a_stride`` (cycle ``t + 1 + 2i`` after a dispatch in
     ``t``) and operand B at ``b_addr + i b_stride`` (``t + 2 + 2i``), and writes accumulator
-    word ``acc_addr + i`` in cycle ``t + 6 + 2i``: lane ``c < rows`` gets
+    word ``acc_addr + i`` in cycle ``t + 2 + ELTW_LATENCY + 2i``: lane ``c < rows`` gets
     ``p = (a - za) * ((b - zb) if mul else ka)``, ``q = (b - zb) * kb`` combined as
     ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows`` get 0.
 
-    Pipeline: A data (latched), B data (zero points subtracted), products, combination,
-    write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier each), two per lane.
+    Pipeline: the port's word registered, A's latched, B's (zero points subtracted),
+    products, combination, write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier each), two per lane.
 
     Members
     -------
@@ -102,13 +102,18 @@ class EltwiseEngine(wiring.Component):
         m.d.comb += [self.act_addr.eq(Mux(second, b_ptr, a_ptr)[:cfg.act_addr_bits]),
                      self.act_en.eq(active)]
 
-        # B read cycle: A's data is on the port; the cycle after, B's.
+        # The port's word in a register first, so that the block RAMs' outputs and the mux
+        # between them drive only it (into the zero points' subtraction they were the
+        # critical path of the IC ResNet-8 ULX3S-85F build, 12.6 ns). In the cycle after the
+        # B read it holds A's word; in the one after that, B's.
+        word = Signal(data.ArrayLayout(signed(8), cfg.rows))
         a_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
-        b_valid = Signal()
-        b_addr = Signal(cfg.acc_addr_bits)
-        m.d.sync += [b_valid.eq(active & second), b_addr.eq(acc_ptr)]
-        with m.If(active & second):
-            m.d.sync += a_word.eq(self.act_data)
+        b_read, b_valid = Signal(), Signal()
+        b_read_addr, b_addr = Signal(cfg.acc_addr_bits), Signal(cfg.acc_addr_bits)
+        m.d.sync += [word.eq(self.act_data), b_read.eq(active & second),
+                     b_read_addr.eq(acc_ptr), b_valid.eq(b_read), b_addr.eq(b_read_addr)]
+        with m.If(b_read):
+            m.d.sync += a_word.eq(word)
 
         # Stage 1: zero points. Stages 2 and 3: the products, each a RegisteredMultiplier
         # (its operands, then the product: on ECP5 in a DSP block's own registers; combinational
@@ -128,7 +133,7 @@ class EltwiseEngine(wiring.Component):
         s5_valid, s5_addr = stages[-1]
         for c in range(lanes):
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
-            m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(self.act_data[c] - cur.zb)]
+            m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(word[c] - cur.zb)]
             m.submodules[f"mul_p_{c}"] = mul_p = RegisteredMultiplier(9, 18)
             m.submodules[f"mul_q_{c}"] = mul_q = RegisteredMultiplier(9, 18)
             m.d.comb += [mul_p.a.eq(da), mul_p.b.eq(Mux(cur.mul, db, cur.ka)),
@@ -144,5 +149,5 @@ class EltwiseEngine(wiring.Component):
                     m.d.sync += self.acc_data[c].eq(p + q)
         write = replicate(m, stages[-2][0], 1 if cfg.compact else cfg.cols, "acc_we")
         m.d.comb += [self.acc_we.eq(per_lane(write, cfg.cols)), self.acc_addr.eq(s5_addr),
-                     self.idle.eq(~active & ~b_valid & ~Cat(*(v for v, _ in stages)).any())]
+                     self.idle.eq(~active & ~b_read & ~Cat(*(v for v, _ in stages)).any())]
         return m

@@ -441,12 +441,12 @@ def test_eltw_accept_rules():
     # at start)
     # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 13 = 21
     # POST dispatched 3 into its slot, starts at 21: idle at 21 + 1 + 13 + 3 = 38
-    # ELTW (wait) at 38: idle 38 + 1 + 6 + 6 = 51 (ELTW_LATENCY 6)
-    # POST at 51: idle 68; ELTW at 52 (beside the POST): idle 65; POST at 68: idle 85
-    # ELTW at 69 (no wait): idle 82; END at 85
-    assert timing.dispatch == [2, 3, 38, 51, 52, 68, 69, 85]
-    assert timing.done[2] == 50 and timing.total == 85
-    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 6
+    # ELTW (wait) at 38: idle 38 + 1 + 6 + 7 = 52 (ELTW_LATENCY 7)
+    # POST at 52: idle 69; ELTW at 53 (beside the POST): idle 67; POST at 69: idle 86
+    # ELTW at 70 (no wait): idle 84; END at 86
+    assert timing.dispatch == [2, 3, 38, 52, 53, 69, 70, 86]
+    assert timing.done[2] == 51 and timing.total == 86
+    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 7
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():

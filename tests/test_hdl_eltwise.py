@@ -58,9 +58,9 @@ def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
             acc = eltwise_acc(a, b, mode=mode, mul=bool(instr["mul"]), ka=instr["ka"],
                               kb=instr["kb"], za=instr["za"], zb=instr["zb"])
             lanes = [int(v) for v in acc[:min(rows, cols)]] + [0] * max(cols - rows, 0)
-            # B read in t0 + 2 + 2i: its data, zero points, the products' operands, the
-            # products, the products in logic, combination, write
-            expected_writes[t0 + 8 + 2 * i] = (instr["acc_addr"] + i, lanes)
+            # B read in t0 + 2 + 2i: its data, the data in a register, zero points, the
+            # products' operands, the products, the products in logic, combination, write
+            expected_writes[t0 + 9 + 2 * i] = (instr["acc_addr"] + i, lanes)
     writes, idle = {}, []
 
     def step(ctx, cycle):
