@@ -68,6 +68,7 @@ Op codes 12 to 15 are free for more engines.
 """
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 __all__ = ["Op", "FIELDS", "LOOP_FIELDS", "ELTW_FIELDS", "LOADX_FIELDS", "LOADP_FIELDS",
            "ACTX_FIELDS", "ELTW_MODES", "Field", "OP_BITS", "PARAM_BITS",
@@ -85,7 +86,11 @@ EXT_WORDS_PER_PARAM = PARAM_BITS // 8
 OP_BITS = 4
 
 
-class Op:
+class Op(IntEnum):
+    """The op codes of the instruction word (its ``op`` field, bits 0-3). Members are ints
+    (``Op.POST == 3``, and Amaranth compares a signal with one as with its value); ``str``
+    gives the number on every Python version, as ``format`` does. :data:`Op.NAMES`,
+    :data:`Op.ACTX`, :data:`Op.DMA` and :data:`Op.WALKER` are plain data beside them."""
     END = 0
     LOADW = 1
     MATMUL = 2
@@ -98,14 +103,21 @@ class Op:
     LOADA = 9
     STOREA = 10
     LOADP = 11
-    NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST",
-             6: "LOOP", 7: "ELTW", 8: "LOADX", 9: "LOADA", 10: "STOREA", 11: "LOADP"}
-    #: The activation transfers of the DMA engine.
-    ACTX = (9, 10)
-    #: Every instruction of the DMA engine.
-    DMA = (8, 9, 10, 11)
-    #: Instructions the dispatcher hands to the walker, not to an engine.
-    WALKER = (4, 5, 6)
+
+    __str__ = int.__repr__          # Python 3.10's IntEnum would give 'Op.POST'
+
+
+# Set after the class, so that the enum does not take them for members (enum.nonmember is
+# Python 3.11 only).
+#: Each op code's name.
+Op.NAMES = {0: "END", 1: "LOADW", 2: "MATMUL", 3: "POST", 4: "SETMM", 5: "SETPOST", 6: "LOOP",
+            7: "ELTW", 8: "LOADX", 9: "LOADA", 10: "STOREA", 11: "LOADP"}
+#: The activation transfers of the DMA engine.
+Op.ACTX = (9, 10)
+#: Every instruction of the DMA engine.
+Op.DMA = (8, 9, 10, 11)
+#: Instructions the dispatcher hands to the walker, not to an engine.
+Op.WALKER = (4, 5, 6)
 
 
 @dataclass(frozen=True)
