@@ -23,7 +23,7 @@ def test_read_modify_write_equals_the_writes_in_order(seed):
     config = small_config(2, 3)
     rng = np.random.default_rng(seed)
     words = 4                         # few words: the same word often one or two cycles apart
-    cycles = 400
+    cycles = 600
     # per cycle: None (quiet), ("rmw", addr, first, max, sums) or ("ew", addr, data)
     plan = []
     for cycle in range(cycles):
