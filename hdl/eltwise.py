@@ -37,7 +37,8 @@ class EltwiseEngine(wiring.Component):
     ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows`` get 0.
 
     Pipeline: the port's word registered, A's latched, B's (zero points subtracted),
-    products, combination, write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier each), two per lane.
+    products, combination, write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier
+    each), two per lane.
 
     Members
     -------
@@ -130,7 +131,7 @@ class EltwiseEngine(wiring.Component):
                                                                    name=f"s{i + 1}_addr")
             m.d.sync += [valid.eq(stages[-1][0]), addr.eq(stages[-1][1])]
             stages.append((valid, addr))
-        s5_valid, s5_addr = stages[-1]
+        _, s5_addr = stages[-1]
         for c in range(lanes):
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
             m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(word[c] - cur.zb)]
