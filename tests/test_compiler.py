@@ -9,6 +9,7 @@ import pytest
 from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program, instruction_width,
                              lower, natural_placement, pack_words, predict, unpack_words)
 from hwonnx.compiler.alloc import ActAllocator
+from hwonnx.compiler.timing import last_write
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, ResourceError
@@ -537,3 +538,25 @@ def test_placement_table_names_streamed_depthwise_layers():
             for line in placement_table(result.graph, result.program).splitlines()}
     assert "depthwise streaming" in rows["dw3"]
     assert "depthwise streaming" not in rows["dw1"]
+
+
+def test_last_write_follows_the_feeders_walk_of_depthwise_rows():
+    """``timing.last_write`` against the feeder's walk stated word by word
+    (``hdl/feeder.py``): ``ox`` runs over rows of ``ow`` from 0, ``phase`` counts words mod
+    ``vstride`` from each row's start, and a word is kept (writes ``acc_addr``, which then
+    advances) when ``phase`` is 0 and ``ox <= vlast``."""
+    config = ArchConfig(rows=2, cols=2, acc_depth=64)
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        ow, vstride = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+        vlast, count = int(rng.integers(0, ow)), int(rng.integers(1, 4 * ow))
+        acc_addr = int(rng.integers(0, config.acc_depth))
+        addr, ox, phase, written = acc_addr, 0, 0, None
+        for _word in range(count):
+            written = addr % config.acc_depth if phase == 0 and ox <= vlast else None
+            addr += written is not None
+            ox, phase = (0, 0) if ox == ow - 1 else (ox + 1, (phase + 1) % vstride)
+        instr = dict(op=Op.MATMUL, count=count, acc_addr=acc_addr, dw=1, ow=ow,
+                     vstride=vstride, vlast=vlast)
+        assert last_write(instr, config) == written, (ow, vstride, vlast, count)
+    assert last_write(dict(op=Op.MATMUL, count=5, acc_addr=62), config) == 66 % 64

@@ -43,6 +43,7 @@ def last_write(instr, config: ArchConfig) -> "int | None":
     before = rows * per_row + j // vstride          # kept words before the last one
     return (acc_addr + before) % (1 << config.acc_addr_bits)
 
+
 #: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
 CYCLE_CATEGORIES = ("compute", "weight_loads", "boundaries", "host")
 
