@@ -7,11 +7,12 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from .dsp import MULT_LATENCY, RegisteredMultiplier
 
-__all__ = ["SystolicArray", "array_latency", "logic_pes", "product_module", "PRODUCT_STAGES"]
+__all__ = ["SystolicArray", "array_latency", "logic_pes", "product_module", "psum_width",
+           "PRODUCT_STAGES"]
 
 #: Register stages of a PE's multiply: its operands (the activation, or the depthwise one,
 #: and the weight of the word's bank, selected and registered), then the product, so that the
-#: operand selection, the multiplier and the 32-bit adder are separate register-to-register
+#: operand selection, the multiplier and the partial sum's adder are separate register-to-register
 #: paths.
 PRODUCT_STAGES = 2
 
@@ -30,6 +31,13 @@ def logic_pes(config: ArchConfig, logic_products: int) -> "list[tuple[int, int]]
     return pes[len(pes) - logic_products:] if logic_products else []
 
 
+def psum_width(row: int) -> int:
+    """Bits of PE row ``row``'s partial sum: the sum of ``row + 1`` products of two int8
+    values, each in ``[-16256, 16384]``, needs no more (a 32-bit one in every PE took 12 to 16 more
+    adder cells and flip-flops each on 16 rows: the sums are widened at the bottom)."""
+    return ((row + 1) * 128 * 128).bit_length() + 1
+
+
 def array_latency(config: ArchConfig) -> int:
     """Cycles from presenting an activation word on ``feed`` to its ``cols`` sums on ``sums``:
     ``rows + cols`` for the skew, the flow through the array and the partial-sum registers,
@@ -38,7 +46,8 @@ def array_latency(config: ArchConfig) -> int:
 
 
 class SystolicArray(wiring.Component):
-    """``rows`` x ``cols`` int8 processing elements with int32 partial sums.
+    """``rows`` x ``cols`` int8 processing elements; partial sums as wide as their row needs
+    (:func:`psum_width`), the column sums int32.
 
     PE ``(r, c)`` holds two weights (banks 0 and 1). An activation word presented on ``feed``
     is skewed so that lane ``r`` enters row ``r`` ``r`` cycles later; it then moves one PE to
@@ -114,7 +123,7 @@ class SystolicArray(wiring.Component):
                 dw = Signal(name=f"pe_{r}_{c}_dw")
                 w0 = Signal(signed(8), name=f"pe_{r}_{c}_w0")
                 w1 = Signal(signed(8), name=f"pe_{r}_{c}_w1")
-                psum = Signal(signed(32), name=f"pe_{r}_{c}_psum")
+                psum = Signal(signed(psum_width(r)), name=f"pe_{r}_{c}_psum")
                 m.d.sync += [act.eq(act_left), bank.eq(bank_left), dw.eq(dw_left)]
                 # Depthwise streaming: lane c of a later word, held by PE (c, 0) now.
                 operand = Mux(dw, acts[c][0], act) if c < rows and (r or c) else act
@@ -142,7 +151,7 @@ class SystolicArray(wiring.Component):
         for c in range(cols):
             value = psum_above[c]
             for stage in range(cols - 1 - c):
-                value_d = Signal(signed(32), name=f"deskew_{c}_{stage}")
+                value_d = Signal(signed(psum_width(rows - 1)), name=f"deskew_{c}_{stage}")
                 m.d.sync += value_d.eq(value)
                 value = value_d
             m.d.comb += self.sums[c].eq(value)

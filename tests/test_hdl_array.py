@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hwonnx.hdl import SystolicArray, array_latency
+from hwonnx.hdl.array import psum_width
 
 from hdl_helpers import run_cycles, small_config
 
@@ -164,3 +165,34 @@ def test_array_depthwise_streaming(rows, cols):
                                   if i + r < len(words) else 0 for r in range(rows))
         np.testing.assert_array_equal(seen[cycle + latency], expected,
                                       err_msg=f"word of cycle {cycle} (depthwise: {bool(dw)})")
+
+
+def test_psum_width_holds_every_sum_of_its_row_and_no_less():
+    """Row ``r`` adds ``r + 1`` products, each in ``[-128 * 127, (-128) ** 2]``: the signed
+    width holds both ends, and one bit less does not hold the top."""
+    for row in range(64):
+        width = psum_width(row)
+        low, high = -128 * 127 * (row + 1), 128 * 128 * (row + 1)
+        assert -(1 << width - 1) <= low and high <= (1 << width - 1) - 1, row
+        assert high > (1 << width - 2) - 1, row
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 2), (3, 2), (16, 2)])
+def test_array_sums_at_both_ends_of_their_range(rows, cols):
+    """Every weight -128 (bank 0) or 127 (bank 1) against words of -128 and 127: the column
+    sums reach ``rows * 16384`` and ``-rows * 16256``, the ends of the narrowed partial sums,
+    and come out as int32 without wrapping."""
+    config = small_config(rows, cols)
+    w = [np.full((rows, cols), -128, dtype=np.int64), np.full((rows, cols), 127, dtype=np.int64)]
+    loads = {}
+    load_tile(loads, 0, 0, w[0])
+    load_tile(loads, rows, 1, w[1])
+    first = 2 * rows
+    words = [(0, -128), (1, -128), (0, 127), (1, 127)]
+    feeds = {first + i: (bank, np.full(rows, value, dtype=np.int64))
+             for i, (bank, value) in enumerate(words)}
+    seen = simulate(config, loads, feeds, first + len(words) + array_latency(config) + 1)
+    check(config, feeds, lambda cycle, bank: w[bank], seen)
+    latency = array_latency(config)
+    assert seen[first + latency][0] == rows * 16384
+    assert seen[first + 1 + latency][0] == -rows * 16256
