@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from ..isa import ELTW_MODES
 from .dsp import MULT_LATENCY, RegisteredMultiplier
-from .fanout import per_lane, replicate
+from .fanout import held, per_lane, replicate
 from .layouts import EltwLayout, instr_stream
 
 __all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
@@ -132,16 +132,21 @@ class EltwiseEngine(wiring.Component):
             m.d.sync += [valid.eq(stages[-1][0]), addr.eq(stages[-1][1])]
             stages.append((valid, addr))
         _, s5_addr = stages[-1]
+        # Each lane's copy of the fields it reads, so that no register of ``cur`` steers
+        # every lane.
+        copies = held(m, view, ("za", "zb", "ka", "kb", "mul", "mode"), self.idle,
+                      1 if cfg.compact else lanes, "lane")
         for c in range(lanes):
+            own = copies[c % len(copies)]
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
-            m.d.sync += [da.eq(a_word[c] - cur.za), db.eq(word[c] - cur.zb)]
+            m.d.sync += [da.eq(a_word[c] - own.za), db.eq(word[c] - own.zb)]
             m.submodules[f"mul_p_{c}"] = mul_p = RegisteredMultiplier(9, 18)
             m.submodules[f"mul_q_{c}"] = mul_q = RegisteredMultiplier(9, 18)
-            m.d.comb += [mul_p.a.eq(da), mul_p.b.eq(Mux(cur.mul, db, cur.ka)),
-                         mul_q.a.eq(db), mul_q.b.eq(cur.kb)]
+            m.d.comb += [mul_p.a.eq(da), mul_p.b.eq(Mux(own.mul, db, own.ka)),
+                         mul_q.a.eq(db), mul_q.b.eq(own.kb)]
             p, q = (Signal.like(mul_p.p, name=f"p_{c}"), Signal.like(mul_q.p, name=f"q_{c}"))
             m.d.sync += [p.eq(mul_p.p), q.eq(mul_q.p)]
-            with m.Switch(cur.mode):
+            with m.Switch(own.mode):
                 with m.Case(ELTW_MODES["max"]):
                     m.d.sync += self.acc_data[c].eq(Mux(p > q, p, q))
                 with m.Case(ELTW_MODES["min"]):

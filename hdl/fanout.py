@@ -9,8 +9,9 @@ copies' flip-flops ``keep``.
 """
 
 from amaranth.hdl import Cat, Signal, Value
+from amaranth.lib import data
 
-__all__ = ["replicate", "per_lane", "KEEP_REPLICAS", "REPLICA"]
+__all__ = ["replicate", "held", "per_lane", "KEEP_REPLICAS", "REPLICA"]
 
 #: Name of every copy's register (``<name>_replica<i>``): :data:`KEEP_REPLICAS` finds them by it.
 REPLICA = "_replica"
@@ -27,6 +28,21 @@ def replicate(m, value: Value, copies: int, name: str) -> "list[Value]":
     names = [name] if copies == 1 else [f"{name}{REPLICA}{i}" for i in range(copies)]
     regs = [Signal(len(value), name=n) for n in names]
     m.d.sync += [reg.eq(value) for reg in regs]
+    return regs
+
+
+def held(m, source: data.View, fields: "tuple[str, ...]", load: Value, copies: int,
+         name: str) -> "list[data.View]":
+    """``copies`` registers of the fields ``fields`` of ``source`` (a struct view), each
+    loaded from it in the cycles ``load`` is high, as an engine loads its instruction
+    register: every copy always equals the fields of that register, so that each lane reads
+    its own instead of one register steering every lane. One copy is a plain register."""
+    shape = source.shape()
+    layout = data.StructLayout({field: shape[field].shape for field in fields})
+    names = [name] if copies == 1 else [f"{name}{REPLICA}{i}" for i in range(copies)]
+    regs = [Signal(layout, name=n) for n in names]
+    with m.If(load):
+        m.d.sync += [reg[field].eq(source[field]) for reg in regs for field in fields]
     return regs
 
 
