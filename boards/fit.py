@@ -7,6 +7,7 @@ from math import ceil
 
 from ..config import ArchConfig
 from ..errors import ResourceError
+from ..hdl.post import WIDE_MULT_BLOCKS
 from ..hdl.top import Accelerator
 from .litedram import CONTROLLERS
 from .registry import Board
@@ -60,7 +61,11 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     pes = config.rows * config.cols
     pe_dsp = 0 if family.luts_per_mult else ceil(pes / family.mults_per_dsp)
     lanes = min(config.rows, config.cols) if config.eltwise else 0
-    other_dsp = config.cols * family.dsps_per_wide_mult + 2 * lanes     # 9x18: one DSP
+    # A requantizer's 32x32 multiply: in one stage as the tool maps it, in five in the
+    # post-processor's own 18x18 multipliers (fewer where one DSP block holds two of them).
+    wide = (family.dsps_per_wide_mult if config.compact
+            else min(family.dsps_per_wide_mult, WIDE_MULT_BLOCKS))
+    other_dsp = config.cols * wide + 2 * lanes     # 9x18: one DSP
     spill = 0
     if family.spill_luts:            # the products beyond the DSP blocks, from logic
         spill = min(pes, max(0, pe_dsp - max(0, board.dsp - other_dsp)))

@@ -15,7 +15,9 @@ class Family:
 
     ``mults_per_dsp``: 8x8 multipliers one DSP block holds as Yosys/the vendor tool maps them
     (one per block: Yosys never packs two 8x8 products into one SB_MAC16 by itself);
-    ``dsps_per_wide_mult``: DSP blocks of one 32x32 requantization multiplier;
+    ``dsps_per_wide_mult``: DSP blocks of one 32x32 requantization multiplier as the tool
+    maps it (the compact datapath's); the five-stage one has its own 18x18 multipliers
+    (``hdl/post.WIDE_MULT_BLOCKS``, fewer blocks where this is fewer);
     ``block_bits`` and ``block_widths``: one block RAM's capacity and its data widths;
     ``luts_per_pe``: logic cells of one PE beside its multiplier, ``luts_base``: the
     controller, post-processor and host link;
@@ -128,7 +130,7 @@ def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4
 # flip-flops do not fit, and 12 MHz does not need it.
 _UP5K = _cfg(4, 1, 512, 4096, 64, 64, 2304, 12_000_000, prog_width=64, lut_tables=2,
              walker=False, mul_stages=1)
-# 25F: 28 multipliers hold 4x3 (12 products + 3 requantizers of 4).
+# 25F: 28 multipliers hold 4x3 (12 products + 3 requantizers of 3).
 _ECP5_25F = _cfg(4, 3, 2048, 2048, 256, 64, 512, 25_000_000)
 _ECP5_85F = _cfg(8, 8, 4096, 4096, 1024, 128, 1024, 25_000_000)
 # GW1NR-9: 20 multipliers hold 6x2 (12 + 2 requantizers of 4); its 26 block RAMs hold a

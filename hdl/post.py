@@ -11,12 +11,17 @@ from .fanout import held
 from .layouts import InstrLayout, ParamLayout, buffer_read, instr_stream
 from .rounding import ORT_LATENCY, OrtRounder
 
-__all__ = ["PostProcessor", "POST_LATENCY", "round_stages", "clamp_stages", "post_latency"]
+__all__ = ["PostProcessor", "POST_LATENCY", "WIDE_MULT_BLOCKS", "round_stages", "clamp_stages",
+           "post_latency"]
 
 #: Cycles from an accumulator read to the write of its activation word besides the multiply's
 #: (``ArchConfig.mul_stages``), the rounding shift's and the clamp's: accumulator read, its data
 #: registered, bias add (then the write).
 POST_LATENCY = 3
+
+#: 18x18 multipliers of one lane's 32x32 multiply in five stages (``mul_stages`` 5: Karatsuba,
+#: :meth:`PostProcessor._multiply`).
+WIDE_MULT_BLOCKS = 3
 
 
 def round_stages(config: ArchConfig) -> int:
@@ -247,13 +252,16 @@ class PostProcessor(wiring.Component):
     @staticmethod
     def _multiply(m, c, v, k, stages):
         """``v * k`` (both signed 32-bit) in ``stages`` registered stages (``mul_stages``):
-        one, or five: with ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl``
-        unsigned), the partial products ``vl kl``, ``vl kh``, ``vh kl``, ``vh kh``, each a
-        :class:`~hwonnx.hdl.dsp.RegisteredMultiplier` (its operands, then its product: one
-        MULT18X18D with its own registers on ECP5), then the partial products again in logic
-        (so that the register out of the block can sit beside it); then ``vl kh + vh kl``;
-        then ``vh kh 2**32 + vl kl`` (a concatenation: ``0 <= vl kl < 2**32``) plus that sum
-        times ``2**16``. In one stage the multipliers, their routing to the fabric and the
+        one, or five, with :data:`WIDE_MULT_BLOCKS` multipliers (Karatsuba): with
+        ``v = vh 2**16 + vl`` and ``k = kh 2**16 + kl`` (``vl``, ``kl`` unsigned), the products
+        ``vl kl``, ``vh kh`` and ``(vh + vl)(kh + kl)`` (each sum in ``[-2**15, 98302]``: 18
+        bits), each a :class:`~hwonnx.hdl.dsp.RegisteredMultiplier` (its operands, then its
+        product: one MULT18X18D with its own registers on ECP5), then the products again in
+        logic (so that the register out of the block can sit beside it); then the middle term
+        ``vl kh + vh kl = (vh + vl)(kh + kl) - vl kl - vh kh``; then ``vh kh 2**32 + vl kl``
+        (a concatenation: ``0 <= vl kl < 2**32``) plus the middle term times ``2**16``. Three
+        multipliers instead of the four partial products leave a 16x16 array 16 more DSP blocks
+        on a ULX3S-85F. In one stage the multipliers, their routing to the fabric and the
         adders limited an ECP5 build to 58 MHz; with the multipliers combinational between
         registers in logic, the routing into and out of them to 74-86 MHz. Returns the
         product's register."""
@@ -264,16 +272,18 @@ class PostProcessor(wiring.Component):
         assert MULT_LATENCY == 2
         vl, vh, kl, kh = v[:16], v[16:32].as_signed(), k[:16], k[16:32].as_signed()
         parts = []
-        for name, x, y in (("ll", vl, kl), ("lh", vl, kh), ("hl", vh, kl), ("hh", vh, kh)):
-            m.submodules[f"mul_{name}_{c}"] = mul = RegisteredMultiplier(17, 17)
-            again = Signal(signed(34), name=f"pp_{name}_{c}_d")
+        for name, x, y, width in (("ll", vl, kl, 17), ("hh", vh, kh, 17),
+                                  ("ss", vh + vl, kh + kl, 18)):
+            m.submodules[f"mul_{name}_{c}"] = mul = RegisteredMultiplier(width, width)
+            again = Signal(signed(2 * width), name=f"pp_{name}_{c}_d")
             m.d.comb += [mul.a.eq(x), mul.b.eq(y)]      # unsigned halves: zero-extended
             m.d.sync += again.eq(mul.p)
             parts.append(again)
-        ll, lh, hl, hh = parts
-        middle = Signal(signed(34), name=f"pp_mid_{c}")
+        ll, hh, ss = parts
+        middle = Signal(signed(34), name=f"pp_mid_{c}")   # |vl kh + vh kl| < 2**32
         outer = Signal(signed(64), name=f"pp_outer_{c}")
-        m.d.sync += [middle.eq(lh + hl), outer.eq(Cat(ll[:32], hh[:32]))]
+        m.d.sync += [middle.eq((ss - ll - hh)[:34].as_signed()),
+                     outer.eq(Cat(ll[:32], hh[:32]))]
         m.d.sync += product.eq(outer + (middle << 16))
         return product
 

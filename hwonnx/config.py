@@ -69,7 +69,7 @@ class ArchConfig:
         words; ``""`` and 0 (the default) for none. Layers whose weights do not fit the weight
         buffer then stream from it (``docs/architecture.md``, "External memory").
     mul_stages : register stages of the post-processor's 32x32 multiply: 5 (the default; its
-        operands, four 16x16 partial products, again, their middle sum, the product: every
+        operands, three 18x18 products (Karatsuba), again, their middle term, the product: every
         stage short enough for a fast clock, with registers on either side of each
         multiplier) or 1 (fewer flip-flops, about 230 a column, for the smallest devices,
         whose clock does not need it: ``hdl/post.py``). With 1 the datapath is the compact

@@ -7,6 +7,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from amaranth.hdl import Module, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from hwonnx.isa import Op
 from hwonnx.golden import requantize
@@ -223,3 +226,41 @@ def test_post_activation_tables(rows, cols, tables):
               for k, lut in enumerate([tables, 0, 1, tables // 2 + 1])]
     run_post(config, instrs, acc, params, np.zeros((config.act_depth, rows), dtype=np.int64),
              contents)
+
+
+class _Multiply(wiring.Component):
+    """The post-processor's 32x32 multiply of one lane alone."""
+
+    def __init__(self, stages):
+        self._stages = stages
+        super().__init__({"v": In(signed(32)), "k": In(signed(32)), "p": Out(signed(64))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.p.eq(PostProcessor._multiply(m, 0, self.v, self.k, self._stages))
+        return m
+
+
+@pytest.mark.parametrize("stages", [5, 1])
+def test_multiply_is_exact_over_all_of_int32(stages):
+    """The three-multiplier (Karatsuba) multiply in five stages, and the one-stage one, equal
+    ``v * k`` exactly ``stages`` cycles later, for both signs of both operands: the ends of
+    int32, the halves' ends (``vl`` of 0 and 0xFFFF, ``vh`` of -2**15 and 2**15 - 1: the
+    sums' ends) and random words."""
+    rng = np.random.default_rng(stages)
+    ends = [-(1 << 31), (1 << 31) - 1, -1, 0, 1, 0xFFFF, 0x7FFF0000, -0x80000000 + 0xFFFF,
+            0x7FFFFFFF - 0xFFFF, 1 << 16, -(1 << 16)]
+    pairs = [(v, k) for v in ends for k in ends]
+    pairs += [tuple(int(x) for x in rng.integers(*INT32, 2)) for _ in range(300)]
+    dut = _Multiply(stages)
+    seen = {}
+
+    def step(ctx, cycle):
+        if cycle < len(pairs):
+            ctx.set(dut.v, pairs[cycle][0])
+            ctx.set(dut.k, pairs[cycle][1])
+        seen[cycle] = ctx.get(dut.p)
+
+    run_cycles(dut, len(pairs) + stages + 1, step)
+    for i, (v, k) in enumerate(pairs):
+        assert seen[i + stages] == v * k, (v, k)
