@@ -20,6 +20,7 @@ from models import calibration, conv_layer_model, mlp_model  # noqa: E402
 from results_io import RESULTS, write_results  # noqa: E402
 
 from hwonnx.api import build, simulate  # noqa: E402
+from hwonnx.compiler.paging import truncated  # noqa: E402
 from hwonnx.config import PRESETS  # noqa: E402
 from hwonnx.report import layer_cycles  # noqa: E402
 from hwonnx.sim import execute_rtl, rtl_build  # noqa: E402
@@ -51,7 +52,7 @@ def measure(name, make_model, samples, array, config):
     predicted = layer_cycles(program)
     shape = program.input_placement.shape
     zeros = np.zeros((1,) + shape, dtype=np.int8)
-    simulated_totals = [execute_rtl(program.truncated(i), zeros, log=quiet)[1].cycles[0]
+    simulated_totals = [execute_rtl(truncated(program, i), zeros, log=quiet)[1].cycles[0]
                         for i in range(len(program.layers))]
     simulated = [t - (simulated_totals[i - 1] if i else 0)
                  for i, t in enumerate(simulated_totals)]

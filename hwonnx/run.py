@@ -16,6 +16,7 @@ from .boards.build import build_id
 from .boards.protocol import Client
 from .compiler.artifact import load_program
 from .compiler.folder import verify_build_folder
+from .compiler.paging import truncated
 from .compiler.program import Program, encode_program
 from .compiler.segments import is_segmented, load_segments
 from .compiler.timing import predict
@@ -204,7 +205,7 @@ def first_difference(build_result: BuildResult, inputs: "dict[str, np.ndarray]",
         if layer.output not in program.placements or (
                 index + 1 < len(layers) and layers[index + 1].output == layer.output):
             continue
-        partial = program.truncated(index)
+        partial = truncated(program, index)
         got, _ = execute_program(partial, _placed(program, q_in), [layer.output], log=log)
         want = env[layer.output]
         got = got[layer.output].reshape(want.shape)

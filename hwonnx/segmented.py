@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .compiler.paging import truncated
 from .compiler.program import Program
 from .compiler.segments import segment_graphs
 from .compiler.timing import predict
@@ -98,7 +99,7 @@ def first_segment_difference(graph: Graph, programs: "list[Program]", inputs, sa
         feeds = {p.value: env[p.value].reshape((-1,) + program.placements[p.value].shape)
                  for p in program.inputs}
         for layer_index, layer in enumerate(program.layers):
-            got, _ = execute_program(program.truncated(layer_index), feeds, [layer.output],
+            got, _ = execute_program(truncated(program, layer_index), feeds, [layer.output],
                                      log=log)
             want = env[layer.output]
             got = got[layer.output].reshape(want.shape)

@@ -11,7 +11,7 @@ import pytest
 from hwonnx.api import build
 from hwonnx.compiler import Op, encode_program
 from hwonnx.compiler.artifact import load_program, save_program
-from hwonnx.compiler.paging import PAGE, page_lengths, page_words, paged, unpaged
+from hwonnx.compiler.paging import PAGE, page_lengths, page_words, paged, truncated, unpaged
 from hwonnx.compiler.sizing import sized
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError
@@ -97,9 +97,9 @@ def test_unpaged_is_the_inverse_of_paged(result, plain):
 
 
 def test_a_truncated_paged_program_is_paged_again(result, plain):
-    cut = result.program.truncated(1)
+    cut = truncated(result.program, 1)
     body = unpaged(cut).instructions
-    assert body == plain.program.truncated(1).instructions
+    assert body == truncated(plain.program, 1).instructions
     assert len(body) == 10 and [i.op for i in cut.instructions].count(Op.LOADP) == 1
     assert _pages(cut) == _fields(cut)
     assert cut.images["ext"][page_words(10, 4, 8):] == plain.program.images["ext"]

@@ -18,6 +18,7 @@ from matplotlib.image import imread
 
 from hwonnx.api import build, load_build
 from hwonnx.cli import main
+from hwonnx.compiler.paging import truncated
 from hwonnx.compiler.timing import predict
 from hwonnx.config import ArchConfig
 from hwonnx.isa import Op
@@ -101,7 +102,7 @@ def test_each_layer_has_its_window_of_the_timeline(cnn_build):
     its first and last cycle."""
     report = json.loads((cnn_build / "report.json").read_text())
     program = load_build(cnn_build).program
-    ends = [predict(program.truncated(i).expanded(), program.config).total
+    ends = [predict(truncated(program, i).expanded(), program.config).total
             for i in range(len(program.layers))]
     windows = [layer["cycle_window"] for layer in report["layers"]]
     assert windows == [[first, end] for first, end in zip([0] + ends[:-1], ends)]

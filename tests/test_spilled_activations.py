@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.api import build
 from hwonnx.compiler import Op
+from hwonnx.compiler.paging import truncated
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 
@@ -395,7 +396,7 @@ def test_per_layer_cycles_are_those_of_the_truncated_programs(prog_width):
                     calib=_samples(4), log=_quiet).program
     ops = {instr.op for instr in program.instructions}
     assert {Op.LOADX, Op.LOADA, Op.STOREA} <= ops
-    totals = [predict(program.truncated(i).expanded(), program.config).total
+    totals = [predict(truncated(program, i).expanded(), program.config).total
               for i in range(len(program.layers))]
     assert layer_cycles(program) == [t - ([0] + totals)[i] for i, t in enumerate(totals)]
     assert sum(layer_cycles(program)) == predict(program.expanded(), program.config).total

@@ -14,17 +14,17 @@ the external memory, so the program memory has no initial contents and a run lea
 the next one depends on.
 
 :func:`paged` turns a lowered program into this form; :func:`unpaged` is its inverse (the
-program that :meth:`~.program.Program.truncated` cuts and pages again).
+program that :func:`truncated` cuts and pages again).
 """
 
 from dataclasses import replace
 
 from ..errors import ResourceError
 from ..isa import Op, ext_words_per_instruction
-from .program import Instr, Program, encode_instructions, mark_layers
+from .program import Instr, Port, Program, encode_instructions, mark_layers
 
 __all__ = ["PAGE", "page_lengths", "page_words", "pages_words", "paged", "unpaged",
-           "ext_pages"]
+           "ext_pages", "truncated"]
 
 #: Instructions per page of a program the build pages: two pages are 512 words of 419 bits,
 #: 12 block RAMs of an ECP5 (512 x 36 bits each) for a program of any length.
@@ -90,6 +90,18 @@ def unpaged(program: Program) -> Program:
     if not out.images["ext"]:
         del out.images["ext"]
     return out
+
+
+def truncated(program: Program, layer: int) -> Program:
+    """The program that stops after layer ``layer`` of ``program``, whose output it then
+    reads (paged again, as ``program`` is): used to measure per-layer cycles and to find the
+    first layer whose output differs."""
+    whole = unpaged(program)
+    instructions = [i for i in whole.instructions if i.op != Op.END and i.layer <= layer]
+    instructions.append(Instr({"op": Op.END}, layer))
+    output = program.layers[layer].output
+    return paged(replace(whole, instructions=instructions, outputs=(Port(output, output),),
+                         words={**whole.words, "prog": len(instructions)}))
 
 
 def pages_words(program: Program) -> int:

@@ -1,8 +1,9 @@
 """A compiled program: the instructions, memory images and placements of one model for one
 architecture (:class:`Program`), what the dispatcher issues for it (:meth:`Program.expanded`)
-and its program-memory words (:func:`encode_program`)."""
+and its program-memory words (:func:`encode_program`). A program cut after a layer is
+:func:`hwonnx.compiler.paging.truncated` (it pages the cut program again)."""
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..config import ArchConfig
 from ..errors import ResourceError
@@ -121,18 +122,6 @@ class Program:
                            for micro in expand(templates[Op.SETMM], templates[Op.SETPOST],
                                                instr.fields, self.config))
         return out
-
-    def truncated(self, layer: int) -> "Program":
-        """The program that stops after layer ``layer``, whose output it then reads: used to
-        measure per-layer cycles and to find the first layer whose output differs."""
-        from .paging import paged, unpaged      # (it builds on this module)
-
-        whole = unpaged(self)
-        instructions = [i for i in whole.instructions if i.op != Op.END and i.layer <= layer]
-        instructions.append(Instr({"op": Op.END}, layer))
-        output = self.layers[layer].output
-        return paged(replace(whole, instructions=instructions, outputs=(Port(output, output),),
-                             words={**whole.words, "prog": len(instructions)}))
 
 
 def mark_layers(instructions: "list[Instr]", layers: "list[LayerPlan]") -> None:

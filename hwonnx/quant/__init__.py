@@ -4,8 +4,8 @@ the parameters of a pre-quantized model; onnxruntime's rounding for comparison."
 from .data import load_samples, normalize_samples
 from .host import quantize_model
 from .ort_rounding import evaluate_onnxruntime, requantize_float32
-from .ptq import (CALIBRATION_METHOD, activation_params, activation_table, quantize_graph,
-                  requant_params)
+from .params import activation_params, requant_params
+from .ptq import CALIBRATION_METHOD, activation_table, quantize_graph
 from .residual import add_weights, adds_on_array
 
 __all__ = ["CALIBRATION_METHOD", "activation_params", "activation_table", "add_weights",

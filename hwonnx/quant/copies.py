@@ -5,12 +5,13 @@ are copied exactly."""
 
 import numpy as np
 
-from ..ir import Node, TensorType
+from ..ir import Node
+from .params import add_constants, clamp_bounds, requant_params
 
 __all__ = ["quantize_copy", "concat_multipliers"]
 
 
-def _identity_or(real: np.ndarray, layer: str, requant_params) -> "tuple[np.ndarray, ...]":
+def _identity_or(real: np.ndarray, layer: str) -> "tuple[np.ndarray, ...]":
     """``(mult, shift)`` of the scales ``real``: exactly ``2**30 * 2**-30`` where it is 1."""
     mult, shift = requant_params(real.reshape(-1), layer)
     ones = real.reshape(-1) == 1.0
@@ -18,7 +19,7 @@ def _identity_or(real: np.ndarray, layer: str, requant_params) -> "tuple[np.ndar
     return mult.reshape(real.shape).astype(np.int32), shift.reshape(real.shape).astype(np.int32)
 
 
-def quantize_copy(node: Node, params, qname, constants, types, clamp, requant_params) -> Node:
+def quantize_copy(node: Node, params, qname, constants, types) -> Node:
     """``Slice`` (``QSlice``: ``starts``, ``out_shape``) or ``Permute`` (``QPermute``:
     ``perm``): the copied ``x - in_zp`` requantized by ``s_in / s_out`` per output channel
     (the identity, and the integers exactly, when the output keeps the input's parameters,
@@ -26,13 +27,9 @@ def quantize_copy(node: Node, params, qname, constants, types, clamp, requant_pa
     x, out = node.inputs[0], node.outputs[0]
     (s_in, zp_in), (s_out, zp_out) = params[x], params[out]
     channels = types[qname[out]].shape[1]
-    mult, shift = _identity_or(np.full(channels, s_in / s_out), node.name, requant_params)
-    names = []
-    for key, array in (("mult", mult), ("shift", shift)):
-        names.append(f"{node.name}:{key}")
-        constants[names[-1]] = array
-        types[names[-1]] = TensorType(str(array.dtype), array.shape)
-    lo, hi = clamp(node, params[out])
+    mult, shift = _identity_or(np.full(channels, s_in / s_out), node.name)
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = clamp_bounds(node, params[out])
     where = {"perm": tuple(node.attrs["perm"])} if node.op == "Permute" else {
         "starts": tuple(node.attrs["starts"]), "out_shape": tuple(types[qname[out]].shape[1:])}
     return Node(node.name, "Q" + node.op, (qname[x], *names), (qname[out],),
@@ -41,8 +38,8 @@ def quantize_copy(node: Node, params, qname, constants, types, clamp, requant_pa
                  "relu": bool(node.attrs.get("relu"))})
 
 
-def concat_multipliers(node: Node, params, channels: "list[int]", s_out: float,
-                       requant_params) -> "tuple[np.ndarray, np.ndarray]":
+def concat_multipliers(node: Node, params, channels: "list[int]", s_out: float
+                       ) -> "tuple[np.ndarray, np.ndarray]":
     """The multipliers of a ``Concat``: per output channel along the channel axis (``[C]``),
     per source and channel along height or width (``[sources, C]``), each ``s_j / s_out``."""
     if node.attrs["axis"] == 1:
@@ -50,4 +47,4 @@ def concat_multipliers(node: Node, params, channels: "list[int]", s_out: float,
                                for x, c in zip(node.inputs, channels)])
     else:
         real = np.stack([np.full(channels[0], params[x][0] / s_out) for x in node.inputs])
-    return _identity_or(real, node.name, requant_params)
+    return _identity_or(real, node.name)

@@ -8,7 +8,7 @@ and its bound are in ``docs/arithmetic.md``, "Element-wise operators".
 import numpy as np
 
 from ..ir import Node
-from . import ptq
+from .params import add_constants, clamp_bounds, requant_params
 
 __all__ = ["ELTWISE_UNIT", "eltwise_constants", "quantize_eltwise"]
 
@@ -52,9 +52,9 @@ def quantize_eltwise(node: Node, params, qname, constants, types) -> Node:
     attrs, real = eltwise_constants(kind, params[a], params[b], s_out, signs,
                                     int(node.attrs.get("count", 2)))
     channels = types[qname[out]].shape[1]
-    mult, shift = ptq.requant_params(np.full(channels, real), node.name)
-    names = ptq.add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
-    lo, hi = ptq.clamp_bounds(node, params[out])
+    mult, shift = requant_params(np.full(channels, real), node.name)
+    names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
+    lo, hi = clamp_bounds(node, params[out])
     return Node(node.name, "QEltwise", (qname[a], qname[b]) + names, (qname[out],),
                 {**attrs, "kind": kind, "out_zp": zp_out, "lo": lo, "hi": hi,
                  "a_scale": params[a][0], "b_scale": params[b][0], "out_scale": s_out,

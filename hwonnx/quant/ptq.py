@@ -1,7 +1,6 @@
 """Post-training quantization: float graph + calibration batch -> integer graph."""
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -12,16 +11,16 @@ from ..golden.ops import HOST_OPS, quantize
 from ..ir import Graph, Node, TensorType
 from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
-from .channels import check_accumulator, expressible, fit_channels, mult_shift
+from .channels import check_accumulator, fit_channels
 from .check import check_layers
 from .data import calibration_feeds
 from .copies import concat_multipliers, quantize_copy
 from .eltwise import quantize_eltwise
+from .params import activation_params, add_constants, clamp_bounds, requant_params
 from .ranges import apply_ranges
 from .residual import quantize_residual_add
 
-__all__ = ["quantize_graph", "activation_params", "requant_params", "activation_table",
-           "add_constants", "clamp_bounds", "CALIBRATION_METHOD", "QUANTIZERS",
+__all__ = ["quantize_graph", "activation_table", "CALIBRATION_METHOD", "QUANTIZERS",
            "LayerQuantization", "quantizer"]
 
 log = logging.getLogger(__name__)
@@ -35,41 +34,6 @@ _TABLE_HOSTS = integer_ops(LAYER)
 #: Layers with convolution weights ``[M, C / group, KH, KW]``.
 _CONV_LIKE = ("Conv", "ConvTranspose")
 _LAYERS = tuple(sorted(ir_ops(LAYER)))
-
-
-def activation_params(lo: float, hi: float, value: str = "a value"
-                      ) -> "tuple[float, int]":
-    """Asymmetric int8 scale and zero point covering ``[min(lo, 0), max(hi, 0)]``; a range
-    that is not finite (of ``value``, for the message) is a :class:`QuantizationError`."""
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise QuantizationError(f"The calibration range of {value} is [{lo:g}, {hi:g}]; an "
-                                f"int8 scale needs finite values")
-    if hi - lo < 1e-12:
-        return 1.0, 0
-    scale = (hi - lo) / 255.0
-    zero_point = int(np.clip(round(-128 - lo / scale), -128, 127))
-    return scale, zero_point
-
-
-def requant_params(real: np.ndarray, layer: str) -> "tuple[np.ndarray, np.ndarray]":
-    """Express each positive real multiplier as ``mult * 2**-shift`` with ``mult`` in
-    ``[2**30, 2**31)`` and ``shift`` in ``[1, 63]``."""
-    mult = np.zeros(real.shape, dtype=np.int64)
-    shift = np.ones(real.shape, dtype=np.int64)
-    for i, value in enumerate(real):
-        if value == 0:
-            continue
-        if not math.isfinite(value):
-            raise QuantizationError(f"Layer '{layer}': requantization scale {value:.3g} of "
-                                    f"channel {i} is not a finite number")
-        m, s = mult_shift(value)
-        if not expressible(value):
-            raise QuantizationError(f"Layer '{layer}': requantization scale {value:.3g} of "
-                                    f"channel {i} is outside what a 31-bit multiplier and "
-                                    f"a shift of 1..63 can express")
-        mult[i], shift[i] = m, s
-    return mult.astype(np.int32), shift.astype(np.int32)
 
 
 _CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = samples) or "
@@ -273,8 +237,7 @@ def _quantize_cat(node: Node, q: LayerQuantization) -> Node:
 
 @quantizer("Slice", "Permute")
 def _quantize_copies(node: Node, q: LayerQuantization) -> Node:
-    return quantize_copy(node, q.params, q.qname, q.constants, q.types, clamp_bounds,
-                         requant_params)
+    return quantize_copy(node, q.params, q.qname, q.constants, q.types)
 
 
 def _check_finite(graph: Graph, values: "dict[str, np.ndarray]") -> None:
@@ -474,29 +437,6 @@ def _borrowed_params(node: Node, graph: Graph, params, values, warnings: "list[s
     return scale, -128 if node.attrs.get("relu") else 0
 
 
-def clamp_bounds(node: Node, out_params) -> "tuple[int, int]":
-    """int8 clamp bounds of a fused ReLU (real 0) and Clip maximum."""
-    scale, zp = out_params
-    lo = max(-128, zp) if node.attrs.get("relu") else -128
-    hi = 127
-    if node.attrs.get("act_max") is not None:
-        hi = int(np.clip(round(float(node.attrs["act_max"]) / scale) + zp, lo, 127))
-    return lo, hi
-
-
-def add_constants(prefix: str, arrays: dict, constants: dict, types: dict
-                  ) -> "tuple[str, ...]":
-    """Add each of ``arrays`` (key -> array) to the integer graph's ``constants`` and
-    ``types`` as ``<prefix>:<key>``; returns the names, in order."""
-    names = []
-    for key, array in arrays.items():
-        name = f"{prefix}:{key}"
-        constants[name] = array
-        types[name] = TensorType(str(array.dtype), array.shape)
-        names.append(name)
-    return tuple(names)
-
-
 def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
     x = node.inputs[0]
     (s_in, zp_in), (s_out, zp_out) = params[x], params[node.outputs[0]]
@@ -605,7 +545,7 @@ def _quantize_concat(node: Node, params, qname, constants, types) -> Node:
     ``s_j = s_out``)."""
     s_out, zp_out = params[node.outputs[0]]
     mult, shift = concat_multipliers(node, params, [types[qname[x]].shape[1]
-                                                    for x in node.inputs], s_out, requant_params)
+                                                    for x in node.inputs], s_out)
     names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = clamp_bounds(node, params[node.outputs[0]])
     return Node(node.name, "QConcat", tuple(qname[x] for x in node.inputs) + names,

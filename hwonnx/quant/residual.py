@@ -19,6 +19,7 @@ from ..errors import QuantizationError
 from ..ir import Graph, Node
 from ..ir.ops import LAYOUT, ir_ops
 from .eltwise import quantize_eltwise
+from .params import add_constants, requant_params
 
 __all__ = ["quantize_residual_add", "adds_on_array", "add_weights"]
 
@@ -82,8 +83,6 @@ def array_add(node: Node, constants, types) -> Node:
     in the ratio of their scales (the larger gets 127; with ``exact``, the model's own
     parameters, the pair of weights that best fits the two scales, see :func:`add_weights`),
     summed exactly and requantized once."""
-    from .ptq import add_constants, requant_params
-
     attrs = node.attrs
     a, b = node.inputs[:2]
     sa, sb, s_out = attrs["a_scale"], attrs["b_scale"], attrs["out_scale"]

@@ -25,7 +25,8 @@ from ..errors import QuantizationError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
 from .data import calibration_feeds
-from .ptq import activation_params, quantize_graph
+from .params import activation_params
+from .ptq import quantize_graph
 
 __all__ = ["middle_steps", "levels", "quantize_segments"]
 
