@@ -1,11 +1,8 @@
 """What the QONNX tests share: a builder of QONNX graphs in Brevitas' style, qonnx's
 reference executor, the golden model of a build, differences in output steps."""
 
-import re
-
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 from qonnx.core.modelwrapper import ModelWrapper
 from qonnx.core.onnx_exec import execute_onnx
@@ -23,10 +20,6 @@ SAMPLES = 8
 #: QONNX's ROUND is half to even, as onnxruntime's.
 ORT_CONFIG = ArchConfig(rows=4, cols=4, act_depth=2048, wgt_depth=4096, acc_depth=16,
                         par_depth=64, prog_depth=2048, ort_rounding=True)
-
-
-def raises(cls, message):
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
 
 
 class Builder:

@@ -1,18 +1,16 @@
 """Shared helpers of the ONNX IR conformance tests (``tests/test_spec_*.py``): build small
-models with onnx.helper, compare hwonnx's reading with onnxruntime, match messages exactly."""
-
-import re
+models with onnx.helper, compare hwonnx's reading with onnxruntime. ``raises`` (a message
+matched exactly) is in ``helpers.py``."""
 
 import numpy as np
 import onnx
 import onnxruntime
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 
-__all__ = ["rand", "make_model", "raises", "ort_outputs", "check_against_ort", "relu_model",
+__all__ = ["rand", "make_model", "ort_outputs", "check_against_ort", "relu_model",
            "FLOAT", "SUPPORTED"]
 
 FLOAT = TensorProto.FLOAT
@@ -50,11 +48,6 @@ def make_model(nodes, inputs, outputs, inits=None, opset=17, elem=FLOAT, opsets=
 def relu_model(**kw):
     return make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], {"x": [1, 4]},
                       {"y": [1, 4]}, **kw)
-
-
-def raises(cls, message):
-    """``pytest.raises`` matching the whole message exactly."""
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
 
 
 def ort_outputs(model, feeds):

@@ -25,7 +25,8 @@ from hwonnx.errors import ModelError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 from ort_reference import reference_outputs
-from spec_helpers import make_model, ort_outputs, raises, rand
+from helpers import raises
+from spec_helpers import make_model, ort_outputs, rand
 
 N = 789444                         # what PyTorch's exporter writes for a traced batch
 WHY = ("hwonnx compiles a batch-1 program and streams the samples through it one at a time, "

@@ -21,11 +21,9 @@ from hwonnx.quant import quantize_graph
 from hwonnx.quant.check import check_layers
 from hwonnx.quant.eltwise import ELTWISE_UNIT
 from hwonnx.report import build_report
+
+from helpers import raises
 from ort_reference import reference_outputs
-
-
-def raises(cls, message):
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
 
 
 def _two_branches(b2: float, w2_scale: float = 0.1):

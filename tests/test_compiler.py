@@ -17,13 +17,11 @@ from hwonnx.golden import evaluate
 from hwonnx.ir import Graph, Node, TensorType
 from hwonnx.isa import ACTX_FIELDS, ELTW_FIELDS, LOADP_FIELDS, LOADX_FIELDS
 
+from helpers import raises
+
 
 def ceil_div(a, b):
     return -(-a // b)
-
-
-def raises(cls, message):
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
 
 
 # ISA --------------------------------------------------------------------------------------------

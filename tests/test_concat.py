@@ -20,7 +20,8 @@ from hwonnx.golden import dequantize, evaluate, qconcat, quantize
 from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.quant import activation_params, quantize_graph
 from ort_reference import reference_outputs
-from spec_helpers import check_against_ort, make_model, ort_outputs, raises, rand
+from helpers import raises
+from spec_helpers import check_against_ort, make_model, ort_outputs, rand
 
 ONE = (1 << 30, 30)          # mult, shift of the multiplier 1: the identity
 

@@ -17,7 +17,8 @@ from hwonnx.isa import Op
 from hwonnx.quant import activation_params, quantize_graph, requant_params
 from hwonnx.quant.eltwise import ELTWISE_UNIT, eltwise_constants
 from ort_reference import reference_session
-from spec_helpers import check_against_ort, make_model, raises, rand
+from helpers import raises
+from spec_helpers import check_against_ort, make_model, rand
 
 ONNX_OPS = {"add": "Add", "sub": "Sub", "mul": "Mul", "max": "Max", "min": "Min",
             "mean": "Mean"}

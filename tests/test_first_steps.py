@@ -27,15 +27,13 @@ from hwonnx.examples import EXAMPLES, example_path, load_digits_data
 from hwonnx.examples.train_digits import clean_names
 from hwonnx.frontend import load_model
 
+from helpers import raises
+
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(example_path("digits_mlp"))
 NAMES_WARNING = ("5 name(s) do not follow C identifier syntax, e.g. 'fc1.weight', 'fc1.bias', "
                  "'/fc1/Gemm_output_0', ...; accepted as they are (ONNX IR: all names MUST "
                  "adhere to C identifier syntax)")
-
-
-def raises(error, message):
-    return pytest.raises(error, match="^" + re.escape(message) + "$")
 
 
 # 1. The bundled examples follow the ONNX naming rules --------------------------------------

@@ -11,6 +11,8 @@ from spec_helpers import SUPPORTED
 from hwonnx.errors import ModelError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
 
+from helpers import raises
+
 
 def rand(*shape):
     return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -30,10 +32,6 @@ def make_model(nodes, inputs, outputs, inits=None, opset=17, elem=TensorProto.FL
 def relu_model(**kw):
     return make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 4]}, {"y": [1, 4]},
                       **kw)
-
-
-def raises(cls, message):
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
 
 
 # Support check --------------------------------------------------------------------------------

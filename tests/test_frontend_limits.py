@@ -21,7 +21,8 @@ from hwonnx.frontend import fold, load_model, read, sparse
 from hwonnx.ir import evaluate
 from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.ir.graph import Graph, Node, TensorType
-from spec_helpers import SUPPORTED, make_model, ort_outputs, raises, rand, relu_model
+from helpers import raises
+from spec_helpers import SUPPORTED, make_model, ort_outputs, rand, relu_model
 
 FLOAT = TensorProto.FLOAT
 

@@ -11,7 +11,8 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from spec_helpers import SUPPORTED, ort_outputs, raises
+from helpers import raises
+from spec_helpers import SUPPORTED, ort_outputs
 
 from hwonnx import api
 from hwonnx.cli import main

@@ -2,7 +2,6 @@
 quantization parameters, compiled without calibration data, and compared with onnxruntime
 running the same quantized model (int8 outputs, LSB of the output scale, top-1)."""
 
-import re
 
 import numpy as np
 import onnx
@@ -18,15 +17,13 @@ from hwonnx.errors import ModelError, QuantizationError
 from hwonnx.frontend import load_model
 from hwonnx.golden import quantize
 from hwonnx.quant import add_weights, evaluate_onnxruntime
+
+from helpers import raises
 from ort_reference import optimized_outputs, reference_outputs
 
 SAMPLES = 64
 F = TensorProto.FLOAT
 ort.set_default_logger_severity(3)
-
-
-def raises(cls, message):
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
 
 
 def _model(nodes, inits, shape, out_shape, inputs=(), out_type=F):

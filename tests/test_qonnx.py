@@ -14,8 +14,9 @@ from hwonnx import api
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError, QuantizationError
 from hwonnx.frontend import load_model
+from helpers import raises
 from qonnx_helpers import (CHANNELS_LAST, ORT_CONFIG, QONNX, SAMPLES, Builder, conv_net, golden,
-                           raises, reference, steps)
+                           reference, steps)
 from rtl_helpers import rtl_matches_golden
 
 

@@ -17,9 +17,7 @@ from hwonnx.ir import Graph, TensorType
 from hwonnx.quant import (activation_params, load_samples, normalize_samples, quantize_graph,
                           requant_params)
 
-
-def raises(cls, message):
-    return pytest.raises(cls, match="^" + re.escape(message) + "$")
+from helpers import raises
 
 
 # activation_params --------------------------------------------------------------------------

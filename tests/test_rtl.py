@@ -4,7 +4,7 @@ predicted cycle count equal to the simulated one. One cached RTL build per confi
 import numpy as np
 import pytest
 
-from hwonnx.api import BuildResult, first_difference
+from hwonnx.api import BuildResult, first_difference, simulate
 from hwonnx.compiler import lower, predict
 from hwonnx.compiler.loops import normalized
 from hwonnx.config import ArchConfig
@@ -12,6 +12,7 @@ from hwonnx.errors import MismatchError
 from hwonnx.golden import evaluate
 from hwonnx.sim import execute_rtl, rtl_build
 
+from helpers import raises
 from random_graphs import chain_graph, random_conv_spec, random_dense_spec
 
 pytestmark = pytest.mark.rtl
@@ -81,7 +82,7 @@ def test_multilayer_network(config):
 
 def test_mismatch_names_first_differing_layer(config):
     """Co-verification: a corrupted weight of the third layer is reported there, not just as
-    'outputs differ'."""
+    'outputs differ', by first_difference and by a compare run's MismatchError."""
     rng = np.random.default_rng(11)
     specs = [dict(op="conv", cout=4, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
                   dilations=(1, 1), relu=True), dict(op="flatten"),
@@ -95,8 +96,10 @@ def test_mismatch_names_first_differing_layer(config):
     message = first_difference(BuildResult(None, graph, program, {}), inputs, 0,
                                log=lambda message: None)
     assert message.startswith("sample 0: layer 'layer3' (QDense) output differs first at")
-    with pytest.raises(MismatchError):
-        raise MismatchError(message)
+    # and a compare run (hwonnx sim --mode compare) raises it, naming that layer
+    with raises(MismatchError, f"RTL differs from the golden model: {message}"):
+        simulate(BuildResult(None, graph, program, {}), inputs, mode="compare",
+                 log=lambda message: None)
 
 
 def test_cnn_operators(config):

@@ -15,7 +15,8 @@ from onnx import helper, numpy_helper
 from hwonnx.errors import ModelError
 from hwonnx.frontend import load_model
 
-from spec_helpers import check_against_ort, make_model, raises, rand
+from helpers import raises
+from spec_helpers import check_against_ort, make_model, rand
 
 RULE = "(ONNX IR: external data MUST give a file name relative to the model file)"
 

@@ -11,7 +11,8 @@ from hwonnx.errors import ModelError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 
-from spec_helpers import FLOAT, SUPPORTED, check_against_ort, make_model, raises, rand
+from helpers import raises
+from spec_helpers import FLOAT, SUPPORTED, check_against_ort, make_model, rand
 
 LOCAL = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
 

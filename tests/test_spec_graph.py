@@ -11,7 +11,8 @@ from onnx import helper, numpy_helper
 from hwonnx.errors import ModelError, UsageError
 from hwonnx.frontend import load_model, read_overrides
 
-from spec_helpers import FLOAT, check_against_ort, make_model, raises, rand, relu_model
+from helpers import raises
+from spec_helpers import FLOAT, check_against_ort, make_model, rand, relu_model
 
 SSA = "(ONNX IR: single static assignment)"
 

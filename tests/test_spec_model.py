@@ -10,7 +10,8 @@ from onnx import helper, numpy_helper
 from hwonnx.errors import ModelError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
 
-from spec_helpers import SUPPORTED, check_against_ort, make_model, raises, rand, relu_model
+from helpers import raises
+from spec_helpers import SUPPORTED, check_against_ort, make_model, rand, relu_model
 
 RULE_OP = ("(ONNX IR: each operator used MUST be declared by an imported operator set)")
 

@@ -12,7 +12,8 @@ from hwonnx.frontend import load_model
 from hwonnx.frontend.opsets import MIN_OPSET
 from hwonnx.ir.evaluate import evaluate_float
 
-from spec_helpers import check_against_ort, make_model, raises, rand
+from helpers import raises
+from spec_helpers import check_against_ort, make_model, rand
 
 CONVERTED = "Converted ai.onnx opset {} to 13 with onnx's version converter"
 

@@ -12,7 +12,8 @@ from hwonnx.errors import ModelError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 
-from spec_helpers import FLOAT, check_against_ort, make_model, raises, rand, relu_model
+from helpers import raises
+from spec_helpers import FLOAT, check_against_ort, make_model, rand, relu_model
 
 
 # Element types ------------------------------------------------------------------------------
