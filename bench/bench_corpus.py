@@ -200,7 +200,7 @@ def measure(name: str, entry: dict, corpus: Path, work: Path, timeout: float,
     if y.exists():
         try:
             record["errors"] = output_errors(y, refdata, outputs, samples)
-        except Exception as error:          # noqa: BLE001: the table says why
+        except Exception as error:          # noqa: BLE001 (the table says why)
             record["note"] = f"outputs not comparable: {error}"
     return record
 

@@ -181,8 +181,8 @@ def markdown(results) -> str:
             f"{r['ms_at_25MHz']:,} | {fmax} | {r.get('ms_at_fmax', '-')} |")
     built = [r for r in results if r.get("fmax_mhz")]
     if built:
-        lines += ["", "Bitstreams (Yosys and nextpnr-ecp5 from YoWASP, LiteDRAM's SDRAM controller "
-                      "in them), nextpnr's figures:", ""]
+        lines += ["", "Bitstreams (Yosys and nextpnr-ecp5 from YoWASP, LiteDRAM's SDRAM "
+                      "controller in them), nextpnr's figures:", ""]
         lines += [f"- **{r['model']}**: Fmax {r['fmax_mhz']} MHz (25 MHz needed), "
                   f"{r['resources']['dsp']} DSP blocks, {r['resources']['bram']} block RAMs, "
                   f"{r['resources']['luts']:,} LUTs" + (f"; {r['bitstream_note']}"

@@ -446,7 +446,9 @@ def profile(flags: FlagSet, work: Workload, cache: Path) -> dict:
         by_module[module] = by_module.get(module, 0.0) + share
         if p:
             by_region[p.group(1)] = by_region.get(p.group(1), 0.0) + share
-    top = lambda d, n: [[k, round(v, 2)] for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n]]
+    def top(d, n):
+        return [[k, round(v, 2)] for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n]]
+
     return {"flag_set": flags.name, "array": work.array, "modules": top(by_module, 12),
             "regions": top(by_region, 4), "functions": [[s, round(v, 2)] for s, v in
                                                         functions[:10]]}
@@ -466,8 +468,8 @@ def markdown(results, profiles, machine) -> str:
              "of a 1-sample run) / (difference of the simulator processes' CPU time, user + "
              "system), median of the repeats; spread = (max - min) / median. CPU time, not "
              "wall time: the machine is shared (wall-time numbers, as `bench_spine.py` "
-             "measures them, are in the JSON, `median_wall`). One flag set changed from the baseline "
-             "at a time, then the adopted set. Builds: one at a time, one make job, no "
+             "measures them, are in the JSON, `median_wall`). One flag set changed from the "
+             "baseline at a time, then the adopted set. Builds: one at a time, one make job, no "
              "-march=native, one simulation thread.", "", f"Machine: {machine}", "",
              "| flag set | what | " + " | ".join(f"{a} cycles/s | {a} vs base | {a} spread"
                                                 for a in arrays) + " |",
@@ -528,8 +530,9 @@ def main(argv=None) -> int:
             folder = build(flags, work.config, work.accel, cache)
             r = measure(flags, work, folder, args.repeat)
             results.append(r)
+            steady = ", ".join(f"{s:,}" for s in r["steady_cycles_per_cpu_second"])
             print(f"  {flags.name:28s} {r['median']:>12,} cycles/CPU-s  spread "
-                  f"{r['spread']:.1%}  ({', '.join(f'{s:,}' for s in r['steady_cycles_per_cpu_second'])}"
+                  f"{r['spread']:.1%}  ({steady}"
                   f"; wall {r['median_wall']:,}; build {r['build_seconds']} s)", flush=True)
         if not args.no_profile:
             chosen = next((f for f in sets if f.name == "adopted + C++ clock"), None)

@@ -86,8 +86,9 @@ def markdown(results) -> str:
              "bit-exact with golden, simulated cycles = predicted). Errors compare the int8 "
              "result with onnxruntime's reference path on the float model, relative to the "
              "largest |output| (the worst output of a model with several).", "",
-             "| model | array | ONNX nodes | float ops | outputs | array MACs | simulated cycles | "
-             "predicted | utilization | max err / range | p99 err / range | mean err / range | "
+             "| model | array | ONNX nodes | float ops | outputs | array MACs | "
+             "simulated cycles | predicted | utilization | max err / range | p99 err / range | "
+             "mean err / range | "
              "top-1 = float | "
              "build s | sim s |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -31,7 +31,8 @@ class NativeBridge(wiring.Component):
     accelerator's or wider (``port_width``: a power of two; a word written is zero-extended,
     a word read truncated). A read of ``cmd_len`` words is taken when no other is being
     issued and becomes ``cmd_len`` port commands; the port returns their data in order, passed
-    on as it comes. A write waits until no read command is left to issue. The port's address is ``addr_bits`` wide: the memory's size in words.
+    on as it comes. A write waits until no read command is left to issue. The port's address
+    is ``addr_bits`` wide: the memory's size in words.
 
     Members
     -------

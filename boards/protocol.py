@@ -15,7 +15,8 @@ from ..errors import HwonnxError
 
 __all__ = [
     "ProtocolError", "Command", "Status", "FRAME_SYNC", "REPLY_SYNC", "PROTOCOL_VERSION",
-    "MAGIC", "MAX_PAYLOAD", "crc16", "CRC16_POLY", "CRC16_INIT", "FRAME_HEAD", "REPLY_HEAD", "CRC_BYTES",
+    "MAGIC", "MAX_PAYLOAD", "crc16", "CRC16_POLY", "CRC16_INIT", "FRAME_HEAD", "REPLY_HEAD",
+    "CRC_BYTES",
     "encode_frame", "decode_frame", "encode_reply",
     "decode_reply", "DeviceInfo", "DeviceStatus", "Client", "BITS_PER_BYTE", "transfer_bytes",
 ]

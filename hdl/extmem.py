@@ -15,7 +15,8 @@ The memory moves ``bus_bytes`` per cycle, so a word of ``W`` bytes takes ``beats
 ceil(W / bus_bytes)`` cycles. The model (:class:`ExternalMemory`) serves one read at a time: a
 read taken in cycle ``c`` returns word ``i`` in cycle ``c + latency - 1 + (i + 1) * beats``
 and the next read can be taken in cycle ``c + latency + len * beats``; a write taken in cycle
-``c`` holds the bus until ``c + beats`` (an SDRAM write has no CAS latency). Every ``refresh_period`` cycles after ``restart`` a refresh falls due;
+``c`` holds the bus until ``c + beats`` (an SDRAM write has no CAS latency). Every
+``refresh_period`` cycles after ``restart`` a refresh falls due;
 the memory refreshes for ``refresh_cycles`` cycles as soon as no read or write is in flight
 (before any new one), taking none meanwhile. :class:`MemoryTimeline` is the same rules in
 Python, for the cycle model.

@@ -233,7 +233,8 @@ def write_report(report: dict, folder: Path) -> None:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for layer in report["layers"]:
         lines.append(f"| {layer['name']} | {layer['op']} | {layer['macs']:,} | "
-                     f"{layer['tiles']} | {layer['weight_bits'] if layer['weight_words'] else '-'} | "
+                     f"{layer['tiles']} | "
+                     f"{layer['weight_bits'] if layer['weight_words'] else '-'} | "
                      f"{layer['weight_bytes']:,} | "
                      f"{layer['predicted_cycles']:,} | {layer['utilization']:.1%} | "
                      f"{_window(layer)} |")

@@ -118,7 +118,8 @@ def seed_qdq() -> onnx.ModelProto:
     n = helper.make_node
 
     def q(x, name):                        # QuantizeLinear then DequantizeLinear
-        return [n("QuantizeLinear", [x, f"{name}_s", f"{name}_z"], [f"{name}_q"], name=f"q_{name}"),
+        return [n("QuantizeLinear", [x, f"{name}_s", f"{name}_z"], [f"{name}_q"],
+                  name=f"q_{name}"),
                 n("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_dq"],
                   name=f"dq_{name}")]
 

@@ -144,7 +144,8 @@ def test_the_bridge_writes_words_and_reads_bursts_in_order(width):
     words = {int(a): int(rng.integers(0, 1 << 63)) >> (64 - width)
              for a in rng.choice(200, 40, replace=False)}
     to_write = list(words.items())
-    reads = [(int(a), int(n)) for a, n in zip(rng.integers(0, 180, 8), (1, 16, 3, 16, 7, 2, 16, 9))]
+    reads = [(int(a), int(n))
+             for a, n in zip(rng.integers(0, 180, 8), (1, 16, 3, 16, 7, 2, 16, 9))]
     expected = [words.get(a + i, 0) for a, n in reads for i in range(n)]
     got, state = [], {"write": 0, "read": 0}
 

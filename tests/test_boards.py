@@ -158,7 +158,8 @@ def test_fit_check_counts_dsp_per_family():
 
 
 # nextpnr-ecp5's report of a critical path (abbreviated from a ULX3S-85F build: the carry
-# chain's middle cut, which repeats the same lines).
+# chain's middle cut, which repeats the same lines). Its empty line is "Info: ", the space
+# written \x20.
 _TIM = """\
 Info: Critical path report for clock '$glbnet$cd_sync.clk' (posedge -> posedge):
 Info:       type curr  total name
@@ -175,7 +176,7 @@ Info:                          Defined in:
 Info:                               /work/main/hdl/post.py:174
 Info:                               /work/main/hdl/post.py:170
 Info: 5.28 ns logic, 7.03 ns routing
-Info: 
+Info:\x20
 Info: Critical path report for cross-domain path '<async>' -> '<async>':
 Info:       type curr  total name
 Info:    routing  0.25  0.25 Net rx (0,1) -> (0,2)

@@ -279,8 +279,9 @@ def test_a_folder_that_cannot_be_written(tmp_path, files, monkeypatch, capsys, c
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root writes into read-only folders, so chmod cannot make one here; the same "
-                    "error is tested for every user by test_a_folder_that_cannot_be_written (EACCES)")
+                    reason="root writes into read-only folders, so chmod cannot make one here; "
+                    "the same error is tested for every user by "
+                    "test_a_folder_that_cannot_be_written (EACCES)")
 def test_a_read_only_parent_folder(tmp_path, files, capsys):
     parent = tmp_path / "ro"
     parent.mkdir()

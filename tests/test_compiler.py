@@ -6,8 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program, instruction_width,
-                             lower, natural_placement, pack_words, predict, unpack_words)
+from hwonnx.compiler import (FIELDS, LOOP_FIELDS, Op, decode, encode, encode_program,
+                             instruction_width, lower, natural_placement, pack_words, predict,
+                             unpack_words)
 from hwonnx.compiler.alloc import ActAllocator
 from hwonnx.compiler.timing import last_write
 from hwonnx.compiler.artifact import load_program, save_program

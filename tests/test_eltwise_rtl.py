@@ -104,7 +104,8 @@ def _mean3(rng):
 
 MODELS = {"se_gate": (_se_gate, (1, 3, 5, 6)), "mean3": (_mean3, (1, 3, 5, 6)),
           "glu": (_glu, (1, 3, 5, 6)), "add_scales": (_add_scales, (1, 3, 5, 6)),
-          "sub": (_sub, (1, 3, 5, 6)), "max_min": (_max_min, (1, 2, 9, 10)), "vectors": (_vectors, (1, 12))}
+          "sub": (_sub, (1, 3, 5, 6)), "max_min": (_max_min, (1, 2, 9, 10)),
+          "vectors": (_vectors, (1, 12))}
 
 
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

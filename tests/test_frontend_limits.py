@@ -380,10 +380,11 @@ def test_complex_inputs_are_refused_by_name(elem, name):
     with raises(ModelError, f"Graph input 'x' has {name}; hwonnx reads only float, integer and "
                 f"bool tensors"):
         load_model(model)
-    constant = make_model([helper.make_node("Constant", [], ["c"], name="k", value=onnx.TensorProto(
-        name="c", data_type=elem, dims=[1], float_data=[1.0, 2.0] if elem == 14 else [],
-        double_data=[1.0, 2.0] if elem == 15 else [])), helper.make_node("Relu", ["x"], ["y"])],
-        {"x": [1, 4]}, {"y": [1, 4]})
+    value = onnx.TensorProto(name="c", data_type=elem, dims=[1],
+                             float_data=[1.0, 2.0] if elem == 14 else [],
+                             double_data=[1.0, 2.0] if elem == 15 else [])
+    constant = make_model([helper.make_node("Constant", [], ["c"], name="k", value=value),
+                           helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 4]}, {"y": [1, 4]})
     with raises(ModelError, f"Attribute 'value' of node 'k' has {name}; hwonnx reads only "
                 f"float, integer and bool tensors"):
         load_model(constant)

@@ -104,7 +104,7 @@ def test_batchnorm_folds_into_a_depthwise_conv():
     assert (node.op, node.attrs["group"], node.attrs["relu"]) == ("Conv", 4, True)
 
 
-# Average pooling ----------------------------------------------------------------------------------
+# Average pooling ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 def test_average_pool_with_pads(count_include_pad):
@@ -164,7 +164,7 @@ def test_average_pool_pads_as_large_as_the_kernel_are_refused():
         load_model(model)
 
 
-# Residual Add, Clip -------------------------------------------------------------------------------
+# Residual Add, Clip ------------------------------------------------------------------------------
 
 def test_residual_add_keeps_add_and_fuses_relu():
     model = make_model([conv_node("x", "w1", "a", "conv1", pads=[1, 1, 1, 1]),
@@ -263,7 +263,7 @@ def test_clip_after_dense_and_avgpool_and_add():
         ("Dense", True, 0.75)]
 
 
-# Softmax ------------------------------------------------------------------------------------------
+# Softmax -----------------------------------------------------------------------------------------
 
 def test_softmax_at_the_end():
     model = make_model([helper.make_node("Gemm", ["x", "w", "b"], ["d"], name="fc"),
@@ -316,7 +316,7 @@ def test_softmax_that_is_an_output_and_also_read_by_a_layer_is_a_host_step():
     assert graph.outputs == ("s", "y")
 
 
-# Passes on hand-made graphs -----------------------------------------------------------------------
+# Passes on hand-made graphs ----------------------------------------------------------------------
 
 def layer_graph(act_max, op="Clip", attrs=None):
     t = TensorType("float32", (1, 4))
@@ -354,7 +354,7 @@ def test_evaluate_softmax_on_axis_0_of_a_batch():
                                   np.ones((4, 3), np.float32))
 
 
-# MLPerf Tiny --------------------------------------------------------------------------------------
+# MLPerf Tiny -------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def zoo_model(name: str) -> bytes:

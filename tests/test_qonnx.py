@@ -231,8 +231,8 @@ def channels_last_net(seed: int) -> onnx.ModelProto:
     g = b.node("Gemm", [b.node("Flatten", ["pt"], "f"), w2,
                         b.bias("b2", 10, np.float32(0.25) * s_w2, True)], "g", transB=1)
     b.quant(g, "y", 1 / 16, 8)
-    b.shapes.update(w=[6, 3, 3, 3], xt=[1, 8, 8, 3], xq=[1, 8, 8, 3], c=[1, 8, 8, 6], n=[1, 8, 8, 6],
-                    r=[1, 8, 8, 6], a=[1, 8, 8, 6], p=[1, 4, 4, 6])
+    b.shapes.update(w=[6, 3, 3, 3], xt=[1, 8, 8, 3], xq=[1, 8, 8, 3], c=[1, 8, 8, 6],
+                    n=[1, 8, 8, 6], r=[1, 8, 8, 6], a=[1, 8, 8, 6], p=[1, 4, 4, 6])
     return b.model([1, 3, 8, 8], "y", [1, 10], imports=(QONNX, CHANNELS_LAST))
 
 

@@ -1,6 +1,7 @@
 """The unary table operators added to LeakyRelu/Sigmoid/Tanh/HardSigmoid/HardSwish (issue 13):
 Elu, Selu, Celu, Softplus, Softsign, Gelu (none and tanh), Mish, ThresholdedRelu, Exp, Neg,
-Abs, Erf, Swish, Log, Sqrt, Reciprocal, Sign, Floor, Ceil, Round. Each float function against onnx's ReferenceEvaluator; each after a Conv and after a
+Abs, Erf, Swish, Log, Sqrt, Reciprocal, Sign, Floor, Ceil, Round. Each float function against
+onnx's ReferenceEvaluator; each after a Conv and after a
 Gemm in a hand-written QDQ model, the golden int8 output against onnxruntime's reference path
 (no graph optimization: DequantizeLinear -> float op -> QuantizeLinear as written); and two
 of them on the RTL, bit-exact with golden in the predicted cycles."""

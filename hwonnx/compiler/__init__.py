@@ -6,6 +6,7 @@ from .lower import lower
 from .program import LayerPlan, Program, encode_program
 from .timing import Timing, predict
 
-__all__ = ["FIELDS", "LOOP_FIELDS", "LayerPlan", "Op", "Placement", "Program", "Timing", "decode", "encode",
+__all__ = ["FIELDS", "LOOP_FIELDS", "LayerPlan", "Op", "Placement", "Program", "Timing", "decode",
+           "encode",
            "encode_program", "instruction_width", "lower", "natural_placement", "pack_words",
            "predict", "unpack_words"]

@@ -338,7 +338,8 @@ def staged_folder(folder, *, copy: bool = False, check=None):
     Yields a temporary folder beside ``folder`` (same parent, hidden name) to write into,
     with ``folder`` locked (:func:`folder_lock`); ``copy``: start from a copy of the existing
     ``folder`` (``hwonnx bitstream`` adds to a build) instead of an empty folder, once
-    ``check(folder)`` (called with the lock held) has accepted it. When the body returns, the temporary folder must hold a manifest (:func:`write_manifest`); it then
+    ``check(folder)`` (called with the lock held) has accepted it. When the body returns, the
+    temporary folder must hold a manifest (:func:`write_manifest`); it then
     replaces ``folder`` by renames (the old folder is removed only after the new one is in
     place). On any error or interruption the temporary folder is removed and ``folder`` is
     left as it was. What killed writers left beside ``folder`` goes first

@@ -22,7 +22,8 @@ from ..hdl.loader import tile_words
 from .layout import Placement
 from .specs import LayerSpec
 
-__all__ = ["part_budget", "words_per_group", "weight_parts", "concat_parts", "part_spec", "part_target"]
+__all__ = ["part_budget", "words_per_group", "weight_parts", "concat_parts", "part_spec",
+           "part_target"]
 
 
 def part_budget(config: ArchConfig) -> int:

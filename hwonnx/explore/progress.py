@@ -20,8 +20,9 @@ def point_line(record: dict, done: int, total: int) -> str:
                  else f"{record['clock_mhz']:g} MHz")
         sim = (f"; RTL = golden on {record['sim']['samples']} sample(s)" if record.get("sim")
                else "")
-        return (f"{head}{record['predicted_cycles']:,} cycles, {format_ms(record['latency_s'])} at "
-                f"{clock}; {used['dsp']:,} DSP, {used['bram']:,} BRAM, {used['luts']:,} LUT"
+        return (f"{head}{record['predicted_cycles']:,} cycles, "
+                f"{format_ms(record['latency_s'])} at {clock}; {used['dsp']:,} DSP, "
+                f"{used['bram']:,} BRAM, {used['luts']:,} LUT"
                 f"{sim}{took}")
     status = {"does-not-fit": "does not fit", "timeout": "timed out"}.get(record["status"],
                                                                           record["status"])

@@ -41,8 +41,8 @@ from .builder import NO_ACTIVATION, GraphBuilder, node_attrs
 from .convert import convert_softmax, mul_maps, transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
-           "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end", "host_steps",
-           "runs_on_neither", "check_host_steps"]
+           "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end",
+           "host_steps", "runs_on_neither", "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
 HOST_START_OPS = onnx_ops(host_start=True)

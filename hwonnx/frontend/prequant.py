@@ -103,7 +103,7 @@ class _Rewriter(QOperatorRewrites):
                              f"floats")
         if z_index < len(node.input) and node.input[z_index]:
             zero_point = self.constant(node, z_index, "zero point")
-        else:                     # ONNX: absent means 0 of the integer type (QuantizeLinear: uint8)
+        else:       # ONNX: absent means 0 of the integer type (QuantizeLinear: uint8)
             q = self.consts.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
             zero_point = np.zeros(scale.shape, np.uint8 if q is None else q.dtype)
         if zero_point.dtype not in (np.int8, np.uint8, np.int32):

@@ -43,7 +43,8 @@ class OnnxOp:
     """How the frontend reads one ai.onnx operator.
 
     ``compute``: mapped onto the float IR on run-time values (by
-    :data:`hwonnx.frontend.convert.CONVERTERS`); ``foldable``: accepted on constants only (constant folding removes it);
+    :data:`hwonnx.frontend.convert.CONVERTERS`); ``foldable``: accepted on constants only
+    (constant folding removes it);
     ``host_start`` / ``host_end``: the host may run it in the graph's leading chain / at its
     end (:mod:`hwonnx.frontend.host`); ``host_middle``: anywhere else too, as a host step
     between two accelerator segments (its float32 output is quantized again);

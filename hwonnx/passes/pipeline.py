@@ -81,5 +81,6 @@ def run_pipeline(graph: Graph, passes: "Sequence[Pass]", ctx: PassContext) -> Gr
 #: they produce (or pad) still absorbs a following ``Add``, ``Relu`` or ``Clip``. ``fold-scale``
 #: comes after ``fuse-bias`` (Keras's ``MatMul -> Add -> Mul -> Add``: the layer's bias ``Add``
 #: first, then the scale node with the second ``Add`` in its bias) and before the activations.
-FLOAT_PIPELINE: "list[Pass]" = [FoldTranspose(), RemoveIdentity(), FoldPad(), FoldBatchNorm(), BatchNormToConv(),
-                                FuseBias(), FoldScale(), FuseRelu(), FuseClip()]
+FLOAT_PIPELINE: "list[Pass]" = [FoldTranspose(), RemoveIdentity(), FoldPad(), FoldBatchNorm(),
+                                BatchNormToConv(), FuseBias(), FoldScale(), FuseRelu(),
+                                FuseClip()]

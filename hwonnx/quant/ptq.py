@@ -43,7 +43,8 @@ _CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = 
 def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
     """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool``,
     ``Concat``, the table activations of :data:`hwonnx.ir.tables.TABLE_OPS` (``LeakyRelu``,
-    ``Sigmoid``, ``Elu``, ``Gelu``, ...), ``Flatten``, ``Reshape``, host ``Softmax``) to the integer vocabulary.
+    ``Sigmoid``, ``Elu``, ``Gelu``, ...), ``Flatten``, ``Reshape``, host ``Softmax``) to the
+    integer vocabulary.
 
     Quantization parameters a pre-quantized model gives (``graph.meta["quantization"]``, see
     :func:`hwonnx.frontend.prequant.annotate_graph`) are used as they are: activation scales

@@ -158,8 +158,9 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
         for name in host:
             where = ("before the accelerator's input" if level[name] <= segments[0]["level"]
                      else "after the accelerator's output")
-            steps[name] = {"at": "middle", "why": f"{steps[name]['why'].split('; ')[0]}; "
-                                                 f"{where} (one accelerator segment: no round trip)"}
+            why = steps[name]["why"].split("; ")[0]
+            steps[name] = {"at": "middle", "why": f"{why}; {where} (one accelerator segment: "
+                                                 f"no round trip)"}
         meta["host_steps"] = steps
     result = Graph(kept[::-1], core.inputs, core.outputs, types, constants, meta)
     result.verify()

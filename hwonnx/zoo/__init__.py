@@ -2,9 +2,10 @@
 
 :mod:`hwonnx.zoo.mlperf_tiny` holds the four MLPerf Tiny v1.0 reference architectures
 (ResNet-8, DS-CNN, MobileNetV1-0.25, the anomaly-detection autoencoder), plus
-:func:`count_macs` and :func:`random_inputs`; :mod:`hwonnx.zoo.imagenet` holds ResNet-18, MobileNetV2 and 256x256 YOLO-style and U-Net
-models for the external memory; :mod:`hwonnx.zoo.exporters` holds small networks
-laid out the way tf2onnx and PyTorch export them (:data:`EXPORTER_STYLE`).
+:func:`count_macs` and :func:`random_inputs`; :mod:`hwonnx.zoo.imagenet` holds ResNet-18,
+MobileNetV2 and 256x256 YOLO-style and U-Net models for the external memory;
+:mod:`hwonnx.zoo.exporters` holds small networks laid out the way tf2onnx and PyTorch export
+them (:data:`EXPORTER_STYLE`).
 """
 
 from .exporters import EXPORTER_STYLE

@@ -33,8 +33,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["EXPORTER_STYLE", "audio_cnn_1d", "autoencoder_two_outputs", "keras_nhwc_cnn", "mobilenet_v3_style",
-           "tiny_unet", "tiny_yolo_style", "torch_mlp_bn1d"]
+__all__ = ["EXPORTER_STYLE", "audio_cnn_1d", "autoencoder_two_outputs", "keras_nhwc_cnn",
+           "mobilenet_v3_style", "tiny_unet", "tiny_yolo_style", "torch_mlp_bn1d"]
 
 
 class _Graph:
