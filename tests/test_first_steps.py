@@ -305,5 +305,9 @@ def test_readme_boards_section_names_every_board():
 def test_readme_quick_start_names_the_compiler_verilator_needs():
     section = readme_section("Quick start")
     assert "\npip install -e . && hwonnx demo\n" in section
-    assert '\npip install -e ".[test]" && pytest\n' in section
+    assert '\npip install -e ".[test]" && ruff check && pytest\n' in section
+    # .ci/run runs the first line that starts so: the lint, then the tests
+    first = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                 if re.match(r'^pip install -e "\.\[test\]"', line))
+    assert first == 'pip install -e ".[test]" && ruff check && pytest'
     assert "`g++` and `make`" in " ".join(section.split())
