@@ -254,7 +254,7 @@ def test_inspect_and_build_refuse_an_invalid_array_alike(command, tmp_path, caps
                                        "must be at most 64x64, not 100x8\n")
 
 
-# 7. ``hwonnx boards``: columns that line up; every board in the README -----------------------
+# 7. ``hwonnx boards``: columns that line up; every board and subpackage in the README ------
 
 def test_boards_columns_line_up(capsys):
     assert main(["boards"]) == 0
@@ -298,6 +298,14 @@ def test_readme_boards_section_names_every_board():
     assert set(mentioned) == {name for name, b in BOARDS.items() if not b.is_simulation}
     section = " ".join(readme_section("Boards").split())
     assert [name for name, text in mentioned.items() if text not in section] == []
+
+
+def test_readme_layout_names_every_subpackage():
+    section = readme_section("Layout")
+    packages = sorted(p.parent.name for p in (ROOT / "hwonnx").glob("*/__init__.py"))
+    assert len(packages) >= 9
+    for folder in [*packages, "hdl", "sim", "boards", "tests", "bench", "docs"]:
+        assert f"`{folder}/`" in section, folder
 
 
 # 8. The quick start says what Verilator needs ---------------------------------------------------
