@@ -208,7 +208,8 @@ def critical_path(log_text: str, clock: str) -> "dict | None":
 
 
 #: The steps of the build script, by the environment variable naming their tool.
-_STEPS = {"YOSYS": "Synthesizing with Yosys ...", "NEXTPNR": "Placing and routing with nextpnr ...",
+_STEPS = {"YOSYS": "Synthesizing with Yosys ...",
+          "NEXTPNR": "Placing and routing with nextpnr ...",
           "PACK": "Packing the bitstream ..."}
 
 
@@ -244,8 +245,9 @@ def _tool_log_tail(root: Path) -> str:
 def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" = None) -> dict:
     """Run the open flow (Yosys, nextpnr, then icepack, ecppack or gowin_pack) on
     ``folder/board`` with the YoWASP tools. Raises :class:`ToolchainError` when a tool is
-    missing, the design does not fit, or it misses the board clock. Messages and the result name ``shown`` (the build folder that
-    ``folder``, a temporary folder removed on failure, becomes) instead of ``folder``."""
+    missing, the design does not fit, or it misses the board clock. Messages and the result
+    name ``shown`` (the build folder that ``folder``, a temporary folder removed on failure,
+    becomes) instead of ``folder``."""
     final = Path(shown or folder) / "board"
     family = board.family
     if family not in YOWASP_TOOLS:
