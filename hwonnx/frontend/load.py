@@ -25,7 +25,8 @@ from .annotate import Annotations
 from .prequant import annotate_graph, dequantize_model, is_prequantized
 from .qonnx import import_missing_domains, is_qonnx, rewrite_qonnx
 from .read import read_model
-from .shapes import apply_overrides, bind_input_shapes, infer_shapes, value_types
+from .shapes import (apply_overrides, bind_input_shapes, infer_folded_shapes, infer_shapes,
+                     value_types)
 from .sparse import densify_sparse
 from .support import check_fused, check_support
 from .validate import resolve_operators, validate_model
@@ -157,6 +158,7 @@ def import_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     live = remove_dead_nodes(list(model.graph.node), outputs)
     nodes, constants = fold_constants(model, types, live)
     nodes = remove_dead_nodes(nodes, outputs)
+    types = infer_folded_shapes(model, nodes, constants, types)
     # the initializers are arrays now: drop the protobuf holding them (peak memory)
     model, nodes = release_initializers(model, nodes)
     live = None

@@ -15,8 +15,8 @@ from .common import MAX_TENSOR_ELEMENTS, copy_fields, count_text, extend_message
 _INFER_ELEMENTS = 1024
 _INFER_BYTES = 1 << 24
 
-__all__ = ["bind_input_shapes", "apply_overrides", "infer_shapes", "value_types",
-           "shape_skeleton", "put_back_initializers"]
+__all__ = ["bind_input_shapes", "apply_overrides", "infer_shapes", "infer_folded_shapes",
+           "value_types", "shape_skeleton", "put_back_initializers"]
 
 
 def _dims_text(dims, bound: "dict[str, int] | None" = None) -> str:
@@ -175,6 +175,42 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         del getattr(model.graph, field)[:]
         getattr(model.graph, field).extend(getattr(inferred.graph, field))
     return model
+
+
+def infer_folded_shapes(model: onnx.ModelProto, nodes: "list[onnx.NodeProto]",
+                        constants: "dict[str, np.ndarray]", types: dict) -> dict:
+    """``types`` (:func:`value_types`) completed after constant folding: where a run-time value
+    of ``nodes`` has no static shape, shape inference runs again on the folded graph
+    (``nodes``, reading ``constants``), in which the values it could not follow are constants.
+    (torch.onnx computes a ``Slice``'s ends as ``Shape -> Gather -> Add -> Div -> Mul``, as in
+    ShuffleNetV2's channel split; onnx's data propagation stops at the ``Div``.)
+
+    Raises
+    ------
+    ModelError
+        If inference fails on the folded graph.
+    """
+    runtime = {v for node in nodes for v in (*node.input, *node.output)
+               if v and v not in constants}
+    if all(types.get(v, (0, None))[1] is not None for v in runtime):
+        return types
+    folded = onnx.ModelProto()
+    copy_fields(model, folded, skip=("graph",))
+    copy_fields(model.graph, folded.graph,
+                skip=("initializer", "sparse_initializer", "node", "value_info"))
+    extend_messages(folded.graph.node, nodes)
+    folded.ir_version = max(folded.ir_version, 4)
+    inputs = {value.name for value in folded.graph.input}
+    for name in sorted({v for node in nodes for v in node.input if v in constants}):
+        value = np.asarray(constants[name])
+        if value.size <= _INFER_ELEMENTS:
+            folded.graph.initializer.append(numpy_helper.from_array(value, name))
+        elif name not in inputs:
+            folded.graph.input.append(onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape)))
+    found = value_types(infer_shapes(folded))
+    return {**types, **{name: typed for name, typed in found.items()
+                        if typed[1] is not None and types.get(name, (0, None))[1] is None}}
 
 
 def shape_skeleton(model: onnx.ModelProto) -> "tuple[onnx.ModelProto, list[str]]":
