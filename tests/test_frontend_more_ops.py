@@ -346,8 +346,8 @@ def test_transpose_of_non_unit_axes_is_a_permute():
 
 def test_pipeline_order():
     assert [p.name for p in FLOAT_PIPELINE] == [
-        "fold-transpose", "remove-identity", "fold-pad", "fold-batchnorm", "batchnorm-to-conv",
-        "fuse-bias", "fold-scale", "fuse-relu", "fuse-clip"]
+        "fold-transpose", "remove-identity", "channel-shuffle", "fold-pad", "fold-batchnorm",
+        "batchnorm-to-conv", "fuse-bias", "fold-scale", "fuse-relu", "fuse-clip"]
 
 
 def test_skipping_fold_pad_leaves_the_pad_refused():

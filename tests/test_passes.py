@@ -183,8 +183,8 @@ def test_fuse_relu_needs_a_single_consumer(outputs):
 
 def test_float_pipeline_order():
     assert [p.name for p in FLOAT_PIPELINE] == [
-        "fold-transpose", "remove-identity", "fold-pad", "fold-batchnorm", "batchnorm-to-conv",
-        "fuse-bias", "fold-scale", "fuse-relu", "fuse-clip"]
+        "fold-transpose", "remove-identity", "channel-shuffle", "fold-pad", "fold-batchnorm",
+        "batchnorm-to-conv", "fuse-bias", "fold-scale", "fuse-relu", "fuse-clip"]
 
 
 def bn_add_relu_graph():
@@ -204,10 +204,10 @@ def test_pipeline_fuses_conv_bn_add_relu_and_dumps(tmp_path):
     assert_equivalent(graph, new)
     assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == [
         "00-input.ir.txt", "01-fold-transpose.ir.txt", "02-remove-identity.ir.txt",
-        "03-fold-pad.ir.txt", "04-fold-batchnorm.ir.txt", "05-batchnorm-to-conv.ir.txt",
-        "06-fuse-bias.ir.txt", "07-fold-scale.ir.txt", "08-fuse-relu.ir.txt",
-        "09-fuse-clip.ir.txt"]
-    assert (tmp_path / "ir" / "09-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
+        "03-channel-shuffle.ir.txt", "04-fold-pad.ir.txt", "05-fold-batchnorm.ir.txt",
+        "06-batchnorm-to-conv.ir.txt", "07-fuse-bias.ir.txt", "08-fold-scale.ir.txt",
+        "09-fuse-relu.ir.txt", "10-fuse-clip.ir.txt"]
+    assert (tmp_path / "ir" / "10-fuse-clip.ir.txt").read_text() == repr(new) + "\n"
 
 
 def test_pipeline_skips_passes():

@@ -16,8 +16,8 @@ from typing import Callable
 from ..ir import Node
 from .eltwise import emit_eltwise
 from .layout import Placement
-from .specs import (add_spec, concat_hw_specs, concat_spec, conv_spec, dense_spec, permute_specs,
-                    phase_specs, pool_spec, slice_spec)
+from .specs import (add_spec, channel_permute_spec, concat_hw_specs, concat_spec, conv_spec,
+                    dense_spec, permute_specs, phase_specs, pool_spec, slice_spec)
 from .split import concat_parts
 
 __all__ = ["LOWERINGS", "lowering"]
@@ -60,6 +60,13 @@ def lower_pool(emitter, node: Node, sources: "list[Placement]", target: Placemen
 def lower_slice(emitter, node: Node, sources: "list[Placement]", target: Placement) -> list:
     return emitter.one_layer(node, slice_spec(node, sources, emitter.graph, emitter.rows),
                              target)
+
+
+@lowering("QChannelPermute")
+def lower_channel_permute(emitter, node: Node, sources: "list[Placement]", target: Placement
+                          ) -> list:
+    return emitter.one_layer(
+        node, channel_permute_spec(node, sources, emitter.graph, emitter.rows), target)
 
 
 @lowering("QConcat")

@@ -17,7 +17,8 @@ from .layout import Placement
 from .phases import phases
 from .taps import packed_spec_fields
 
-__all__ = ["Source", "LayerSpec", "MAX_PHYS_ELEMENTS", "add_spec", "concat_hw_specs",
+__all__ = ["Source", "LayerSpec", "MAX_PHYS_ELEMENTS", "add_spec", "channel_permute_spec",
+           "concat_hw_specs",
            "concat_spec", "conv_spec", "dense_spec", "permute_specs", "phase_specs", "pool_spec",
            "slice_spec"]
 
@@ -168,6 +169,22 @@ def concat_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: i
                 ) -> LayerSpec:
     """A ``QConcat`` along the channels (:func:`_concat_spec`)."""
     return _concat_spec(node, placements, graph, rows, _layer_out(node.attrs))
+
+
+def channel_permute_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
+                         ) -> LayerSpec:
+    """A ``QChannelPermute`` as a 1x1 copy: output channel ``c`` has weight 1 on input lane
+    ``channels[c]`` (a 0/1 permutation matrix), requantized per output channel."""
+    attrs = node.attrs
+    mult, shift = (graph.constants[v] for v in node.inputs[1:3])
+    source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
+    channels, h, w = placements[0].shape[1:]
+    lanes = np.asarray(attrs["channels"], dtype=np.int64)
+    phys = _phys_zeros(node, channels, 1, 1, source.cb * rows, channels)
+    phys[np.arange(channels), 0, 0, lanes] = 1
+    return LayerSpec([source], [0], phys, np.zeros(channels, dtype=np.int64), mult, shift,
+                     (h, w), (1, 1), (0, 0, 0, 0), (1, 1), macs=channels * h * w,
+                     **_layer_out(attrs))
 
 
 def slice_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int

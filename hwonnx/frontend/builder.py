@@ -32,6 +32,12 @@ class GraphBuilder:
         self.used = {v for node in nodes for v in node.input} | \
             {value.name for value in model.graph.output}
         self.producer = {v: node for node in nodes for v in node.output if v}
+        self.readers: "dict[str, list[onnx.NodeProto]]" = {}
+        for node in nodes:
+            for v in node.input:
+                if v:
+                    self.readers.setdefault(v, []).append(node)
+        self.outputs = frozenset(value.name for value in model.graph.output)
         self.converted: "set[str]" = set()
 
     def _note_dtype(self, dtype: str) -> None:

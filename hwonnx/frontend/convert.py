@@ -14,6 +14,7 @@ from ..ir.evaluate import check_node_work
 from ..ir.graph import Graph, Node
 from ..ir.ops import IR_OPS
 from ..ir.tables import TABLE_OPS
+from ..passes.channel_shuffle import channel_order
 from ..passes.rewrite import channel_scale_node, channel_weight
 from .builder import (NO_ACTIVATION, GraphBuilder, check_per_channel, check_windows,
                       explicit_pads, input_4d, node_attrs, unsupported)
@@ -422,12 +423,44 @@ def _transpose(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     perm = tuple(int(p) for p in node_attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
     if transpose_is_reshape(shape, list(perm)):
         return _as_reshape(b, node)
-    if len(shape) != 4 or shape[0] != 1 or perm[0] != 0:
+    if (len(shape) != 4 or shape[0] != 1 or perm[0] != 0) \
+            and not _in_channel_shuffle(b, node, perm):
         raise unsupported(b, node, (
             f"Transpose '{node.name}' has perm {list(perm)} on a value of shape {list(shape)}; "
             f"the array moves the channel, height and width axes of a [1, C, H, W] image"))
     return Node(node.name, "Permute", (x,), (b.value(node.output[0]),),
                 {"perm": perm, **NO_ACTIVATION})
+
+
+#: ONNX operators that only relabel the axes (mapped to ``Reshape``, ``Flatten`` or
+#: ``Identity``), which a channel shuffle may have around its ``Transpose``.
+_RELABELLING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+
+
+def _in_channel_shuffle(b: GraphBuilder, node: onnx.NodeProto, perm) -> bool:
+    """Whether the ``Transpose`` ``node`` is the middle of a channel shuffle: between
+    relabelling nodes going from a ``[1, C, H, W]`` value to the next value of that shape,
+    it permutes whole channels (:func:`hwonnx.passes.channel_shuffle.channel_order`; the
+    ``channel-shuffle`` pass makes it one ``ChannelPermute``)."""
+    def only_reader(value: str, reader: onnx.NodeProto) -> bool:
+        readers = b.readers.get(value, [])
+        return value not in b.outputs and len(readers) == 1 and readers[0] is reader
+
+    source, reader = node.input[0], node
+    while True:
+        producer = b.producer.get(source)
+        if producer is None or producer.op_type not in _RELABELLING \
+                or not only_reader(source, reader):
+            break
+        source, reader = producer.input[0], producer
+    shape, value, steps = b.shape(source), node.output[0], source != node.input[0]
+    while b.shape(value) != shape or not steps:
+        readers = b.readers.get(value, [])
+        if not only_reader(value, readers[0] if readers else None) \
+                or readers[0].op_type not in _RELABELLING or readers[0].input[0] != value:
+            return False
+        value, steps = readers[0].output[0], True
+    return channel_order(shape, b.shape(node.input[0]), perm, shape) is not None
 
 
 def _pad(b: GraphBuilder, node: onnx.NodeProto) -> Node:

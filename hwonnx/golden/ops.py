@@ -286,6 +286,22 @@ def qpermute(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, 
     return np.moveaxis(y, -1, 1)
 
 
+@golden_op("QChannelPermute")
+def qchannel_permute(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int,
+                     out_zp: int, lo: int, hi: int, channels, **_) -> np.ndarray:
+    """Output channel ``c`` is input channel ``channels[c]`` of the ``[N, C, H, W]`` ``x``,
+    ``x - in_zp`` requantized per output channel (the identity ``2**30 * 2**-30`` copies
+    it)."""
+    order = np.asarray(channels, dtype=np.int64)
+    if order.ndim != 1 or x.ndim != 4 or sorted(order.tolist()) != list(range(x.shape[1])):
+        raise ValueError(f"QChannelPermute of channels {order.tolist()} on a value of shape "
+                         f"{list(x.shape)}: the channels must be a permutation of its axis 1")
+    part = x[:, order].astype(np.int64) - in_zp
+    y = requantize(np.moveaxis(part, 1, -1), np.zeros(part.shape[1], dtype=np.int32), mult,
+                   shift, out_zp, lo, hi)
+    return np.moveaxis(y, -1, 1)
+
+
 @golden_op("Softmax")
 def softmax(x: np.ndarray, *, axis: int = -1, **_) -> np.ndarray:
     """Host operator (float32): softmax along ``axis``."""

@@ -270,6 +270,8 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
         node, np.concatenate(xs, axis=node.attrs["axis"])),
     "Slice": _slice,
     "Permute": lambda graph, node, x: _activation(node, np.transpose(x, node.attrs["perm"])),
+    "ChannelPermute": lambda graph, node, x: _activation(
+        node, x[:, list(node.attrs["channels"])]),
     "Relu": lambda graph, node, x: np.maximum(x, 0),
     "Clip": _clip,
     "BatchNorm": _batchnorm,

@@ -5,9 +5,9 @@ Two op vocabularies share this structure (documented in ``docs/ir.md``; every op
 in the operator registry, :mod:`hwonnx.ir.ops`):
 
 * the **float graph** made by the frontend: ``Conv``, ``Dense``, ``ConvTranspose``, ``Add``,
-  ``Eltwise``, ``AvgPool``, ``MaxPool``, ``Concat``, ``Slice``, ``Permute``, ``Relu``,
-  ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``, ``Softmax`` and the table activations
-  (``LeakyRelu``, ``Sigmoid``, ...);
+  ``Eltwise``, ``AvgPool``, ``MaxPool``, ``Concat``, ``Slice``, ``Permute``,
+  ``ChannelPermute``, ``Relu``, ``BatchNorm``, ``Flatten``, ``Reshape``, ``Identity``,
+  ``Softmax`` and the table activations (``LeakyRelu``, ``Sigmoid``, ...);
 * the **integer graph** made by the quantizer: ``Quantize``, the ``Q...`` layers of those,
   ``Flatten``, ``Reshape``, ``Dequantize`` and host ``Softmax``; every one of them is defined
   bit for bit by a function of :mod:`hwonnx.golden`.

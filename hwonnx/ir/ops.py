@@ -102,6 +102,9 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                     "own scale, requantized once by the post-processor"),
     "Permute": IrOp(LAYER, "QPermute", why="a Transpose that moves data: copies of the input's "
                     "rows or channels, each written with strides to its place"),
+    "ChannelPermute": IrOp(LAYER, "QChannelPermute", why="a channel shuffle (Reshape, Transpose, "
+                           "Reshape that permute whole channels): a 1x1 copy whose weights are "
+                           "a 0/1 permutation matrix, requantized by the identity"),
     "Slice": IrOp(LAYER, "QSlice", why="a window of the input (Slice, an output of Split): a "
                   "1x1 copy selecting its channels, the window starting inside the input"),
     "Flatten": IrOp(LAYOUT, "Flatten", why=_LAYOUT_ONLY),

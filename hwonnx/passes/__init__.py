@@ -1,6 +1,7 @@
 """Graph-to-graph passes and the pipeline that runs them."""
 
 from .batchnorm_to_conv import BatchNormToConv
+from .channel_shuffle import ChannelShuffle
 from .fold_batchnorm import FoldBatchNorm
 from .fold_pad import FoldPad
 from .fold_scale import FoldScale
@@ -14,5 +15,5 @@ from .remove_identity import RemoveIdentity
 __all__ = [
     "FLOAT_PIPELINE", "Pass", "PassContext", "run_pipeline", "RemoveIdentity", "FoldBatchNorm",
     "FoldScale", "FuseBias", "FuseRelu", "FuseClip", "FoldPad", "BatchNormToConv",
-    "FoldTranspose",
+    "FoldTranspose", "ChannelShuffle",
 ]

@@ -7,6 +7,7 @@ from typing import Protocol, Sequence
 
 from ..ir.graph import Graph, IRVerificationError
 from .batchnorm_to_conv import BatchNormToConv
+from .channel_shuffle import ChannelShuffle
 from .fold_batchnorm import FoldBatchNorm
 from .fold_pad import FoldPad
 from .fold_transpose import FoldTranspose
@@ -77,10 +78,13 @@ def run_pipeline(graph: Graph, passes: "Sequence[Pass]", ctx: PassContext) -> Gr
 
 
 #: The passes :func:`hwonnx.frontend.load_model` runs on every float graph.
+#: ``channel-shuffle`` comes after ``fold-transpose`` (a Transpose that a ``Dense`` can take
+#: into its weights costs nothing) and ``remove-identity`` (an ``Identity`` in a shuffle's
+#: chain of layout nodes).
 #: ``fold-pad`` and ``batchnorm-to-conv`` come before the fusions, so that the ``Conv``/``Dense``
 #: they produce (or pad) still absorbs a following ``Add``, ``Relu`` or ``Clip``. ``fold-scale``
 #: comes after ``fuse-bias`` (Keras's ``MatMul -> Add -> Mul -> Add``: the layer's bias ``Add``
 #: first, then the scale node with the second ``Add`` in its bias) and before the activations.
-FLOAT_PIPELINE: "list[Pass]" = [FoldTranspose(), RemoveIdentity(), FoldPad(), FoldBatchNorm(),
-                                BatchNormToConv(), FuseBias(), FoldScale(), FuseRelu(),
-                                FuseClip()]
+FLOAT_PIPELINE: "list[Pass]" = [FoldTranspose(), RemoveIdentity(), ChannelShuffle(), FoldPad(),
+                                FoldBatchNorm(), BatchNormToConv(), FuseBias(), FoldScale(),
+                                FuseRelu(), FuseClip()]

@@ -1,6 +1,7 @@
 """Quantization of the layers that copy values: ``Slice`` (a window of its input),
-``Permute`` (a Transpose that moves data) and ``Concat`` along the height or width axis (each
-source copied to its place). Each keeps its input's parameters where it can, so the integers
+``Permute`` (a Transpose that moves data), ``ChannelPermute`` (a channel shuffle) and
+``Concat`` along the height or width axis (each source copied to its place). Each keeps its
+input's parameters where it can, so the integers
 are copied exactly."""
 
 import numpy as np
@@ -20,8 +21,9 @@ def _identity_or(real: np.ndarray, layer: str) -> "tuple[np.ndarray, ...]":
 
 
 def quantize_copy(node: Node, params, qname, constants, types) -> Node:
-    """``Slice`` (``QSlice``: ``starts``, ``out_shape``) or ``Permute`` (``QPermute``:
-    ``perm``): the copied ``x - in_zp`` requantized by ``s_in / s_out`` per output channel
+    """``Slice`` (``QSlice``: ``starts``, ``out_shape``), ``Permute`` (``QPermute``:
+    ``perm``) or ``ChannelPermute`` (``QChannelPermute``: ``channels``): the copied
+    ``x - in_zp`` requantized by ``s_in / s_out`` per output channel
     (the identity, and the integers exactly, when the output keeps the input's parameters,
     as the quantizer chooses unless a pre-quantized model says otherwise)."""
     x, out = node.inputs[0], node.outputs[0]
@@ -30,8 +32,13 @@ def quantize_copy(node: Node, params, qname, constants, types) -> Node:
     mult, shift = _identity_or(np.full(channels, s_in / s_out), node.name)
     names = add_constants(node.name, {"mult": mult, "shift": shift}, constants, types)
     lo, hi = clamp_bounds(node, params[out])
-    where = {"perm": tuple(node.attrs["perm"])} if node.op == "Permute" else {
-        "starts": tuple(node.attrs["starts"]), "out_shape": tuple(types[qname[out]].shape[1:])}
+    if node.op == "Permute":
+        where = {"perm": tuple(node.attrs["perm"])}
+    elif node.op == "ChannelPermute":
+        where = {"channels": tuple(int(c) for c in node.attrs["channels"])}
+    else:
+        where = {"starts": tuple(node.attrs["starts"]),
+                 "out_shape": tuple(types[qname[out]].shape[1:])}
     return Node(node.name, "Q" + node.op, (qname[x], *names), (qname[out],),
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, **where,
                  "in_scale": s_in, "out_scale": s_out,

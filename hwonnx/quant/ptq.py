@@ -150,7 +150,8 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 values[out].min(), values[out].max(), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
-        if node.op in ("MaxPool", "Slice", "Permute") or node.attrs.get("copy"):  # input's
+        if node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute") \
+                or node.attrs.get("copy"):  # input's
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
             params[out] = _borrowed_params(node, graph, params, values, warnings)
@@ -236,7 +237,7 @@ def _quantize_cat(node: Node, q: LayerQuantization) -> Node:
     return _quantize_concat(node, q.params, q.qname, q.constants, q.types)
 
 
-@quantizer("Slice", "Permute")
+@quantizer("Slice", "Permute", "ChannelPermute")
 def _quantize_copies(node: Node, q: LayerQuantization) -> Node:
     return quantize_copy(node, q.params, q.qname, q.constants, q.types)
 
