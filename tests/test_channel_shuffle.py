@@ -261,3 +261,15 @@ def test_a_shuffle_whose_middle_is_read_elsewhere_is_refused():
     model.graph.output.append(helper.make_tensor_value_info("shuffle_t", 1, [1, 2, 2, 3, 3]))
     with _refused("shuffle/t", [0, 2, 1, 3, 4], [1, 2, 2, 3, 3]):
         load_model(model)
+
+
+def test_a_shuffle_the_pass_leaves_is_refused_after_the_passes():
+    """With the channel-shuffle pass skipped (a bisecting user's switch), the 5-D Permute the
+    converter let through is refused by the check after the passes, with the same reason."""
+    from hwonnx.passes import PassContext
+
+    skip = PassContext(skip=frozenset({"channel-shuffle"}))
+    with raises(UnsupportedOperatorError, (
+            "1 unsupported node(s): node '/unit/t' Transpose (domain 'ai.onnx', opset 17) ("
+            + REASON.format("/unit/t", [0, 2, 1, 3, 4], [1, 2, 4, 8, 8]) + ")")):
+        load_model(unit_model(), pass_context=skip)
