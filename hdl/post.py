@@ -225,9 +225,7 @@ class PostProcessor(wiring.Component):
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):
-            level = levels[c]
-            m.d.sync += values[c].eq(Mux(level < own[c].lo, own[c].lo,
-                                         Mux(level > own[c].hi, own[c].hi, level[:8])))
+            m.d.sync += values[c].eq(self._clamp(levels[c], own[c].lo, own[c].hi))
 
         if cfg.lut_tables:
             # After the clamp: the activation table.
@@ -248,6 +246,19 @@ class PostProcessor(wiring.Component):
             ]
         m.d.comb += self.idle.eq(~active & ~Cat(*valids).any())
         return m
+
+    @staticmethod
+    def _clamp(level, lo, hi):
+        """``clamp(level, lo, hi)`` for int8 ``lo`` and ``hi`` without a comparison over the
+        whole word: a level outside int8 (its bits above the seventh not all equal to its
+        sign) becomes ``lo`` when negative and ``hi`` when positive (what the two comparisons
+        give for any int8 ``lo``, ``hi``); one inside is compared in 8 bits. The two 67-bit
+        comparisons were carry chains through the word and limited an ECP5 build to 91 MHz."""
+        top = level[7:]
+        inside = ~top.any() | top.all()
+        low = level[:8].as_signed()
+        return Mux(inside, Mux(low < lo, lo, Mux(low > hi, hi, low)),
+                   Mux(level[-1], lo, hi))
 
     @staticmethod
     def _multiply(m, c, v, k, stages):

@@ -10,6 +10,7 @@ import pytest
 from amaranth.hdl import Module, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
 
 from hwonnx.isa import Op
 from hwonnx.golden import requantize
@@ -264,3 +265,46 @@ def test_multiply_is_exact_over_all_of_int32(stages):
     run_cycles(dut, len(pairs) + stages + 1, step)
     for i, (v, k) in enumerate(pairs):
         assert seen[i + stages] == v * k, (v, k)
+
+
+class _Clamp(wiring.Component):
+    """The post-processor's clamp of one lane alone."""
+
+    def __init__(self):
+        super().__init__({"level": In(signed(67)), "lo": In(signed(8)), "hi": In(signed(8)),
+                          "y": Out(signed(8))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(PostProcessor._clamp(self.level, self.lo, self.hi))
+        return m
+
+
+def test_clamp_equals_the_two_comparisons():
+    """``_clamp`` (a range flag, then 8-bit comparisons) gives what ``lo if level < lo else
+    hi if level > hi else level`` gives, for levels at int8's ends and past them, at the
+    67-bit word's ends, and random ones of every magnitude, with bounds at int8's ends,
+    ReLU-like ones, equal ones and crossed ones (``lo > hi``)."""
+    rng = np.random.default_rng(7)
+    levels = [-(1 << 66), (1 << 66) - 1, -129, -128, -127, -1, 0, 1, 126, 127, 128, 255, 256,
+              -256, -257, 1 << 40, -(1 << 40) + 5]
+    levels += [int(rng.integers(-(1 << 62), 1 << 62)) >> int(rng.integers(0, 62))
+               for _ in range(60)]
+    bounds = [(-128, 127), (0, 127), (-5, 90), (-100, 60), (3, 3), (127, 127), (-128, -128),
+              (40, -40), (127, -128)]
+    cases = [(v, lo, hi) for v in levels for lo, hi in bounds]
+    dut = _Clamp()
+    seen = []
+
+    async def testbench(ctx):          # combinational: a value settles when it is set
+        for v, lo, hi in cases:
+            ctx.set(dut.level, v)
+            ctx.set(dut.lo, lo)
+            ctx.set(dut.hi, hi)
+            seen.append(ctx.get(dut.y))
+
+    sim = Simulator(dut)
+    sim.add_testbench(testbench)
+    sim.run()
+    for (v, lo, hi), y in zip(cases, seen):
+        assert y == (lo if v < lo else hi if v > hi else v), (v, lo, hi)
