@@ -8,16 +8,19 @@ from ..config import ArchConfig
 from .array import array_latency
 from .fanout import per_lane, replicate
 from .layouts import InstrLayout, instr_stream
+from .loader import write_delay
 
 __all__ = ["Feeder", "bank_release", "drain_cycles", "feed_delay", "ACC_READ_LATENCY"]
 
 
 def feed_delay(config: ArchConfig) -> int:
     """Cycles from an activation read to its word on the array's ``feed``: the block RAM's
-    read, then a register (``hdl/top.py``), so that the block RAM's output (5.6 ns from the
-    clock on ECP5) drives only that register, not the padding multiplexer and the array's
-    first PEs; without the register (1) on the smallest devices (``mul_stages`` 1)."""
-    return 1 if config.compact else 2
+    read, then registers (``hdl/top.py``), so that the block RAM's output (5.6 ns from the
+    clock on ECP5) drives only a register, not the padding multiplexer and the array's first
+    PEs; as many as the weight loader's :func:`~hwonnx.hdl.loader.write_delay`, so that a
+    MATMUL right after a LOADW meets the rows it wrote (with the weight buffer in banks,
+    3); without the registers (1) on the smallest devices (``mul_stages`` 1)."""
+    return 1 if config.compact else write_delay(config)
 
 
 #: Cycles from an accumulator read (the read-modify-write behind the array,

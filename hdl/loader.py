@@ -6,13 +6,17 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from .banks import BANKED_READ_LATENCY
 from .layouts import buffer_read, instr_stream
 
-__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "WRITE_DELAY"]
+__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "write_delay"]
 
-#: Cycles from the read of a weight word to the write of its row into the array: the block
-#: RAM's read, then the word in a register.
-WRITE_DELAY = 2
+def write_delay(config: ArchConfig) -> int:
+    """Cycles from the read of a weight word to the write of its row into the array: the
+    weight buffer's read (one cycle; :data:`~hwonnx.hdl.banks.BANKED_READ_LATENCY` in banks
+    but on the smallest devices, ``compact``), then the word in a register."""
+    return 1 + (1 if config.compact else BANKED_READ_LATENCY)
+
 
 #: The packings the loader unpacks. With ``wpack`` p, lane ``c`` of weight word ``w`` of a tile
 #: holds the column-``c`` weights of array rows ``w * 2**p`` to ``w * 2**p + 2**p - 1``, each
@@ -37,12 +41,13 @@ class WeightLoader(wiring.Component):
     """Reads a tile's weight words and writes array row ``r`` of the instruction's bank, one
     row per cycle, starting the cycle after dispatch, from word ``wgt_addr + (r >> wpack)``.
 
-    Row ``r`` is written in cycle ``t + 1 + WRITE_DELAY + r`` (``t + 3 + r``) for a dispatch
-    in cycle ``t``; activations reach row ``r`` with the same one-cycle-per-row skew, so a
-    MATMUL dispatched after the LOADW (its first word reaches row ``r`` in ``t + 4 + r`` at
-    the earliest) never sees a stale row. ``busy`` is high for the ``rows`` read cycles. A packed
-    word is read once per row it holds (``rows`` reads whatever the packing): the timing
-    stays that of 8-bit weights, and only the memory shrinks.
+    Row ``r`` is written in cycle ``t + 1 + write_delay + r`` (``t + 4 + r``, compact
+    ``t + 3 + r``) for a dispatch in cycle ``t``; activations reach row ``r`` with the same
+    one-cycle-per-row skew, so a MATMUL dispatched after the LOADW (its first word reaches row
+    ``r`` in ``t + 2 + feed_delay + r`` at the earliest, and ``feed_delay`` is
+    ``write_delay``) never sees a stale row. ``busy`` is high for the ``rows`` read cycles. A
+    packed word is read once per row it holds (``rows`` reads whatever the packing): the
+    timing stays that of 8-bit weights, and only the memory shrinks.
 
     Members
     -------
@@ -96,10 +101,9 @@ class WeightLoader(wiring.Component):
                 with m.Case(p):
                     m.d.comb += offset.eq(row >> p)
         m.d.comb += [self.wgt.addr.eq(base + offset), self.wgt.en.eq(self.busy)]
-        # The word read in cycle k is on wgt_data in k + 1 and in a register in k + 2
-        # (WRITE_DELAY): the block RAM's output (5.6 ns from the clock on ECP5) drives only
-        # that register, not the unpacking and the wires to every PE of the array. The row,
-        # bank and slot of the read follow it.
+        # The word read in cycle k is on wgt_data in k + write_delay - 1 and then in a
+        # register: the buffer's output drives only that register, not the unpacking and the
+        # wires to every PE of the array. The row, bank and slot of the read follow it.
         word = Signal(self.config.cols * 8)
         m.d.sync += word.eq(self.wgt.data.as_value())
         follow = [(self.busy, self.wload_en), (row, self.wload_row), (bank, self.wload_bank)]
@@ -107,12 +111,12 @@ class WeightLoader(wiring.Component):
         follow += [(row, slot), (wpack, unpack)]
         for source, target in follow:
             value = source
-            for stage in range(WRITE_DELAY - 1):
+            for stage in range(write_delay(self.config) - 1):
                 delayed = Signal.like(target, name=f"{target.name}_d{stage}")
                 m.d.sync += delayed.eq(value)
                 value = delayed
             m.d.sync += target.eq(value)
-        # Unpack the word in the register: the slot of the row read two cycles before.
+        # Unpack the word in the register: the slot of the row read write_delay cycles before.
         for c in range(self.config.cols):
             byte = word[8 * c:8 * c + 8]
             with m.Switch(unpack):

@@ -32,11 +32,12 @@ def round_stages(config: ArchConfig) -> int:
 
 
 def clamp_stages(config: ArchConfig) -> int:
-    """Stages of the zero point and the clamp: the 65-bit zero-point add, then the two
-    comparisons and the choice (in one stage with the routing of the instruction's fields to
-    every column, they held an ECP5 build at 80 MHz); both in one on the smallest devices
+    """Stages of the zero point and the clamp: the 65-bit zero-point add, the range flags
+    (:meth:`PostProcessor._range`), then the 8-bit comparisons and the choice (in one stage
+    with the routing of the instruction's fields to every column, they held an ECP5 build at
+    80 MHz; the flags and the choice in one, at 93 MHz); all in one on the smallest devices
     (``mul_stages`` 1)."""
-    return 1 if config.compact else 2
+    return 1 if config.compact else 3
 
 
 def post_latency(config: ArchConfig) -> int:
@@ -58,7 +59,8 @@ class PostProcessor(wiring.Component):
     Pipeline: read accumulator (cycle k), register its data (k+1), add bias (k+2), multiply
     (``mul_stages`` 5: k+3 to k+7, its operands, the partial products, again, their middle
     sum, the product; 1: k+3), rounding shift (the barrel shift, then the rounding add), zero
-    point, clamp, select lanes and write (k+12 with five multiply stages). ``idle`` is high
+    point, the clamp's range flags and choice, select lanes and write (k+13 with five multiply
+    stages). ``idle`` is high
     once every write is done. Every stage is one register-to-register path: a block-RAM read,
     one adder, the 18x18 multipliers, or the shifter (with the rounding add after it, it
     limited an ECP5 build to 81 MHz). The parameter word is read from the registered
@@ -214,18 +216,27 @@ class PostProcessor(wiring.Component):
                 m.d.comb += levels[c].eq(rounded + own[c].zp)
 
         # Then (after the rounding shift or the rounding unit): zero point, clamp
-        # (clamp_stages: the zero-point add in a stage of its own, or both in one).
-        if clamp_stages(cfg) == 2:
+        # (clamp_stages: the zero-point add, the range flags and the choice each in a stage
+        # of their own, or all in one).
+        ranges = [self._range(level) for level in levels]
+        if clamp_stages(cfg) == 3:
             chain = stage("sz", *chain)
             valids.append(chain[0])
             for c in range(cols):
                 level = Signal(signed(67), name=f"level_reg_{c}")
                 m.d.sync += level.eq(levels[c])
-                levels[c] = level
+                ranges[c] = self._range(level)
+            chain = stage("sf", *chain)
+            valids.append(chain[0])
+            for c in range(cols):
+                flags = (Signal(name=f"inside_{c}"), Signal(signed(8), name=f"low_{c}"),
+                         Signal(name=f"negative_{c}"))
+                m.d.sync += [f.eq(v) for f, v in zip(flags, ranges[c])]
+                ranges[c] = flags
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):
-            m.d.sync += values[c].eq(self._clamp(levels[c], own[c].lo, own[c].hi))
+            m.d.sync += values[c].eq(self._choose(*ranges[c], own[c].lo, own[c].hi))
 
         if cfg.lut_tables:
             # After the clamp: the activation table.
@@ -248,17 +259,21 @@ class PostProcessor(wiring.Component):
         return m
 
     @staticmethod
-    def _clamp(level, lo, hi):
-        """``clamp(level, lo, hi)`` for int8 ``lo`` and ``hi`` without a comparison over the
-        whole word: a level outside int8 (its bits above the seventh not all equal to its
-        sign) becomes ``lo`` when negative and ``hi`` when positive (what the two comparisons
-        give for any int8 ``lo``, ``hi``); one inside is compared in 8 bits. The two 67-bit
-        comparisons were carry chains through the word and limited an ECP5 build to 91 MHz."""
+    def _range(level):
+        """``(inside, low, negative)`` of a level: whether it lies in int8 (its bits above the
+        seventh all equal to its sign), its low 8 bits, its sign: a clamp to int8 bounds
+        without a comparison over the whole word (:meth:`_choose`)."""
         top = level[7:]
-        inside = ~top.any() | top.all()
-        low = level[:8].as_signed()
-        return Mux(inside, Mux(low < lo, lo, Mux(low > hi, hi, low)),
-                   Mux(level[-1], lo, hi))
+        return ~top.any() | top.all(), level[:8].as_signed(), level[-1]
+
+    @staticmethod
+    def _choose(inside, low, negative, lo, hi):
+        """``clamp(level, lo, hi)`` for int8 ``lo``, ``hi`` from :meth:`_range`'s flags: a
+        level outside int8 becomes ``lo`` when negative and ``hi`` when positive (what the two
+        comparisons give for any int8 ``lo``, ``hi``); one inside is compared in 8 bits. The
+        two 67-bit comparisons were carry chains through the word and limited an ECP5 build
+        to 91 MHz; the flags and the choice in one stage, to 93."""
+        return Mux(inside, Mux(low < lo, lo, Mux(low > hi, hi, low)), Mux(negative, lo, hi))
 
     @staticmethod
     def _multiply(m, c, v, k, stages):

@@ -12,6 +12,7 @@ from .array import SystolicArray
 from .dma import DmaEngine
 from .extmem import ext_port
 from .eltwise import EltwiseEngine
+from .banks import BankedMemory
 from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch, WideFetch
 from .program_ram import ProgramRAM
@@ -129,19 +130,25 @@ class Accelerator(wiring.Component):
     def config(self) -> ArchConfig:
         return self._config
 
+    def _init(self, shape, name: str) -> list:
+        """The initial words of buffer ``name`` (its image from the program)."""
+        return [data.Const(shape, word) for word in self._images.get(name, [])]
+
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
 
         def buffer(name, shape):
             depth, _ = self.buffer_shape(cfg, name)
-            init = [data.Const(shape, word) for word in self._images.get(name, [])]
-            mem = Memory(shape=shape, depth=depth, init=init)
+            mem = Memory(shape=shape, depth=depth, init=self._init(shape, name))
             m.submodules[f"{name}_buf"] = mem
             return mem
 
         prog = None if cfg.runtime_program else buffer("prog", InstrLayout())
-        wgt = buffer("wgt", data.ArrayLayout(signed(8), cfg.cols))
+        wgt = BankedMemory(data.ArrayLayout(signed(8), cfg.cols), cfg.wgt_depth,
+                           self._init(data.ArrayLayout(signed(8), cfg.cols), "wgt"),
+                           banked=not cfg.compact)
+        m.submodules.wgt_buf = wgt
         par = buffer("par", ParamLayout(cfg))
         act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
 
@@ -160,7 +167,7 @@ class Accelerator(wiring.Component):
         # program runs, when the host does not write).
         dma = self._dma(m)
         for name, mem in (("prog", prog), ("wgt", wgt), ("par", par))[cfg.runtime_program:]:
-            port = mem.write_port()
+            port = mem.write if name == "wgt" else mem.write_port()
             addr, data_, we = (getattr(self, f"host_{name}_{x}") for x in ("addr", "data", "we"))
             if dma is not None:
                 ours = [getattr(dma, f"{name}_{x}") for x in ("we", "addr", "data")]
@@ -192,17 +199,18 @@ class Accelerator(wiring.Component):
                      self.host.act_rdata.eq(act_r.data), eltw.act_data.eq(engine_data)]
 
         # Weight tiles into the array.
-        wiring.connect(m, loader.wgt, wgt.read_port())
+        wiring.connect(m, loader.wgt, wgt.read)
         m.d.comb += [array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
                      array.wload_bank.eq(loader.wload_bank),
                      array.wload_data.eq(loader.wload_data)]
 
-        # Activations into the array from a register (feed_delay 2; 1: straight from the
-        # buffer); padding reads as the zero point.
+        # Activations into the array through feed_delay - 1 registers (none: straight from
+        # the buffer); padding reads as the zero point.
         feed_word = engine_data
-        if feed_delay(cfg) == 2:
-            feed_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
-            m.d.sync += feed_word.eq(engine_data)
+        for stage in range(feed_delay(cfg) - 1):
+            registered = Signal(data.ArrayLayout(signed(8), cfg.rows), name=f"feed_word_{stage}")
+            m.d.sync += registered.eq(feed_word)
+            feed_word = registered
         for lane in range(cfg.rows):
             m.d.comb += array.feed[lane].eq(Mux(feeder.feed_pad, feeder.feed_zp,
                                                 feed_word[lane]))

@@ -22,28 +22,30 @@ def small_config(rows: int, cols: int, lut_tables: int = 0) -> ArchConfig:
 class SyncReadMemory:
     """Testbench model of an Amaranth synchronous read port: the word at the address presented
     in cycle ``k`` (when ``en`` is high, or always without ``en``) is on ``data`` in cycle
-    ``k + 1``; with ``en`` low the data port holds its value. ``reads`` logs
+    ``k + latency`` (1; 2 for a :class:`~hwonnx.hdl.banks.BankedMemory`, whose ``en`` is
+    ignored); with ``en`` low the data port holds its value. ``reads`` logs
     ``(cycle, address)``; ``current`` is the word on the data port (which may be ``None``
     when the consumer is outside the DUT)."""
 
-    def __init__(self, contents, addr, data=None, en=None):
+    def __init__(self, contents, addr, data=None, en=None, latency=1):
         self.contents, self.addr, self.data, self.en = list(contents), addr, data, en
         self.reads: "list[tuple[int, int]]" = []
         self.current = None
-        self._next = None
+        self._pipe = [None] * latency       # the words that reach data in 1, 2, ... cycles
 
     def cycle_start(self, ctx):
-        if self._next is not None:
-            self.current = self._next
+        word = self._pipe[0]
+        if word is not None:
+            self.current = word
             if self.data is not None:
-                ctx.set(self.data, self._next)
-            self._next = None
+                ctx.set(self.data, word)
+        self._pipe = self._pipe[1:] + [None]
 
     def cycle_end(self, ctx, cycle):
         if self.en is None or ctx.get(self.en):
             address = ctx.get(self.addr)
             self.reads.append((cycle, address))
-            self._next = self.contents[address]
+            self._pipe[-1] = self.contents[address]
 
 
 def run_cycles(dut, cycles: int, step, memories=()):

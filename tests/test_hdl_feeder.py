@@ -98,17 +98,18 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
     want["acc_we"] = [0] * cycles
     want["pending"] = [0] * cycles
     drained, bank_free = [1] * cycles, [[1] * cycles, [1] * cycles]
-    # By hand: a word read in cycle f is on the array's feed in f + 2 (the buffer's read,
-    # then its register); its sums are on the array output array_latency = rows + cols + 2
-    # cycles later (skew and flow rows + cols, plus the operand and product registers), in
-    # f + rows + cols + 4, when the accumulator word read two cycles before is written. The
-    # feeder is drained the cycle after the last word's write: feed_end + rows + cols + 5.
-    latency = rows + cols + 4               # read -> accumulator write
+    # By hand: a word read in cycle f is on the array's feed in f + 3 (the buffer's read,
+    # then two registers, as many as the weight loader's write delay); its sums are on the
+    # array output array_latency = rows + cols + 2 cycles later (skew and flow rows + cols,
+    # plus the operand and product registers), in f + rows + cols + 5, when the accumulator
+    # word read two cycles before is written. The feeder is drained the cycle after the last
+    # word's write: feed_end + rows + cols + 6.
+    latency = rows + cols + 5               # read -> accumulator write
     for (t, start, feed_end), (instr, addrs) in zip(times, tiles):
         assert len(addrs) == instr["count"] == feed_end - start
         for cycle in range(t + 1, start + 1):
             want["pending"][cycle] = 1
-        for cycle in range(t + 1, feed_end + rows + cols + 5):
+        for cycle in range(t + 1, feed_end + rows + cols + 6):
             drained[cycle] = 0
         for cycle in range(t + 1, feed_end + max(cols - 1, 1)):
             bank_free[instr["bank"]][cycle] = 0
@@ -116,9 +117,9 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
             f = start + 1 + i
             want["act_en"][f] = int(addr is not None)
             want["act_addr"][f] = addr
-            want["feed_pad"][f + 2] = int(addr is None)
-            want["feed_zp"][f + 2] = instr["zp"]
-            want["feed_bank"][f + 2] = instr["bank"]
+            want["feed_pad"][f + 3] = int(addr is None)
+            want["feed_zp"][f + 3] = instr["zp"]
+            want["feed_bank"][f + 3] = instr["bank"]
             want["acc_raddr"][f + latency - ACC_READ_LATENCY] = instr["acc_addr"] + i
             want["acc_we"][f + latency] = 1
             want["acc_waddr"][f + latency] = instr["acc_addr"] + i
@@ -151,7 +152,7 @@ CASE_IDS = ["3x2-pad", "2x3-strided-dilated", "2x5-mostly-pad", "4x4-ragged", "1
 @pytest.mark.parametrize("geometry, conv", CASES, ids=CASE_IDS)
 def test_feeder_single_tile(geometry, conv):
     """One tile: the first read is in cycle t+2, then one position per cycle; drained at
-    feed_end + rows + cols + 4 (array_latency + 2) and the bank free at
+    feed_end + rows + cols + 6 (array_latency + 4: drain_cycles) and the bank free at
     feed_end + max(cols - 1, 1)."""
     config = small_config(*geometry)
     tiles = conv_layer(config, *conv)

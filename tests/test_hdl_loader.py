@@ -1,18 +1,21 @@
 """WeightLoader: a LOADW dispatched in cycle t reads weight word ``wgt_addr + (r >> wpack)``
-in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle t+3+r (the
-word on the read port in t+2+r, in a register in t+3+r); ``busy`` is high for exactly
-``rows`` cycles (t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows."""
+in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle
+t+1+write_delay+r: t+4+r (the word on the banked buffer's read port in t+3+r, in a register
+in t+4+r), compact t+3+r (a plain memory); ``busy`` is high for exactly ``rows`` cycles
+(t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module, signed
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 
 from hwonnx.isa import Op
 from hwonnx.hdl import SystolicArray, array_latency
 from hwonnx.compiler.weights import layer_wpack, pack_tile, unpack_tile
-from hwonnx.hdl.loader import WEIGHT_PACKINGS, WeightLoader, tile_words
+from hwonnx.hdl.banks import BankedMemory
+from hwonnx.hdl.loader import WEIGHT_PACKINGS, WeightLoader, tile_words, write_delay
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config, words
 
@@ -23,12 +26,15 @@ def loadw(bank, wgt_addr, wpack=0):
     return dict(op=Op.LOADW, bank=bank, wgt_addr=wgt_addr, wpack=wpack)
 
 
+@pytest.mark.parametrize("compact", [False, True])
 @pytest.mark.parametrize("wpack", WEIGHT_PACKINGS)
 @pytest.mark.parametrize("rows, cols", GEOMETRIES + [(5, 2)])
-def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
+def test_loader_writes_row_r_write_delay_after_its_read(rows, cols, wpack, compact):
     """Whatever the packing: the timing of 8-bit weights, from ``ceil(rows / 2**wpack)``
-    words per tile, row ``r`` from word ``r >> wpack``."""
-    config = small_config(rows, cols)
+    words per tile, row ``r`` from word ``r >> wpack``; the buffer's read latency 2 (in
+    banks) or 1 (compact)."""
+    config = dataclasses.replace(small_config(rows, cols), mul_stages=1 if compact else 5)
+    assert write_delay(config) == (3 - compact)
     rng = np.random.default_rng(rows * 10 + cols + 100 * wpack)
     per, half = 1 << wpack, 1 << (7 >> wpack)         # 8, 4 or 2 bits: -half .. half - 1
     count = tile_words(config, wpack)
@@ -41,7 +47,8 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
     for tile, address in zip(tiles, addresses):
         image[address:address + count] = pack_tile(tile, wpack)
     dut = WeightLoader(config)
-    memory = SyncReadMemory(image, dut.wgt.addr, dut.wgt.data.as_value(), en=dut.wgt.en)
+    memory = SyncReadMemory(image, dut.wgt.addr, dut.wgt.data.as_value(), en=dut.wgt.en,
+                            latency=write_delay(config) - 1)
     # Back to back, as the cycle model schedules them (loader_free = t + rows + 1), both
     # banks, including a tile that ends at the last weight word.
     t0 = 2
@@ -51,7 +58,7 @@ def test_loader_writes_row_r_in_cycle_t_plus_2_plus_r(rows, cols, wpack):
     for (t, instr), tile in zip(instrs.items(), tiles):
         busy.update(range(t + 1, t + 1 + rows))
         for r in range(rows):
-            writes[t + 3 + r] = (r, instr["bank"], list(tile[r]))
+            writes[t + 1 + write_delay(config) + r] = (r, instr["bank"], list(tile[r]))
     cycles = max(writes) + 3
     seen = {}
 
@@ -102,9 +109,9 @@ class LoaderAndArray(Elaboratable):
         cfg = self.config
         m.submodules.loader = loader = self.loader
         m.submodules.array = array = self.array
-        m.submodules.wgt = wgt = Memory(shape=data.ArrayLayout(signed(8), cfg.cols),
-                                        depth=cfg.wgt_depth, init=self.wgt)
-        wiring.connect(m, loader.wgt, wgt.read_port())
+        m.submodules.wgt = wgt = BankedMemory(data.ArrayLayout(signed(8), cfg.cols),
+                                              cfg.wgt_depth, self.wgt)
+        wiring.connect(m, loader.wgt, wgt.read)
         m.d.comb += [array.wload_en.eq(loader.wload_en), array.wload_row.eq(loader.wload_row),
                      array.wload_bank.eq(loader.wload_bank),
                      array.wload_data.eq(loader.wload_data)]
@@ -113,10 +120,11 @@ class LoaderAndArray(Elaboratable):
 
 @pytest.mark.parametrize("rows, cols", GEOMETRIES)
 def test_loaded_tiles_multiply_in_the_array(rows, cols):
-    """Two LOADWs back to back into banks 0 and 1; words for a bank are fed from the cycle
-    its row 0 is written (t+3), the earliest the row skew allows, alternating banks once
-    both are loaded. (A MATMUL dispatched in the cycle after the LOADW feeds its first word in
-    t+4: dispatch t+1, start t+2, read t+3.)"""
+    """Two LOADWs back to back into banks 0 and 1 of the banked weight buffer; words for a
+    bank are fed from the cycle its row 0 is written (t+1+write_delay, t+4), the earliest the
+    row skew allows, alternating banks once both are loaded. (A MATMUL dispatched in the
+    cycle after the LOADW feeds its first word in t+2+feed_delay, t+5: dispatch t+1, start
+    t+2, read t+3, the word in registers in t+4 and t+5.)"""
     config = small_config(rows, cols)
     rng = np.random.default_rng(50 + rows * 10 + cols)
     wgt = rng.integers(-128, 128, (config.wgt_depth, cols))
@@ -124,8 +132,9 @@ def test_loaded_tiles_multiply_in_the_array(rows, cols):
     t0, t1 = 1, 2 + rows
     instrs = {t0: loadw(0, 3), t1: loadw(1, config.wgt_depth - rows)}
     tiles = [wgt[3:3 + rows], wgt[config.wgt_depth - rows:]]
-    feeds = {t0 + 3 + i: 0 for i in range(t1 - t0)}
-    feeds.update({t1 + 3 + i: (i + 1) % 2 for i in range(2 * rows + 6)})
+    first = 1 + write_delay(config)
+    feeds = {t0 + first + i: 0 for i in range(t1 - t0)}
+    feeds.update({t1 + first + i: (i + 1) % 2 for i in range(2 * rows + 6)})
     acts = {cycle: rng.integers(-128, 128, rows) for cycle in feeds}
     latency = array_latency(config)
     sums = {}

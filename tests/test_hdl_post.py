@@ -179,29 +179,30 @@ def test_post_latency_by_hand():
     """The stages, by hand (accumulator word read in cycle k): its data registered k+1, bias
     add k+2, the multiply's operand registers k+3, partial products k+4, their copies k+5,
     middle sum k+6, the product k+7, the rounding shift's barrel shift k+8 and rounding add
-    k+9, zero point k+10, clamp k+11, write k+12: L = 12. With mul_stages 1, the multiply in
+    k+9, zero point k+10, the clamp's range flags k+11 and choice k+12, write k+13: L = 13.
+    With mul_stages 1, the multiply in
     k+3, the rounding shift in one stage (round_stages 1), zero point and clamp in one
     (clamp_stages 1) and the write in k+6: 6. The onnxruntime rounding unit's 4 stages
-    replace the multiply and the rounding shift: 9 (8 with mul_stages 1). The activation
+    replace the multiply and the rounding shift: 10 (8 with mul_stages 1). The activation
     table is one stage more."""
     assert POST_LATENCY == 3
-    assert post_latency(small_config(3, 2)) == 12
-    assert post_latency(small_config(3, 2, lut_tables=4)) == 13
-    for stages, ort, lut_tables, latency in ((1, False, 0, 6), (1, False, 4, 7), (5, True, 0, 9),
-                                             (5, True, 4, 10), (1, True, 4, 9)):
+    assert post_latency(small_config(3, 2)) == 13
+    assert post_latency(small_config(3, 2, lut_tables=4)) == 14
+    for stages, ort, lut_tables, latency in ((1, False, 0, 6), (1, False, 4, 7), (5, True, 0, 10),
+                                             (5, True, 4, 11), (1, True, 4, 9)):
         config = dataclasses.replace(small_config(3, 2, lut_tables), ort_rounding=ort,
                                      mul_stages=stages)
         assert post_latency(config) == latency
 
 
 @pytest.mark.parametrize("count, nw", [(1, 1), (3, 1), (2, 3), (5, 2)])
-def test_post_idle_rises_13_plus_count_times_nw_after_dispatch(count, nw):
+def test_post_idle_rises_14_plus_count_times_nw_after_dispatch(count, nw):
     """``run_post`` asserts ``idle`` in every cycle: low from t+1 to t+L+count*nw, high in
-    t+1+L+count*nw (L = post_latency = 12 here, no activation tables: the first read in t+1,
+    t+1+L+count*nw (L = post_latency = 13 here, no activation tables: the first read in t+1,
     its write in t+1+L, the last of count*nw writes in t+L+count*nw), when the next
     instruction is dispatched."""
     config = small_config(3, 2)
-    assert post_latency(config) == 12
+    assert post_latency(config) == 13
     rng = np.random.default_rng(count * 10 + nw)
     acc = rng.integers(*INT32, (config.acc_depth, 2))
     params = [random_params(rng, 2, "wide") for _ in range(config.par_depth)]
@@ -216,7 +217,7 @@ def test_post_activation_tables(rows, cols, tables):
     """Each value goes through table ``lut - 1`` (random tables: every entry matters), or
     passes unchanged with ``lut = 0``; the table stage is one more cycle of latency."""
     config = small_config(rows, cols, lut_tables=tables)
-    assert post_latency(config) == 12 + 1
+    assert post_latency(config) == 13 + 1
     rng = np.random.default_rng(rows * 10 + tables)
     contents = [tuple(int(v) for v in rng.integers(-128, 128, 256)) for _ in range(tables)]
     acc = rng.integers(-40000, 40000, (config.acc_depth, cols))
@@ -276,15 +277,16 @@ class _Clamp(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.y.eq(PostProcessor._clamp(self.level, self.lo, self.hi))
+        m.d.comb += self.y.eq(PostProcessor._choose(*PostProcessor._range(self.level), self.lo,
+                                                    self.hi))
         return m
 
 
 def test_clamp_equals_the_two_comparisons():
-    """``_clamp`` (a range flag, then 8-bit comparisons) gives what ``lo if level < lo else
-    hi if level > hi else level`` gives, for levels at int8's ends and past them, at the
-    67-bit word's ends, and random ones of every magnitude, with bounds at int8's ends,
-    ReLU-like ones, equal ones and crossed ones (``lo > hi``)."""
+    """The clamp (``_range``'s flags, then ``_choose``'s 8-bit comparisons) gives what
+    ``lo if level < lo else hi if level > hi else level`` gives, for levels at int8's ends
+    and past them, at the 67-bit word's ends, and random ones of every magnitude, with
+    bounds at int8's ends, ReLU-like ones, equal ones and crossed ones (``lo > hi``)."""
     rng = np.random.default_rng(7)
     levels = [-(1 << 66), (1 << 66) - 1, -129, -128, -127, -1, 0, 1, 126, 127, 128, 255, 256,
               -256, -257, 1 << 40, -(1 << 40) + 5]

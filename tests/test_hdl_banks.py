@@ -1,0 +1,51 @@
+"""BankedMemory: the weight buffer in banks one block RAM deep, each bank's read data
+registered; the word read at address a in cycle k is on ``read.data`` in k + 2 (k + 1 in one
+memory), writes land in the bank their address names."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import unsigned
+
+from hwonnx.hdl.banks import BANK_DEPTH, BankedMemory
+
+from hdl_helpers import run_cycles
+
+
+@pytest.mark.parametrize("depth, banked", [(2 * BANK_DEPTH + 37, True), (BANK_DEPTH, True),
+                                           (100, True), (300, False)])
+def test_reads_see_the_image_and_every_write_at_their_latency(depth, banked):
+    """Random reads and writes over every bank (and the partial last one), with reads of a
+    word in the cycle of its write (the old word) and the one after (the new one); the
+    expected words come from a list kept by the test."""
+    rng = np.random.default_rng(depth)
+    image = [int(x) for x in rng.integers(0, 1 << 20, depth)]
+    dut = BankedMemory(unsigned(20), depth, image, banked=banked)
+    latency = 2 if banked else 1
+    assert dut.read_latency == latency
+    model = list(image)
+    ops = []
+    for k in range(400):
+        address = int(rng.integers(0, depth))
+        write = (int(rng.integers(0, depth)), int(rng.integers(0, 1 << 20))) \
+            if rng.random() < 0.4 else None
+        if write and k % 5 == 0:
+            address = write[0]          # a read of the word written in the same cycle
+        ops.append((address, write))
+    expected, seen = {}, {}
+
+    def step(ctx, cycle):
+        if cycle < len(ops):
+            address, write = ops[cycle]
+            ctx.set(dut.read.addr, address)
+            expected[cycle + latency] = model[address]      # before this cycle's write
+            ctx.set(dut.write.en, write is not None)
+            if write:
+                ctx.set(dut.write.addr, write[0])
+                ctx.set(dut.write.data, write[1])
+                model[write[0]] = write[1]
+        else:
+            ctx.set(dut.write.en, 0)
+        seen[cycle] = ctx.get(dut.read.data)
+
+    run_cycles(dut, len(ops) + latency + 1, step)
+    assert {k: seen[k] for k in expected} == expected
