@@ -89,13 +89,12 @@ def toolchain_fingerprint() -> str:
 
 def _hdl_digest(config: ArchConfig, *extra: str):
     """A hash of what the accelerator's Verilog for ``config`` depends on: the config, the
-    HDL and ISA sources and the Amaranth version, and ``extra``."""
+    HDL and ISA sources as imported (:data:`hwonnx.hdl.SOURCE_DIGEST`) and the Amaranth
+    version, and ``extra``."""
     from .. import hdl
-    from .. import isa
 
     digest = hashlib.sha256((config.digest() + " ".join(extra)).encode())
-    for source in sorted(Path(hdl.__file__).parent.glob("*.py")) + [Path(isa.__file__)]:
-        digest.update(source.read_bytes())
+    digest.update(hdl.SOURCE_DIGEST.encode())
     digest.update(importlib.metadata.version("amaranth").encode())
     return digest
 

@@ -84,3 +84,25 @@ def test_a_verilator_build_keeps_its_binary_and_sources_only():
     files = {path.name: path.stat().st_size for path in entry.iterdir()}
     assert set(files) == {HARNESS_TOP, "accel.v", "harness.v", "public.vlt", "build.log"}
     assert sum(files.values()) < 5 * MB, files
+
+
+def test_the_key_is_that_of_the_hdl_as_imported(tmp_path, monkeypatch):
+    """A build's key hashes the HDL sources this process imported, not the files at the time
+    of the build: an HDL file edited while a process still runs the code it imported (a
+    test run beside an edit) must not file that code's Verilog under the edited source's
+    key. Here the files on disk "change" after the import: the key stays."""
+    import hashlib
+    from pathlib import Path
+
+    from hwonnx import hdl
+    from hwonnx.sim.runner import _build_key
+
+    before = _build_key(ArchConfig())
+    on_disk = hashlib.sha256(b"".join(
+        p.read_bytes() for p in sorted(Path(hdl.__file__).parent.glob("*.py")) + [
+            Path(hdl.isa.__file__)])).hexdigest()
+    assert hdl.SOURCE_DIGEST == on_disk          # nothing edited since this process began
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + b"# edited"
+                        if self.parent == Path(hdl.__file__).parent else real(self))
+    assert _build_key(ArchConfig()) == before

@@ -427,11 +427,11 @@ def test_eltw_accept_rules():
     post-processor; a POST is queued until the MATMULs before it drain, and waits for the
     engine; the next ELTW runs beside that POST; END
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
-    # drain = 2 + array_latency + 1 = 2 + (4 + 4 + 2) + 1 (the activation read and its
-    # register, skew and flow, the operand and product registers, the accumulator write);
-    # post latency 13 (accumulator read, its data registered, bias, the multiply's five
-    # stages, the rounding shift's two, zero point, clamp, activation table, then the
-    # write)
+    # drain = 3 + array_latency + 1 = 3 + (4 + 4 + 2) + 1 (the activation read and its two
+    # registers, skew and flow, the operand and product registers, the accumulator write);
+    # post latency 14 (accumulator read, its data registered, bias, the multiply's five
+    # stages, the rounding shift's two, zero point, the clamp's flags and choice, activation
+    # table, then the write)
     config = ArchConfig(rows=4, cols=4)
     eltw = dict(op=Op.ELTW, count=3)
     post = dict(op=Op.POST, count=3, nw=1)
@@ -439,13 +439,13 @@ def test_eltw_accept_rules():
     timing = predict(program, config)
     # (the first instruction leaves in cycle 2: the instruction register fills from a read
     # at start)
-    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 13 = 21
-    # POST dispatched 3 into its slot, starts at 21: idle at 21 + 1 + 13 + 3 = 38
-    # ELTW (wait) at 38: idle 38 + 1 + 6 + 7 = 52 (ELTW_LATENCY 7)
-    # POST at 52: idle 69; ELTW at 53 (beside the POST): idle 67; POST at 69: idle 86
-    # ELTW at 70 (no wait): idle 84; END at 86
-    assert timing.dispatch == [2, 3, 38, 52, 53, 69, 70, 86]
-    assert timing.done[2] == 51 and timing.total == 86
+    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 14 = 22
+    # POST dispatched 3 into its slot, starts at 22: idle at 22 + 1 + 14 + 3 = 40
+    # ELTW (wait) at 40: idle 40 + 1 + 6 + 7 = 54 (ELTW_LATENCY 7)
+    # POST at 54: idle 72; ELTW at 55 (beside the POST): idle 69; POST at 72: idle 90
+    # ELTW at 73 (no wait): idle 87; END at 90
+    assert timing.dispatch == [2, 3, 40, 54, 55, 72, 73, 90]
+    assert timing.done[2] == 53 and timing.total == 90
     assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 7
 
 
@@ -453,16 +453,16 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain 2 + (4 + 4 + 2) + 1, post latency 13
+    config = ArchConfig(rows=4, cols=4)          # drain 3 + (4 + 4 + 2) + 1, post latency 14
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
-    # 3, issues 4..8, drained 8 + 13 = 21. POST dispatched 3, starts 21: idle
-    # 21 + 1 + 13 + 3 = 38.
-    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 26.
-    # POST accepted at 38 (the first POST done), starts 38: idle 55. END at 55.
-    assert timing.dispatch == [2, 3, 4, 38, 55]
-    assert timing.done[1] == 37 and timing.total == 55
+    # 3, issues 4..8, drained 8 + 14 = 22. POST dispatched 3, starts 22: idle
+    # 22 + 1 + 14 + 3 = 40.
+    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 27.
+    # POST accepted at 40 (the first POST done), starts 40: idle 58. END at 58.
+    assert timing.dispatch == [2, 3, 4, 40, 58]
+    assert timing.done[1] == 39 and timing.total == 58
 
 
 def test_unknown_opcode_is_a_bug():
