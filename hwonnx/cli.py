@@ -49,6 +49,15 @@ def _count_arg(text: str) -> int:
     return value
 
 
+def _calibrate_arg(parser: argparse.ArgumentParser) -> None:
+    from .quant.calibrate import DEFAULT_METHOD, METHODS
+    parser.add_argument("--calibrate", choices=METHODS, default=DEFAULT_METHOD,
+                        help="how the calibration samples give each activation's int8 range: "
+                             "minmax, onnxruntime's percentile (99.999) or entropy, or the "
+                             "range of smallest quantization error (mse) (default: "
+                             "%(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .boards import BOARDS
     from .memories import MEMORIES
@@ -68,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calib", type=Path,
                    help="calibration samples: .npz keyed by input name, .npy (one input) or a "
                         "folder of .npy files; first axis = samples")
+    _calibrate_arg(p)
     p.add_argument("--bitstream", action="store_true",
                    help="also build the bitstream (iCE40, ECP5, Gowin: with the YoWASP "
                         "tools)")
@@ -360,6 +370,7 @@ def _run(args, output: _Output) -> int:
                       cols=args.cols, input_shapes=dict(args.input_shape) or None, log=log,
                       override_initializers=read_overrides(args.override_initializer) or None,
                       bitstream=args.bitstream, ext_memory=args.ext_memory, baud=args.baud,
+                      calibrate=args.calibrate,
                       **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "inspect":
         from .boards import get_board
