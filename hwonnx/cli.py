@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, metavar="OUT.png",
                    help="also write the chart of where each layer's cycles go (a build's "
                         "report.png) to this file")
+    p.add_argument("--calib", type=Path,
+                   help="calibration samples (as for build): also compare the calibration "
+                        "methods' output error and suggest the smallest's --calibrate")
 
     p = commands.add_parser("sim", help="run a build on inputs (RTL on Verilator by default)")
     p.add_argument("out", type=Path, help="a build folder written by 'hwonnx build'")
@@ -375,8 +378,8 @@ def _run(args, output: _Output) -> int:
     elif args.command == "inspect":
         from .boards import get_board
         from .frontend import read_overrides
-        from .inspect import (check_plot_path, format_inspection, format_placement,
-                              load_for_inspection)
+        from .inspect import (check_plot_path, format_calibration, format_inspection,
+                              format_placement, load_for_inspection)
         model, _ = _model_path(args.model)
         if args.plot:
             check_plot_path(args.plot)          # before the model is read
@@ -391,6 +394,10 @@ def _run(args, output: _Output) -> int:
             placement = format_placement(graph, config, size=args.board, plot=args.plot,
                                          model=str(model))
         print(f"\n{placement}")
+        if args.calib is not None:
+            with output.steps("Comparing the calibration methods ..."):
+                comparison = format_calibration(graph, args.calib)
+            print(f"\n{comparison}")
         if args.plot:
             print(f"\nChart written to {args.plot}")
     elif args.command == "sim":
