@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "example (digits_mlp, digits_cnn: its calibration data is bundled too)")
     p.add_argument("--board", required=True, choices=sorted(BOARDS), help="target board")
     p.add_argument("--calib", type=Path, help="calibration samples (as for build)")
+    _calibrate_arg(p)
     p.add_argument("--rows", default="4..16", metavar="SIZES",
                    help="array rows to try: a list (4,8,12) and ranges of powers of two "
                         "(4..16: 4, 8, 16) (default: %(default)s)")
@@ -470,6 +471,7 @@ def _run(args, output: _Output) -> int:
                 input_shapes=dict(args.input_shape) or None, bitstream=args.bitstream,
                 sim=args.sim, inputs=args.input, out_dir=args.out, scheduler=args.scheduler,
                 workers=args.workers, timeout=args.timeout, resume=args.resume,
+                calibrate=args.calibrate,
                 model_label=str(args.model), calib_label=str(args.calib) if args.calib else None,
                 log=progress.log, on_start=progress.start, on_point=progress.point)
         print(text_summary(summary, args.out))

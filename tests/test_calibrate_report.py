@@ -14,6 +14,13 @@ from onnx import helper, numpy_helper, save
 from onnxruntime.quantization.calibrate import HistogramCollector
 
 from hwonnx.cli import main
+from hwonnx.errors import UsageError
+from hwonnx.explore import explore
+from hwonnx.explore.outputs import _build_command
+from hwonnx.explore.point import run_task
+from hwonnx.explore.sweep import prepare
+
+from helpers import raises
 
 SAMPLES = np.random.default_rng(0).uniform(-1, 1, (64, 1, 16)).astype(np.float32)
 
@@ -115,3 +122,30 @@ def test_inspect_compares_the_methods_and_suggests_one(files, capsys, caplog):
     assert suggested.group(1) != "entropy"
     assert float(suggested.group(2)) == min(float(v) for v in rows.values())
     assert float(suggested.group(2)) < 1.0
+
+
+def test_explore_takes_the_method_to_every_point(files, tmp_path):
+    """``hwonnx explore --calibrate``: refused by name before anything runs; otherwise part of
+    the payload's digest (min/max keeps the digest it had) and of each point's build (a point
+    given an unknown method in its payload fails with the build's refusal) and of the
+    suggested build command."""
+    model, calib = files / "model.onnx", {"x": SAMPLES}
+    with raises(UsageError, "Calibration method must be one of minmax, percentile, entropy, "
+                            "mse, not 'kl'"):
+        explore(model, "sim", rows=(4,), cols=(4,), calib=calib, out_dir=tmp_path / "x",
+                calibrate="kl")
+    assert not (tmp_path / "x").exists()
+    plain, entropy = prepare(model, calib=calib), prepare(model, calib=calib,
+                                                          calibrate="entropy")
+    assert entropy["calibrate"] == "entropy" and plain["calibrate"] == "minmax"
+    assert plain["inputs_digest"] != entropy["inputs_digest"]
+    record = run_task({"board": "sim", "rows": 4, "cols": 4, "depths": {}, "bitstream": False,
+                       "sim": 0}, "4x4-test", {**entropy, "calibrate": "kl"}, 120)
+    assert record["status"] == "failed", record
+    assert record["reason"] == ("UsageError: Calibration method must be one of minmax, "
+                                "percentile, entropy, mse, not 'kl'"), record["reason"]
+    summary = {"board": "sim", "model": "m.onnx", "calib": "c.npz", "bitstream": False,
+               "calibrate": "entropy"}
+    assert _build_command(summary, {"rows": 4, "cols": 4, "array": "4x4"}) == (
+        "hwonnx build m.onnx --board sim --rows 4 --cols 4 --calib c.npz --calibrate entropy "
+        "-o build-4x4/")
