@@ -130,7 +130,8 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None",
         core_calib = {value: values[value] for value in split.core.inputs}
     core = quantize_segments(split.core, core_calib, method)
     host = split.prefix + split.suffix
-    values = {v for n in host for v in (*n.inputs, *n.outputs)} | set(graph.inputs)
+    # in graph order, not a set's: the build folder's graph.json and graph.npz list them so
+    values = dict.fromkeys([*graph.inputs, *(v for n in host for v in (*n.inputs, *n.outputs))])
     types = {v: graph.types[v] for v in values if v in graph.types}
     constants = {v: graph.constants[v] for v in values if v in graph.constants}
     result = Graph(split.prefix + tuple(core.nodes) + split.suffix, graph.inputs,
