@@ -381,6 +381,7 @@ def _run(args, output: _Output) -> int:
         from .frontend import read_overrides
         from .inspect import (check_plot_path, format_calibration, format_inspection,
                               format_placement, load_for_inspection)
+        from .quant import load_samples
         model, _ = _model_path(args.model)
         if args.plot:
             check_plot_path(args.plot)          # before the model is read
@@ -390,14 +391,17 @@ def _run(args, output: _Output) -> int:
         overrides = read_overrides(args.override_initializer) or None
         with output.steps(f"Reading {model.name} ..."):
             graph = load_for_inspection(model, shapes, overrides)
+        # read before anything is printed: a file that does not fit is refused first
+        samples = None if args.calib is None else load_samples(args.calib, graph,
+                                                                "Calibration file")
         print(format_inspection(graph, str(model)))
         with output.steps(f"Placing {model.name} on the {config.name} array ..."):
             placement = format_placement(graph, config, size=args.board, plot=args.plot,
                                          model=str(model))
         print(f"\n{placement}")
-        if args.calib is not None:
+        if samples is not None:
             with output.steps("Comparing the calibration methods ..."):
-                comparison = format_calibration(graph, args.calib)
+                comparison = format_calibration(graph, samples)
             print(f"\n{comparison}")
         if args.plot:
             print(f"\nChart written to {args.plot}")

@@ -149,3 +149,12 @@ def test_explore_takes_the_method_to_every_point(files, tmp_path):
     assert _build_command(summary, {"rows": 4, "cols": 4, "array": "4x4"}) == (
         "hwonnx build m.onnx --board sim --rows 4 --cols 4 --calib c.npz --calibrate entropy "
         "-o build-4x4/")
+
+
+def test_inspect_refuses_missing_calibration_data(files, tmp_path, capsys):
+    """Refused in one line before anything is printed."""
+    missing = tmp_path / "missing.npz"
+    code = main(["inspect", str(files / "model.onnx"), "--calib", str(missing)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == f"hwonnx: error: Calibration file '{missing}' does not exist\n"
