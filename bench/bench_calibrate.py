@@ -11,7 +11,9 @@ compared with ``y_<output>``: the RMS and the largest difference as shares of th
 range over the 8 samples (per output; the table shows the largest share over the outputs),
 and, where an output is a score vector (``[1, N]``, N > 1), the top-1 agreement. The corpus's
 weights are random: its README calls top-1 a weak measure there. Also the time the
-quantization takes (calibration, the quantizer and its check on the float model).
+quantization takes (calibration, the quantizer and its check on the float model), and what
+``hwonnx inspect --calib`` prints and suggests for the model (each method's output error on
+the calibration samples themselves, :func:`hwonnx.quant.compare.compare_methods`).
 Writes ``bench/results/calibrate.json`` and ``.md``. The corpus is read only through the
 argument: hwonnx never reads it.
 """
@@ -34,6 +36,7 @@ from hwonnx.golden import evaluate  # noqa: E402
 from hwonnx.pipeline import BuildRequest, BuildState, run_steps  # noqa: E402
 from hwonnx.quant import normalize_samples  # noqa: E402
 from hwonnx.quant.calibrate import METHODS  # noqa: E402
+from hwonnx.quant.compare import best_method, compare_methods  # noqa: E402
 from hwonnx.quant.data import calibration_feeds  # noqa: E402
 
 #: Float models of the corpus that build on the simulation target in minutes (the Brevitas
@@ -76,6 +79,14 @@ def measure(model: Path, refdata, inputs: "list[str]", outputs: "list[str]",
     return record
 
 
+def inspect_rows(model: Path, refdata, inputs: "list[str]") -> "list[dict]":
+    """What ``hwonnx inspect --calib`` compares: each method's output error on ``calib``."""
+    request = BuildRequest(str(model), ArchConfig(), log=lambda message: None)
+    graph = run_steps(BuildState(request), ("read", "float-passes")).float_graph
+    return compare_methods(graph, normalize_samples(graph, samples(refdata, inputs, "calib"),
+                                                    "calib"))
+
+
 def markdown(results: list, commit: str) -> str:
     lines = ["# Calibration methods on the exporter corpus", "",
              f"Measured at {commit}. Golden model (bit-exact with the RTL) on the 8 `x` samples "
@@ -85,16 +96,22 @@ def markdown(results: list, commit: str) -> str:
              "agreement of the arg max of each score output (the lowest over the outputs; "
              "random weights, a weak measure). `hwonnx inspect --calib` suggests the method "
              "of smallest output error on the calibration samples.", "",
-             "| model | method | RMS error | max error | top-1 | quantize s |",
-             "|---|---|---:|---:|---:|---:|"]
+             "The smallest RMS error of a model is in bold; `inspect`: the RMS error `hwonnx "
+             "inspect --calib` prints for the method (on the calibration samples), and the "
+             "method it suggests (marked *suggested*). Quantize seconds are wall time on a "
+             "shared, loaded 2-core machine.", "",
+             "| model | method | RMS error | max error | top-1 | inspect | quantize s |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for entry in results:
         best = min(r["rms_share"] for r in entry["methods"])
         for r in entry["methods"]:
             rms = f"{r['rms_share']:.2%}"
             top1 = "-" if r["top1"] is None else f"{r['top1']:.0%}"
+            chosen = " *suggested*" if r["method"] == entry["suggested"] else ""
             lines.append(f"| {entry['model']} | {r['method']} | "
                          f"{'**' + rms + '**' if r['rms_share'] == best else rms} | "
-                         f"{r['max_share']:.2%} | {top1} | {r['quantize_seconds']} |")
+                         f"{r['max_share']:.2%} | {top1} | {r['inspect_error']:.2%}{chosen} | "
+                         f"{r['quantize_seconds']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -120,7 +137,11 @@ def main(argv=None) -> int:
                                    method))
             print(f"{name} {method}: RMS {records[-1]['rms_share']:.2%} of the range, top-1 "
                   f"{records[-1]['top1']}", flush=True)
-        results.append({"model": name, "commit": commit, "methods": records})
+        inspected = inspect_rows(args.corpus / entry["file"], refdata, inputs)
+        for record, row in zip(records, inspected):
+            record["inspect_error"] = row["error"]
+        results.append({"model": name, "commit": commit, "methods": records,
+                        "suggested": best_method(inspected)})
         write_results(args.out, "calibrate", results, markdown(results, commit))
     return 0
 
