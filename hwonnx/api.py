@@ -20,13 +20,15 @@ __all__ = ["BuildResult", "SimResult", "bitstream", "build", "compile_model", "c
 
 def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
                   override_initializers=None, log=print, size: "str | None" = None,
-                  fixed=()) -> "tuple[Graph, Program | list[Program]]":
+                  fixed=(), calibrate: str = "minmax"
+                  ) -> "tuple[Graph, Program | list[Program]]":
     """Frontend, quantizer and compiler, in memory (the build's steps from ``read`` to
     ``lower-and-size``, :func:`hwonnx.pipeline.compile_programs`). ``calib`` (samples or a
     sample file) may be None for a pre-quantized model that gives every quantization
     parameter; otherwise :func:`~hwonnx.quant.quantize_graph` raises
     :class:`QuantizationError`. Host steps at the start and end of the graph stay float
-    (:func:`~hwonnx.quant.quantize_model`).
+    (:func:`~hwonnx.quant.quantize_model`); ``calibrate`` is the calibration method
+    (:data:`hwonnx.quant.calibrate.METHODS`).
 
     ``size`` ``"sim"`` or a board's name sizes the buffers not named in ``fixed`` to the model
     (:mod:`hwonnx.compiler.sizing`); None keeps ``config`` as it is. For a model with host
@@ -34,7 +36,7 @@ def compile_model(model, calib, *, config: ArchConfig, input_shapes=None,
     list of the segments' programs, all for one architecture."""
     graph, programs = compile_programs(model, calib, config=config, input_shapes=input_shapes,
                                        override_initializers=override_initializers, log=log,
-                                       size=size, fixed=fixed)
+                                       size=size, fixed=fixed, calibrate=calibrate)
     return graph, _one_or_list(programs)
 
 

@@ -49,6 +49,15 @@ def _count_arg(text: str) -> int:
     return value
 
 
+def _calibrate_arg(parser: argparse.ArgumentParser) -> None:
+    from .quant.calibrate import DEFAULT_METHOD, METHODS
+    parser.add_argument("--calibrate", choices=METHODS, default=DEFAULT_METHOD,
+                        help="how the calibration samples give each activation's int8 range: "
+                             "minmax, onnxruntime's percentile (99.999) or entropy, or the "
+                             "range of smallest quantization error (mse) (default: "
+                             "%(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .boards import BOARDS
     from .memories import MEMORIES
@@ -68,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calib", type=Path,
                    help="calibration samples: .npz keyed by input name, .npy (one input) or a "
                         "folder of .npy files; first axis = samples")
+    _calibrate_arg(p)
     p.add_argument("--bitstream", action="store_true",
                    help="also build the bitstream (iCE40, ECP5, Gowin: with the YoWASP "
                         "tools)")
@@ -112,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, metavar="OUT.png",
                    help="also write the chart of where each layer's cycles go (a build's "
                         "report.png) to this file")
+    p.add_argument("--calib", type=Path,
+                   help="calibration samples (as for build): also compare the calibration "
+                        "methods' output error and suggest the smallest's --calibrate")
 
     p = commands.add_parser("sim", help="run a build on inputs (RTL on Verilator by default)")
     p.add_argument("out", type=Path, help="a build folder written by 'hwonnx build'")
@@ -157,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "example (digits_mlp, digits_cnn: its calibration data is bundled too)")
     p.add_argument("--board", required=True, choices=sorted(BOARDS), help="target board")
     p.add_argument("--calib", type=Path, help="calibration samples (as for build)")
+    _calibrate_arg(p)
     p.add_argument("--rows", default="4..16", metavar="SIZES",
                    help="array rows to try: a list (4,8,12) and ranges of powers of two "
                         "(4..16: 4, 8, 16) (default: %(default)s)")
@@ -360,12 +374,14 @@ def _run(args, output: _Output) -> int:
                       cols=args.cols, input_shapes=dict(args.input_shape) or None, log=log,
                       override_initializers=read_overrides(args.override_initializer) or None,
                       bitstream=args.bitstream, ext_memory=args.ext_memory, baud=args.baud,
+                      calibrate=args.calibrate,
                       **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "inspect":
         from .boards import get_board
         from .frontend import read_overrides
-        from .inspect import (check_plot_path, format_inspection, format_placement,
-                              load_for_inspection)
+        from .inspect import (check_plot_path, format_calibration, format_inspection,
+                              format_placement, load_for_inspection)
+        from .quant import load_samples
         model, _ = _model_path(args.model)
         if args.plot:
             check_plot_path(args.plot)          # before the model is read
@@ -375,11 +391,18 @@ def _run(args, output: _Output) -> int:
         overrides = read_overrides(args.override_initializer) or None
         with output.steps(f"Reading {model.name} ..."):
             graph = load_for_inspection(model, shapes, overrides)
+        # read before anything is printed: a file that does not fit is refused first
+        samples = None if args.calib is None else load_samples(args.calib, graph,
+                                                                "Calibration file")
         print(format_inspection(graph, str(model)))
         with output.steps(f"Placing {model.name} on the {config.name} array ..."):
             placement = format_placement(graph, config, size=args.board, plot=args.plot,
                                          model=str(model))
         print(f"\n{placement}")
+        if samples is not None:
+            with output.steps("Comparing the calibration methods ..."):
+                comparison = format_calibration(graph, samples)
+            print(f"\n{comparison}")
         if args.plot:
             print(f"\nChart written to {args.plot}")
     elif args.command == "sim":
@@ -452,6 +475,7 @@ def _run(args, output: _Output) -> int:
                 input_shapes=dict(args.input_shape) or None, bitstream=args.bitstream,
                 sim=args.sim, inputs=args.input, out_dir=args.out, scheduler=args.scheduler,
                 workers=args.workers, timeout=args.timeout, resume=args.resume,
+                calibrate=args.calibrate,
                 model_label=str(args.model), calib_label=str(args.calib) if args.calib else None,
                 log=progress.log, on_start=progress.start, on_point=progress.point)
         print(text_summary(summary, args.out))

@@ -18,11 +18,13 @@ from .frontend import load_model
 from .ir.graph import Graph
 from .pipeline import plan_programs
 from .plots import write_cycle_chart
+from .quant import load_samples, normalize_samples
+from .quant.compare import best_method, compare_methods
 from .report import placement_table, programs_report
 from .report_segments import segments_markdown, segments_report
 
 __all__ = ["inspect_model", "format_inspection", "format_placement", "load_for_inspection",
-           "check_plot_path"]
+           "check_plot_path", "format_calibration"]
 
 
 def inspect_model(path: "str | os.PathLike", input_shapes: "dict[str, tuple[int, ...]] | None"
@@ -100,6 +102,34 @@ def format_placement(graph: Graph, config: ArchConfig, size: "str | None" = None
     if plot is not None:
         _write_plot(int_graph, programs, model, size or "sim", plot)
     return text
+
+
+def format_calibration(graph: Graph, calib) -> str:
+    """The calibration methods compared on the float ``graph`` with the samples ``calib`` (a
+    sample file, or arrays by input name; :func:`~hwonnx.quant.compare.compare_methods`),
+    and the method ``hwonnx inspect --calib`` suggests: the one of smallest output error.
+
+    Raises
+    ------
+    QuantizationError
+        If ``calib`` cannot be read or does not fit the model's inputs.
+    """
+    samples = (normalize_samples(graph, calib, "Calibration data") if isinstance(calib, dict)
+               else load_samples(calib, graph, "Calibration file"))
+    rows = compare_methods(graph, samples)
+    outputs = list(rows[0]["errors"])
+    count = len(next(iter(samples.values())))
+    lines = [f"Calibration methods on {count} calibration sample(s): the golden model's "
+             f"output error against the float model (RMS, as a share of the float output's "
+             f"range):",
+             "| method | " + " | ".join(outputs) + " |", "|---|" + "---:|" * len(outputs)]
+    lines += [f"| {row['method']} | " + " | ".join(f"{row['errors'][v]:.3%}" for v in outputs)
+              + " |" for row in rows]
+    best = best_method(rows)
+    error = next(row["error"] for row in rows if row["method"] == best)
+    lines.append(f"Suggested: --calibrate {best} (its largest output error, {error:.3%}, is "
+                 f"the smallest)")
+    return "\n".join(lines)
 
 
 def check_plot_path(path: "str | os.PathLike") -> None:

@@ -45,6 +45,7 @@ from .frontend import ImportedModel, finish_import, import_model
 from .ir import Graph, save_graph
 from .passes import FLOAT_PIPELINE, run_pipeline
 from .quant import load_samples, normalize_samples, quantize_model
+from .quant.calibrate import DEFAULT_METHOD, check_method
 from .report import programs_report, write_report
 from .results import BuildResult
 
@@ -57,8 +58,9 @@ class BuildRequest:
     """What a build was asked for, checked: the model and its calibration data as given, the
     architecture ``config``, the ``board`` (None: compile only), how the buffers are sized
     (``size``: ``"sim"``, a board's name or None, as they are; ``fixed``: buffers given by
-    the user), whether a board build may choose a smaller array (``choose_array``), and what
-    the write step writes."""
+    the user), whether a board build may choose a smaller array (``choose_array``), what
+    the write step writes, and the calibration method (``calibrate``,
+    :data:`hwonnx.quant.calibrate.METHODS`)."""
     model: object
     config: ArchConfig
     calib: object = None
@@ -73,6 +75,7 @@ class BuildRequest:
     bitstream: bool = False
     baud: "int | None" = None
     log: object = print
+    calibrate: str = DEFAULT_METHOD
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ def quantize(state: BuildState) -> BuildState:
         samples = normalize_samples(graph, calib, "Calibration data")
     elif samples is None and calib is not None:
         samples = load_samples(calib, graph, "Calibration file")
-    return replace(state, samples=samples, int_graph=quantize_model(graph, samples))
+    return replace(state, samples=samples,
+                   int_graph=quantize_model(graph, samples, state.request.calibrate))
 
 
 def fit_architecture(state: BuildState) -> BuildState:
@@ -213,19 +217,21 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
           override_initializers=None, ext_memory: "str | None" = None,
           verilog: bool = True, bitstream: bool = False, baud: "int | None" = None,
-          log=print, **depths: int) -> BuildResult:
+          log=print, calibrate: str = DEFAULT_METHOD, **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols``, ``<buffer>_depth`` (``stage_in_depth`` too) and ``lut_tables`` keywords override
     the board's default configuration; ``ext_memory`` adds an external memory
     (:data:`hwonnx.memories.MEMORIES`) from which the weights that do not fit stream;
     ``baud`` sets a board build's UART rate (default 115,200: ``hwonnx run`` loads an external
-    memory's image over it). With ``out_dir`` None nothing is written (no ``write`` step)."""
+    memory's image over it); ``calibrate`` the calibration method
+    (:data:`hwonnx.quant.calibrate.METHODS`). With ``out_dir`` None nothing is written (no
+    ``write`` step)."""
     request = build_request(model, out_dir, board=board, calib=calib, config=config, rows=rows,
                             cols=cols, input_shapes=input_shapes,
                             override_initializers=override_initializers,
                             ext_memory=ext_memory, verilog=verilog, bitstream=bitstream,
-                            baud=baud, log=log, **depths)
+                            baud=baud, log=log, calibrate=calibrate, **depths)
     names = tuple(name for name, _ in BUILD_STEPS)
     if out_dir is None:
         state = run_steps(BuildState(request), names[:-1])
@@ -247,13 +253,14 @@ def build_request(model, out_dir, *, board: str = "sim", calib=None,
                   cols: "int | None" = None, input_shapes=None, override_initializers=None,
                   ext_memory: "str | None" = None, verilog: bool = True,
                   bitstream: bool = False, baud: "int | None" = None, log=print,
-                  **depths: int) -> BuildRequest:
+                  calibrate: str = DEFAULT_METHOD, **depths: int) -> BuildRequest:
     """The options of :func:`build`, checked before anything is compiled or written."""
     stages = ("stage_in", "stage_out")      # the buffers but the tables: <name>_depth
     unknown = set(depths) - {f"{b}_depth" for b in (*BUFFERS[:-1], *stages)} - {"lut_tables"}
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
+    check_method(calibrate)
     # The board's default depths are sized to the model; a config given whole is kept.
     size = None if config else ("sim" if target.is_simulation else target.name)
     array_free = config is None and rows is None and cols is None
@@ -282,17 +289,20 @@ def build_request(model, out_dir, *, board: str = "sim", calib=None,
                              f"complete project")
     return BuildRequest(model, config, calib, target, size, fixed, array_free,
                         input_shapes=input_shapes, override_initializers=override_initializers,
-                        verilog=verilog, bitstream=bitstream, baud=baud, log=log)
+                        verilog=verilog, bitstream=bitstream, baud=baud, log=log,
+                        calibrate=calibrate)
 
 
 def compile_programs(model, calib, *, config: ArchConfig, input_shapes=None,
                      override_initializers=None, log=print, size: "str | None" = None,
-                     fixed=()) -> "tuple[Graph, tuple[Program, ...]]":
+                     fixed=(), calibrate: str = DEFAULT_METHOD
+                     ) -> "tuple[Graph, tuple[Program, ...]]":
     """The steps from ``read`` to ``lower-and-size``, in memory (see
     :func:`hwonnx.api.compile_model`): the integer graph and its programs."""
     request = BuildRequest(model, config, calib, size=size, fixed=frozenset(fixed),
                            input_shapes=input_shapes,
-                           override_initializers=override_initializers, log=log)
+                           override_initializers=override_initializers, log=log,
+                           calibrate=check_method(calibrate))
     state = run_steps(BuildState(request), ("read", "float-passes", "quantize",
                                             "fit-architecture", "lower-and-size"))
     return state.int_graph, state.programs

@@ -24,6 +24,8 @@ def _build_command(summary: dict, record: dict) -> str:
         options.append(f"--{flag} {value}")
     if summary.get("calib"):
         options.append(f"--calib {summary['calib']}")
+    if summary.get("calibrate"):
+        options.append(f"--calibrate {summary['calibrate']}")
     if summary["bitstream"]:
         options.append("--bitstream")
     return f"hwonnx build {summary['model']} {' '.join(options)} -o build-{record['array']}/"

@@ -73,7 +73,7 @@ def _unfitted(model, calib, shapes, board, spec: dict, log) -> dict:
     fixed = {name[:-len("_depth")] if name.endswith("_depth") else "lut" for name in depths}
     _, programs = compile_programs(model, calib, config=config, input_shapes=shapes, log=log,
                                    size="sim" if board.is_simulation else board.name,
-                                   fixed=fixed)
+                                   fixed=fixed, calibrate=spec.get("calibrate", "minmax"))
     record = {"config": programs[0].config.to_dict(),
               "estimate": _estimate(programs[0].config, board)}
     _timing(record, board, sum(predict(p.expanded(), p.config).total for p in programs), None)
@@ -98,7 +98,7 @@ def evaluate(spec: dict, folder: Path, log=print) -> dict:
         result = build(model, folder / "build" if spec["bitstream"] else None,
                        board=board.name, calib=calib, rows=spec["rows"], cols=spec["cols"],
                        input_shapes=shapes, verilog=False, bitstream=spec["bitstream"],
-                       log=log, **depths)
+                       log=log, calibrate=spec.get("calibrate", "minmax"), **depths)
     except ResourceError as error:
         record = {"status": "does-not-fit", "reason": str(error)}
         try:
@@ -238,7 +238,8 @@ def run_task(point: dict, key: str, payload: dict, timeout: "float | None") -> d
             if payload.get(name) is not None:
                 (folder / f"{name}.npz").write_bytes(payload[name])
         (folder / "spec.json").write_text(json.dumps(
-            {**point, "input_shapes": payload.get("input_shapes")}))
+            {**point, "input_shapes": payload.get("input_shapes"),
+             "calibrate": payload.get("calibrate", "minmax")}))
         log_file = folder / "log.txt"
         with open(log_file, "wb") as stream:
             process = subprocess.Popen(

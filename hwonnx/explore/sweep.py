@@ -38,11 +38,14 @@ def _npz(arrays: "dict[str, np.ndarray] | None") -> "bytes | None":
     return stream.getvalue()
 
 
-def prepare(model, *, calib=None, input_shapes=None, sim: int = 0, inputs=None) -> dict:
+def prepare(model, *, calib=None, input_shapes=None, sim: int = 0, inputs=None,
+            calibrate: str = "minmax") -> dict:
     """What every task needs, read and checked here before any cluster starts: the model as
     ONNX bytes (external data included), the calibration samples and the first ``sim``
-    samples of ``inputs`` (default: of the calibration data) as ``.npz`` bytes, and a digest
-    of all of it (``inputs_digest``, part of each point's key). Raises the user errors of
+    samples of ``inputs`` (default: of the calibration data) as ``.npz`` bytes, the
+    calibration method, and a digest of all of it (``inputs_digest``, part of each point's
+    key; a sweep calibrated min/max keeps the key it had before the methods). Raises the user
+    errors of
     ``hwonnx build`` (a missing model, calibration data of the wrong shape)."""
     import onnx
 
@@ -86,6 +89,9 @@ def prepare(model, *, calib=None, input_shapes=None, sim: int = 0, inputs=None) 
     for name in ("calib", "inputs"):
         digest.update(b"|" + (payload[name] or b""))
     digest.update(repr(sorted(shapes.items())).encode())
+    if calibrate != "minmax":
+        digest.update(b"|calibrate=" + calibrate.encode())
+    payload["calibrate"] = calibrate
     payload["inputs_digest"] = digest.hexdigest()
     return payload
 
@@ -153,7 +159,7 @@ def explore(model, board: str, *, rows=(4, 8, 16), cols=(4, 8, 16), calib=None,
             scheduler: "str | None" = None, workers: "int | None" = None,
             timeout: "float | None" = None, resume: bool = False, processes: bool = True,
             model_label: "str | None" = None, calib_label: "str | None" = None,
-            log=print, on_start=None, on_point=None) -> dict:
+            log=print, on_start=None, on_point=None, calibrate: str = "minmax") -> dict:
     """Sweep the ``rows`` x ``cols`` arrays of ``model`` on ``board`` (each built as ``hwonnx
     build --board B --rows R --cols C`` builds it, the buffers sized to the model but the
     ``depths`` given) and write ``out_dir``: ``points/<key>.json`` per point as it finishes,
@@ -166,14 +172,19 @@ def explore(model, board: str, *, rows=(4, 8, 16), cols=(4, 8, 16), calib=None,
     otherwise a ``LocalCluster`` of ``workers`` (default: one per CPU, at most one per point)
     processes (threads with ``processes=False``) runs them. ``timeout``: seconds per point
     (:func:`default_timeout`). ``resume``: keep the points of ``out_dir`` that finished
-    (``ok``, ``does-not-fit``) and run the others. ``on_start(total)`` is called with the
+    (``ok``, ``does-not-fit``) and run the others. ``calibrate``: the calibration method of
+    every point (:data:`hwonnx.quant.calibrate.METHODS`). ``on_start(total)`` is called with
+    the
     number of points to run before they start, ``on_point(record, done, total)`` as each
     point's record is written. Points that fail or time out are recorded with their
     reason; the sweep goes on."""
     from ..boards import get_board
     from .outputs import summarize, write_outputs
 
+    from ..quant.calibrate import check_method
+
     target = get_board(board)
+    check_method(calibrate)
     if isinstance(depths, str) or depths is None:
         depths = parse_depths(depths)
     if sim < 0:
@@ -184,7 +195,8 @@ def explore(model, board: str, *, rows=(4, 8, 16), cols=(4, 8, 16), calib=None,
     if not points:
         raise UsageError("The sweep has no points: give --rows and --cols")
     _check_points(target, points)
-    payload = prepare(model, calib=calib, input_shapes=input_shapes, sim=sim, inputs=inputs)
+    payload = prepare(model, calib=calib, input_shapes=input_shapes, sim=sim, inputs=inputs,
+                      calibrate=calibrate)
     keys = [point.key(payload["inputs_digest"]) for point in points]
     out = Path(out_dir)
     folder = out / "points"
@@ -216,6 +228,8 @@ def explore(model, board: str, *, rows=(4, 8, 16), cols=(4, 8, 16), calib=None,
                                               else None),
                         rows=sorted(set(rows)), cols=sorted(set(cols)), depths=depths,
                         bitstream=bitstream, sim=sim)
+    if calibrate != "minmax":
+        summary["calibrate"] = calibrate
     write_outputs(out, summary)
     return summary
 

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import ModelError, QuantizationError, UnsupportedOperatorError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
+from .calibrate import DEFAULT_METHOD
 from .data import calibration_feeds
 from .segments import quantize_segments
 
@@ -94,7 +95,8 @@ def _check_batch_axis(graph: Graph) -> None:
             raise error
 
 
-def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
+def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None",
+                   method: str = DEFAULT_METHOD) -> Graph:
     """Quantize a float graph whose start and end may hold host steps.
 
     The integer graph has the float host prefix (reading the graph inputs), then the
@@ -102,7 +104,8 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     host suffix reads (named as in the float graph), and the float host suffix, which writes
     the graph outputs (an ``ArgMax`` or ``TopK`` index output is int64). ``calib`` is as for
     :func:`~hwonnx.quant.ptq.quantize_graph`; the prefix runs on it in float32 to calibrate
-    the accelerator's input.
+    the accelerator's input; ``method`` is the calibration method
+    (:data:`~hwonnx.quant.calibrate.METHODS`).
     """
     _check_batch_axis(graph)
     constant = [v for v in graph.outputs if v in graph.constants]
@@ -113,7 +116,7 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     graph = _host_adds(graph)
     split = split_host(graph)
     if not split.prefix and not split.suffix:
-        return quantize_segments(graph, calib)
+        return quantize_segments(graph, calib, method)
     core_calib = calib
     if calib is not None and split.prefix:
         feeds = calibration_feeds(graph, calib)
@@ -125,9 +128,10 @@ def quantize_model(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             raise QuantizationError(f"Host step '{node.name}' ({node.op}) computes inf or NaN "
                                     f"on the calibration data: its result is beyond float32")
         core_calib = {value: values[value] for value in split.core.inputs}
-    core = quantize_segments(split.core, core_calib)
+    core = quantize_segments(split.core, core_calib, method)
     host = split.prefix + split.suffix
-    values = {v for n in host for v in (*n.inputs, *n.outputs)} | set(graph.inputs)
+    # in graph order, not a set's: the build folder's graph.json and graph.npz list them so
+    values = dict.fromkeys([*graph.inputs, *(v for n in host for v in (*n.inputs, *n.outputs))])
     types = {v: graph.types[v] for v in values if v in graph.types}
     constants = {v: graph.constants[v] for v in values if v in graph.constants}
     result = Graph(split.prefix + tuple(core.nodes) + split.suffix, graph.inputs,

@@ -13,6 +13,7 @@ from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .channels import check_accumulator, fit_channels
 from .check import check_layers
+from .calibrate import DEFAULT_METHOD, Ranges, describe_method
 from .data import calibration_feeds
 from .copies import concat_multipliers, quantize_copy
 from .eltwise import quantize_eltwise
@@ -25,7 +26,7 @@ __all__ = ["quantize_graph", "activation_table", "CALIBRATION_METHOD", "QUANTIZE
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_METHOD = "min-max"
+CALIBRATION_METHOD = describe_method(DEFAULT_METHOD)
 _LAYOUT_OPS = tuple(sorted(ir_ops(LAYOUT)))
 _HOST = tuple(sorted(HOST_OPS))
 _TABLES = tuple(sorted(TABLE_FUNCTIONS))
@@ -40,7 +41,8 @@ _CALIB_REQUIRED = ("pass --calib samples.npz (one array per input, first axis = 
                    "an .npy for a single-input model")
 
 
-def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
+def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None",
+                   method: str = DEFAULT_METHOD) -> Graph:
     """Quantize a float graph (``Conv``, ``Dense``, ``Add``, ``AvgPool``, ``MaxPool``,
     ``Concat``, the table activations of :data:`hwonnx.ir.tables.TABLE_OPS` (``LeakyRelu``,
     ``Sigmoid``, ``Elu``, ``Gelu``, ...), ``Flatten``, ``Reshape``, host ``Softmax``) to the
@@ -49,9 +51,10 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     Quantization parameters a pre-quantized model gives (``graph.meta["quantization"]``, see
     :func:`hwonnx.frontend.prequant.annotate_graph`) are used as they are: activation scales
     and zero points, int8 weights with their per-channel scales (a weight zero point is
-    folded into the weights), int32 biases. Everything else comes from min/max calibration
-    on ``calib`` (``name -> [S, *shape]``): int8 weights symmetric per output channel, int8
-    activations asymmetric per tensor, int32 bias. ``calib`` may be None when the model
+    folded into the weights), int32 biases. Everything else comes from calibration on
+    ``calib`` (``name -> [S, *shape]``) by ``method`` (:data:`~.calibrate.METHODS`: the
+    activation ranges): int8 weights symmetric per output channel, int8 activations
+    asymmetric per tensor, int32 bias. ``calib`` may be None when the model
     gives the parameters of every value that needs them.
 
     Raises
@@ -70,6 +73,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     given = {v: (float(s), int(z)) for v, (s, z) in ann.get("activations", {}).items()}
     missing = [v for v in _quantized_values(graph) if v not in given]
     values: "dict[str, np.ndarray]" = {}
+    ranges = Ranges(values, method)
     feeds: "dict[str, np.ndarray]" = {}
     if missing and calib is None:
         if not ann:
@@ -82,7 +86,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                                 f"({listed}); {_CALIB_REQUIRED}")
     if missing:
         feeds = calibration_feeds(graph, calib)
-        values = evaluate_float(graph, feeds, keep_all=True)
+        values.update(evaluate_float(graph, feeds, keep_all=True))
         _check_finite(graph, values)
     params: "dict[str, tuple[float, int]]" = {}
     for name in graph.inputs:
@@ -91,8 +95,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
                 f"Calibration data for input '{name}' is constant ({float(values[name].flat[0]):g}"
                 f" in every sample and position): it gives the input no range to quantize; "
                 f"pass representative samples")
-        params[name] = given.get(name) or activation_params(
-            values[name].min(), values[name].max(), f"input '{name}'")
+        params[name] = given.get(name) or activation_params(*ranges(name), f"input '{name}'")
 
     nodes, types, constants = [], {}, {}
     qname = {}
@@ -147,18 +150,18 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
             continue
         if node.op in _TABLES:
             params[out] = given.get(out) or activation_params(
-                values[out].min(), values[out].max(), f"'{out}' (output of '{node.name}')")
+                *ranges(out), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
         if node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute") \
                 or node.attrs.get("copy"):  # input's
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
-            params[out] = _borrowed_params(node, graph, params, values, warnings)
+            params[out] = _borrowed_params(node, graph, params, values, ranges, warnings)
         else:
             params[out] = given.get(out) or (
-                _concat_params(node, params, values) if node.op == "Concat"
-                else _output_params(node, values[out]))
+                _concat_params(node, params, ranges) if node.op == "Concat"
+                else _output_params(node, ranges(out)))
         nodes.append(QUANTIZERS[node.op](node, LayerQuantization(
             graph, params, qname, constants, types, given, layer_ann, warnings)))
 
@@ -166,7 +169,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None") -> Graph
     nodes = apply_ranges(nodes, ann.get("ranges", {}), qname,     # n-bit and narrow ranges
                          ann.get("half_up", frozenset()))
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
-    meta.update(_describe(ann, graph, missing, calib), warnings=tuple(warnings))
+    meta.update(_describe(ann, graph, missing, calib, method), warnings=tuple(warnings))
     result = Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
     if values:
         result = check_layers(result, values, feeds, params)
@@ -264,17 +267,17 @@ def _quantized_values(graph: Graph) -> "list[str]":
     return needed
 
 
-def _describe(ann: dict, graph: Graph, missing: "list[str]", calib) -> dict:
+def _describe(ann: dict, graph: Graph, missing: "list[str]", calib, method: str) -> dict:
     """The quantization entries of the integer graph's metadata (and the build report)."""
     samples = int(next(iter(calib.values())).shape[0]) if calib and missing else 0
     if not ann:
-        return {"calibration": CALIBRATION_METHOD, "calibration_samples": samples,
+        return {"calibration": describe_method(method), "calibration_samples": samples,
                 "activation_quantization": "int8 asymmetric per tensor",
                 "weight_quantization": "int8 symmetric per output channel"}
     source = f"from the {ann.get('source', 'pre-quantized').upper()} model"
     layers = sum(n.op in ("Conv", "Dense") for n in graph.nodes)
     given = len(ann.get("weights", {}))
-    calibration = source + (f"; {CALIBRATION_METHOD} for {len(missing)} value(s)"
+    calibration = source + (f"; {describe_method(method)} for {len(missing)} value(s)"
                             if missing else "")
     weights = f"int8 per output channel, {source}" if given == layers else (
         f"int8 per output channel: {given} of {layers} layer(s) {source}, the others "
@@ -388,15 +391,16 @@ def _padding(node: Node, s_in: float, zp_in: int) -> dict:
     return {"pad_q": int(quantize(value, scale=s_in, zero_point=zp_in))}
 
 
-def _output_params(node: Node, values: np.ndarray) -> "tuple[float, int]":
-    """Output scale and zero point from calibration, within a fused ReLU / Clip range."""
-    lo, hi = _range(node, values)
+def _output_params(node: Node, calibrated: "tuple[float, float]") -> "tuple[float, int]":
+    """Output scale and zero point from the ``calibrated`` range, within a fused ReLU / Clip
+    range."""
+    lo, hi = _range(node, calibrated)
     return activation_params(lo, hi, f"'{node.outputs[0]}' (output of '{node.name}')")
 
 
-def _range(node: Node, values: np.ndarray) -> "tuple[float, float]":
-    """The calibrated range of a layer's output, within a fused ReLU / Clip range."""
-    lo, hi = float(values.min()), float(values.max())
+def _range(node: Node, calibrated: "tuple[float, float]") -> "tuple[float, float]":
+    """The ``calibrated`` range of a layer's output, within a fused ReLU / Clip range."""
+    lo, hi = calibrated
     if node.attrs.get("relu"):
         lo = max(lo, 0.0)
     if node.attrs.get("act_max") is not None:
@@ -407,12 +411,12 @@ def _range(node: Node, values: np.ndarray) -> "tuple[float, float]":
 def _empty_range(node: Node, values: np.ndarray) -> bool:
     """Whether the output's calibrated range, with real 0 included, is empty: the layer
     wrote one constant (0 after a dead ReLU) on every calibration sample."""
-    lo, hi = _range(node, values)
+    lo, hi = _range(node, (float(values.min()), float(values.max())))
     return max(hi, 0.0) - min(lo, 0.0) < 1e-12
 
 
-def _borrowed_params(node: Node, graph: Graph, params, values, warnings: "list[str]"
-                     ) -> "tuple[float, int]":
+def _borrowed_params(node: Node, graph: Graph, params, values, ranges: Ranges,
+                     warnings: "list[str]") -> "tuple[float, int]":
     """Parameters for a layer output that is constant on the calibration data (a dead ReLU
     branch): any scale represents it, but the scale matters where the value meets another
     (a residual ``Add`` weights its inputs in the ratio of their scales, so a fallback scale
@@ -424,7 +428,7 @@ def _borrowed_params(node: Node, graph: Graph, params, values, warnings: "list[s
     for consumer in graph.consumers(out):
         if consumer.op in ("Add", "Concat") and not _empty_range(consumer,
                                                                  values[consumer.outputs[0]]):
-            lo, hi = _range(consumer, values[consumer.outputs[0]])
+            lo, hi = _range(consumer, ranges(consumer.outputs[0]))
             scale = activation_params(lo, hi, f"'{consumer.outputs[0]}'")[0]
             source = f"'{consumer.outputs[0]}', the output of {consumer.op} '{consumer.name}'"
             break
@@ -529,15 +533,15 @@ def _quantize_table(node: Node, graph: Graph, params, qname, nodes, constants, t
                        "scales": (s_in,), "out_scale": s_in, **attrs}))
 
 
-def _concat_params(node: Node, params, values) -> "tuple[float, int]":
+def _concat_params(node: Node, params, ranges: Ranges) -> "tuple[float, int]":
     """Output scale and zero point of a channel ``Concat``: the inputs' own when they all
     share one scale and zero point (the requantization is then the identity and the output
-    exactly its inputs' integers), else min/max calibration of the output, whose range is
-    the union of the inputs' ranges (within a fused ReLU / Clip)."""
+    exactly its inputs' integers), else the calibrated range of the output (by min/max:
+    the union of the inputs' ranges), within a fused ReLU / Clip."""
     shared = {params[x] for x in node.inputs}
     if len(shared) == 1:
         return next(iter(shared))
-    return _output_params(node, values[node.outputs[0]])
+    return _output_params(node, ranges(node.outputs[0]))
 
 
 def _quantize_concat(node: Node, params, qname, constants, types) -> Node:

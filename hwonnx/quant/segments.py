@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import QuantizationError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_float, first_not_finite
+from .calibrate import DEFAULT_METHOD
 from .data import calibration_feeds
 from .params import activation_params
 from .ptq import quantize_graph
@@ -67,7 +68,8 @@ def _float_values(core: Graph, calib) -> "dict[str, np.ndarray]":
     return values
 
 
-def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Graph:
+def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None",
+                      method: str = DEFAULT_METHOD) -> Graph:
     """Quantize the accelerator part ``core`` (a float graph from the accelerator's inputs to
     the values the host reads), whose middle may hold host steps.
 
@@ -83,7 +85,7 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
     """
     host = middle_steps(core)
     if not host:
-        return quantize_graph(core, calib)
+        return quantize_graph(core, calib, method)
     level = levels(core, host)
     values = _float_values(core, calib)
     nodes: "list[Node]" = []
@@ -112,7 +114,7 @@ def quantize_segments(core: Graph, calib: "dict[str, np.ndarray] | None") -> Gra
             ann["activations"] = {**ann.get("activations", {}), **given}
             meta["quantization"] = ann
         part = quantize_graph(Graph(body, inputs, outputs, core.types, core.constants, meta),
-                              {v: values[v] for v in inputs} if values else None)
+                              {v: values[v] for v in inputs} if values else None, method)
         metas.append(part.meta)
         ports_in, ports_out, names = [], [], []
         for node in part.nodes:
