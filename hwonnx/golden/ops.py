@@ -133,7 +133,8 @@ def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
 @golden_op("QAvgPool")
 def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, out_zp: int,
              lo: int, hi: int, kernel, strides=(1, 1), pads=(0, 0, 0, 0),
-             count_include_pad: bool = True, pad_q: "int | None" = None, **_) -> np.ndarray:
+             count_include_pad: bool = True, pad_q: "int | None" = None,
+             rounding: str = "half_up", **_) -> np.ndarray:
     """int8 average pooling: ``sum over the window of (x - in_zp)`` (padding contributes 0),
     requantized with ``mult * 2**-shift``, which includes the division: by the window size
     (``mult``, ``shift`` ``[C]``; ONNX's ``count_include_pad=1``), or, without
@@ -144,13 +145,13 @@ def qavgpool(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, *, in_zp: int, 
     if count_include_pad or mult.ndim == 1:
         return qconv(x, ones, np.zeros(c, dtype=np.int32), mult, shift, in_zp=in_zp,
                      out_zp=out_zp, lo=lo, hi=hi, strides=strides, pads=pads, group=c,
-                     pad_q=pad_q)
+                     pad_q=pad_q, rounding=rounding)
     n, _, h, w = x.shape
     patches = im2col(x, tuple(kernel), strides, pads, (1, 1), pad_value=np.int8(in_zp))
     acc = (patches.astype(np.int64) - in_zp).reshape(n, patches.shape[1], c, -1).sum(axis=-1)
     counts = window_counts((h, w), kernel, strides, pads)                     # [OH * OW]
     y = requantize(acc, np.zeros(c, dtype=np.int32), mult[counts - 1], shift[counts - 1],
-                   out_zp, lo, hi)
+                   out_zp, lo, hi, rounding)
     oh, ow = conv_output_size(h, kernel[0], strides[0], pads[0], pads[2], 1), \
         conv_output_size(w, kernel[1], strides[1], pads[1], pads[3], 1)
     return y.transpose(0, 2, 1).reshape(n, c, oh, ow)

@@ -227,7 +227,8 @@ def _quantize_eltwise(node: Node, q: LayerQuantization) -> Node:
 
 @quantizer("AvgPool")
 def _quantize_avg(node: Node, q: LayerQuantization) -> Node:
-    return _quantize_avgpool(node, q.params, q.qname, q.constants, q.types)
+    exact = node.inputs[0] in q.given and node.outputs[0] in q.given
+    return _quantize_avgpool(node, q.params, q.qname, q.constants, q.types, exact)
 
 
 @quantizer("MaxPool")
@@ -443,7 +444,10 @@ def _borrowed_params(node: Node, graph: Graph, params, values, ranges: Ranges,
     return scale, -128 if node.attrs.get("relu") else 0
 
 
-def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
+def _quantize_avgpool(node: Node, params, qname, constants, types, exact=False) -> Node:
+    """A pool of ``exact`` parameters (the model's own, both sides) rounds as the QDQ float
+    semantics do, half to even (``rounding="ort"``, where the architecture has the unit): a
+    2x2 pool with equal scales lands on an exact tie in a quarter of its values."""
     x = node.inputs[0]
     (s_in, zp_in), (s_out, zp_out) = params[x], params[node.outputs[0]]
     kernel = tuple(node.attrs["kernel"])
@@ -462,7 +466,8 @@ def _quantize_avgpool(node: Node, params, qname, constants, types) -> Node:
                 {"in_zp": zp_in, "out_zp": zp_out, "lo": lo, "hi": hi, "kernel": kernel,
                  "strides": tuple(node.attrs["strides"]), "pads": tuple(node.attrs["pads"]),
                  "count_include_pad": not exclude, "in_scale": s_in, "out_scale": s_out,
-                 "relu": bool(node.attrs.get("relu")), **_padding(node, s_in, zp_in)})
+                 "relu": bool(node.attrs.get("relu")), **_padding(node, s_in, zp_in),
+                 **({"rounding": "ort"} if exact else {})})
 
 
 def _quantize_maxpool(node: Node, params, qname, constants, types) -> Node:
