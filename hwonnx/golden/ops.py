@@ -23,6 +23,8 @@ HOST_OPS = frozenset({"Softmax"})
 GOLDEN_OPS: "dict[str, Callable[..., np.ndarray]]" = {}
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: Integers up to this magnitude are exact in float64.
+_EXACT_FLOAT64 = 1 << 53
 
 
 def golden_op(op: str):
@@ -84,7 +86,16 @@ def accumulate_bound(w: np.ndarray, in_zp: "int | None" = None) -> np.ndarray:
 
 
 def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
-    acc = (patches.astype(np.int64) - in_zp) @ w.astype(np.int64).T
+    """``(patches - in_zp) @ w.T`` in int64. Where no sum of products can reach 2**53 (int8
+    operands: any layer), float64 holds every product and partial sum exactly, whatever the
+    order of the additions, so the product runs in BLAS (integer matmul in NumPy does not)."""
+    x = patches.astype(np.int64) - in_zp
+    w = w.astype(np.int64)
+    if x.size and w.size and (int(np.abs(x).max()) * int(np.abs(w).max()) * x.shape[-1]
+                              < _EXACT_FLOAT64):
+        acc = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
+    else:
+        acc = x @ w.T
     if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
         raise OverflowError("int32 accumulator overflow: the compiler's bound check failed")
     return acc
