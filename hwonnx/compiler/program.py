@@ -81,6 +81,8 @@ class Program:
     inputs: "tuple[Port, ...]"
     outputs: "tuple[Port, ...]"
     words: "dict[str, int]" = field(default_factory=dict)
+    #: What :meth:`cached` computed, with the instructions and configuration it was for.
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _only(self, kind: str) -> Port:
         ports = getattr(self, f"{kind}s")
@@ -109,9 +111,22 @@ class Program:
     def macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
 
+    def cached(self, name: str, compute):
+        """``compute(self)``, computed once for these instructions and configuration (a
+        report reads the expanded program and its timing several times)."""
+        key = (self.instructions, len(self.instructions), self.config)
+        hit = self._cache.get(name)
+        if hit is None or hit[0][0] is not key[0] or hit[0][1:] != key[1:]:
+            hit = self._cache[name] = (key, compute(self))
+        return hit[1]
+
     def expanded(self) -> "list[Instr]":
         """Every instruction the dispatcher issues, in order: the stored ones and, after each
-        LOOP, the micro-instructions the walker issues for it (``looped``)."""
+        LOOP, the micro-instructions the walker issues for it (``looped``). A new list each
+        call; the expansion is made once (:meth:`cached`)."""
+        return list(self.cached("expanded", Program._expand))
+
+    def _expand(self) -> "list[Instr]":
         out, templates = [], {}
         for instr in self.instructions:
             out.append(instr)
