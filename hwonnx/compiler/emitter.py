@@ -3,7 +3,6 @@ layer (:class:`TileEmitter`). :func:`~.lower.lower` drives it; each op's lowerin
 (:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call its methods."""
 
 import hashlib
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -86,6 +85,11 @@ class TileEmitter:
     def weight_words(self) -> int:
         """The words of the weight image so far."""
         return len(self._wgt)
+
+    @property
+    def table_count(self) -> int:
+        """The activation tables stored so far (the highest POST ``lut`` field so far)."""
+        return len(self._tables)
 
     @property
     def param_words(self) -> int:
@@ -215,13 +219,17 @@ class TileEmitter:
             del self._wgt[wgt_start:]
         if par_at is not None:
             del self._par[par_start:]
+        if not wgt_delta and not par_delta:
+            return
         layer = self._layer_tiles[-1]
         for tile in layer.tiles:
-            tile.matmul = replace(tile.matmul, wgt_addr=tile.matmul.wgt_addr - wgt_delta)
-            tile.posts = [replace(post, par_addr=post.par_addr - par_delta)
-                          for post in tile.posts]
-        if layer.records is not None:
-            layer.records = [replace(record, par_addr=record.par_addr - par_delta)
+            if wgt_delta:
+                tile.matmul = tile.matmul.moved(wgt_addr=tile.matmul.wgt_addr - wgt_delta)
+            if par_delta:
+                tile.posts = [post.moved(par_addr=post.par_addr - par_delta)
+                              for post in tile.posts]
+        if layer.records is not None and par_delta:
+            layer.records = [record.moved(par_addr=record.par_addr - par_delta)
                              if record.op == Op.POST else record for record in layer.records]
 
     def stream_weights(self, wgt_words: "list[int]", names: "list[str]",

@@ -13,7 +13,7 @@ looped form only if its expansion equals the explicit list, so a layer whose til
 regular nest simply stays explicit.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import itemgetter
 
 from ..config import ArchConfig
@@ -76,7 +76,7 @@ def schedule(tiles: "list[Tile]", bank: int) -> "list[LoadW | MatMul | Post]":
     if count > 1:
         load(1)
     for i, tile in enumerate(tiles):
-        out.append(replace(tile.matmul, bank=(bank + i) % 2))
+        out.append(tile.matmul.moved(bank=(bank + i) % 2))
         if 1 <= i < count - 1:
             load(i + 1)
         out.extend(tile.posts)

@@ -4,7 +4,7 @@ allocation, and the checks of the buffers' sizes; each layer's tiles and memory 
 the instructions is :mod:`.loops`', the program and its encoding :mod:`.program`'s.
 """
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
@@ -17,10 +17,10 @@ from .layout import Placement, natural_placement
 from .paging import paged
 from .program import Port, Program, mark_layers
 from .spill import ExtTensors, band_layer, relocated, spill_attempts
-from .stream import SlotTooSmall
+from .stream import SlotTooSmall, streamed_layers
 from .taps import packable_inputs, packed_placement, packed_words
 
-__all__ = ["ARRAY_OPS", "lower"]
+__all__ = ["ARRAY_OPS", "Failures", "lower"]
 
 
 #: Integer operators the accelerator computes: on the array, each lowered as a convolution over
@@ -31,6 +31,49 @@ ARRAY_OPS = integer_ops(LAYER)
 PACKED_GROWTH = 1 / 8
 #: Integer layout ops: the buffer is read in another order, no instructions.
 _LAYOUT = integer_ops(LAYOUT)
+#: Architecture fields that a lowering whose layers do not run in parts (:mod:`.split` reads
+#: ``wgt_depth``) reads only after every layer is emitted (the weight streaming, the buffer
+#: checks, the paging); and ``lut_tables``, which the layers read only to refuse a table
+#: beyond it.
+_READ_AFTER = frozenset({"wgt_depth", "par_depth", "prog_depth", "prog_page", "ext_depth",
+                         "lut_tables"})
+
+
+class Failures:
+    """How the lowerings of one graph failed, for a sizing that lowers it again and again
+    with other buffer depths (``fitting._sized_config``). A lowering whose layers are emitted
+    as in one that failed (the same inputs packed and tensors outside, not in parts, every
+    architecture field but :data:`_READ_AFTER` the same, and activation tables enough for
+    those that the failed one's layers took) fails as it did without emitting them again: the
+    activation buffer full at the same layer, or, every layer emitted, two slots of the same
+    layer's weights not fitting the weight buffer, as :func:`~.stream.streamed_layers`
+    decides again for the new depth (when they fit, the lowering runs)."""
+
+    def __init__(self):
+        self._failed: "dict[tuple, tuple]" = {}
+
+    @staticmethod
+    def _key(config: ArchConfig, loops: bool, packed, external) -> tuple:
+        return (loops, tuple(packed), external,
+                tuple(getattr(config, f.name) for f in fields(config)
+                      if f.name not in _READ_AFTER))
+
+    def replay(self, config: ArchConfig, loops: bool, packed, external) -> None:
+        """Raise the failure of a lowering like this one's, if one failed."""
+        failed = self._failed.get(self._key(config, loops, packed, external))
+        if failed is None or config.lut_tables < failed[0]:
+            return
+        tables, error, streaming = failed
+        if streaming is None:
+            raise error
+        streamed_layers(*streaming, config)
+
+    def record(self, config: ArchConfig, loops: bool, packed, external, tables: int,
+               error: ResourceError, streaming: "tuple | None" = None) -> None:
+        """A lowering failed with ``error`` after its layers took ``tables`` activation
+        tables; ``streaming``: the weight words (all, per layer) and the layers' names when
+        it failed for want of slots."""
+        self._failed[self._key(config, loops, packed, external)] = (tables, error, streaming)
 
 
 def _activations(node: Node, graph: Graph) -> "list[str]":
@@ -55,7 +98,8 @@ def _image_view(graph: Graph, value: str) -> "tuple[int, ...]":
     return shape
 
 
-def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
+def lower(graph: Graph, config: ArchConfig, loops: bool = True,
+          failures: "Failures | None" = None) -> Program:
     """Compile the integer ``graph`` for ``config``; with ``loops`` off, every layer is
     stored one micro-instruction at a time (to test the walker against the explicit form).
 
@@ -63,34 +107,38 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     (:mod:`.taps`) when that takes little more of the activation buffer: the program is
     lowered both ways and the packed one kept if its high-water mark is at most
     :data:`PACKED_GROWTH` higher (its first layer takes fewer cycles in every case).
-    With ``prog_page``, the program is paged (:func:`~.paging.paged`)."""
-    return paged(_lower_any(graph, config, loops))
+    With ``prog_page``, the program is paged (:func:`~.paging.paged`). ``failures``: the
+    failed lowerings of ``graph`` before, to fail again without emitting them (:class:`Failures`).
+    """
+    return paged(_lower_any(graph, config, loops, failures))
 
 
-def _lower_any(graph: Graph, config: ArchConfig, loops: bool) -> Program:
+def _lower_any(graph: Graph, config: ArchConfig, loops: bool,
+               failures: "Failures | None" = None) -> Program:
     inputs = [n.outputs[0] for n in graph.nodes if n.op == "Quantize"]
     packable = packable_inputs(graph, inputs, config.rows)
     try:
-        plain = _lower(graph, config, loops, {})
+        plain = _lower(graph, config, loops, {}, failures=failures)
     except ResourceError as error:
         if config.ext_memory and isinstance(error, ActivationBufferFull):
-            return _spilled(graph, config, loops, error)
+            return _spilled(graph, config, loops, error, failures)
         if not packable:
             raise
         try:
-            return _lower(graph, config, loops, packable)
+            return _lower(graph, config, loops, packable, failures=failures)
         except ResourceError:
             raise error from None
     if not packable:
         return plain
     try:
-        packed = _lower(graph, config, loops, packable)
+        packed = _lower(graph, config, loops, packable, failures=failures)
     except ResourceError:
         return plain
     return packed if packed.words["act"] <= plain.words["act"] * (1 + PACKED_GROWTH) else plain
 
 
-def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError) -> Program:
+def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError,
+             failures: "Failures | None" = None) -> Program:
     """:func:`lower` with tensors in the external memory, in the order of
     :func:`~.spill.spill_attempts` until one fits (``error``: why it does not fit without;
     after them, the last attempt's)."""
@@ -100,25 +148,43 @@ def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError
                             f"bytes, activation words {config.rows})") from None
     for external in spill_attempts(graph, config):
         try:
-            return _lower(graph, config, loops, {}, external)
+            return _lower(graph, config, loops, {}, external, failures)
         except ActivationBufferFull as full:    # the last: with every candidate outside
             error = full
     raise error
 
 
 def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
-           external: "frozenset[str]" = frozenset()) -> Program:
+           external: "frozenset[str]" = frozenset(), failures: "Failures | None" = None
+           ) -> Program:
     """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution,
     the tensors ``external`` in the external memory (:mod:`.spill`); the layers whose
     weights are too many to stream whole run in parts (:mod:`.split`)."""
     try:
-        return _lower_once(graph, config, loops, packed, external, split=False)
+        if failures is None:
+            return _lower_once(graph, config, loops, packed, external, split=False)
+        failures.replay(config, loops, packed, external)
+        emitted: dict = {}
+        try:
+            return _lower_once(graph, config, loops, packed, external, split=False,
+                               emitted=emitted)
+        except (ActivationBufferFull, SlotTooSmall) as error:
+            emitter = emitted.get("emitter")
+            failures.record(config, loops, packed, external,
+                            emitter.table_count if emitter else 0, error,
+                            emitted.get("streaming") if isinstance(error, SlotTooSmall)
+                            else None)
+            raise
     except SlotTooSmall:
         return _lower_once(graph, config, loops, packed, external, split=True)
 
 
 def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
-                external: "frozenset[str]", split: bool) -> Program:
+                external: "frozenset[str]", split: bool, emitted: "dict | None" = None
+                ) -> Program:
+    """:func:`_lower` with layers in parts or not (``split``); ``emitted`` (a dictionary)
+    gets the ``emitter``, and the ``streaming`` that :func:`~.stream.streamed_layers` decides
+    from (:class:`Failures`)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -166,6 +232,8 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         ).with_shape(shape)
 
     emitter = TileEmitter(graph, config, split)
+    if emitted is not None:
+        emitted["emitter"] = emitter
     layers = []
     before: "dict[int, list]" = {}              # LOADA before, STOREA after a layer
     after: "dict[int, list]" = {}
@@ -199,6 +267,9 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
+    if emitted is not None:
+        emitted["streaming"] = (emitter.weight_words, [layer.wgt_words for layer in layers],
+                                [layer.name for layer in layers])
     streaming = emitter.stream_weights([layer.wgt_words for layer in layers],
                                        [layer.name for layer in layers], owners)
     if streaming is not None:

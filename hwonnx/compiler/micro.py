@@ -4,7 +4,7 @@ Each class holds the fields of one kind of instruction (:data:`hwonnx.isa.FIELDS
 and transfer layouts), frozen; a field left None is not set, and :meth:`fields` gives the
 instruction's fields, in order, as :class:`~.program.Instr` stores them (unset ones encode as
 0). An address that moves later (a shared weight tile, a streamed parameter word, the
-external memory's activation region) makes a new record with :func:`dataclasses.replace`."""
+external memory's activation region) makes a new record with :meth:`_Record.moved`."""
 
 from dataclasses import dataclass, fields as dataclass_fields
 
@@ -17,6 +17,14 @@ _Int = "int | None"
 
 class _Record:
     """The instruction's fields: every one that is set, in declaration order."""
+
+    def moved(self, **changes: int) -> "_Record":
+        """A copy with ``changes``: :func:`dataclasses.replace` without running ``__init__``
+        again (the records only store their fields), for the addresses that move on
+        millions of tiles."""
+        record = object.__new__(type(self))
+        record.__dict__.update(self.__dict__, **changes)
+        return record
 
     def fields(self) -> "dict[str, int]":
         values = ((f.name, getattr(self, f.name)) for f in dataclass_fields(self))
