@@ -17,6 +17,7 @@ from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.passes.channel_shuffle import channel_order
 from helpers import raises
 from ort_reference import reference_session
+from rtl_helpers import rtl_matches_golden
 from spec_helpers import make_model
 
 RNG = np.random.default_rng(36)
@@ -217,10 +218,7 @@ def test_shufflenet_unit_on_rtl(tmp_path):
     result = build(model, tmp_path / "build", calib={"input": calib}, log=lambda m: None)
     assert "/unit/t" in [layer.name for layer in result.program.layers]
     inputs = {"input": RNG.normal(0, 1, (3, 1, 3, 8, 8)).astype(np.float32)}
-    rtl = simulate(tmp_path / "build", inputs, mode="compare", log=lambda m: None)
-    golden = simulate(result, inputs, mode="golden")
-    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
-    assert rtl.cycles == [rtl.predicted_cycles] * 3
+    rtl_matches_golden(result, inputs, 3)
 
 
 @pytest.mark.rtl
@@ -231,10 +229,7 @@ def test_shuffle_of_three_groups_on_rtl(tmp_path):
     calib = RNG.normal(0, 1, (8, 1, 24, 4, 5)).astype(np.float32)
     result = build(model, tmp_path / "build", calib={"x": calib}, log=lambda m: None)
     inputs = {"x": RNG.normal(0, 1, (2, 1, 24, 4, 5)).astype(np.float32)}
-    rtl = simulate(tmp_path / "build", inputs, mode="compare", log=lambda m: None)
-    golden = simulate(result, inputs, mode="golden")
-    np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)
-    assert rtl.cycles == [rtl.predicted_cycles] * 2
+    rtl_matches_golden(result, inputs, 2)
 
 
 REASON = ("Transpose '{}' has perm {} on a value of shape {}; the array moves the channel, "
