@@ -160,3 +160,26 @@ def test_a_loop_before_its_templates_is_refused(tmp_path):
     (tmp_path / "program.json").write_text(json.dumps(data))
     with pytest.raises(ModelError, match="at least one tile per level"):
         load_program(tmp_path)
+
+
+def test_a_program_cannot_change_under_its_cached_expansion():
+    """Program.cached keeps the expansion (and the timing made from it) for the program's
+    life: every way to change the instructions in place is refused, and a changed program
+    (``replace``) expands anew."""
+    _, program = plan_model(MLPERF_TINY["kws_dscnn"](), config=BIG)
+    first = program.expanded()
+    loop = next(k for k, i in enumerate(program.instructions) if i.op == Op.LOOP)
+    instr = program.instructions[loop]
+    changes = [lambda: program.instructions.__setitem__(loop, instr),
+               lambda: program.instructions.append(instr),
+               lambda: setattr(program, "instructions", program.instructions[:-1]),
+               lambda: instr.fields.__setitem__("count", instr["count"] + 1),
+               lambda: instr.fields.update(count=instr["count"] + 1),
+               lambda: setattr(instr, "fields", {**instr.fields})]
+    for change in changes:
+        with pytest.raises((TypeError, AttributeError)):
+            change()
+        assert program.expanded() == first == program._expand()
+    dropped = replace(program, instructions=[i for i in program.instructions
+                                             if i.op != Op.LOOP or i is not instr])
+    assert len(dropped.expanded()) < len(first)

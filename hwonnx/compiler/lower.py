@@ -291,11 +291,11 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         images["ext"] = streaming.ext
     program = Program(config, instructions, images, layers, placements,
                       tuple(Port(n.inputs[0], n.outputs[0]) for n in quantizers),
-                      tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers))
-    program.words = {"prog": len(instructions),
-                     "wgt": streaming.words if streaming else emitter.weight_words,
-                     "par": streaming.par_words if streaming else emitter.param_words,
-                     "act": alloc.high_water}
+                      tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers),
+                      {"prog": len(instructions),
+                       "wgt": streaming.words if streaming else emitter.weight_words,
+                       "par": streaming.par_words if streaming else emitter.param_words,
+                       "act": alloc.high_water})
     if config.ext_memory:
         program.words["ext"] = len(images.get("ext", ())) + ext.words
         program.words["stage_in"], program.words["stage_out"] = ext.stage
