@@ -9,8 +9,9 @@ from .boards import check_board_fit, check_fits, get_board
 from .compiler.alloc import ActivationBufferFull
 from .compiler.artifact import is_int
 from .compiler.layout import natural_placement
-from .compiler.lower import Failures, lower
+from .compiler.lower import lower
 from .compiler.program import Program
+from .compiler.replay import Lowerings
 from .compiler.segments import is_segmented, lower_segments
 from .compiler.sizing import needs, probe, sized
 from .compiler.spill import StageTooSmall
@@ -45,20 +46,20 @@ def _lower_sized(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     ``target`` when given (:func:`_lower_checked`). Where that fails with the staging buffers
     grown (the other bands of the grown buffers can need more of a buffer sized before they
     grew), the program with the staging buffers it was sized with. The lowerings share
-    their failures (:class:`~.compiler.lower.Failures`)."""
-    failures = Failures()
+    how they ended (:class:`~.compiler.replay.Lowerings`)."""
+    lowerings = Lowerings()
 
     def checked(sized_config):
         if target is None:
-            return lower(int_graph, sized_config, loops, failures)
-        return _lower_checked(int_graph, sized_config, target, loops, failures)
+            return lower(int_graph, sized_config, loops, lowerings)
+        return _lower_checked(int_graph, sized_config, target, loops, lowerings)
 
-    grown = _sized_config(int_graph, config, size, fixed, loops, failures=failures)
+    grown = _sized_config(int_graph, config, size, fixed, loops, lowerings=lowerings)
     try:
         return checked(grown)
     except ResourceError:
         ungrown = _sized_config(int_graph, config, size, fixed, loops, grow=False,
-                                failures=failures)
+                                lowerings=lowerings)
         if ungrown == grown:
             raise
         return checked(ungrown)
@@ -66,7 +67,7 @@ def _lower_sized(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
 
 def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
                   loops: bool = True, grow: bool = True,
-                  failures: "Failures | None" = None) -> ArchConfig:
+                  lowerings: "Lowerings | None" = None) -> ArchConfig:
     """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
@@ -78,10 +79,10 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     weight buffer's depth (the parts and slots are cut to it). For a board, a program that
     moves activations then has staging buffers grown by :func:`_grown_stage` (the activation
     buffer holds only the tensors left on chip: the windows are in the staging buffers;
-    ``grow`` False: not grown; ``failures``: of the lowerings of ``int_graph`` before)."""
+    ``grow`` False: not grown; ``lowerings``: how those of ``int_graph`` before ended)."""
     while True:
         try:
-            first = lower(int_graph, probe(config, fixed), loops, failures)
+            first = lower(int_graph, probe(config, fixed), loops, lowerings)
             break
         except StageTooSmall as error:
             config = _staged(config, error, size, fixed)
@@ -175,12 +176,12 @@ def _block_depth(board: str) -> int:
 
 
 def _lower_checked(graph: Graph, sized_config: ArchConfig, target, loops: bool = True,
-                   failures: "Failures | None" = None) -> Program:
+                   lowerings: "Lowerings | None" = None) -> Program:
     """The program of ``sized_config`` (:func:`_sized_config`) if it fits ``target``;
     otherwise raises :class:`ResourceError`, before lowering when the buffers do not fit (a
     board build may try a dozen configurations before one fits)."""
     check_fits(sized_config, target)
-    program = lower(graph, sized_config, loops, failures)
+    program = lower(graph, sized_config, loops, lowerings)
     check_board_fit(program, target)
     return program
 

@@ -15,6 +15,7 @@ from hwonnx.compiler import Op, lower
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.compiler.loops import LayerTiles, Tile, compress, expand, normalized, schedule
 from hwonnx.compiler.micro import MatMul, Post
+from hwonnx.compiler.sizing import needs
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError
 from hwonnx.zoo import MLPERF_TINY
@@ -59,6 +60,9 @@ def test_looped_program_issues_the_explicit_micro_instructions(case):
             continue
         explicit = lower(graph, config, loops=False)
         assert micro_ops(looped) == micro_ops(explicit)
+        # the sizing reads the largest POST from the stored instructions
+        largest = max((i["count"] for i in explicit.instructions if i.op == Op.POST), default=1)
+        assert needs(looped)["acc"] == needs(explicit)["acc"] == 2 * largest
         assert all(i["op"] not in Op.WALKER for i in explicit.instructions)
         # a looped layer is 3 stored instructions, its explicit form at least LOADW,
         # MATMUL and POST

@@ -527,14 +527,16 @@ def test_a_global_pool_too_large_for_one_channel_block_is_refused():
               calib=_samples(4), log=_quiet)
 
 
-def test_sizing_replays_failed_lowerings_to_the_same_program(monkeypatch):
+def test_sizing_replays_earlier_lowerings_to_the_same_program(monkeypatch):
     """The sizing lowers the model again for each depth it tries (the staging buffers grown,
     then the buffers sized); a lowering whose layers are emitted as in one that failed (the
-    activation buffer full before the tensors moved out) fails again without emitting them
-    (compiler.lower.Failures): fewer lowerings, the same program as without the replays."""
+    activation buffer full before the tensors moved out) fails again without emitting them,
+    and one whose layers are emitted as in one that succeeded (the buffers sized: only depths
+    read after the layers differ) takes its program (compiler.replay.Lowerings): fewer
+    lowerings, the same program as without the replays."""
     import importlib
 
-    from hwonnx.compiler.lower import Failures
+    from hwonnx.compiler.replay import Lowerings
     lowering = importlib.import_module("hwonnx.compiler.lower")
     emitted = []
     once = lowering._lower_once
@@ -551,9 +553,13 @@ def test_sizing_replays_failed_lowerings_to_the_same_program(monkeypatch):
 
     monkeypatch.setattr(lowering, "_lower_once", counted)
     replayed, lowerings = built()
-    monkeypatch.setattr(Failures, "replay", lambda self, *args: None)
+    monkeypatch.setattr(Lowerings, "program", lambda self, *args: None)
+    failures_only, failures_lowerings = built()
+    monkeypatch.setattr(Lowerings, "replay", lambda self, *args: None)
     plain, plain_lowerings = built()
-    assert lowerings < plain_lowerings
-    assert replayed.config == plain.config
-    assert [i.fields for i in replayed.instructions] == [i.fields for i in plain.instructions]
-    assert replayed.images == plain.images
+    assert lowerings < failures_lowerings < plain_lowerings
+    for program in (replayed, failures_only):
+        assert program.config == plain.config
+        assert program.instructions == plain.instructions
+        assert program.images == plain.images and program.words == plain.words
+        assert program.layers == plain.layers and program.placements == plain.placements

@@ -357,7 +357,7 @@ class TileEmitter:
                     # without padding no read is outside its source, and every tile has
                     # the first source's (so that the sources of an Add form one nest)
                     padding = spec.padding(src)
-                    matmul = MatMul(
+                    matmul = MatMul.of(
                         wait=int(first_of_layer), first=int(k_index == 0),
                         count=mt, wgt_addr=tile_addr[n0, index, ky, kx, cb], acc_addr=acc_base,
                         act_addr=src.base + (iy0 * src.iw + ix0) * src.cb + cb,
@@ -415,12 +415,12 @@ class TileEmitter:
             y, x = divmod(m, ow)
             return offset + y * row_step + x * col_step
 
-        return [Post(acc_addr=acc_base + start - m0, count=length,
-                     par_addr=par_addr[n_index, k],
-                     out_addr=target.base + pixel(start) * target.cb + n0 // rows,
-                     out_stride=stride, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
-                     lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
-                     rne=int(spec.rounding == "ort"), lut=lut)
+        return [Post.of(acc_addr=acc_base + start - m0, count=length,
+                        par_addr=par_addr[n_index, k],
+                        out_addr=target.base + pixel(start) * target.cb + n0 // rows,
+                        out_stride=stride, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
+                        lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
+                        rne=int(spec.rounding == "ort"), lut=lut)
                 for start, length, k in runs]
 
     def finish(self, loops: bool = True, before: "dict[int, list] | None" = None,

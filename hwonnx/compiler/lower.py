@@ -4,7 +4,7 @@ allocation, and the checks of the buffers' sizes; each layer's tiles and memory 
 the instructions is :mod:`.loops`', the program and its encoding :mod:`.program`'s.
 """
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from ..config import ArchConfig
 from ..errors import ResourceError, UnsupportedOperatorError
@@ -16,11 +16,12 @@ from .emitter import TileEmitter
 from .layout import Placement, natural_placement
 from .paging import paged
 from .program import Port, Program, mark_layers
+from .replay import Lowerings
 from .spill import ExtTensors, band_layer, relocated, spill_attempts
-from .stream import SlotTooSmall, streamed_layers
+from .stream import SlotTooSmall
 from .taps import packable_inputs, packed_placement, packed_words
 
-__all__ = ["ARRAY_OPS", "Failures", "lower"]
+__all__ = ["ARRAY_OPS", "lower"]
 
 
 #: Integer operators the accelerator computes: on the array, each lowered as a convolution over
@@ -31,51 +32,6 @@ ARRAY_OPS = integer_ops(LAYER)
 PACKED_GROWTH = 1 / 8
 #: Integer layout ops: the buffer is read in another order, no instructions.
 _LAYOUT = integer_ops(LAYOUT)
-#: Architecture fields that a lowering whose layers do not run in parts (:mod:`.split` reads
-#: ``wgt_depth``) reads only after every layer is emitted (the weight streaming, the buffer
-#: checks, the paging); and ``lut_tables``, which the layers read only to refuse a table
-#: beyond it.
-_READ_AFTER = frozenset({"wgt_depth", "par_depth", "prog_depth", "prog_page", "ext_depth",
-                         "lut_tables"})
-
-
-class Failures:
-    """How the lowerings of one graph failed, for a sizing that lowers it again and again
-    with other buffer depths (``fitting._sized_config``). A lowering whose layers are emitted
-    as in one that failed (the same inputs packed and tensors outside, not in parts, every
-    architecture field but :data:`_READ_AFTER` the same, and activation tables enough for
-    those that the failed one's layers took) fails as it did without emitting them again: the
-    activation buffer full at the same layer, or, every layer emitted, two slots of the same
-    layer's weights not fitting the weight buffer, as :func:`~.stream.streamed_layers`
-    decides again for the new depth (when they fit, the lowering runs)."""
-
-    def __init__(self):
-        self._failed: "dict[tuple, tuple]" = {}
-
-    @staticmethod
-    def _key(config: ArchConfig, loops: bool, packed, external) -> tuple:
-        return (loops, tuple(packed), external,
-                tuple(getattr(config, f.name) for f in fields(config)
-                      if f.name not in _READ_AFTER))
-
-    def replay(self, config: ArchConfig, loops: bool, packed, external) -> None:
-        """Raise the failure of a lowering like this one's, if one failed."""
-        failed = self._failed.get(self._key(config, loops, packed, external))
-        if failed is None or config.lut_tables < failed[0]:
-            return
-        tables, error, streaming = failed
-        if streaming is None:
-            raise error
-        streamed_layers(*streaming, config)
-
-    def record(self, config: ArchConfig, loops: bool, packed, external, tables: int,
-               error: ResourceError, streaming: "tuple | None" = None) -> None:
-        """A lowering failed with ``error`` after its layers took ``tables`` activation
-        tables; ``streaming``: the weight words (all, per layer) and the layers' names when
-        it failed for want of slots."""
-        self._failed[self._key(config, loops, packed, external)] = (tables, error, streaming)
-
-
 def _activations(node: Node, graph: Graph) -> "list[str]":
     """The int8 activation inputs of a node (its other inputs are constants)."""
     return [v for v in node.inputs if v and v not in graph.constants]
@@ -99,7 +55,7 @@ def _image_view(graph: Graph, value: str) -> "tuple[int, ...]":
 
 
 def lower(graph: Graph, config: ArchConfig, loops: bool = True,
-          failures: "Failures | None" = None) -> Program:
+          lowerings: "Lowerings | None" = None) -> Program:
     """Compile the integer ``graph`` for ``config``; with ``loops`` off, every layer is
     stored one micro-instruction at a time (to test the walker against the explicit form).
 
@@ -107,38 +63,39 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True,
     (:mod:`.taps`) when that takes little more of the activation buffer: the program is
     lowered both ways and the packed one kept if its high-water mark is at most
     :data:`PACKED_GROWTH` higher (its first layer takes fewer cycles in every case).
-    With ``prog_page``, the program is paged (:func:`~.paging.paged`). ``failures``: the
-    failed lowerings of ``graph`` before, to fail again without emitting them (:class:`Failures`).
+    With ``prog_page``, the program is paged (:func:`~.paging.paged`). ``lowerings``: how
+    the lowerings of ``graph`` before ended, to fail again or take their program without
+    emitting the layers again (:class:`~.replay.Lowerings`).
     """
-    return paged(_lower_any(graph, config, loops, failures))
+    return paged(_lower_any(graph, config, loops, lowerings))
 
 
 def _lower_any(graph: Graph, config: ArchConfig, loops: bool,
-               failures: "Failures | None" = None) -> Program:
+               lowerings: "Lowerings | None" = None) -> Program:
     inputs = [n.outputs[0] for n in graph.nodes if n.op == "Quantize"]
     packable = packable_inputs(graph, inputs, config.rows)
     try:
-        plain = _lower(graph, config, loops, {}, failures=failures)
+        plain = _lower(graph, config, loops, {}, lowerings=lowerings)
     except ResourceError as error:
         if config.ext_memory and isinstance(error, ActivationBufferFull):
-            return _spilled(graph, config, loops, error, failures)
+            return _spilled(graph, config, loops, error, lowerings)
         if not packable:
             raise
         try:
-            return _lower(graph, config, loops, packable, failures=failures)
+            return _lower(graph, config, loops, packable, lowerings=lowerings)
         except ResourceError:
             raise error from None
     if not packable:
         return plain
     try:
-        packed = _lower(graph, config, loops, packable, failures=failures)
+        packed = _lower(graph, config, loops, packable, lowerings=lowerings)
     except ResourceError:
         return plain
     return packed if packed.words["act"] <= plain.words["act"] * (1 + PACKED_GROWTH) else plain
 
 
 def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError,
-             failures: "Failures | None" = None) -> Program:
+             lowerings: "Lowerings | None" = None) -> Program:
     """:func:`lower` with tensors in the external memory, in the order of
     :func:`~.spill.spill_attempts` until one fits (``error``: why it does not fit without;
     after them, the last attempt's)."""
@@ -148,35 +105,53 @@ def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError
                             f"bytes, activation words {config.rows})") from None
     for external in spill_attempts(graph, config):
         try:
-            return _lower(graph, config, loops, {}, external, failures)
+            return _lower(graph, config, loops, {}, external, lowerings)
         except ActivationBufferFull as full:    # the last: with every candidate outside
             error = full
     raise error
 
 
 def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
-           external: "frozenset[str]" = frozenset(), failures: "Failures | None" = None
+           external: "frozenset[str]" = frozenset(), lowerings: "Lowerings | None" = None
            ) -> Program:
     """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution,
     the tensors ``external`` in the external memory (:mod:`.spill`); the layers whose
     weights are too many to stream whole run in parts (:mod:`.split`)."""
     try:
-        if failures is None:
-            return _lower_once(graph, config, loops, packed, external, split=False)
-        failures.replay(config, loops, packed, external)
-        emitted: dict = {}
-        try:
-            return _lower_once(graph, config, loops, packed, external, split=False,
-                               emitted=emitted)
-        except (ActivationBufferFull, SlotTooSmall) as error:
-            emitter = emitted.get("emitter")
-            failures.record(config, loops, packed, external,
-                            emitter.table_count if emitter else 0, error,
-                            emitted.get("streaming") if isinstance(error, SlotTooSmall)
-                            else None)
-            raise
+        return _lowered(graph, config, loops, packed, external, False, lowerings)
     except SlotTooSmall:
-        return _lower_once(graph, config, loops, packed, external, split=True)
+        return _lowered(graph, config, loops, packed, external, True, lowerings)
+
+
+def _lowered(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
+             external: "frozenset[str]", split: bool, lowerings: "Lowerings | None"
+             ) -> Program:
+    """:func:`_lower_once` where ``lowerings`` does not decide it: the failure of a like
+    lowering before raised again, or its program checked for ``config``."""
+    if lowerings is None:
+        return _lower_once(graph, config, loops, packed, external, split)
+    if not split:
+        lowerings.replay(config, loops, packed, external)
+    done = lowerings.program(config, loops, packed, external, split)
+    if done is not None and len(done.images.get("ext", ())) <= config.ext_depth:
+        program = replace(done, config=config, images=dict(done.images),
+                          layers=[replace(layer) for layer in done.layers],
+                          words=dict(done.words))
+        _check_words(config, program.words, program.images)
+        return program
+    emitted: dict = {}
+    try:
+        program = _lower_once(graph, config, loops, packed, external, split, emitted)
+    except (ActivationBufferFull, SlotTooSmall) as error:
+        if not split:
+            emitter = emitted.get("emitter")
+            lowerings.record(config, loops, packed, external,
+                             emitter.table_count if emitter else 0, error,
+                             emitted.get("streaming") if isinstance(error, SlotTooSmall)
+                             else None)
+        raise
+    lowerings.keep(program, loops, packed, external, split)
+    return program
 
 
 def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
@@ -184,7 +159,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                 ) -> Program:
     """:func:`_lower` with layers in parts or not (``split``); ``emitted`` (a dictionary)
     gets the ``emitter``, and the ``streaming`` that :func:`~.stream.streamed_layers` decides
-    from (:class:`Failures`)."""
+    from (:class:`~.replay.Lowerings`)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -284,28 +259,43 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                                         memory="ext")
     for index, records in (streaming.loadx if streaming else {}).items():
         before[index] = records + before.get(index, [])
-    instructions = emitter.finish(loops and config.walker, before, after)
-    mark_layers(instructions, layers)
     images = emitter.images()
     if streaming is not None:
         images["ext"] = streaming.ext
+    words = {"wgt": streaming.words if streaming else emitter.weight_words,
+             "par": streaming.par_words if streaming else emitter.param_words,
+             "act": alloc.high_water}
+    if config.ext_memory:
+        words["ext"] = len(images.get("ext", ())) + ext.words
+        words["stage_in"], words["stage_out"] = ext.stage
+    _check_words(config, words, images)     # before the instructions: a refusal sooner
+    instructions = emitter.finish(loops and config.walker, before, after)
+    mark_layers(instructions, layers)
     program = Program(config, instructions, images, layers, placements,
                       tuple(Port(n.inputs[0], n.outputs[0]) for n in quantizers),
                       tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers),
-                      {"prog": len(instructions),
-                       "wgt": streaming.words if streaming else emitter.weight_words,
-                       "par": streaming.par_words if streaming else emitter.param_words,
-                       "act": alloc.high_water})
-    if config.ext_memory:
-        program.words["ext"] = len(images.get("ext", ())) + ext.words
-        program.words["stage_in"], program.words["stage_out"] = ext.stage
-    if ext.words and program.words["ext"] > config.ext_depth:
-        raise ResourceError(f"The tensors in the external memory take {ext.words} words "
-                            f"after the {len(images.get('ext', ()))} of the streamed weights, "
+                      {"prog": len(instructions), **words})
+    _check_words(config, program.words, images)
+    return program
+
+
+def _check_words(config: ArchConfig, words: "dict[str, int]", images: "dict[str, list]"
+                 ) -> None:
+    """Raise :class:`ResourceError` where a program of ``config`` whose buffers take
+    ``words`` (:attr:`Program.words`; without ``prog``: before its instructions) and whose
+    images are ``images`` needs more of a buffer or of the external memory than ``config``
+    has or its instructions address."""
+    streamed = len(images.get("ext", ()))
+    tensors = words.get("ext", streamed) - streamed
+    if tensors and words["ext"] > config.ext_depth:
+        raise ResourceError(f"The tensors in the external memory take {tensors} words "
+                            f"after the {streamed} of the streamed weights, "
                             f"but the {config.name} architecture has {config.ext_depth} "
                             f"(ext_depth)")
     for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit
-        used = program.words[name]                  # where a loop's addresses overflow
+        if name not in words:                       # where a loop's addresses overflow
+            continue
+        used = words[name]
         depth = getattr(config, f"{name}_depth")
         limit = addressable(name) if name != "prog" else None
         if limit is not None and used > limit:
@@ -320,4 +310,3 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             raise ResourceError(f"The model needs {used} words of the {name} buffer, but the "
                                 f"{config.name} architecture has {depth}; raise "
                                 f"--{name}-depth or use a larger board")
-    return program
