@@ -93,6 +93,9 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
             if name == "wgt" and size != "sim":     # whole blocks, as many as two slots need
                 block = _block_depth(size)
                 grown = max(-(-error.words // block), depth // block + 1) * block
+            elif name == "wgt":     # every depth short of two slots of the part fails too
+                while grown < error.words and 2 * grown <= addressable(name):   # (its parts
+                    grown *= 2      # are one group of channels, whatever the depth)
             if not config.ext_memory or name in fixed or grown > addressable(name):
                 raise
             config = replace(config, **{f"{name}_depth": grown})

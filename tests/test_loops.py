@@ -174,12 +174,14 @@ def test_a_program_cannot_change_under_its_cached_expansion():
     first = program.expanded()
     loop = next(k for k, i in enumerate(program.instructions) if i.op == Op.LOOP)
     instr = program.instructions[loop]
+    walked = next(i for i in program.expanded() if i.looped)     # from the cache
     changes = [lambda: program.instructions.__setitem__(loop, instr),
                lambda: program.instructions.append(instr),
                lambda: setattr(program, "instructions", program.instructions[:-1]),
                lambda: instr.fields.__setitem__("count", instr["count"] + 1),
                lambda: instr.fields.update(count=instr["count"] + 1),
-               lambda: setattr(instr, "fields", {**instr.fields})]
+               lambda: setattr(instr, "fields", {**instr.fields}),
+               lambda: walked.fields.__setitem__("count", walked["count"] + 1)]
     for change in changes:
         with pytest.raises((TypeError, AttributeError)):
             change()

@@ -40,6 +40,15 @@ class Instr:
     def get(self, name: str, default=None):
         return self.fields.get(name, default)
 
+    @classmethod
+    def walked(cls, fields: "dict[str, int]", layer: int) -> "Instr":
+        """An instruction the walker issues (``looped``), whose ``fields`` no one else holds:
+        made read-only without a copy, and without the frozen dataclass's ``__init__`` (a
+        program expands to millions of them)."""
+        instr = object.__new__(cls)
+        instr.__dict__.update(fields=MappingProxyType(fields), layer=layer, looped=True)
+        return instr
+
 
 @dataclass
 class LayerPlan:
@@ -142,7 +151,7 @@ class Program:
             if instr.op in (Op.SETMM, Op.SETPOST):
                 templates[instr.op] = instr.fields
             elif instr.op == Op.LOOP:
-                out.extend(Instr(micro, instr.layer, looped=True)
+                out.extend(Instr.walked(micro, instr.layer)
                            for micro in expand(templates[Op.SETMM], templates[Op.SETPOST],
                                                instr.fields, self.config))
         return out
