@@ -11,6 +11,7 @@ from .compiler.artifact import is_int
 from .compiler.layout import natural_placement
 from .compiler.lower import lower
 from .compiler.program import Program
+from .compiler.replay import Lowerings
 from .compiler.segments import is_segmented, lower_segments
 from .compiler.sizing import needs, probe, sized
 from .compiler.spill import StageTooSmall
@@ -44,24 +45,29 @@ def _lower_sized(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     """The program of ``config`` sized (:func:`_sized_config`), checked against board
     ``target`` when given (:func:`_lower_checked`). Where that fails with the staging buffers
     grown (the other bands of the grown buffers can need more of a buffer sized before they
-    grew), the program with the staging buffers it was sized with."""
+    grew), the program with the staging buffers it was sized with. The lowerings share
+    how they ended (:class:`~.compiler.replay.Lowerings`)."""
+    lowerings = Lowerings()
+
     def checked(sized_config):
         if target is None:
-            return lower(int_graph, sized_config, loops)
-        return _lower_checked(int_graph, sized_config, target, loops)
+            return lower(int_graph, sized_config, loops, lowerings)
+        return _lower_checked(int_graph, sized_config, target, loops, lowerings)
 
-    grown = _sized_config(int_graph, config, size, fixed, loops)
+    grown = _sized_config(int_graph, config, size, fixed, loops, lowerings=lowerings)
     try:
         return checked(grown)
     except ResourceError:
-        ungrown = _sized_config(int_graph, config, size, fixed, loops, grow=False)
+        ungrown = _sized_config(int_graph, config, size, fixed, loops, grow=False,
+                                lowerings=lowerings)
         if ungrown == grown:
             raise
         return checked(ungrown)
 
 
 def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
-                  loops: bool = True, grow: bool = True) -> ArchConfig:
+                  loops: bool = True, grow: bool = True,
+                  lowerings: "Lowerings | None" = None) -> ArchConfig:
     """``config`` with the buffers but ``fixed`` sized to what ``int_graph`` needs on it (one
     lowering with every buffer as deep as the instructions address). With an external
     memory, a weight buffer (not ``fixed``) too small for two slots of a streamed layer's
@@ -73,10 +79,10 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
     weight buffer's depth (the parts and slots are cut to it). For a board, a program that
     moves activations then has staging buffers grown by :func:`_grown_stage` (the activation
     buffer holds only the tensors left on chip: the windows are in the staging buffers;
-    ``grow`` False: not grown)."""
+    ``grow`` False: not grown; ``lowerings``: how those of ``int_graph`` before ended)."""
     while True:
         try:
-            first = lower(int_graph, probe(config, fixed), loops)
+            first = lower(int_graph, probe(config, fixed), loops, lowerings)
             break
         except StageTooSmall as error:
             config = _staged(config, error, size, fixed)
@@ -87,6 +93,9 @@ def _sized_config(int_graph: Graph, config: ArchConfig, size: str, fixed=(),
             if name == "wgt" and size != "sim":     # whole blocks, as many as two slots need
                 block = _block_depth(size)
                 grown = max(-(-error.words // block), depth // block + 1) * block
+            elif name == "wgt":     # every depth short of two slots of the part fails too
+                while grown < error.words and 2 * grown <= addressable(name):   # (its parts
+                    grown *= 2      # are one group of channels, whatever the depth)
             if not config.ext_memory or name in fixed or grown > addressable(name):
                 raise
             config = replace(config, **{f"{name}_depth": grown})
@@ -169,13 +178,13 @@ def _block_depth(board: str) -> int:
     return family.block_bits // max(family.block_widths)
 
 
-def _lower_checked(graph: Graph, sized_config: ArchConfig, target, loops: bool = True
-                   ) -> Program:
+def _lower_checked(graph: Graph, sized_config: ArchConfig, target, loops: bool = True,
+                   lowerings: "Lowerings | None" = None) -> Program:
     """The program of ``sized_config`` (:func:`_sized_config`) if it fits ``target``;
     otherwise raises :class:`ResourceError`, before lowering when the buffers do not fit (a
     board build may try a dozen configurations before one fits)."""
     check_fits(sized_config, target)
-    program = lower(graph, sized_config, loops)
+    program = lower(graph, sized_config, loops, lowerings)
     check_board_fit(program, target)
     return program
 

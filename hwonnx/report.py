@@ -10,7 +10,7 @@ from .compiler.paging import pages_words
 from .compiler.program import Program
 from .compiler.segments import segment_graphs
 from .compiler.timing import (CYCLE_CATEGORIES, cycle_breakdown, cycle_windows, layer_cycles,
-                              predict)
+                              program_timing)
 from .ir.ops import IR_OPS, LAYOUT, integer_ops
 from .isa import Op, instruction_width
 from .plots import write_cycle_chart
@@ -101,7 +101,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
     cfg = program.config
     pes = cfg.rows * cfg.cols
     cycles = layer_cycles(program)
-    total = predict(program.expanded(), cfg).total
+    total = program_timing(program).total
     moved: "dict[int, int]" = {}            # layer -> activation words LOADA and STOREA move
     for instr in program.instructions:
         if instr.op in Op.ACTX:

@@ -15,6 +15,7 @@ from hwonnx.compiler import Op, lower
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.compiler.loops import LayerTiles, Tile, compress, expand, normalized, schedule
 from hwonnx.compiler.micro import MatMul, Post
+from hwonnx.compiler.sizing import needs
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError
 from hwonnx.zoo import MLPERF_TINY
@@ -59,6 +60,9 @@ def test_looped_program_issues_the_explicit_micro_instructions(case):
             continue
         explicit = lower(graph, config, loops=False)
         assert micro_ops(looped) == micro_ops(explicit)
+        # the sizing reads the largest POST from the stored instructions
+        largest = max((i["count"] for i in explicit.instructions if i.op == Op.POST), default=1)
+        assert needs(looped)["acc"] == needs(explicit)["acc"] == 2 * largest
         assert all(i["op"] not in Op.WALKER for i in explicit.instructions)
         # a looped layer is 3 stored instructions, its explicit form at least LOADW,
         # MATMUL and POST
@@ -160,3 +164,28 @@ def test_a_loop_before_its_templates_is_refused(tmp_path):
     (tmp_path / "program.json").write_text(json.dumps(data))
     with pytest.raises(ModelError, match="at least one tile per level"):
         load_program(tmp_path)
+
+
+def test_a_program_cannot_change_under_its_cached_expansion():
+    """Program.cached keeps the expansion (and the timing made from it) for the program's
+    life: every way to change the instructions in place is refused, and a changed program
+    (``replace``) expands anew."""
+    _, program = plan_model(MLPERF_TINY["kws_dscnn"](), config=BIG)
+    first = program.expanded()
+    loop = next(k for k, i in enumerate(program.instructions) if i.op == Op.LOOP)
+    instr = program.instructions[loop]
+    walked = next(i for i in program.expanded() if i.looped)     # from the cache
+    changes = [lambda: program.instructions.__setitem__(loop, instr),
+               lambda: program.instructions.append(instr),
+               lambda: setattr(program, "instructions", program.instructions[:-1]),
+               lambda: instr.fields.__setitem__("count", instr["count"] + 1),
+               lambda: instr.fields.update(count=instr["count"] + 1),
+               lambda: setattr(instr, "fields", {**instr.fields}),
+               lambda: walked.fields.__setitem__("count", walked["count"] + 1)]
+    for change in changes:
+        with pytest.raises((TypeError, AttributeError)):
+            change()
+        assert program.expanded() == first == program._expand()
+    dropped = replace(program, instructions=[i for i in program.instructions
+                                             if i.op != Op.LOOP or i is not instr])
+    assert len(dropped.expanded()) < len(first)

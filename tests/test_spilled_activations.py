@@ -525,3 +525,41 @@ def test_a_global_pool_too_large_for_one_channel_block_is_refused():
                                             r"architecture has 64"):
         build(_global_pooled("GlobalAveragePool"), None, config=_config(act_depth=300, stage=64),
               calib=_samples(4), log=_quiet)
+
+
+def test_sizing_replays_earlier_lowerings_to_the_same_program(monkeypatch):
+    """The sizing lowers the model again for each depth it tries (the staging buffers grown,
+    then the buffers sized); a lowering whose layers are emitted as in one that failed (the
+    activation buffer full before the tensors moved out) fails again without emitting them,
+    and one whose layers are emitted as in one that succeeded (the buffers sized: only depths
+    read after the layers differ) takes its program (compiler.replay.Lowerings): fewer
+    lowerings, the same program as without the replays."""
+    import importlib
+
+    from hwonnx.compiler.replay import Lowerings
+    lowering = importlib.import_module("hwonnx.compiler.lower")
+    emitted = []
+    once = lowering._lower_once
+
+    def counted(*args, **kwargs):
+        emitted.append(args[4])         # the tensors outside
+        return once(*args, **kwargs)
+
+    def built():
+        emitted.clear()
+        result = build(_model(), None, board="sim", ext_memory="ulx3s-sdram", act_depth=400,
+                       calib=_samples(8), log=_quiet)
+        return result.program, len(emitted)
+
+    monkeypatch.setattr(lowering, "_lower_once", counted)
+    replayed, lowerings = built()
+    monkeypatch.setattr(Lowerings, "program", lambda self, *args: None)
+    failures_only, failures_lowerings = built()
+    monkeypatch.setattr(Lowerings, "replay", lambda self, *args: None)
+    plain, plain_lowerings = built()
+    assert lowerings < failures_lowerings < plain_lowerings
+    for program in (replayed, failures_only):
+        assert program.config == plain.config
+        assert program.instructions == plain.instructions
+        assert program.images == plain.images and program.words == plain.words
+        assert program.layers == plain.layers and program.placements == plain.placements

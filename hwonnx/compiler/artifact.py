@@ -16,7 +16,7 @@ from ..isa import Op, fields_of
 from .layout import Placement
 from .paging import ext_pages, pages_words
 from .program import Instr, LayerPlan, Port, Program, encode_program
-from .timing import Timing, predict
+from .timing import Timing, program_timing
 
 __all__ = ["save_program", "load_program", "write_hex", "listing", "is_int"]
 
@@ -31,7 +31,7 @@ def save_program(program: Program, folder: Path) -> None:
     cfg = program.config
     (folder / "arch.json").write_text(cfg.to_json() + "\n")
     images = {"prog": encode_program(program), **program.images}
-    timing = predict(program.expanded(), cfg)
+    timing = program_timing(program)
     for name, words in images.items():
         write_hex(folder / f"{name}.hex", words, Accelerator.buffer_shape(cfg, name)[1])
     doc = {

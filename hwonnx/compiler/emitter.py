@@ -3,7 +3,6 @@ layer (:class:`TileEmitter`). :func:`~.lower.lower` drives it; each op's lowerin
 (:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call its methods."""
 
 import hashlib
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -12,6 +11,7 @@ from ..config import ArchConfig
 from ..errors import ResourceError
 from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
 from ..hdl.layouts import ParamLayout
+from ..hdl.loader import tile_words
 from ..ir import Graph, Node
 from ..isa import MAX_LUT_TABLES, Op
 from . import depthwise, tiling
@@ -23,7 +23,7 @@ from .program import Instr, LayerPlan
 from .specs import LayerSpec
 from .split import part_spec, part_target, weight_parts
 from .stream import StreamPlan, plan_streaming
-from .weights import layer_wpack, pack_tile, weight_bits
+from .weights import layer_wpack, pack_tile, pack_tiles, weight_bits
 
 __all__ = ["TileEmitter"]
 
@@ -86,6 +86,11 @@ class TileEmitter:
     def weight_words(self) -> int:
         """The words of the weight image so far."""
         return len(self._wgt)
+
+    @property
+    def table_count(self) -> int:
+        """The activation tables stored so far (the highest POST ``lut`` field so far)."""
+        return len(self._tables)
 
     @property
     def param_words(self) -> int:
@@ -215,13 +220,17 @@ class TileEmitter:
             del self._wgt[wgt_start:]
         if par_at is not None:
             del self._par[par_start:]
+        if not wgt_delta and not par_delta:
+            return
         layer = self._layer_tiles[-1]
         for tile in layer.tiles:
-            tile.matmul = replace(tile.matmul, wgt_addr=tile.matmul.wgt_addr - wgt_delta)
-            tile.posts = [replace(post, par_addr=post.par_addr - par_delta)
-                          for post in tile.posts]
-        if layer.records is not None:
-            layer.records = [replace(record, par_addr=record.par_addr - par_delta)
+            if wgt_delta:
+                tile.matmul = tile.matmul.moved(wgt_addr=tile.matmul.wgt_addr - wgt_delta)
+            if par_delta:
+                tile.posts = [post.moved(par_addr=post.par_addr - par_delta)
+                              for post in tile.posts]
+        if layer.records is not None and par_delta:
+            layer.records = [record.moved(par_addr=record.par_addr - par_delta)
                              if record.op == Op.POST else record for record in layer.records]
 
     def stream_weights(self, wgt_words: "list[int]", names: "list[str]",
@@ -270,6 +279,7 @@ class TileEmitter:
             return ({n0: list(k) for n0, k in k_tiles.items()},
                     {tile: start + offset for tile, offset in relative.items()})
         k_tiles, tile_addr = {}, {}
+        per_tile = tile_words(self._config, self._wpack)
         last = len(spec.sources) - 1
         for n0, nt in n_tiles:
             kept = []
@@ -283,13 +293,13 @@ class TileEmitter:
                     nonzero[-1, -1, -1] = True
                 kept += [(index, ky, kx, cb) for ky, kx, cb in np.argwhere(nonzero).tolist()]
             k_tiles[n0] = kept
-            for index, ky, kx, cb in kept:
+            tiles = np.zeros((len(kept), rows, cols), dtype=np.int64)
+            for t, (index, ky, kx, cb) in enumerate(kept):
                 offset = spec.offsets[index]
-                block = spec.phys[n0:n0 + nt, ky, kx, offset + cb * rows:
-                                  offset + (cb + 1) * rows]
-                padded = np.zeros((rows, cols), dtype=np.int64)
-                padded[:, :nt] = block.T
-                tile_addr[n0, index, ky, kx, cb] = self.weight_tile(padded)
+                tiles[t, :, :nt] = spec.phys[n0:n0 + nt, ky, kx, offset + cb * rows:
+                                             offset + (cb + 1) * rows].T
+                tile_addr[n0, index, ky, kx, cb] = len(self._wgt) + t * per_tile
+            self._wgt += pack_tiles(tiles, self._wpack)         # the N tile's, in order
         words = self._wgt[start:]
         self._layers[key] = ({n0: list(k) for n0, k in k_tiles.items()},
                              {tile: a - start for tile, a in tile_addr.items()}, words)
@@ -336,34 +346,38 @@ class TileEmitter:
             oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
         if spec.scatter is not None and 1 < ow <= cfg.acc_half:
             m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
+
+        def k_tile(n0: int, k_index: int, index: int, ky: int, kx: int, cb: int) -> tuple:
+            """A K tile's MATMUL fields that no M tile changes, its source, the row of its
+            first input pixel less the M tile's first output row times the stride, and its
+            channel block. Without padding no read is outside its source, and every tile has
+            the first source's ``zp`` (so that the sources of an Add form one nest)."""
+            src = spec.sources[index]
+            fields = dict(first=int(k_index == 0), wgt_addr=tile_addr[n0, index, ky, kx, cb],
+                          ow=ow, ih=src.ih, iw=src.iw, ixr=kx * dx - pl, sy=sy, sx=sx,
+                          step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
+                          zp=spec.padding(src if any(spec.pads) else spec.sources[0]),
+                          pool_max=int(spec.pool_max), wpack=self._wpack)
+            return fields, src, ky * dy - pt, cb
+
+        k_fields = {n0: [k_tile(n0, k_index, *k) for k_index, k in enumerate(k_tiles[n0])]
+                    for n0, _ in n_tiles}
         for m0 in range(0, m_total, m_tile):
             mt = min(m_tile, m_total - m0)
             oy0, ox0 = divmod(m0, ow)
             for n_index, (n0, nt) in enumerate(n_tiles):
                 acc_base = self.output_tile()
-                for k_index, (index, ky, kx, cb) in enumerate(k_tiles[n0]):
-                    src = spec.sources[index]
-                    iy0 = oy0 * sy + ky * dy - pt
-                    ix0 = ox0 * sx + kx * dx - pl
-                    ixr = kx * dx - pl
-                    # without padding no read is outside its source, and every tile has
-                    # the first source's (so that the sources of an Add form one nest)
-                    padding = spec.padding(src)
-                    matmul = MatMul(
-                        wait=int(first_of_layer), first=int(k_index == 0),
-                        count=mt, wgt_addr=tile_addr[n0, index, ky, kx, cb], acc_addr=acc_base,
+                for fields, src, iy_off, cb in k_fields[n0]:
+                    iy0, ix0, ixr = oy0 * sy + iy_off, ox0 * sx + fields["ixr"], fields["ixr"]
+                    matmul = MatMul.of(
+                        **fields, wait=int(first_of_layer), count=mt, acc_addr=acc_base,
                         act_addr=src.base + (iy0 * src.iw + ix0) * src.cb + cb,
                         act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
-                        ow=ow, ox0=ox0, ih=src.ih, iw=src.iw, iy0=iy0, ix0=ix0, ixr=ixr,
-                        sy=sy, sx=sx, step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
-                        zp=padding if any(spec.pads) else spec.padding(spec.sources[0]),
-                        pool_max=int(spec.pool_max), wpack=self._wpack)
+                        ox0=ox0, iy0=iy0, ix0=ix0)
                     first_of_layer = False
-                    posts = []
-                    if k_index == len(k_tiles[n0]) - 1:
-                        posts = self.posts(spec, target, acc_base, (m0, mt), (n0, nt),
-                                           par_addr, n_index, lut)
-                    self.add_tile(matmul, posts)
+                    self.add_tile(matmul, [])
+                self._tiles[-1].posts = self.posts(spec, target, acc_base, (m0, mt), (n0, nt),
+                                                   par_addr, n_index, lut)
         return tiling.nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
 
     def params(self, spec, folded: np.ndarray, n_tiles
@@ -407,12 +421,12 @@ class TileEmitter:
             y, x = divmod(m, ow)
             return offset + y * row_step + x * col_step
 
-        return [Post(acc_addr=acc_base + start - m0, count=length,
-                     par_addr=par_addr[n_index, k],
-                     out_addr=target.base + pixel(start) * target.cb + n0 // rows,
-                     out_stride=stride, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
-                     lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
-                     rne=int(spec.rounding == "ort"), lut=lut)
+        return [Post.of(acc_addr=acc_base + start - m0, count=length,
+                        par_addr=par_addr[n_index, k],
+                        out_addr=target.base + pixel(start) * target.cb + n0 // rows,
+                        out_stride=stride, nw=(n0 + nt - 1) // rows - n0 // rows + 1,
+                        lane_off=n0 % rows, nt=nt, zp=spec.out_zp, lo=spec.lo, hi=spec.hi,
+                        rne=int(spec.rounding == "ort"), lut=lut)
                 for start, length, k in runs]
 
     def finish(self, loops: bool = True, before: "dict[int, list] | None" = None,

@@ -13,7 +13,7 @@ looped form only if its expansion equals the explicit list, so a layer whose til
 regular nest simply stays explicit.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import itemgetter
 
 from ..config import ArchConfig
@@ -21,7 +21,8 @@ from ..hdl.loader import tile_words
 from ..isa import FIELDS, LOOP_FIELDS, Op
 from .micro import LoadW, MatMul, Post
 
-__all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized"]
+__all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized",
+           "post_counts"]
 
 
 @dataclass
@@ -76,7 +77,7 @@ def schedule(tiles: "list[Tile]", bank: int) -> "list[LoadW | MatMul | Post]":
     if count > 1:
         load(1)
     for i, tile in enumerate(tiles):
-        out.append(replace(tile.matmul, bank=(bank + i) % 2))
+        out.append(tile.matmul.moved(bank=(bank + i) % 2))
         if 1 <= i < count - 1:
             load(i + 1)
         out.extend(tile.posts)
@@ -162,6 +163,12 @@ def expand(setmm: dict, setpost: dict, loop: dict, config: ArchConfig) -> "list[
                 out_addr = out_m
         if last_tile:
             return out
+
+
+def post_counts(setpost: dict, loop: dict) -> "set[int]":
+    """The ``count`` fields of the POSTs that :func:`expand` issues for ``SETPOST``, ``LOOP``:
+    the last M tile's, and the others' when there are several."""
+    return {loop["post_count_last"]} | ({setpost["count"]} if loop["m_count"] > 1 else set())
 
 
 def compress(layer: LayerTiles, bank: int, config: ArchConfig

@@ -16,6 +16,7 @@ from .emitter import TileEmitter
 from .layout import Placement, natural_placement
 from .paging import paged
 from .program import Port, Program, mark_layers
+from .replay import Lowerings
 from .spill import ExtTensors, band_layer, relocated, spill_attempts
 from .stream import SlotTooSmall
 from .taps import packable_inputs, packed_placement, packed_words
@@ -31,8 +32,6 @@ ARRAY_OPS = integer_ops(LAYER)
 PACKED_GROWTH = 1 / 8
 #: Integer layout ops: the buffer is read in another order, no instructions.
 _LAYOUT = integer_ops(LAYOUT)
-
-
 def _activations(node: Node, graph: Graph) -> "list[str]":
     """The int8 activation inputs of a node (its other inputs are constants)."""
     return [v for v in node.inputs if v and v not in graph.constants]
@@ -55,7 +54,8 @@ def _image_view(graph: Graph, value: str) -> "tuple[int, ...]":
     return shape
 
 
-def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
+def lower(graph: Graph, config: ArchConfig, loops: bool = True,
+          lowerings: "Lowerings | None" = None) -> Program:
     """Compile the integer ``graph`` for ``config``; with ``loops`` off, every layer is
     stored one micro-instruction at a time (to test the walker against the explicit form).
 
@@ -63,34 +63,39 @@ def lower(graph: Graph, config: ArchConfig, loops: bool = True) -> Program:
     (:mod:`.taps`) when that takes little more of the activation buffer: the program is
     lowered both ways and the packed one kept if its high-water mark is at most
     :data:`PACKED_GROWTH` higher (its first layer takes fewer cycles in every case).
-    With ``prog_page``, the program is paged (:func:`~.paging.paged`)."""
-    return paged(_lower_any(graph, config, loops))
+    With ``prog_page``, the program is paged (:func:`~.paging.paged`). ``lowerings``: how
+    the lowerings of ``graph`` before ended, to fail again or take their program without
+    emitting the layers again (:class:`~.replay.Lowerings`).
+    """
+    return paged(_lower_any(graph, config, loops, lowerings))
 
 
-def _lower_any(graph: Graph, config: ArchConfig, loops: bool) -> Program:
+def _lower_any(graph: Graph, config: ArchConfig, loops: bool,
+               lowerings: "Lowerings | None" = None) -> Program:
     inputs = [n.outputs[0] for n in graph.nodes if n.op == "Quantize"]
     packable = packable_inputs(graph, inputs, config.rows)
     try:
-        plain = _lower(graph, config, loops, {})
+        plain = _lower(graph, config, loops, {}, lowerings=lowerings)
     except ResourceError as error:
         if config.ext_memory and isinstance(error, ActivationBufferFull):
-            return _spilled(graph, config, loops, error)
+            return _spilled(graph, config, loops, error, lowerings)
         if not packable:
             raise
         try:
-            return _lower(graph, config, loops, packable)
+            return _lower(graph, config, loops, packable, lowerings=lowerings)
         except ResourceError:
             raise error from None
     if not packable:
         return plain
     try:
-        packed = _lower(graph, config, loops, packable)
+        packed = _lower(graph, config, loops, packable, lowerings=lowerings)
     except ResourceError:
         return plain
     return packed if packed.words["act"] <= plain.words["act"] * (1 + PACKED_GROWTH) else plain
 
 
-def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError) -> Program:
+def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError,
+             lowerings: "Lowerings | None" = None) -> Program:
     """:func:`lower` with tensors in the external memory, in the order of
     :func:`~.spill.spill_attempts` until one fits (``error``: why it does not fit without;
     after them, the last attempt's)."""
@@ -100,25 +105,61 @@ def _spilled(graph: Graph, config: ArchConfig, loops: bool, error: ResourceError
                             f"bytes, activation words {config.rows})") from None
     for external in spill_attempts(graph, config):
         try:
-            return _lower(graph, config, loops, {}, external)
+            return _lower(graph, config, loops, {}, external, lowerings)
         except ActivationBufferFull as full:    # the last: with every candidate outside
             error = full
     raise error
 
 
 def _lower(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
-           external: "frozenset[str]" = frozenset()) -> Program:
+           external: "frozenset[str]" = frozenset(), lowerings: "Lowerings | None" = None
+           ) -> Program:
     """:func:`lower`, the graph inputs of ``packed`` written packed for their convolution,
     the tensors ``external`` in the external memory (:mod:`.spill`); the layers whose
     weights are too many to stream whole run in parts (:mod:`.split`)."""
     try:
-        return _lower_once(graph, config, loops, packed, external, split=False)
+        return _lowered(graph, config, loops, packed, external, False, lowerings)
     except SlotTooSmall:
-        return _lower_once(graph, config, loops, packed, external, split=True)
+        return _lowered(graph, config, loops, packed, external, True, lowerings)
+
+
+def _lowered(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
+             external: "frozenset[str]", split: bool, lowerings: "Lowerings | None"
+             ) -> Program:
+    """:func:`_lower_once` where ``lowerings`` does not decide it: the failure of a like
+    lowering before raised again, or its program checked for ``config``."""
+    if lowerings is None:
+        return _lower_once(graph, config, loops, packed, external, split)
+    if not split:
+        lowerings.replay(config, loops, packed, external)
+    done = lowerings.program(config, loops, packed, external, split)
+    if done is not None and len(done.images.get("ext", ())) <= config.ext_depth:
+        program = replace(done, config=config, images=dict(done.images),
+                          layers=[replace(layer) for layer in done.layers],
+                          words=dict(done.words))
+        _check_words(config, program.words, program.images)
+        return program
+    emitted: dict = {}
+    try:
+        program = _lower_once(graph, config, loops, packed, external, split, emitted)
+    except (ActivationBufferFull, SlotTooSmall) as error:
+        if not split:
+            emitter = emitted.get("emitter")
+            lowerings.record(config, loops, packed, external,
+                             emitter.table_count if emitter else 0, error,
+                             emitted.get("streaming") if isinstance(error, SlotTooSmall)
+                             else None)
+        raise
+    lowerings.keep(program, loops, packed, external, split)
+    return program
 
 
 def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
-                external: "frozenset[str]", split: bool) -> Program:
+                external: "frozenset[str]", split: bool, emitted: "dict | None" = None
+                ) -> Program:
+    """:func:`_lower` with layers in parts or not (``split``); ``emitted`` (a dictionary)
+    gets the ``emitter``, and the ``streaming`` that :func:`~.stream.streamed_layers` decides
+    from (:class:`~.replay.Lowerings`)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -166,6 +207,8 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         ).with_shape(shape)
 
     emitter = TileEmitter(graph, config, split)
+    if emitted is not None:
+        emitted["emitter"] = emitter
     layers = []
     before: "dict[int, list]" = {}              # LOADA before, STOREA after a layer
     after: "dict[int, list]" = {}
@@ -199,6 +242,9 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
         alloc.release_dead(last_use, index)
     if not layers:
         raise ResourceError("The model has no Conv, Gemm or MatMul layer to put on the array")
+    if emitted is not None:
+        emitted["streaming"] = (emitter.weight_words, [layer.wgt_words for layer in layers],
+                                [layer.name for layer in layers])
     streaming = emitter.stream_weights([layer.wgt_words for layer in layers],
                                        [layer.name for layer in layers], owners)
     if streaming is not None:
@@ -213,28 +259,43 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
                                         memory="ext")
     for index, records in (streaming.loadx if streaming else {}).items():
         before[index] = records + before.get(index, [])
-    instructions = emitter.finish(loops and config.walker, before, after)
-    mark_layers(instructions, layers)
     images = emitter.images()
     if streaming is not None:
         images["ext"] = streaming.ext
+    words = {"wgt": streaming.words if streaming else emitter.weight_words,
+             "par": streaming.par_words if streaming else emitter.param_words,
+             "act": alloc.high_water}
+    if config.ext_memory:
+        words["ext"] = len(images.get("ext", ())) + ext.words
+        words["stage_in"], words["stage_out"] = ext.stage
+    _check_words(config, words, images)     # before the instructions: a refusal sooner
+    instructions = emitter.finish(loops and config.walker, before, after)
+    mark_layers(instructions, layers)
     program = Program(config, instructions, images, layers, placements,
                       tuple(Port(n.inputs[0], n.outputs[0]) for n in quantizers),
-                      tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers))
-    program.words = {"prog": len(instructions),
-                     "wgt": streaming.words if streaming else emitter.weight_words,
-                     "par": streaming.par_words if streaming else emitter.param_words,
-                     "act": alloc.high_water}
-    if config.ext_memory:
-        program.words["ext"] = len(images.get("ext", ())) + ext.words
-        program.words["stage_in"], program.words["stage_out"] = ext.stage
-    if ext.words and program.words["ext"] > config.ext_depth:
-        raise ResourceError(f"The tensors in the external memory take {ext.words} words "
-                            f"after the {len(images.get('ext', ()))} of the streamed weights, "
+                      tuple(Port(n.outputs[0], n.inputs[0]) for n in dequantizers),
+                      {"prog": len(instructions), **words})
+    _check_words(config, program.words, images)
+    return program
+
+
+def _check_words(config: ArchConfig, words: "dict[str, int]", images: "dict[str, list]"
+                 ) -> None:
+    """Raise :class:`ResourceError` where a program of ``config`` whose buffers take
+    ``words`` (:attr:`Program.words`; without ``prog``: before its instructions) and whose
+    images are ``images`` needs more of a buffer or of the external memory than ``config``
+    has or its instructions address."""
+    streamed = len(images.get("ext", ()))
+    tensors = words.get("ext", streamed) - streamed
+    if tensors and words["ext"] > config.ext_depth:
+        raise ResourceError(f"The tensors in the external memory take {tensors} words "
+                            f"after the {streamed} of the streamed weights, "
                             f"but the {config.name} architecture has {config.ext_depth} "
                             f"(ext_depth)")
     for name in ("act", "wgt", "par", "prog"):     # the program last: it is explicit
-        used = program.words[name]                  # where a loop's addresses overflow
+        if name not in words:                       # where a loop's addresses overflow
+            continue
+        used = words[name]
         depth = getattr(config, f"{name}_depth")
         limit = addressable(name) if name != "prog" else None
         if limit is not None and used > limit:
@@ -249,4 +310,3 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             raise ResourceError(f"The model needs {used} words of the {name} buffer, but the "
                                 f"{config.name} architecture has {depth}; raise "
                                 f"--{name}-depth or use a larger board")
-    return program

@@ -4,6 +4,7 @@ and its program-memory words (:func:`encode_program`). A program cut after a lay
 :func:`hwonnx.compiler.paging.truncated` (it pages the cut program again)."""
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..config import ArchConfig
 from ..errors import ResourceError
@@ -20,10 +21,14 @@ class Instr:
     """One instruction: the fields it encodes (``op`` and the fields of its layout,
     :func:`hwonnx.isa.fields_of`; unset ones encode as 0), and as metadata, not encoded, the
     index of its ``layer`` and whether the tile walker issues it (``looped``).
-    ``instr["count"]`` and ``instr.get("dw")`` read fields."""
-    fields: "dict[str, int]"
+    ``instr["count"]`` and ``instr.get("dw")`` read fields; ``fields`` is a read-only copy of
+    the mapping given (an instruction never changes: :meth:`Program.cached`)."""
+    fields: "MappingProxyType[str, int]"
     layer: int
     looped: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
 
     @property
     def op(self) -> int:
@@ -34,6 +39,15 @@ class Instr:
 
     def get(self, name: str, default=None):
         return self.fields.get(name, default)
+
+    @classmethod
+    def walked(cls, fields: "dict[str, int]", layer: int) -> "Instr":
+        """An instruction the walker issues (``looped``), whose ``fields`` no one else holds:
+        made read-only without a copy, and without the frozen dataclass's ``__init__`` (a
+        program expands to millions of them)."""
+        instr = object.__new__(cls)
+        instr.__dict__.update(fields=MappingProxyType(fields), layer=layer, looped=True)
+        return instr
 
 
 @dataclass
@@ -62,25 +76,33 @@ class Port:
     value: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Program:
     """Everything the accelerator needs to run one model, plus what the host needs to talk
     to it.
 
     ``instructions`` is the program as stored in the program memory, each with the index of
     its ``layer``: per layer either its looped form (SETMM, SETPOST, LOOP) or its
-    micro-instructions one by one; then END. :meth:`expanded` is what the dispatcher issues.
+    micro-instructions one by one; then END, a tuple of immutable :class:`Instr`.
+    :meth:`expanded` is what the dispatcher issues.
     ``inputs`` and ``outputs`` are the accelerator's ports in graph order, each with its
     placement in ``placements``; the ``input_*`` and ``output_*`` properties are those of a
     program with exactly one of each."""
     config: ArchConfig
-    instructions: "list[Instr]"
+    instructions: "tuple[Instr, ...]"
     images: "dict[str, list[int]]"
     layers: "list[LayerPlan]"
     placements: "dict[str, Placement]"
     inputs: "tuple[Port, ...]"
     outputs: "tuple[Port, ...]"
     words: "dict[str, int]" = field(default_factory=dict)
+    #: What :meth:`cached` computed. The program is frozen, its instructions a tuple of
+    #: immutable :class:`Instr`: what was computed from them cannot go stale (a changed
+    #: program is a new one, ``dataclasses.replace``, with an empty cache).
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "instructions", tuple(self.instructions))
 
     def _only(self, kind: str) -> Port:
         ports = getattr(self, f"{kind}s")
@@ -109,16 +131,27 @@ class Program:
     def macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
 
+    def cached(self, name: str, compute):
+        """``compute(self)``, computed once per program (a report reads the expanded program
+        and its timing several times)."""
+        if name not in self._cache:
+            self._cache[name] = compute(self)
+        return self._cache[name]
+
     def expanded(self) -> "list[Instr]":
         """Every instruction the dispatcher issues, in order: the stored ones and, after each
-        LOOP, the micro-instructions the walker issues for it (``looped``)."""
+        LOOP, the micro-instructions the walker issues for it (``looped``). A new list each
+        call; the expansion is made once (:meth:`cached`)."""
+        return list(self.cached("expanded", Program._expand))
+
+    def _expand(self) -> "list[Instr]":
         out, templates = [], {}
         for instr in self.instructions:
             out.append(instr)
             if instr.op in (Op.SETMM, Op.SETPOST):
                 templates[instr.op] = instr.fields
             elif instr.op == Op.LOOP:
-                out.extend(Instr(micro, instr.layer, looped=True)
+                out.extend(Instr.walked(micro, instr.layer)
                            for micro in expand(templates[Op.SETMM], templates[Op.SETPOST],
                                                instr.fields, self.config))
         return out

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from ..config import ArchConfig
 from ..isa import FIELDS, Op, addressable
+from .loops import post_counts
 from .paging import PAGE, page_words
 from .program import Program
 
@@ -46,10 +47,23 @@ def needs(program: Program) -> "dict[str, int]":
     """Words each buffer of ``program`` uses; for the accumulators, the depth beyond which
     no M tile grows (twice the largest output tile, both halves in use); ``ext``: the words
     of the external memory the program uses (its image, and the tensors that live there)."""
-    half = max((i["count"] for i in program.expanded() if i.op == Op.POST), default=1)
-    return {**program.words, "acc": 2 * half,
+    return {**program.words, "acc": 2 * _largest_post(program),
             "lut": len(program.images.get("lut", ())) // 256,
             "ext": program.words.get("ext", len(program.images.get("ext", ())))}
+
+
+def _largest_post(program: Program) -> int:
+    """The largest ``count`` of a POST that ``program`` issues (1: none), from its stored
+    instructions (a loop's POSTs: :func:`~.loops.post_counts`)."""
+    largest, setpost = 1, None
+    for instr in program.instructions:
+        if instr.op == Op.POST:
+            largest = max(largest, instr["count"])
+        elif instr.op == Op.SETPOST:
+            setpost = instr.fields
+        elif instr.op == Op.LOOP:
+            largest = max(largest, *post_counts(setpost, instr.fields))
+    return largest
 
 
 def _pow2(n: int) -> int:

@@ -22,7 +22,7 @@ slot's previous user's have read their words), and the fence that makes the weig
 makes the parameters visible to the POSTs too.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..config import ArchConfig
 from ..errors import ResourceError
@@ -30,7 +30,7 @@ from ..isa import EXT_WORDS_PER_PARAM, Op
 from .loops import LayerTiles
 from .micro import LoadX
 
-__all__ = ["StreamPlan", "SlotTooSmall", "plan_streaming"]
+__all__ = ["StreamPlan", "SlotTooSmall", "plan_streaming", "streamed_layers"]
 
 
 class SlotTooSmall(ResourceError):
@@ -53,19 +53,15 @@ class StreamPlan:
     par_words: int                # parameter-buffer words used: resident and both slots
 
 
-def plan_streaming(wgt: "list[int]", par: "list[int]", layer_words: "list[int]",
-                   layers: "list[LayerTiles]", names: "list[str]", config: ArchConfig,
-                   owners: "dict[int, int] | None" = None) -> "StreamPlan | None":
-    """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
-    the architecture has no external memory), and their parameters (words of ``par``, the
-    parameter buffer's image); relocates the weight and parameter addresses of every tile
-    in ``layers`` (each layer's words are ``layer_words[i]`` consecutive words of ``wgt``, in
-    layer order; a layer of ``owners`` has none, it reads those of the layer it maps to:
-    in place if that layer's are resident, else from a copy streamed into a slot for it)."""
-    if not config.ext_memory or len(wgt) <= config.wgt_depth:
+def streamed_layers(total: int, layer_words: "list[int]", names: "list[str]",
+                    config: ArchConfig) -> "tuple[set[int], set[int]] | None":
+    """The layers whose weights stay in the weight buffer and those that stream (the largest
+    first, until the resident ones and two slots of the largest streamed fit
+    ``config.wgt_depth``), of layers of ``layer_words`` (``total`` words in all); None when
+    all fit or the architecture has no external memory. Raises :class:`SlotTooSmall` when
+    two slots of a layer do not fit."""
+    if not config.ext_memory or total <= config.wgt_depth:
         return None
-    owners = owners or {}
-    starts = [sum(layer_words[:i]) for i in range(len(layer_words))]
     resident = {i for i, w in enumerate(layer_words) if w}
     streamed: "set[int]" = set()
 
@@ -84,6 +80,24 @@ def plan_streaming(wgt: "list[int]", par: "list[int]", layer_words: "list[int]",
                             f"of that size, more than the {config.wgt_depth} words of the "
                             f"weight buffer; raise --wgt-depth or use a larger array",
                             2 * layer_words[largest])
+    return resident, streamed
+
+
+def plan_streaming(wgt: "list[int]", par: "list[int]", layer_words: "list[int]",
+                   layers: "list[LayerTiles]", names: "list[str]", config: ArchConfig,
+                   owners: "dict[int, int] | None" = None) -> "StreamPlan | None":
+    """Stream the layers whose weights do not fit ``config.wgt_depth`` (None when all fit or
+    the architecture has no external memory), and their parameters (words of ``par``, the
+    parameter buffer's image); relocates the weight and parameter addresses of every tile
+    in ``layers`` (each layer's words are ``layer_words[i]`` consecutive words of ``wgt``, in
+    layer order; a layer of ``owners`` has none, it reads those of the layer it maps to:
+    in place if that layer's are resident, else from a copy streamed into a slot for it)."""
+    chosen = streamed_layers(len(wgt), layer_words, names, config)
+    if chosen is None:
+        return None
+    resident, streamed = chosen
+    owners = owners or {}
+    starts = [sum(layer_words[:i]) for i in range(len(layer_words))]
     slot = max(layer_words[i] for i in streamed)
     base, image = {}, []
     for i in sorted(resident):
@@ -119,8 +133,8 @@ def plan_streaming(wgt: "list[int]", par: "list[int]", layer_words: "list[int]",
     for i, layer in enumerate(layers):
         owner = owners.get(i, i)
         shift = base.get(i if i in copies else owner, 0) - starts[owner]
-        for tile in layer.tiles:
-            tile.matmul = replace(tile.matmul, wgt_addr=tile.matmul.wgt_addr + shift)
+        for tile in layer.tiles if shift else ():
+            tile.matmul = tile.matmul.moved(wgt_addr=tile.matmul.wgt_addr + shift)
 
     loadx: "dict[int, list[LoadX]]" = {}
 
@@ -169,7 +183,7 @@ def _stream_params(par: "list[int]", groups: "list[list[int]]", layers: "list[La
         layer = layers[index]
 
         def pointed(post):
-            return replace(post, par_addr=where[post.par_addr])
+            return post.moved(par_addr=where[post.par_addr])
 
         for tile in layer.tiles:
             tile.posts = [pointed(post) for post in tile.posts]

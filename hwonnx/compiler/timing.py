@@ -24,7 +24,7 @@ from ..memories import ExtTiming
 if TYPE_CHECKING:
     from .program import Program
 
-__all__ = ["Timing", "predict", "last_write", "layer_cycles", "cycle_windows",
+__all__ = ["Timing", "predict", "program_timing", "last_write", "layer_cycles", "cycle_windows",
            "cycle_breakdown", "CYCLE_CATEGORIES"]
 
 
@@ -186,11 +186,22 @@ def predict(instructions: "list[dict]", config: ArchConfig,
 
 # Each layer's share of the predicted timeline ------------------------------------------------
 
+def program_timing(program: "Program") -> Timing:
+    """``predict(program.expanded(), program.config)``, computed once per program
+    (:meth:`~.program.Program.cached`): the report and the build folder read it."""
+    return program.cached("timing", lambda p: predict(p.expanded(), p.config))
+
+
 def layer_cycles(program: "Program") -> "list[int]":
     """Predicted cycles of each layer: the total of the program truncated after the layer
     minus the total truncated after the previous one (layers overlap in the hardware, so
     this is each layer's share of the timeline). One pass of the cycle model: the truncated
-    programs are prefixes of the whole one (instructions are in layer order)."""
+    programs are prefixes of the whole one (instructions are in layer order); computed once
+    per program (:meth:`~.program.Program.cached`)."""
+    return list(program.cached("layer_cycles", _layer_cycles))
+
+
+def _layer_cycles(program: "Program") -> "list[int]":
     instructions = program.expanded()
     assert all(a.layer <= b.layer for a, b in zip(instructions, instructions[1:]))
     ends = {instr.layer: k for k, instr in enumerate(instructions) if instr.op != Op.END}
@@ -225,7 +236,7 @@ def cycle_breakdown(program: "Program", cycles: "list[int] | None" = None) -> "l
     four add up to the layer's cycles."""
     cycles = layer_cycles(program) if cycles is None else cycles
     instructions = program.expanded()
-    timing = predict(instructions, program.config)
+    timing = program_timing(program)
     drain = drain_cycles(program.config)
     fed, loading = [], []
     for instr, dispatch, done in zip(instructions, timing.dispatch, timing.done):

@@ -13,7 +13,7 @@ import numpy as np
 from ..config import ArchConfig
 from ..hdl.loader import WEIGHT_PACKINGS, tile_words
 
-__all__ = ["layer_wpack", "weight_bits", "pack_tile", "unpack_tile"]
+__all__ = ["layer_wpack", "weight_bits", "pack_tile", "pack_tiles", "unpack_tile"]
 
 
 def weight_bits(wpack: int) -> int:
@@ -34,13 +34,24 @@ def layer_wpack(weights: np.ndarray) -> int:
 def pack_tile(tile: np.ndarray, wpack: int) -> "list[int]":
     """The weight words of one tile: ``tile[r, c]`` is the weight of array row ``r``,
     column ``c`` (``rows x cols``)."""
-    rows, cols = tile.shape
+    return pack_tiles(tile[np.newaxis], wpack)
+
+
+def pack_tiles(tiles: np.ndarray, wpack: int) -> "list[int]":
+    """The weight words of tiles ``tiles[t]`` (:func:`pack_tile`), one tile after the other:
+    packed together (the tiles of a layer: thousands of them)."""
+    count, rows, cols = tiles.shape
     per, bits = 1 << wpack, weight_bits(wpack)
-    padded = np.zeros((-(-rows // per) * per, cols), dtype=np.int64)
-    padded[:rows] = tile
-    fields = (padded & ((1 << bits) - 1)).reshape(-1, per, cols)
-    lanes = sum(fields[:, slot, :] << (slot * bits) for slot in range(per))
-    return [int.from_bytes(word.astype(np.uint8).tobytes(), "little") for word in lanes]
+    padded = np.zeros((count, -(-rows // per) * per, cols), dtype=np.int64)
+    padded[:, :rows] = tiles
+    fields = (padded & ((1 << bits) - 1)).reshape(count, -1, per, cols)
+    lanes = sum(fields[:, :, slot, :] << (slot * bits) for slot in range(per))
+    lane_bytes = lanes.astype(np.uint8).reshape(-1, cols)      # a word's lanes, lane 0 first
+    if cols <= 8:       # each word one little-endian 64-bit integer
+        wide = np.zeros((len(lane_bytes), 8), dtype=np.uint8)
+        wide[:, :cols] = lane_bytes
+        return wide.view("<u8").ravel().tolist()
+    return [int.from_bytes(word.tobytes(), "little") for word in lane_bytes]
 
 
 def unpack_tile(words: "list[int]", wpack: int, config: ArchConfig) -> np.ndarray:

@@ -23,6 +23,8 @@ HOST_OPS = frozenset({"Softmax"})
 GOLDEN_OPS: "dict[str, Callable[..., np.ndarray]]" = {}
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: Float types in which integers below a magnitude are exact, narrowest first.
+_EXACT_FLOATS = ((np.float32, 1 << 24), (np.float64, 1 << 53))
 
 
 def golden_op(op: str):
@@ -84,7 +86,22 @@ def accumulate_bound(w: np.ndarray, in_zp: "int | None" = None) -> np.ndarray:
 
 
 def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
-    acc = (patches.astype(np.int64) - in_zp) @ w.astype(np.int64).T
+    """``(patches - in_zp) @ w.T`` in int64. Where no sum of products can reach 2**24
+    (2**53), float32 (float64) holds every product and partial sum exactly, whatever the
+    order of the additions, so the product runs in BLAS (integer matmul in NumPy does not):
+    a sum over ``k`` is at most ``max |patches - in_zp|`` times the largest ``sum_k |w|`` of
+    an output channel (int8 operands: float64 for any layer, float32 for most)."""
+    w, in_zp, bound = w.astype(np.int64), int(in_zp), 0
+    if patches.size and w.size:
+        span = max(abs(int(patches.min()) - in_zp), abs(int(patches.max()) - in_zp))
+        bound = span * int(np.abs(w).sum(axis=1).max())
+    exact = next((dtype for dtype, limit in _EXACT_FLOATS if bound < limit), None)
+    if exact is None:
+        acc = (patches.astype(np.int64) - in_zp) @ w.T
+    else:
+        x = patches.astype(exact)
+        x -= exact(in_zp)
+        acc = (x @ w.astype(exact).T).astype(np.int64)
     if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
         raise OverflowError("int32 accumulator overflow: the compiler's bound check failed")
     return acc
