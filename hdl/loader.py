@@ -11,10 +11,12 @@ from .layouts import buffer_read, instr_stream
 
 __all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "write_delay"]
 
+
 def write_delay(config: ArchConfig) -> int:
     """Cycles from the read of a weight word to the write of its row into the array: the
-    weight buffer's read (one cycle; :data:`~hwonnx.hdl.banks.BANKED_READ_LATENCY` in banks
-    but on the smallest devices, ``compact``), then the word in a register."""
+    weight buffer's read (:data:`~hwonnx.hdl.banks.BANKED_READ_LATENCY` in banks; one cycle
+    from the single memory of the smallest devices, ``compact``), then the word in a
+    register."""
     return 1 + (1 if config.compact else BANKED_READ_LATENCY)
 
 
