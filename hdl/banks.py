@@ -36,6 +36,7 @@ class BankedMemory(wiring.Component):
 
     def __init__(self, shape, depth: int, init=(), banked: bool = True):
         self._shape, self._depth, self._init = shape, depth, list(init)
+        self._banked = banked
         self._bank_depth = BANK_DEPTH if banked else depth
         bits = ceil_log2(depth)
         super().__init__({
@@ -45,7 +46,7 @@ class BankedMemory(wiring.Component):
 
     @property
     def banked(self) -> bool:
-        return self._bank_depth == BANK_DEPTH
+        return self._banked
 
     @property
     def read_latency(self) -> int:

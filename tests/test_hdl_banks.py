@@ -12,7 +12,8 @@ from hdl_helpers import run_cycles
 
 
 @pytest.mark.parametrize("depth, banked", [(2 * BANK_DEPTH + 37, True), (BANK_DEPTH, True),
-                                           (100, True), (300, False)])
+                                           (100, True), (300, False),
+                                           (BANK_DEPTH, False)])
 def test_reads_see_the_image_and_every_write_at_their_latency(depth, banked):
     """Random reads and writes over every bank (and the partial last one), with reads of a
     word in the cycle of its write (the old word) and the one after (the new one); the
