@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from hwonnx.errors import ResourceError
 from hwonnx.api import plan_model
 from hwonnx.compiler import Op, lower
 from hwonnx.compiler.artifact import load_program, save_program
@@ -58,7 +59,10 @@ def test_looped_program_issues_the_explicit_micro_instructions(case):
         except Exception as error:             # a case too large for the small configs
             assert type(error).__name__ == "ResourceError", error
             continue
-        explicit = lower(graph, config, loops=False)
+        try:                                   # the stored tiles may not fit where the
+            explicit = lower(graph, config, loops=False)     # loops do (prog buffer)
+        except ResourceError:
+            continue
         assert micro_ops(looped) == micro_ops(explicit)
         # the sizing reads the largest POST from the stored instructions
         largest = max((i["count"] for i in explicit.instructions if i.op == Op.POST), default=1)
