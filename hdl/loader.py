@@ -1,7 +1,7 @@
 """The LOADW engine: copies one weight tile from the weight buffer into a bank of the array,
 unpacking low-bit weights on the way."""
 
-from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -9,15 +9,23 @@ from ..config import ArchConfig
 from .banks import BANKED_READ_LATENCY
 from .layouts import buffer_read, instr_stream
 
-__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "write_delay"]
+__all__ = ["WeightLoader", "load_cycles", "WEIGHT_PACKINGS", "tile_words", "write_delay",
+           "address_lead"]
 
 
 def write_delay(config: ArchConfig) -> int:
-    """Cycles from the read of a weight word to the write of its row into the array: the
-    weight buffer's read (:data:`~hwonnx.hdl.banks.BANKED_READ_LATENCY` in banks; one cycle
-    from the single memory of the smallest devices, ``compact``), then the word in a
-    register."""
-    return 1 + (1 if config.compact else BANKED_READ_LATENCY)
+    """Cycles from the read of a weight word (the cycle the loader's row counter names it) to
+    the write of its row into the array: the weight buffer's read, then the word in a
+    register. In banks the read takes :data:`~hwonnx.hdl.banks.BANKED_READ_LATENCY` cycles
+    from the address, which the loader presents one cycle (:func:`address_lead`) ahead; the
+    single memory of the smallest devices (``compact``) takes one."""
+    return 1 + (1 if config.compact else BANKED_READ_LATENCY - address_lead(config))
+
+
+def address_lead(config: ArchConfig) -> int:
+    """Cycles by which the loader presents a read's address before the cycle of the read: one
+    to the banked buffer, which registers it (``hdl/banks.py``), none to a single memory."""
+    return 0 if config.compact else 1
 
 
 #: The packings the loader unpacks. With ``wpack`` p, lane ``c`` of weight word ``w`` of a tile
@@ -56,7 +64,7 @@ class WeightLoader(wiring.Component):
     instr : ``In(instr_stream())``: a LOADW to start (ready when ``busy`` is 0).
     busy : reads are in progress.
     wgt : ``Out(buffer_read(wgt_depth, ArrayLayout(signed(8), cols)))``: the weight buffer's
-        read port.
+        read port, its address :func:`address_lead` cycles ahead of the read (``en`` too).
     wload_en, wload_row, wload_bank, wload_data : array weight-write controls and the
         unpacked row.
     """
@@ -97,12 +105,21 @@ class WeightLoader(wiring.Component):
             m.d.sync += row.eq(row + 1)
             with m.If(row == rows - 1):
                 m.d.sync += self.busy.eq(0)
+        # The word of row r is read in the cycle ``row`` is r; its address is presented
+        # address_lead cycles before. One cycle ahead, the next read is row + 1's, or, in a
+        # cycle the loader is ready, the instruction's first word (it is dispatched then, or
+        # nothing is read).
+        lead = address_lead(self.config)
         offset = Signal.like(row)
         with m.Switch(wpack):
             for p in WEIGHT_PACKINGS:
                 with m.Case(p):
-                    m.d.comb += offset.eq(row >> p)
-        m.d.comb += [self.wgt.addr.eq(base + offset), self.wgt.en.eq(self.busy)]
+                    m.d.comb += offset.eq((row + lead) >> p)
+        if lead:
+            m.d.comb += [self.wgt.addr.eq(Mux(self.busy, base + offset, instr.wgt_addr)),
+                         self.wgt.en.eq(Mux(self.busy, row != rows - 1, self.instr.valid))]
+        else:
+            m.d.comb += [self.wgt.addr.eq(base + offset), self.wgt.en.eq(self.busy)]
         # The word read in cycle k is on wgt_data in k + write_delay - 1 and then in a
         # register: the buffer's output drives only that register, not the unpacking and the
         # wires to every PE of the array. The row, bank and slot of the read follow it.

@@ -22,7 +22,7 @@ def small_config(rows: int, cols: int, lut_tables: int = 0) -> ArchConfig:
 class SyncReadMemory:
     """Testbench model of an Amaranth synchronous read port: the word at the address presented
     in cycle ``k`` (when ``en`` is high, or always without ``en``) is on ``data`` in cycle
-    ``k + latency`` (1; 2 for a :class:`~hwonnx.hdl.banks.BankedMemory`, whose ``en`` is
+    ``k + latency`` (1; 3 for a :class:`~hwonnx.hdl.banks.BankedMemory`, whose ``en`` is
     ignored); with ``en`` low the data port holds its value. ``reads`` logs
     ``(cycle, address)``; ``current`` is the word on the data port (which may be ``None``
     when the consumer is outside the DUT)."""

@@ -1,6 +1,7 @@
-"""BankedMemory: the weight buffer in banks one block RAM deep, each bank's read data
-registered; the word read at address a in cycle k is on ``read.data`` in k + 2 (k + 1 in one
-memory), writes land in the bank their address names."""
+"""BankedMemory: the weight buffer in banks one block RAM deep, its read address and each
+bank's read data registered; the word at the address presented in cycle k is on ``read.data``
+in k + 3 as it was after cycle k's write (k + 1 in one memory, as it was before that cycle's
+write), writes land in the bank their address names."""
 
 import numpy as np
 import pytest
@@ -16,12 +17,12 @@ from hdl_helpers import run_cycles
                                            (BANK_DEPTH, False)])
 def test_reads_see_the_image_and_every_write_at_their_latency(depth, banked):
     """Random reads and writes over every bank (and the partial last one), with reads of a
-    word in the cycle of its write (the old word) and the one after (the new one); the
-    expected words come from a list kept by the test."""
+    word presented in the cycle of its write and the one after; the expected words come
+    from a list kept by the test."""
     rng = np.random.default_rng(depth)
     image = [int(x) for x in rng.integers(0, 1 << 20, depth)]
     dut = BankedMemory(unsigned(20), depth, image, banked=banked)
-    latency = 2 if banked else 1
+    latency, registered = (3, 1) if banked else (1, 0)    # registered: the address's stages
     assert dut.read_latency == latency
     model = list(image)
     ops = []
@@ -30,15 +31,18 @@ def test_reads_see_the_image_and_every_write_at_their_latency(depth, banked):
         write = (int(rng.integers(0, depth)), int(rng.integers(0, 1 << 20))) \
             if rng.random() < 0.4 else None
         if write and k % 5 == 0:
-            address = write[0]          # a read of the word written in the same cycle
+            address = write[0]          # a read presented in the cycle of the word's write
         ops.append((address, write))
     expected, seen = {}, {}
 
     def step(ctx, cycle):
+        # The block RAM reads the address presented ``registered`` cycles before, before
+        # this cycle's write.
+        if registered <= cycle < len(ops) + registered:
+            expected[cycle - registered + latency] = model[ops[cycle - registered][0]]
         if cycle < len(ops):
             address, write = ops[cycle]
             ctx.set(dut.read.addr, address)
-            expected[cycle + latency] = model[address]      # before this cycle's write
             ctx.set(dut.write.en, write is not None)
             if write:
                 ctx.set(dut.write.addr, write[0])

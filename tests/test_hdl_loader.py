@@ -1,7 +1,8 @@
 """WeightLoader: a LOADW dispatched in cycle t reads weight word ``wgt_addr + (r >> wpack)``
 in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle
-t+1+write_delay+r: t+4+r (the word on the banked buffer's read port in t+3+r, in a register
-in t+4+r), compact t+3+r (a plain memory); ``busy`` is high for exactly ``rows`` cycles
+t+1+write_delay+r: t+4+r (the address presented to the banked buffer in t+r, a cycle ahead,
+the word on its read port in t+3+r, in a register in t+4+r), compact t+3+r (a plain memory,
+the address in t+1+r); ``busy`` is high for exactly ``rows`` cycles
 (t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows."""
 
 import dataclasses
@@ -14,8 +15,9 @@ from amaranth.lib import data, wiring
 from hwonnx.isa import Op
 from hwonnx.hdl import SystolicArray, array_latency
 from hwonnx.compiler.weights import layer_wpack, pack_tile, unpack_tile
-from hwonnx.hdl.banks import BankedMemory
-from hwonnx.hdl.loader import WEIGHT_PACKINGS, WeightLoader, tile_words, write_delay
+from hwonnx.hdl.banks import BANKED_READ_LATENCY, BankedMemory
+from hwonnx.hdl.loader import (WEIGHT_PACKINGS, WeightLoader, address_lead, tile_words,
+                               write_delay)
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config, words
 
@@ -47,8 +49,14 @@ def test_loader_writes_row_r_write_delay_after_its_read(rows, cols, wpack, compa
     for tile, address in zip(tiles, addresses):
         image[address:address + count] = pack_tile(tile, wpack)
     dut = WeightLoader(config)
+    # The buffer's read port: the banked buffer's latency from the address (which the loader
+    # presents a cycle early), the single memory's.
+    lead = address_lead(config)
+    assert lead == (0 if compact else 1)
+    latency = 1 if compact else BANKED_READ_LATENCY
+    assert write_delay(config) - 1 + lead == latency
     memory = SyncReadMemory(image, dut.wgt.addr, dut.wgt.data.as_value(), en=dut.wgt.en,
-                            latency=write_delay(config) - 1)
+                            latency=latency)
     # Back to back, as the cycle model schedules them (loader_free = t + rows + 1), both
     # banks, including a tile that ends at the last weight word.
     t0 = 2
@@ -69,14 +77,14 @@ def test_loader_writes_row_r_write_delay_after_its_read(rows, cols, wpack, compa
             assert not ctx.get(dut.busy), f"dispatch in cycle {cycle} while busy"
             set_instr(ctx, dut.instr, instr)
         assert ctx.get(dut.busy) == (cycle in busy), f"busy in cycle {cycle}"
-        assert ctx.get(dut.wgt.en) == (cycle in busy), f"wgt.en in cycle {cycle}"
+        assert ctx.get(dut.wgt.en) == (cycle + lead in busy), f"wgt.en in cycle {cycle}"
         if ctx.get(dut.wload_en):
             seen[cycle] = (ctx.get(dut.wload_row), ctx.get(dut.wload_bank),
                            list(ctx.get(dut.wload_data)))
 
     run_cycles(dut, cycles, step, memories=(memory,))
     assert seen == writes
-    assert memory.reads == [(t + 1 + r, instr["wgt_addr"] + (r >> wpack))
+    assert memory.reads == [(t + 1 + r - lead, instr["wgt_addr"] + (r >> wpack))
                             for t, instr in instrs.items() for r in range(rows)]
 
 
