@@ -47,8 +47,9 @@ class Annotations:
     ``(scale, zero_point)`` (int8 zero point), ``ranges`` maps value names to the int8 clamp
     range ``(lo, hi)`` of a tensor quantized to fewer than 8 bits or a narrow range (QCDQ's
     ``Clip``, QONNX's ``Quant``), ``integers`` maps the names of dequantized float constants
-    to their :class:`IntegerConstant`; ``quantizers`` describes a QONNX model's quantizers
-    and ``half_up`` names the values it requantizes half up (see
+    to their :class:`IntegerConstant`; ``quantizers`` describes a QONNX model's quantizers,
+    ``half_up`` names the values it requantizes half up and ``signs`` maps the values it
+    quantizes to ``±1`` by their sign to ``(mode, quantizer node)`` (see
     :func:`.qonnx.rewrite_qonnx`)."""
     source: str
     activations: "dict[str, tuple[float, int]]" = field(default_factory=dict)
@@ -56,6 +57,7 @@ class Annotations:
     ranges: "dict[str, tuple[int, int]]" = field(default_factory=dict)
     quantizers: "list[dict]" = field(default_factory=list)
     half_up: "set[str]" = field(default_factory=set)
+    signs: "dict[str, tuple[str, str]]" = field(default_factory=dict)
 
 
 def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
@@ -72,7 +74,8 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     ``q`` int8 in the constant's layout, ``scale`` and ``zero_point`` per output channel),
     ``bias`` (bias constant -> int32 per output channel, in units of input scale x weight
     scale), ``ranges`` (value -> int8 clamp range), ``source`` (``"qdq"``, ``"qoperator"`` or
-    ``"qonnx"``). A QONNX model's quantizers go to ``meta["quantizers"]``.
+    ``"qonnx"``), ``half_up`` and ``signs`` (:class:`Annotations`). A QONNX model's
+    quantizers go to ``meta["quantizers"]``.
     """
     values = set(graph.inputs) | {v for node in graph.nodes for v in node.outputs}
     activations = {v: p for v, p in ann.activations.items() if v in values}
@@ -108,7 +111,8 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     meta = dict(graph.meta)
     meta["quantization"] = {"activations": activations, "weights": weights, "bias": bias,
                             "ranges": ranges, "source": ann.source,
-                            "half_up": frozenset(v for v in ann.half_up if v in values)}
+                            "half_up": frozenset(v for v in ann.half_up if v in values),
+                            "signs": {v: m for v, m in ann.signs.items() if v in values}}
     if ann.quantizers:
         meta["quantizers"] = tuple(ann.quantizers)
     meta["notes"] = tuple(meta.get("notes", ())) + (

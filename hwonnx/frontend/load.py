@@ -135,7 +135,7 @@ def import_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
         annotations = dequantize_model(model)
         if qonnx is not None:
             annotations.source = "qonnx"
-            annotations.quantizers, annotations.half_up = qonnx
+            annotations.quantizers, annotations.half_up, annotations.signs = qonnx
         prune_dead_nodes(model)
     patterns = find_unary_patterns(model.graph)
     inner = frozenset(name for fused in patterns.values() for name in fused.inner)

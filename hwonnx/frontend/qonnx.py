@@ -82,6 +82,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
         self.added: "dict[str, np.ndarray]" = {}
         self.quantizers: "list[dict]" = []
         self.half_up: "set[str]" = set()       # values requantized half up (Trunc FLOOR/CEIL)
+        self.signs: "dict[str, tuple[str, str]]" = {}   # bipolar inputs: (mode, quantizer)
         self.opsets = {o.domain: o.version for o in model.opset_import}
 
     def fresh(self, base: str) -> str:
@@ -288,10 +289,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
                     helper.make_node("DequantizeLinear", [c, s, z], [y],
                                      name=self.fresh(f"{node.name}_dequantize"))]
         if node.op_type == "BipolarQuant":
-            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' to ±1, but "
-                             f"no Conv or Gemm with quantized weights and a quantized input "
-                             f"writes it alone; hwonnx maps a bipolar activation as the sign of "
-                             f"such a layer")
+            return self.sign_input(node)
         p = self.params(node)
         bits, signed, narrow = p["bits"], p["signed"], p["narrow"]
         if p["scale"].size != 1 or p["zeropt"].size != 1:
@@ -330,6 +328,34 @@ class _QonnxRewriter(QonnxLayerRewrites):
         nodes.append(helper.make_node("DequantizeLinear", [c, s, z], [y],
                                       name=self.fresh(f"{node.name}_dequantize")))
         return nodes
+
+    def sign_input(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
+        """A ``BipolarQuant`` (``+s`` where ``x >= 0``, else ``-s``) of a tensor that no layer
+        writes as its sign (:meth:`threshold_layers`): the host's quantization of an input,
+        which computes the sign itself (:func:`hwonnx.golden.quantize`, ``sign="x"``);
+        QuantizeLinear -> Clip to ``[-1, 1]`` -> DequantizeLinear with scale ``s`` in the
+        float graph. Refused later (:func:`hwonnx.quant.ranges.apply_ranges`) if an
+        accelerator layer writes the tensor."""
+        x, y = node.input[0], node.output[0]
+        scale = self.constant_input(node, 1, "scale").astype(np.float32)
+        self.check_scale(node, scale, "scale")
+        if scale.size != 1:
+            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' per channel; "
+                             f"hwonnx quantizes activations per tensor")
+        if x in self.signs and self.signs[x][1] != node.name:
+            raise ModelError(f"{label(node)} quantizes '{x}' to ±1 as "
+                             f"'{self.signs[x][1]}' does; hwonnx quantizes an input once")
+        self.signs[x] = ("x", node.name)
+        self.describe(node, 1, True, False, scale, "sign")
+        s = self.const(scale.reshape(()), f"{y}_scale")
+        z = self.const(np.array(0, np.int8), f"{y}_zero_point")
+        q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
+        return [helper.make_node("QuantizeLinear", [x, s, z], [q], name=node.name),
+                helper.make_node("Clip", [q, self.const(np.array(-1, np.int8), f"{y}_min"),
+                                          self.const(np.array(1, np.int8), f"{y}_max")],
+                                 [c], name=self.fresh(f"{node.name}_clip")),
+                helper.make_node("DequantizeLinear", [c, s, z], [y],
+                                 name=self.fresh(f"{node.name}_dequantize"))]
 
     def run(self) -> None:
         graph = self.graph
@@ -549,13 +575,15 @@ class _QonnxRewriter(QonnxLayerRewrites):
                          f"before it)")
 
 
-def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "tuple[list[dict], set[str]]":
+def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog
+                  ) -> "tuple[list[dict], set[str], dict[str, tuple[str, str]]]":
     """Rewrite the QONNX nodes of ``model`` (in place) into QDQ form (see the module) and
     return a description of each quantizer (``node``, ``op``, ``layer`` and ``role`` there
     (``"weights"``, ``"bias"``, ``"output"``, ``"input"``), ``bits``, ``signed``, ``narrow``,
     ``scale`` (power-of-two or arbitrary, per tensor or per channel), ``rounding``), and the
     values whose requantization must round half up (a ``Trunc`` with FLOOR or CEIL, whose
-    bias makes half up the floor or ceiling).
+    bias makes half up the floor or ceiling), and the tensors the host quantizes to ``±1`` by
+    their sign (a ``BipolarQuant`` of an input): value -> ``(mode, quantizer node)``.
 
     Raises
     ------
@@ -566,4 +594,4 @@ def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "tuple[list[dict], s
     """
     rewriter = _QonnxRewriter(model, rlog)
     rewriter.run()
-    return rewriter.quantizers, rewriter.half_up
+    return rewriter.quantizers, rewriter.half_up, rewriter.signs

@@ -167,7 +167,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None",
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
     nodes = apply_ranges(nodes, ann.get("ranges", {}), qname,     # n-bit and narrow ranges
-                         ann.get("half_up", frozenset()))
+                         ann.get("half_up", frozenset()), ann.get("signs", {}))
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
     meta.update(_describe(ann, graph, missing, calib, method), warnings=tuple(warnings))
     result = Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)

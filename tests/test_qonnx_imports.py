@@ -1,0 +1,162 @@
+"""QONNX imports that were refused before issue #36 item 9 and that exporters write: a
+``BipolarQuant`` on the graph input (a binary first layer), an input quantizer of fewer than
+8 bits, a tensor quantized twice with different scales, ``Resize`` on a channels-last tensor,
+and a Brevitas QCDQ export whose ``BatchNormalization`` follows a layer with integer weights.
+
+Each is compared with qonnx's reference executor (``execute_onnx``), which defines the QONNX
+semantics: bit for bit where the arithmetic is exact (power-of-two scales, integer biases),
+within the stated bound otherwise; and on the RTL, equal to golden bit for bit in the
+predicted cycles."""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from hwonnx import api
+from hwonnx.errors import QuantizationError
+from helpers import raises
+from qonnx_helpers import ORT_CONFIG, QONNX, SAMPLES, Builder, golden, reference
+from rtl_helpers import rtl_matches_golden
+
+
+def _head(b: Builder, x: str, channels: int, size: int, s_x) -> str:
+    """Flatten -> Gemm (8-bit weights, Int32 bias) -> Quant (8-bit signed, 1/4): ``y``."""
+    w, s_w = b.weight("wg", (10, channels * size * size), 8)
+    g = b.node("Gemm", [b.node("Flatten", [x], "f"), w,
+                        b.bias("bg", 10, np.float32(s_x) * s_w, True)], "g", transB=1)
+    return b.quant(g, "y", 1 / 4, 8)
+
+
+def _build(model):
+    return api.build(model, None, calib=None, config=ORT_CONFIG, verilog=False,
+                     log=lambda *_: None)
+
+
+# -- (a) a BipolarQuant on the graph input ------------------------------------------------
+
+def bipolar_input_net(seed: int, binary_hidden: bool) -> "tuple":
+    """x -> BipolarQuant (scale 1/2) -> Conv 3x3 (bipolar weights, no bias) -> [Relu ->
+    Quant (4-bit unsigned) | BatchNormalization -> BipolarQuant (the layer's sign)] ->
+    Flatten -> Gemm -> Quant: FINN's binary first layer."""
+    b = Builder(np.random.default_rng(seed))
+    b.nodes.append(helper.make_node("BipolarQuant", ["x", b.const("xq_s", 0.5)], ["xq"],
+                                    domain=QONNX, name="q_xq"))
+    w, _ = b.weight("w1", (6, 3, 3, 3), 1)
+    c = b.node("Conv", ["xq", w], "c1", pads=[1, 1, 1, 1])
+    if binary_hidden:
+        n = b.node("BatchNormalization", [c, b.const("bn_g", b.rng.uniform(0.5, 1.5, 6)),
+                                          b.const("bn_b", b.rng.normal(0, 0.3, 6)),
+                                          b.const("bn_m", b.rng.normal(0, 0.3, 6)),
+                                          b.const("bn_v", b.rng.uniform(0.5, 2, 6))], "n1")
+        b.nodes.append(helper.make_node("BipolarQuant", [n, b.const("a1_s", 1.0)], ["a1"],
+                                        domain=QONNX, name="q_a1"))
+        s_a = 1.0
+    else:
+        s_a = 0.25
+        b.quant(b.node("Relu", [c], "r1"), "a1", s_a, 4, signed=False)
+    _head(b, "a1", 6, 8, s_a)
+    return b.model([1, 3, 8, 8], "y", [1, 10])
+
+
+def _bipolar_inputs(rng, count: int) -> np.ndarray:
+    """Normal inputs with exact zeros of both signs (BipolarQuant: x >= 0 gives +1, so 0.0
+    and -0.0 give +1) and values just below 0."""
+    xs = rng.normal(0, 1, (count, 3, 8, 8)).astype(np.float32)
+    flat = xs.reshape(-1)
+    flat[::7], flat[1::11] = 0.0, -0.0
+    flat[2::13] = -np.float32(1e-38)
+    return xs
+
+
+@pytest.mark.parametrize("binary_hidden", [False, True], ids=["a4", "a1"])
+def test_bipolar_input_equals_qonnx_bit_for_bit(binary_hidden):
+    """The host quantizes the input to its sign (``Quantize`` ``sign="x"``); the integer
+    arithmetic after it is exact (bipolar weights of power-of-two scale), so the outputs are
+    qonnx's bit for bit (0 LSB)."""
+    model = bipolar_input_net(40, binary_hidden)
+    xs = _bipolar_inputs(np.random.default_rng(41), 16)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    first = next(n for n in result.graph.nodes if n.op == "Quantize")
+    assert (first.attrs["sign"], first.attrs["scale"], first.attrs["zero_point"],
+            first.attrs["lo"], first.attrs["hi"]) == ("x", 0.5, 0, -1, 1)
+    q = api.quantize_inputs(result.graph, result.program, {"x": xs})[first.outputs[0]]
+    np.testing.assert_array_equal(q, np.where(xs >= 0, 1, -1).astype(np.int8))
+
+
+@pytest.mark.rtl
+def test_bipolar_input_rtl_equals_golden():
+    model = bipolar_input_net(42, True)
+    xs = _bipolar_inputs(np.random.default_rng(43), 4)
+    rtl = rtl_matches_golden(_build(model), {"x": xs}, 4)
+    np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
+
+
+def test_bipolar_tensor_an_accelerator_layer_writes_is_refused_by_name():
+    """A BipolarQuant of a layer's output that is not that layer's sign (a MaxPool between) is
+    neither an input nor a threshold: one line naming the quantizer and the layer."""
+    b = Builder(np.random.default_rng(44))
+    b.quant("x", "xq", 1 / 32, 8)
+    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
+    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(1 / 32) * s_w, True)], "c1",
+               pads=[1, 1, 1, 1])
+    b.quant(c, "c1q", 1 / 8, 8)
+    b.node("MaxPool", ["c1q"], "p1", kernel_shape=[2, 2], strides=[2, 2])
+    b.nodes.append(helper.make_node("BipolarQuant", ["p1", b.const("a1_s", 1.0)], ["a1"],
+                                    domain=QONNX, name="q_a1"))
+    _head(b, "a1", 6, 4, 1.0)
+    with raises(QuantizationError, "Node 'q_a1' quantizes 'p1' to ±1 by its sign, but 'p1' is "
+                                   "computed by 'p1' (QMaxPool) on the accelerator; hwonnx maps a "
+                                   "bipolar tensor as an input the host quantizes or as the sign "
+                                   "of a Conv or Gemm with quantized weights"):
+        golden(b.model([1, 3, 8, 8], "y", [1, 10]), np.zeros((1, 3, 8, 8), np.float32))
+
+
+# -- (b) an input quantizer of fewer than 8 bits ------------------------------------------
+
+NARROW_INPUTS = {          # bits, signed, narrow, scale
+    "int4": (4, True, False, 1 / 4),
+    "uint3": (3, False, False, 1 / 2),
+    "int5_narrow": (5, True, True, 1 / 8),
+    "uint7_narrow": (7, False, True, 1 / 32),
+}
+
+
+def narrow_input_net(seed: int, bits: int, signed: bool, narrow: bool, s_x: float):
+    """x -> Quant (``bits``) -> Conv 3x3 (4-bit weights, Int32 bias) -> Relu -> Quant (4-bit
+    unsigned) -> Flatten -> Gemm -> Quant."""
+    b = Builder(np.random.default_rng(seed))
+    b.quant("x", "xq", s_x, bits, signed=signed, narrow=narrow)
+    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
+    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(s_x) * s_w, True)], "c1",
+               pads=[1, 1, 1, 1])
+    b.quant(b.node("Relu", [c], "r1"), "a1", 0.5, 4, signed=False)
+    _head(b, "a1", 6, 8, 0.5)
+    return b.model([1, 3, 8, 8], "y", [1, 10])
+
+
+@pytest.mark.parametrize("case", sorted(NARROW_INPUTS))
+def test_narrow_input_quantizer_equals_qonnx_bit_for_bit(case):
+    """The host clamps the input to the quantizer's range (``Quantize`` ``lo``/``hi``: each
+    range fits int8 with zero point 0); every input value saturates somewhere (normal
+    values times 4 against ranges of at most 2 to 4 real units), and the outputs are qonnx's
+    bit for bit (0 LSB: power-of-two scales, integer biases)."""
+    bits, signed, narrow, s_x = NARROW_INPUTS[case]
+    model = narrow_input_net(45, *NARROW_INPUTS[case])
+    xs = np.random.default_rng(46).normal(0, 4, (SAMPLES, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    first = next(n for n in result.graph.nodes if n.op == "Quantize")
+    lo = -(2 ** (bits - 1)) + narrow if signed else 0
+    hi = 2 ** (bits - 1) - 1 if signed else 2 ** bits - 1 - narrow
+    assert (first.attrs["lo"], first.attrs["hi"], first.attrs["zero_point"]) == (lo, hi, 0)
+    q = api.quantize_inputs(result.graph, result.program, {"x": xs})[first.outputs[0]]
+    assert (q.min(), q.max()) == (lo, hi)           # both ends reached
+
+
+@pytest.mark.rtl
+def test_narrow_input_rtl_equals_golden():
+    model = narrow_input_net(47, *NARROW_INPUTS["uint3"])
+    xs = np.random.default_rng(48).normal(0, 4, (4, 3, 8, 8)).astype(np.float32)
+    rtl = rtl_matches_golden(_build(model), {"x": xs}, 4)
+    np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
