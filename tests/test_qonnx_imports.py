@@ -13,9 +13,11 @@ import pytest
 from onnx import helper
 
 from hwonnx import api
-from hwonnx.errors import QuantizationError
+from hwonnx.errors import ModelError, QuantizationError
+from hwonnx.frontend import load_model
 from helpers import raises
-from qonnx_helpers import ORT_CONFIG, QONNX, SAMPLES, Builder, golden, reference
+from qonnx_helpers import (ORT_CONFIG, QONNX, SAMPLES, Builder, golden, reference,
+                           steps)
 from rtl_helpers import rtl_matches_golden
 
 
@@ -160,3 +162,113 @@ def test_narrow_input_rtl_equals_golden():
     xs = np.random.default_rng(48).normal(0, 4, (4, 3, 8, 8)).astype(np.float32)
     rtl = rtl_matches_golden(_build(model), {"x": xs}, 4)
     np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
+
+
+# -- (d) a tensor quantized twice ----------------------------------------------------------
+
+def double_quant_net(seed: int, pow2: bool):
+    """x -> Quant (8-bit) -> Quant (5-bit, another scale) -> Conv 3x3 (4-bit weights) ->
+    Relu -> Quant (8-bit unsigned) -> Quant (4-bit unsigned) -> Flatten -> Gemm -> Quant
+    (8-bit) -> Quant (4-bit signed narrow) = y: each second Quant reads the first's output, on
+    an input, a [1, C, H, W] feature map and a [1, C] vector (Brevitas' QuantIdentity after a
+    quantized activation)."""
+    b = Builder(np.random.default_rng(seed), pow2=pow2)
+    s_x, s_x2 = b.scale(1 / 32 if pow2 else 0.0297), b.scale(1 / 8 if pow2 else 0.1113)
+    b.quant("x", "x8", s_x, 8)
+    b.quant("x8", "x5", s_x2, 5)
+    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
+    c = b.node("Conv", ["x5", w, b.bias("b1", 6, s_x2 * s_w, True)], "c1", pads=[1, 1, 1, 1])
+    s_a, s_a2 = b.scale(1 / 16 if pow2 else 0.0731), b.scale(1 / 4 if pow2 else 0.2207)
+    b.quant(b.node("Relu", [c], "r1"), "a8", s_a, 8, signed=False)
+    b.quant("a8", "a4", s_a2, 4, signed=False)
+    w2, s_w2 = b.weight("w2", (10, 6 * 8 * 8), 8)
+    g = b.node("Gemm", [b.node("Flatten", ["a4"], "f"), w2,
+                        b.bias("b2", 10, s_a2 * s_w2, True)], "g", transB=1)
+    s_g, s_y = b.scale(1 / 8 if pow2 else 0.1379), b.scale(1 / 2 if pow2 else 0.4413)
+    b.quant(g, "g8", s_g, 8)
+    b.quant("g8", "y", s_y, 4, narrow=True)
+    return b.model([1, 3, 8, 8], "y", [1, 10]), float(s_y)
+
+
+def test_tensor_quantized_twice_equals_qonnx_bit_for_bit():
+    """Each second quantizer reads a copy of the tensor requantized on the array (a depthwise
+    1x1 layer of weights 1, multiplier ``s1 / s2``, clamped to the second range): with
+    power-of-two scales the product is exact and ROUND is the rounding unit's half to even,
+    so the outputs are qonnx's bit for bit (0 LSB)."""
+    model, _ = double_quant_net(50, True)
+    xs = np.random.default_rng(51).normal(0, 2, (32, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    copies = [n for n in result.graph.nodes if n.op == "QConv" and "requantized" in n.name]
+    assert sorted((n.attrs["in_scale"], n.attrs["out_scale"], n.attrs["lo"], n.attrs["hi"])
+                  for n in copies) == [(1 / 32, 1 / 8, -16, 15), (1 / 16, 1 / 4, 0, 15),
+                                       (1 / 8, 1 / 2, -7, 7)]
+    assert all(n.attrs["rounding"] == "ort" for n in copies)
+
+
+def test_tensor_quantized_twice_with_arbitrary_scales_within_one_step():
+    """Arbitrary scales: hwonnx multiplies the integer by float32 ``s1 / s2`` and rounds once
+    more; qonnx rounds ``q1 * s1`` to float32 and divides by ``s2``. The two differ only where
+    ``q1 * s1 / s2`` is within float32's rounding of a tie: at most one step of a requantized
+    tensor, which can move a later layer's output by a step too (bound: 1 step at y)."""
+    model, s_y = double_quant_net(52, False)
+    xs = np.random.default_rng(53).normal(0, 2, (64, 3, 8, 8)).astype(np.float32)
+    _, golden_result = golden(model, xs)
+    diff = steps(golden_result.outputs["y"], reference(model, xs), s_y)
+    print(f"quantized twice, arbitrary scales: {np.count_nonzero(diff)} of {diff.size} "
+          f"outputs differ from qonnx, by at most {np.abs(diff).max()} step")
+    assert np.abs(diff).max() <= 1
+    assert np.count_nonzero(diff) <= diff.size // 20
+
+
+@pytest.mark.parametrize("between", ["MaxPool", "Flatten"])
+def test_tensor_quantized_twice_through_a_grid_keeping_op_equals_qonnx(between):
+    """Quant -> MaxPool or Flatten -> Quant of another scale: the copy is made after the
+    MaxPool (which keeps the first grid: the rounding unit, not the pool's half-up
+    requantization, rounds) and before the Flatten (a 4-D copy; a flattened image cannot be
+    reshaped back to one). 0 LSB."""
+    b = Builder(np.random.default_rng(57))
+    b.quant("x", "xq", 1 / 32, 8)
+    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
+    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(1 / 32) * s_w, True)], "c1",
+               pads=[1, 1, 1, 1])
+    b.quant(b.node("Relu", [c], "r1"), "a8", 1 / 16, 8, signed=False)
+    if between == "MaxPool":
+        b.node("MaxPool", ["a8"], "p", kernel_shape=[2, 2], strides=[2, 2])
+        b.quant("p", "a4", 1 / 4, 4, signed=False)
+        _head(b, "a4", 6, 4, 1 / 4)
+    else:
+        b.quant(b.node("Flatten", ["a8"], "p"), "a4", 1 / 4, 4, signed=False)
+        w2, s_w2 = b.weight("wg", (10, 6 * 8 * 8), 8)
+        b.quant(b.node("Gemm", ["a4", w2, b.bias("bg", 10, np.float32(1 / 4) * s_w2, True)],
+                       "g", transB=1), "y", 1 / 4, 8)
+    model = b.model([1, 3, 8, 8], "y", [1, 10])
+    xs = np.random.default_rng(58).normal(0, 2, (32, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    ops = [n.op for n in result.graph.nodes]
+    assert ops[ops.index("QConv") + 1:ops.index("QDense")] == (
+        ["QMaxPool", "QConv", "Flatten"] if between == "MaxPool" else ["QConv", "Flatten"])
+
+
+@pytest.mark.rtl
+def test_tensor_quantized_twice_rtl_equals_golden():
+    model, _ = double_quant_net(54, True)
+    xs = np.random.default_rng(55).normal(0, 2, (4, 3, 8, 8)).astype(np.float32)
+    rtl = rtl_matches_golden(_build(model), {"x": xs}, 4)
+    np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
+
+
+def test_bipolar_quantizer_of_a_quantized_tensor_is_refused_by_name():
+    b = Builder(np.random.default_rng(56))
+    b.quant("x", "xq", 1 / 32, 8)
+    b.nodes.append(helper.make_node("BipolarQuant", ["xq", b.const("xb_s", 1.0)], ["xb"],
+                                    domain=QONNX, name="q_xb"))
+    w, _ = b.weight("w1", (6, 3, 3, 3), 1)
+    b.quant(b.node("Relu", [b.node("Conv", ["xb", w], "c1", pads=[1, 1, 1, 1])], "r1"), "a1",
+            1.0, 4, signed=False)
+    _head(b, "a1", 6, 8, 1.0)
+    with raises(ModelError, "BipolarQuant 'q_xb' quantizes 'xq', which Quant 'q_xq' already "
+                            "quantizes, to ±1; hwonnx maps a bipolar tensor as an input the host "
+                            "quantizes or as the sign of a Conv or Gemm with quantized weights"):
+        load_model(b.model([1, 3, 8, 8], "y", [1, 10]))

@@ -274,7 +274,13 @@ class _QonnxRewriter(QonnxLayerRewrites):
                                 name=node.name, **kwargs)
 
     def activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
-        """An activation quantizer as QuantizeLinear -> Clip -> DequantizeLinear."""
+        """An activation quantizer as QuantizeLinear -> Clip -> DequantizeLinear (of a copy
+        of its input requantized on the array when another quantizer writes that input:
+        :meth:`requantize_input`)."""
+        copy = self.requantize_input(node) if node.op_type != "BipolarQuant" else []
+        return copy + self.quantize_activation(node)
+
+    def quantize_activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
         x, y = node.input[0], node.output[0]
         if node.output[0] in self.bipolar:
             scale = self.constant_input(node, 1, "scale").astype(np.float32)
@@ -339,6 +345,12 @@ class _QonnxRewriter(QonnxLayerRewrites):
         x, y = node.input[0], node.output[0]
         scale = self.constant_input(node, 1, "scale").astype(np.float32)
         self.check_scale(node, scale, "scale")
+        source = self.producers.get(x)
+        if source is not None and source.domain in QONNX_DOMAINS:
+            raise ModelError(f"{label(node)} quantizes '{x}', which {label(source)} already "
+                             f"quantizes, to ±1; hwonnx maps a bipolar tensor as an input the "
+                             f"host quantizes or as the sign of a Conv or Gemm with quantized "
+                             f"weights")
         if scale.size != 1:
             raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' per channel; "
                              f"hwonnx quantizes activations per tensor")
@@ -359,6 +371,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
 
     def run(self) -> None:
         graph = self.graph
+        self.infer_shapes()
         self.extra: "list[onnx.NodeProto]" = []
         nodes: "list[onnx.NodeProto]" = []
         for node in graph.node:                                  # channels last first
