@@ -272,3 +272,72 @@ def test_bipolar_quantizer_of_a_quantized_tensor_is_refused_by_name():
                             "quantizes, to ±1; hwonnx maps a bipolar tensor as an input the host "
                             "quantizes or as the sign of a Conv or Gemm with quantized weights"):
         load_model(b.model([1, 3, 8, 8], "y", [1, 10]))
+
+
+# -- (c) Resize on a channels-last tensor --------------------------------------------------
+
+def resize_nhwc_net(seed: int, layout: str):
+    """A nearest ``Resize`` x2 (scales ``[1, 2, 2, 1]``) of a channels-last ``[1, H, W, C]``
+    tensor, as exporters write it. ``transposes``: Conv -> Quant -> Transpose to NHWC ->
+    Resize -> Transpose back -> Conv (PyTorch code around a channels-last upsampling);
+    ``flatten``: Conv -> Quant -> Transpose to NHWC -> Resize -> Flatten -> Gemm (Keras'
+    order); ``input``: an NHWC graph input -> Quant -> Resize -> Transpose to NCHW -> Conv."""
+    b = Builder(np.random.default_rng(seed))
+    b.inits["roi"] = np.zeros(0, np.float32)
+    modes = {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"} \
+        if layout == "flatten" else {}
+    if layout == "input":
+        b.quant("x", "a1", 1 / 16, 8)
+        nhwc = "a1"
+    else:
+        b.quant("x", "xq", 1 / 32, 8)
+        w, s_w = b.weight("w1", (4, 3, 3, 3), 4)
+        c = b.node("Conv", ["xq", w, b.bias("b1", 4, np.float32(1 / 32) * s_w, True)], "c1",
+                   pads=[1, 1, 1, 1])
+        b.quant(b.node("Relu", [c], "r1"), "a1", 1 / 16, 8, signed=False)
+        nhwc = b.node("Transpose", ["a1"], "t1", perm=[0, 2, 3, 1])
+    up = b.node("Resize", [nhwc, "roi", b.const("scales", [1, 2, 2, 1])], "rs",
+                mode="nearest", **modes)
+    if layout == "flatten":
+        w2, s_w2 = b.weight("wg", (10, 4 * 8 * 8), 8)
+        g = b.node("Gemm", [b.node("Flatten", [up], "f"), w2,
+                            b.bias("bg", 10, np.float32(1 / 16) * s_w2, True)], "g", transB=1)
+        b.quant(g, "y", 1 / 4, 8)
+    else:
+        channels = 3 if layout == "input" else 4
+        nchw = b.node("Transpose", [up], "t2", perm=[0, 3, 1, 2])
+        w2, s_w2 = b.weight("w2", (4, channels, 3, 3), 4)
+        c2 = b.node("Conv", [nchw, w2, b.bias("b2", 4, np.float32(1 / 16) * s_w2, True)], "c2",
+                    pads=[1, 1, 1, 1], strides=[2, 2])
+        b.quant(b.node("Relu", [c2], "r2"), "a2", 1 / 8, 8, signed=False)
+        _head(b, "a2", 4, 4, 1 / 8)
+    in_shape = [1, 4, 4, 3] if layout == "input" else [1, 3, 4, 4]
+    return b.model(in_shape, "y", [1, 10]), in_shape
+
+
+@pytest.mark.parametrize("layout", ["transposes", "flatten", "input"])
+def test_resize_on_channels_last_equals_qonnx_bit_for_bit(layout):
+    """The upsampling is the NCHW copy between two Permutes, which cancel against the
+    exporter's Transposes (or fold into the Gemm's weight rows, which keep the model's
+    integers); an NHWC graph input keeps its Permute, a copy on the array. The copies keep
+    the model's grid, so every layer uses the model's parameters and rounding. Nearest
+    upsampling copies integers: 0 LSB."""
+    model, in_shape = resize_nhwc_net(60, layout)
+    xs = np.random.default_rng(61).normal(0, 1, (SAMPLES, *in_shape[1:])).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    ops = [n.op for n in result.graph.nodes]
+    assert ops.count("QConvTranspose") == 1
+    assert ops.count("QPermute") == (1 if layout == "input" else 0)
+    # the Gemm's rows moved with the folded Permute keep the model's integers
+    assert not any("carry no usable integers" in note for note in result.graph.meta["notes"])
+    assert all(n.attrs.get("rounding") == "ort" for n in result.graph.nodes
+               if n.op in ("QConv", "QDense"))
+
+
+@pytest.mark.rtl
+def test_resize_on_channels_last_rtl_equals_golden():
+    model, in_shape = resize_nhwc_net(62, "input")
+    xs = np.random.default_rng(63).normal(0, 1, (4, *in_shape[1:])).astype(np.float32)
+    rtl = rtl_matches_golden(_build(model), {"x": xs}, 4)
+    np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))

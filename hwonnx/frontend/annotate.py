@@ -13,6 +13,8 @@ from .upsample import conv_layout
 __all__ = ["Annotations", "IntegerConstant", "annotate_graph"]
 
 _LAYERS = ir_ops(LAYER)
+#: Float ops whose output holds values of their input, so its grid too.
+_COPIES = ("Permute", "ChannelPermute", "Slice", "MaxPool")
 
 
 @dataclass
@@ -69,7 +71,9 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     a clamp range below int8's top also sets ``act_max`` (its real maximum), so that the float
     graph clips where the quantizer does.
 
-    ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``),
+    ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``; a value
+    that a copy (``Permute``, ``Slice``, ``MaxPool``, a ``copy`` layer) makes of an annotated
+    one has its parameters),
     ``weights`` (``Conv``/``Dense`` weight constant -> ``{"q", "scale", "zero_point"}``,
     ``q`` int8 in the constant's layout, ``scale`` and ``zero_point`` per output channel),
     ``bias`` (bias constant -> int32 per output channel, in units of input scale x weight
@@ -79,6 +83,11 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     """
     values = set(graph.inputs) | {v for node in graph.nodes for v in node.outputs}
     activations = {v: p for v, p in ann.activations.items() if v in values}
+    for node in graph.nodes:     # copies the passes made (a channels-last Resize's Permutes)
+        if node.inputs and node.outputs and node.inputs[0] in activations and \
+                node.outputs[0] not in activations and (node.op in _COPIES or (
+                    node.op in ("Conv", "ConvTranspose") and node.attrs.get("copy"))):
+            activations[node.outputs[0]] = activations[node.inputs[0]]
     ranges = {v: r for v, r in ann.ranges.items() if v in values}
     weights, bias, notes, nodes = {}, {}, [], []
     for node in graph.nodes:
@@ -133,12 +142,26 @@ def _transposed(record: "IntegerConstant | None", group: int) -> "IntegerConstan
                            conv_layout(record.value, group), record.bits)
 
 
+def _rows_moved(record: "IntegerConstant | None", order) -> "IntegerConstant | None":
+    """A Dense weight's record with row ``j`` moved to row ``order[j]`` (per tensor, or per
+    output channel: axis 1)."""
+    if record is None or record.axis not in (None, 1) or record.q.ndim != 2 or \
+            len(order) != record.q.shape[0]:
+        return None
+    q, value = np.empty_like(record.q), np.empty_like(record.value)
+    q[np.asarray(order)], value[np.asarray(order)] = record.q, record.value
+    return IntegerConstant(q, record.zero_point, record.scale, record.axis, value, record.bits)
+
+
 def _weight_annotation(graph: Graph, node, ann: Annotations) -> "dict | None":
     name = node.inputs[1]
     record = ann.integers.get(name)
     if node.op == "ConvTranspose":
         record = _transposed(ann.integers.get(node.attrs.get("source_weight")),
                              node.attrs["group"])
+    elif node.attrs.get("row_order") is not None:          # rows moved by fold-transpose
+        record = _rows_moved(ann.integers.get(node.attrs["source_weight"]),
+                             node.attrs["row_order"])
     if record is None or record.bits != 8 or \
             not np.array_equal(graph.constants.get(name), record.value):
         return None
