@@ -10,7 +10,7 @@ predicted cycles."""
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx import api
 from hwonnx.errors import ModelError, QuantizationError
@@ -19,6 +19,8 @@ from helpers import raises
 from qonnx_helpers import (ORT_CONFIG, QONNX, SAMPLES, Builder, golden, reference,
                            steps)
 from rtl_helpers import rtl_matches_golden
+
+F = TensorProto.FLOAT
 
 
 def _head(b: Builder, x: str, channels: int, size: int, s_x) -> str:
@@ -341,3 +343,75 @@ def test_resize_on_channels_last_rtl_equals_golden():
     xs = np.random.default_rng(63).normal(0, 1, (4, *in_shape[1:])).astype(np.float32)
     rtl = rtl_matches_golden(_build(model), {"x": xs}, 4)
     np.testing.assert_array_equal(rtl.outputs["y"], reference(model, xs))
+
+
+# -- (e) Brevitas' QCDQ export: the integers it holds, a BatchNormalization after them ---------
+
+def qcdq_net(seed: int, channels: int = 6):
+    """Brevitas' ``export_onnx_qcdq`` form: x -> QuantizeLinear -> DequantizeLinear (8-bit
+    input) -> Conv (int8 weights in [-7, 7] -> Clip -> DequantizeLinear, per-tensor scale;
+    int32 bias -> DequantizeLinear) -> BatchNormalization (float, one negative gamma) -> Relu
+    -> QuantizeLinear (uint8) -> Clip [0, 15] -> DequantizeLinear = y: a 4-bit activation of
+    arbitrary scales."""
+    rng = np.random.default_rng(seed)
+    s_x, s_w, s_y = np.float32(0.0213), np.float32(0.0371), np.float32(0.0917)
+    q_w = rng.integers(-7, 8, (channels, 3, 3, 3)).astype(np.int8)
+    q_b = rng.integers(-300, 300, channels).astype(np.int32)
+    gamma = rng.uniform(0.5, 1.5, channels) * np.where(np.arange(channels) == 1, -1, 1)
+    inits = {"s_x": s_x, "z_x": np.int8(0), "q_w": q_w, "w_lo": np.int8(-7), "w_hi": np.int8(7),
+             "s_w": s_w, "z_w": np.int8(0), "q_b": q_b, "s_b": np.float32(s_x * s_w),
+             "z_b": np.int32(0), "bn_g": gamma, "bn_b": rng.normal(0, 0.3, channels),
+             "bn_m": rng.normal(0, 0.3, channels), "bn_v": rng.uniform(0.5, 2, channels),
+             "s_y": s_y, "z_y": np.uint8(0), "y_lo": np.uint8(0), "y_hi": np.uint8(15)}
+    node = helper.make_node
+    nodes = [node("QuantizeLinear", ["x", "s_x", "z_x"], ["xq"], name="in_q"),
+             node("DequantizeLinear", ["xq", "s_x", "z_x"], ["xd"], name="in_dq"),
+             node("Clip", ["q_w", "w_lo", "w_hi"], ["w_c"], name="w_clip"),
+             node("DequantizeLinear", ["w_c", "s_w", "z_w"], ["w"], name="w_dq"),
+             node("DequantizeLinear", ["q_b", "s_b", "z_b"], ["b"], name="b_dq"),
+             node("Conv", ["xd", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             node("BatchNormalization", ["c", "bn_g", "bn_b", "bn_m", "bn_v"], ["n"],
+                  name="bn1", epsilon=1e-5),
+             node("Relu", ["n"], ["r"], name="relu1"),
+             node("QuantizeLinear", ["r", "s_y", "z_y"], ["yq"], name="out_q"),
+             node("Clip", ["yq", "y_lo", "y_hi"], ["yc"], name="out_clip"),
+             node("DequantizeLinear", ["yc", "s_y", "z_y"], ["y"], name="out_dq")]
+    graph = helper.make_graph(
+        nodes, "qcdq", [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", F, [1, channels, 8, 8])],
+        [numpy_helper.from_array(np.asarray(v, np.float32) if np.asarray(v).dtype == np.float64
+                                 else np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    a = gamma / np.sqrt(inits["bn_v"].astype(np.float32).astype(np.float64) + 1e-5)
+    return model, q_w, a, float(s_y)
+
+
+def test_qcdq_batchnorm_keeps_the_exports_integer_weights():
+    """The BatchNormalization after the Conv is folded into its weight scales (``|a| s_w``
+    per channel) and bias; the weights stay the export's integers (times ``sign(a)``, held
+    as multiples of 16 for the float bias' finer grid), not requantized from the folded
+    float weights. Against onnxruntime's reference path (float BatchNormalization): the
+    folded bias rounds to the accumulator grid and the multiplier is float32, so a value
+    within that rounding of a tie can differ: at most one step of the 4-bit output."""
+    from ort_reference import reference_outputs
+
+    model, q_w, a, s_y = qcdq_net(70)
+    xs = np.random.default_rng(71).normal(0, 1, (SAMPLES, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    layer = next(n for n in result.graph.nodes if n.name == "conv1")
+    w = result.graph.constants[layer.inputs[1]]
+    np.testing.assert_array_equal(w, q_w * np.sign(a).reshape(-1, 1, 1, 1) * 16)
+    assert layer.attrs["rounding"] == "ort"
+    want = reference_outputs(model, {"x": xs})[0]
+    diff = steps(golden_result.outputs["y"], want, s_y)
+    print(f"QCDQ Conv + BatchNorm: {np.count_nonzero(diff)} of {diff.size} outputs differ "
+          f"from onnxruntime's reference path, by at most {np.abs(diff).max()} step")
+    assert np.abs(diff).max() <= 1
+    assert np.count_nonzero(diff) <= diff.size // 100
+
+
+@pytest.mark.rtl
+def test_qcdq_batchnorm_rtl_equals_golden():
+    model, _, _, _ = qcdq_net(72)
+    xs = np.random.default_rng(73).normal(0, 1, (4, 3, 8, 8)).astype(np.float32)
+    rtl_matches_golden(_build(model), {"x": xs}, 4)
