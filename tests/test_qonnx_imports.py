@@ -38,13 +38,16 @@ def _build(model):
 
 # -- (a) a BipolarQuant on the graph input ------------------------------------------------
 
-def bipolar_input_net(seed: int, binary_hidden: bool) -> "tuple":
-    """x -> BipolarQuant (scale 1/2) -> Conv 3x3 (bipolar weights, no bias) -> [Relu ->
-    Quant (4-bit unsigned) | BatchNormalization -> BipolarQuant (the layer's sign)] ->
-    Flatten -> Gemm -> Quant: FINN's binary first layer."""
+def bipolar_input_net(seed: int, binary_hidden: bool, quant_1bit: bool = False):
+    """x -> BipolarQuant (scale 2; or Brevitas' 1-bit signed Quant) -> Conv 3x3 (bipolar
+    weights, no bias) -> [Relu -> Quant (4-bit unsigned) | BatchNormalization -> BipolarQuant
+    (the layer's sign)] -> Flatten -> Gemm -> Quant: FINN's binary first layer."""
     b = Builder(np.random.default_rng(seed))
-    b.nodes.append(helper.make_node("BipolarQuant", ["x", b.const("xq_s", 0.5)], ["xq"],
-                                    domain=QONNX, name="q_xq"))
+    if quant_1bit:
+        b.quant("x", "xq", 2.0, 1)
+    else:
+        b.nodes.append(helper.make_node("BipolarQuant", ["x", b.const("xq_s", 2.0)], ["xq"],
+                                        domain=QONNX, name="q_xq"))
     w, _ = b.weight("w1", (6, 3, 3, 3), 1)
     c = b.node("Conv", ["xq", w], "c1", pads=[1, 1, 1, 1])
     if binary_hidden:
@@ -64,28 +67,36 @@ def bipolar_input_net(seed: int, binary_hidden: bool) -> "tuple":
 
 def _bipolar_inputs(rng, count: int) -> np.ndarray:
     """Normal inputs with exact zeros of both signs (BipolarQuant: x >= 0 gives +1, so 0.0
-    and -0.0 give +1) and values just below 0."""
+    and -0.0 give +1) and values just below 0 (the smallest denormal: divided by the 1-bit
+    Quant's scale 2 it is -0.0, so +1 there, -1 for BipolarQuant)."""
     xs = rng.normal(0, 1, (count, 3, 8, 8)).astype(np.float32)
     flat = xs.reshape(-1)
     flat[::7], flat[1::11] = 0.0, -0.0
     flat[2::13] = -np.float32(1e-38)
+    flat[3::17] = -np.finfo(np.float32).smallest_subnormal
     return xs
 
 
-@pytest.mark.parametrize("binary_hidden", [False, True], ids=["a4", "a1"])
-def test_bipolar_input_equals_qonnx_bit_for_bit(binary_hidden):
-    """The host quantizes the input to its sign (``Quantize`` ``sign="x"``); the integer
-    arithmetic after it is exact (bipolar weights of power-of-two scale), so the outputs are
-    qonnx's bit for bit (0 LSB)."""
-    model = bipolar_input_net(40, binary_hidden)
+@pytest.mark.parametrize("binary_hidden, quant_1bit", [(False, False), (True, False),
+                                                       (False, True)],
+                         ids=["a4", "a1", "a4_quant_1bit"])
+def test_bipolar_input_equals_qonnx_bit_for_bit(binary_hidden, quant_1bit):
+    """The host quantizes the input to its sign (``Quantize`` ``sign="x"``, or ``"x/scale"``
+    for the 1-bit Quant, which qonnx computes on ``x / scale``); the integer arithmetic after
+    it is exact (bipolar weights of power-of-two scale), so the outputs are qonnx's bit for
+    bit (0 LSB)."""
+    model = bipolar_input_net(40, binary_hidden, quant_1bit)
     xs = _bipolar_inputs(np.random.default_rng(41), 16)
     result, golden_result = golden(model, xs)
     np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
     first = next(n for n in result.graph.nodes if n.op == "Quantize")
+    mode = "x/scale" if quant_1bit else "x"
     assert (first.attrs["sign"], first.attrs["scale"], first.attrs["zero_point"],
-            first.attrs["lo"], first.attrs["hi"]) == ("x", 0.5, 0, -1, 1)
+            first.attrs["lo"], first.attrs["hi"]) == (mode, 2.0, 0, -1, 1)
     q = api.quantize_inputs(result.graph, result.program, {"x": xs})[first.outputs[0]]
-    np.testing.assert_array_equal(q, np.where(xs >= 0, 1, -1).astype(np.int8))
+    test = xs / np.float32(2) if quant_1bit else xs
+    np.testing.assert_array_equal(q, np.where(test >= 0, 1, -1).astype(np.int8))
+    assert np.count_nonzero((xs >= 0) != (test >= 0)) == len(range(3, xs.size, 17)) * quant_1bit
 
 
 @pytest.mark.rtl
@@ -251,6 +262,27 @@ def test_tensor_quantized_twice_through_a_grid_keeping_op_equals_qonnx(between):
     ops = [n.op for n in result.graph.nodes]
     assert ops[ops.index("QConv") + 1:ops.index("QDense")] == (
         ["QMaxPool", "QConv", "Flatten"] if between == "MaxPool" else ["QConv", "Flatten"])
+
+
+def test_tensor_quantized_twice_alike_needs_no_copy():
+    """A second quantizer equal to the first (operator, attributes, parameters) changes no
+    value on the first's grid: no copy layer, and still qonnx's outputs bit for bit."""
+    b = Builder(np.random.default_rng(59))
+    b.quant("x", "xq", 1 / 32, 8)
+    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
+    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(1 / 32) * s_w, True)], "c1",
+               pads=[1, 1, 1, 1])
+    b.quant(b.node("Relu", [c], "r1"), "a1", 1 / 4, 4, signed=False)
+    b.nodes.append(helper.make_node("Quant", ["a1", "a1_s", "a1_z", "a1_b"], ["a2"],
+                                    domain=QONNX, name="q_a2", signed=0, narrow=0,
+                                    rounding_mode="ROUND"))
+    _head(b, "a2", 6, 8, 1 / 4)
+    model = b.model([1, 3, 8, 8], "y", [1, 10])
+    xs = np.random.default_rng(60).normal(0, 2, (SAMPLES, 3, 8, 8)).astype(np.float32)
+    result, golden_result = golden(model, xs)
+    np.testing.assert_array_equal(golden_result.outputs["y"], reference(model, xs))
+    assert [n.op for n in result.graph.nodes] == ["Quantize", "QConv", "Flatten", "QDense",
+                                                  "Dequantize"]
 
 
 @pytest.mark.rtl

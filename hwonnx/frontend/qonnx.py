@@ -301,15 +301,17 @@ class _QonnxRewriter(QonnxLayerRewrites):
         if p["scale"].size != 1 or p["zeropt"].size != 1:
             raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' per channel; "
                              f"hwonnx quantizes activations per tensor")
+        if bits == 1 and signed:
+            if np.any(p["zeropt"] != 0):
+                raise ModelError(f"{label(node)} is a 1-bit signed (bipolar) quantizer of the "
+                                 f"run-time tensor '{x}' with zero point "
+                                 f"{p['zeropt'].reshape(-1)[0]:g}; hwonnx maps bipolar "
+                                 f"quantizers of zero point 0")
+            return self.sign_input(node, "x/scale")    # (no rounding: a sign)
         if p["rounding"] not in ("ROUND", "HALF_EVEN"):
             raise ModelError(f"{label(node)} rounds the run-time tensor '{x}' with "
                              f"rounding_mode {p['rounding']}; hwonnx requantizes activations "
                              f"with ROUND (half to even)")
-        if bits == 1 and signed:
-            raise ModelError(f"{label(node)} is a 1-bit signed (bipolar) quantizer of the "
-                             f"run-time tensor '{x}', but no Conv or Gemm with quantized weights "
-                             f"and a quantized input writes it alone; hwonnx maps a bipolar "
-                             f"activation as the sign of such a layer")
         lo, hi = bounds(signed, narrow, bits)
         zeropt = int(p["zeropt"].reshape(-1)[0])
         dtype = np.int8 if lo >= -128 and hi <= 127 else np.uint8
@@ -335,10 +337,12 @@ class _QonnxRewriter(QonnxLayerRewrites):
                                       name=self.fresh(f"{node.name}_dequantize")))
         return nodes
 
-    def sign_input(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
-        """A ``BipolarQuant`` (``+s`` where ``x >= 0``, else ``-s``) of a tensor that no layer
-        writes as its sign (:meth:`threshold_layers`): the host's quantization of an input,
-        which computes the sign itself (:func:`hwonnx.golden.quantize`, ``sign="x"``);
+    def sign_input(self, node: onnx.NodeProto, mode: str = "x") -> "list[onnx.NodeProto]":
+        """A ``BipolarQuant`` (``+s`` where ``x >= 0``, else ``-s``; ``mode="x"``) or a 1-bit
+        signed ``Quant`` of zero point 0 (where ``x / s >= 0`` in float32; ``mode="x/scale"``)
+        of a tensor that no layer writes as its sign (:meth:`threshold_layers`): the host's
+        quantization of an input, which computes the sign itself
+        (:func:`hwonnx.golden.quantize`, ``sign=mode``);
         QuantizeLinear -> Clip to ``[-1, 1]`` -> DequantizeLinear with scale ``s`` in the
         float graph. Refused later (:func:`hwonnx.quant.ranges.apply_ranges`) if an
         accelerator layer writes the tensor."""
@@ -357,7 +361,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
         if x in self.signs and self.signs[x][1] != node.name:
             raise ModelError(f"{label(node)} quantizes '{x}' to ±1 as "
                              f"'{self.signs[x][1]}' does; hwonnx quantizes an input once")
-        self.signs[x] = ("x", node.name)
+        self.signs[x] = (mode, node.name)
         self.describe(node, 1, True, False, scale, "sign")
         s = self.const(scale.reshape(()), f"{y}_scale")
         z = self.const(np.array(0, np.int8), f"{y}_zero_point")

@@ -110,7 +110,7 @@ class QonnxLayerRewrites:
         the new nodes (none otherwise) and makes ``node`` read the copy."""
         x = node.input[0]
         source = self.quantized_source(x, self.producers)
-        if source is None:
+        if source is None or self.same_quantizer(source, node):
             return []
         chain = []                      # layout nodes from a 4-D tensor to x, last first
         value = x
@@ -161,6 +161,17 @@ class QonnxLayerRewrites:
         self.rlog.note(f"'{source.output[0]}' is quantized by {label(source)} and again by "
                        f"{label(node)}: {label(node)} reads a copy requantized on the array")
         return nodes
+
+    def same_quantizer(self, first: onnx.NodeProto, second: onnx.NodeProto) -> bool:
+        """Whether ``second`` quantizes as ``first`` does (the same operator, attributes and
+        constant parameters): then it changes no value on ``first``'s grid."""
+        def params(node):
+            return [self.consts.get(v) for v in node.input[1:]]
+        if first.op_type != second.op_type or attrs_of(first) != attrs_of(second) or \
+                len(first.input) != len(second.input):
+            return False
+        return all(a is not None and b is not None and a.shape == b.shape and
+                   np.array_equal(a, b) for a, b in zip(params(first), params(second)))
 
     def quantized_source(self, value: str, producers: dict) -> "onnx.NodeProto | None":
         """The activation quantizer that writes ``value``, directly or through operators
