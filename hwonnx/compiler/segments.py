@@ -38,8 +38,7 @@ def segment_graphs(graph: Graph) -> "list[Graph]":
     graphs = []
     for segment in graph.meta["segments"]:
         quantizers = [Node(f"quantize_{v}", "Quantize", (v,), (q,),
-                           {"scale": float(s), "zero_point": int(z)})
-                      for v, q, s, z in segment["inputs"]]
+                           _input_attrs(graph, q, s, z)) for v, q, s, z in segment["inputs"]]
         dequantizers = [Node(f"dequantize_{v}", "Dequantize", (q,), (v,),
                              {"scale": float(s), "zero_point": int(z)})
                         for q, v, s, z in segment["outputs"]]
@@ -49,6 +48,16 @@ def segment_graphs(graph: Graph) -> "list[Graph]":
                             tuple(p[1] for p in segment["outputs"]), graph.types,
                             graph.constants, graph.meta))
     return graphs
+
+
+def _input_attrs(graph: Graph, q: str, scale, zero_point) -> dict:
+    """The attributes of the ``Quantize`` writing ``q``: the graph's own (an input's range or
+    sign, :func:`hwonnx.golden.quantize`) when a ``Quantize`` writes it there, else those of
+    a value an earlier segment made, read back and written again (its scale, zero point)."""
+    node = graph.producer(q)
+    if node is not None and node.op == "Quantize":
+        return dict(node.attrs)
+    return {"scale": float(scale), "zero_point": int(zero_point)}
 
 
 def lower_segments(graph: Graph, config: ArchConfig, size: bool = False, fixed=(),

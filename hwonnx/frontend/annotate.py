@@ -13,6 +13,8 @@ from .upsample import conv_layout
 __all__ = ["Annotations", "IntegerConstant", "annotate_graph"]
 
 _LAYERS = ir_ops(LAYER)
+#: Float ops whose output holds values of their input, so its grid too.
+_COPIES = ("Permute", "ChannelPermute", "Slice", "MaxPool")
 
 
 @dataclass
@@ -47,8 +49,9 @@ class Annotations:
     ``(scale, zero_point)`` (int8 zero point), ``ranges`` maps value names to the int8 clamp
     range ``(lo, hi)`` of a tensor quantized to fewer than 8 bits or a narrow range (QCDQ's
     ``Clip``, QONNX's ``Quant``), ``integers`` maps the names of dequantized float constants
-    to their :class:`IntegerConstant`; ``quantizers`` describes a QONNX model's quantizers
-    and ``half_up`` names the values it requantizes half up (see
+    to their :class:`IntegerConstant`; ``quantizers`` describes a QONNX model's quantizers,
+    ``half_up`` names the values it requantizes half up and ``signs`` maps the values it
+    quantizes to ``±1`` by their sign to ``(mode, quantizer node)`` (see
     :func:`.qonnx.rewrite_qonnx`)."""
     source: str
     activations: "dict[str, tuple[float, int]]" = field(default_factory=dict)
@@ -56,6 +59,7 @@ class Annotations:
     ranges: "dict[str, tuple[int, int]]" = field(default_factory=dict)
     quantizers: "list[dict]" = field(default_factory=list)
     half_up: "set[str]" = field(default_factory=set)
+    signs: "dict[str, tuple[str, str]]" = field(default_factory=dict)
 
 
 def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
@@ -67,15 +71,23 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     a clamp range below int8's top also sets ``act_max`` (its real maximum), so that the float
     graph clips where the quantizer does.
 
-    ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``),
+    ``meta["quantization"]``: ``activations`` (value -> ``(scale, zero_point)``; a value
+    that a copy (``Permute``, ``Slice``, ``MaxPool``, a ``copy`` layer) makes of an annotated
+    one has its parameters),
     ``weights`` (``Conv``/``Dense`` weight constant -> ``{"q", "scale", "zero_point"}``,
     ``q`` int8 in the constant's layout, ``scale`` and ``zero_point`` per output channel),
     ``bias`` (bias constant -> int32 per output channel, in units of input scale x weight
     scale), ``ranges`` (value -> int8 clamp range), ``source`` (``"qdq"``, ``"qoperator"`` or
-    ``"qonnx"``). A QONNX model's quantizers go to ``meta["quantizers"]``.
+    ``"qonnx"``), ``half_up`` and ``signs`` (:class:`Annotations`). A QONNX model's
+    quantizers go to ``meta["quantizers"]``.
     """
     values = set(graph.inputs) | {v for node in graph.nodes for v in node.outputs}
     activations = {v: p for v, p in ann.activations.items() if v in values}
+    for node in graph.nodes:     # copies the passes made (a channels-last Resize's Permutes)
+        if node.inputs and node.outputs and node.inputs[0] in activations and \
+                node.outputs[0] not in activations and (node.op in _COPIES or (
+                    node.op in ("Conv", "ConvTranspose") and node.attrs.get("copy"))):
+            activations[node.outputs[0]] = activations[node.inputs[0]]
     ranges = {v: r for v, r in ann.ranges.items() if v in values}
     weights, bias, notes, nodes = {}, {}, [], []
     for node in graph.nodes:
@@ -108,7 +120,8 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     meta = dict(graph.meta)
     meta["quantization"] = {"activations": activations, "weights": weights, "bias": bias,
                             "ranges": ranges, "source": ann.source,
-                            "half_up": frozenset(v for v in ann.half_up if v in values)}
+                            "half_up": frozenset(v for v in ann.half_up if v in values),
+                            "signs": {v: m for v, m in ann.signs.items() if v in values}}
     if ann.quantizers:
         meta["quantizers"] = tuple(ann.quantizers)
     meta["notes"] = tuple(meta.get("notes", ())) + (
@@ -129,12 +142,26 @@ def _transposed(record: "IntegerConstant | None", group: int) -> "IntegerConstan
                            conv_layout(record.value, group), record.bits)
 
 
+def _rows_moved(record: "IntegerConstant | None", order) -> "IntegerConstant | None":
+    """A Dense weight's record with row ``j`` moved to row ``order[j]`` (per tensor, or per
+    output channel: axis 1)."""
+    if record is None or record.axis not in (None, 1) or record.q.ndim != 2 or \
+            len(order) != record.q.shape[0]:
+        return None
+    q, value = np.empty_like(record.q), np.empty_like(record.value)
+    q[np.asarray(order)], value[np.asarray(order)] = record.q, record.value
+    return IntegerConstant(q, record.zero_point, record.scale, record.axis, value, record.bits)
+
+
 def _weight_annotation(graph: Graph, node, ann: Annotations) -> "dict | None":
     name = node.inputs[1]
     record = ann.integers.get(name)
     if node.op == "ConvTranspose":
         record = _transposed(ann.integers.get(node.attrs.get("source_weight")),
                              node.attrs["group"])
+    elif node.attrs.get("row_order") is not None:          # rows moved by fold-transpose
+        record = _rows_moved(ann.integers.get(node.attrs["source_weight"]),
+                             node.attrs["row_order"])
     if record is None or record.bits != 8 or \
             not np.array_equal(graph.constants.get(name), record.value):
         return None

@@ -23,6 +23,7 @@ from .opsets import check_signatures, convert_opset
 from .patterns import find_unary_patterns, pattern_converters
 from .annotate import Annotations
 from .prequant import annotate_graph, dequantize_model, is_prequantized
+from .qdq_batchnorm import fold_integer_batchnorm
 from .qonnx import import_missing_domains, is_qonnx, rewrite_qonnx
 from .read import read_model
 from .shapes import (apply_overrides, bind_input_shapes, infer_folded_shapes, infer_shapes,
@@ -133,9 +134,10 @@ def import_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     qonnx = rewrite_qonnx(model, rlog) if is_qonnx(model) else None   # QONNX -> QCDQ
     if is_prequantized(model):                  # onnxruntime QDQ / QOperator model
         annotations = dequantize_model(model)
+        fold_integer_batchnorm(model, annotations, rlog)   # keeps the integer weights
         if qonnx is not None:
             annotations.source = "qonnx"
-            annotations.quantizers, annotations.half_up = qonnx
+            annotations.quantizers, annotations.half_up, annotations.signs = qonnx
         prune_dead_nodes(model)
     patterns = find_unary_patterns(model.graph)
     inner = frozenset(name for fused in patterns.values() for name in fused.inner)

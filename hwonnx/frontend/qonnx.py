@@ -82,6 +82,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
         self.added: "dict[str, np.ndarray]" = {}
         self.quantizers: "list[dict]" = []
         self.half_up: "set[str]" = set()       # values requantized half up (Trunc FLOOR/CEIL)
+        self.signs: "dict[str, tuple[str, str]]" = {}   # bipolar inputs: (mode, quantizer)
         self.opsets = {o.domain: o.version for o in model.opset_import}
 
     def fresh(self, base: str) -> str:
@@ -273,7 +274,13 @@ class _QonnxRewriter(QonnxLayerRewrites):
                                 name=node.name, **kwargs)
 
     def activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
-        """An activation quantizer as QuantizeLinear -> Clip -> DequantizeLinear."""
+        """An activation quantizer as QuantizeLinear -> Clip -> DequantizeLinear (of a copy
+        of its input requantized on the array when another quantizer writes that input:
+        :meth:`requantize_input`)."""
+        copy = self.requantize_input(node) if node.op_type != "BipolarQuant" else []
+        return copy + self.quantize_activation(node)
+
+    def quantize_activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
         x, y = node.input[0], node.output[0]
         if node.output[0] in self.bipolar:
             scale = self.constant_input(node, 1, "scale").astype(np.float32)
@@ -288,24 +295,23 @@ class _QonnxRewriter(QonnxLayerRewrites):
                     helper.make_node("DequantizeLinear", [c, s, z], [y],
                                      name=self.fresh(f"{node.name}_dequantize"))]
         if node.op_type == "BipolarQuant":
-            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' to ±1, but "
-                             f"no Conv or Gemm with quantized weights and a quantized input "
-                             f"writes it alone; hwonnx maps a bipolar activation as the sign of "
-                             f"such a layer")
+            return self.sign_input(node)
         p = self.params(node)
         bits, signed, narrow = p["bits"], p["signed"], p["narrow"]
         if p["scale"].size != 1 or p["zeropt"].size != 1:
             raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' per channel; "
                              f"hwonnx quantizes activations per tensor")
+        if bits == 1 and signed:
+            if np.any(p["zeropt"] != 0):
+                raise ModelError(f"{label(node)} is a 1-bit signed (bipolar) quantizer of the "
+                                 f"run-time tensor '{x}' with zero point "
+                                 f"{p['zeropt'].reshape(-1)[0]:g}; hwonnx maps bipolar "
+                                 f"quantizers of zero point 0")
+            return self.sign_input(node, "x/scale")    # (no rounding: a sign)
         if p["rounding"] not in ("ROUND", "HALF_EVEN"):
             raise ModelError(f"{label(node)} rounds the run-time tensor '{x}' with "
                              f"rounding_mode {p['rounding']}; hwonnx requantizes activations "
                              f"with ROUND (half to even)")
-        if bits == 1 and signed:
-            raise ModelError(f"{label(node)} is a 1-bit signed (bipolar) quantizer of the "
-                             f"run-time tensor '{x}', but no Conv or Gemm with quantized weights "
-                             f"and a quantized input writes it alone; hwonnx maps a bipolar "
-                             f"activation as the sign of such a layer")
         lo, hi = bounds(signed, narrow, bits)
         zeropt = int(p["zeropt"].reshape(-1)[0])
         dtype = np.int8 if lo >= -128 and hi <= 127 else np.uint8
@@ -331,8 +337,45 @@ class _QonnxRewriter(QonnxLayerRewrites):
                                       name=self.fresh(f"{node.name}_dequantize")))
         return nodes
 
+    def sign_input(self, node: onnx.NodeProto, mode: str = "x") -> "list[onnx.NodeProto]":
+        """A ``BipolarQuant`` (``+s`` where ``x >= 0``, else ``-s``; ``mode="x"``) or a 1-bit
+        signed ``Quant`` of zero point 0 (where ``x / s >= 0`` in float32; ``mode="x/scale"``)
+        of a tensor that no layer writes as its sign (:meth:`threshold_layers`): the host's
+        quantization of an input, which computes the sign itself
+        (:func:`hwonnx.golden.quantize`, ``sign=mode``);
+        QuantizeLinear -> Clip to ``[-1, 1]`` -> DequantizeLinear with scale ``s`` in the
+        float graph. Refused later (:func:`hwonnx.quant.ranges.apply_ranges`) if an
+        accelerator layer writes the tensor."""
+        x, y = node.input[0], node.output[0]
+        scale = self.constant_input(node, 1, "scale").astype(np.float32)
+        self.check_scale(node, scale, "scale")
+        source = self.producers.get(x)
+        if source is not None and source.domain in QONNX_DOMAINS:
+            raise ModelError(f"{label(node)} quantizes '{x}', which {label(source)} already "
+                             f"quantizes, to ±1; hwonnx maps a bipolar tensor as an input the "
+                             f"host quantizes or as the sign of a Conv or Gemm with quantized "
+                             f"weights")
+        if scale.size != 1:
+            raise ModelError(f"{label(node)} quantizes the run-time tensor '{x}' per channel; "
+                             f"hwonnx quantizes activations per tensor")
+        if x in self.signs and self.signs[x][1] != node.name:
+            raise ModelError(f"{label(node)} quantizes '{x}' to ±1 as "
+                             f"'{self.signs[x][1]}' does; hwonnx quantizes an input once")
+        self.signs[x] = (mode, node.name)
+        self.describe(node, 1, True, False, scale, "sign")
+        s = self.const(scale.reshape(()), f"{y}_scale")
+        z = self.const(np.array(0, np.int8), f"{y}_zero_point")
+        q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
+        return [helper.make_node("QuantizeLinear", [x, s, z], [q], name=node.name),
+                helper.make_node("Clip", [q, self.const(np.array(-1, np.int8), f"{y}_min"),
+                                          self.const(np.array(1, np.int8), f"{y}_max")],
+                                 [c], name=self.fresh(f"{node.name}_clip")),
+                helper.make_node("DequantizeLinear", [c, s, z], [y],
+                                 name=self.fresh(f"{node.name}_dequantize"))]
+
     def run(self) -> None:
         graph = self.graph
+        self.infer_shapes()
         self.extra: "list[onnx.NodeProto]" = []
         nodes: "list[onnx.NodeProto]" = []
         for node in graph.node:                                  # channels last first
@@ -549,13 +592,15 @@ class _QonnxRewriter(QonnxLayerRewrites):
                          f"before it)")
 
 
-def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "tuple[list[dict], set[str]]":
+def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog
+                  ) -> "tuple[list[dict], set[str], dict[str, tuple[str, str]]]":
     """Rewrite the QONNX nodes of ``model`` (in place) into QDQ form (see the module) and
     return a description of each quantizer (``node``, ``op``, ``layer`` and ``role`` there
     (``"weights"``, ``"bias"``, ``"output"``, ``"input"``), ``bits``, ``signed``, ``narrow``,
     ``scale`` (power-of-two or arbitrary, per tensor or per channel), ``rounding``), and the
     values whose requantization must round half up (a ``Trunc`` with FLOOR or CEIL, whose
-    bias makes half up the floor or ceiling).
+    bias makes half up the floor or ceiling), and the tensors the host quantizes to ``±1`` by
+    their sign (a ``BipolarQuant`` of an input): value -> ``(mode, quantizer node)``.
 
     Raises
     ------
@@ -566,4 +611,4 @@ def rewrite_qonnx(model: onnx.ModelProto, rlog: ReadLog) -> "tuple[list[dict], s
     """
     rewriter = _QonnxRewriter(model, rlog)
     rewriter.run()
-    return rewriter.quantizers, rewriter.half_up
+    return rewriter.quantizers, rewriter.half_up, rewriter.signs

@@ -9,6 +9,7 @@ from onnx import helper
 
 from ..errors import ModelError
 from .common import is_default_domain
+from .shapes import shape_skeleton
 
 __all__ = ["QONNX_DOMAINS", "CHANNELS_LAST_DOMAIN", "KNOWN_DOMAINS", "RANGES_OF",
            "QonnxLayerRewrites", "cancel_transposes", "bounds", "label", "attrs_of"]
@@ -20,6 +21,11 @@ CHANNELS_LAST_DOMAIN = "qonnx.custom_op.channels_last"
 KNOWN_DOMAINS = QONNX_DOMAINS | {CHANNELS_LAST_DOMAIN}
 _CHANNELS_LAST_OPS = ("Conv", "MaxPool", "BatchNormalization")
 _NCHW, _NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+#: Operators that only relabel the axes of their input.
+_LAYOUT = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
+#: Operators whose output holds values of their input (on its quantization grid).
+_ON_GRID = ("Relu", "MaxPool", "Flatten", "Reshape", "Transpose", "Identity", "Squeeze",
+            "Unsqueeze", "Resize", "Upsample", "DepthToSpace")
 
 
 def label(node: onnx.NodeProto) -> str:
@@ -89,6 +95,129 @@ class QonnxLayerRewrites:
                          f"quantizer of one, but '{weight}' is neither")
 
     # -- quantizers -----------------------------------------------------------------------
+    def requantize_input(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
+        """When another activation quantizer writes the input of the activation quantizer
+        ``node`` (a tensor quantized twice, Brevitas' ``QuantIdentity`` after a quantized
+        activation), directly or through operators that keep its grid (:data:`_ON_GRID`: a
+        ``MaxPool``, ``Flatten``, ...), a copy of that input for ``node`` to read: a
+        depthwise 1x1 ``Conv`` of integer weights 1 (scale 1, no bias), which the array
+        requantizes from the first quantizer's grid to ``node``'s:
+        ``q2 = clamp(round(q1 * s1 / s2))``. The tensor itself keeps the first quantizer's
+        grid for its other readers. A ``[N, C, H, W]`` tensor that ``Flatten``/``Reshape``/
+        ``Squeeze``/``Unsqueeze`` nodes make 2- or 3-D is copied before them (the copies of
+        those nodes then read the copy: quantization per tensor commutes with them); a ``[N,
+        C]`` or ``[N, C, L]`` tensor otherwise is reshaped to 4-D around the copy. Returns
+        the new nodes (none otherwise) and makes ``node`` read the copy."""
+        x = node.input[0]
+        source = self.quantized_source(x, self.producers)
+        if source is None or self.same_quantizer(source, node):
+            return []
+        chain = []                      # layout nodes from a 4-D tensor to x, last first
+        value = x
+        while len(self.value_shape(value) or ()) != 4:
+            producer = self.producers.get(value)
+            if producer is None or not is_default_domain(producer.domain) or \
+                    producer.op_type not in _LAYOUT or not producer.input:
+                chain, value = [], x
+                break
+            chain.append(producer)
+            value = producer.input[0]
+        shape = self.value_shape(value)
+        if shape is None or not 2 <= len(shape) <= 4 or not isinstance(shape[1], int):
+            raise ModelError(f"{label(node)} requantizes '{x}', which {label(source)} "
+                             f"quantizes, but its shape is {shape or 'unknown'}; hwonnx "
+                             f"requantizes a [N, C], [N, C, L] or [N, C, H, W] tensor of known "
+                             f"channels")
+        channels, rank = shape[1], len(shape)
+        base = f"{node.name}_requantized"
+        nodes = []
+        if rank < 4:
+            flat = self.fresh(f"{value}_4d")
+            nodes.append(helper.make_node("Reshape", [value, self.const(np.array(
+                [0, -1, 1, 1] if rank == 2 else [0, 0, -1, 1], np.int64), f"{base}_shape")],
+                [flat], name=self.fresh(f"{base}_to_4d")))
+            value = flat
+        weight = self.fresh(f"{base}_weight")
+        nodes.append(self.dequantize_named(np.ones((channels, 1, 1, 1), np.int8),
+                                           np.float32(1), weight))
+        out = self.fresh(base)
+        nodes.append(helper.make_node("Conv", [value, weight], [out], group=channels,
+                                      kernel_shape=[1, 1], name=self.fresh(f"{base}_copy")))
+        if rank < 4:
+            back = self.fresh(f"{base}_{rank}d")
+            nodes.append(helper.make_node("Reshape", [out, self.const(np.array(
+                [0, -1] if rank == 2 else [0, 0, -1], np.int64), f"{base}_back")],
+                [back], name=self.fresh(f"{base}_to_{rank}d")))
+            out = back
+        for layout in reversed(chain):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(layout)
+            copy.name = self.fresh(f"{layout.name}_{base}")
+            copy.input[0] = out
+            out = self.fresh(f"{layout.output[0]}_{base}")
+            copy.output[0] = out
+            nodes.append(copy)
+        node.input[0] = out
+        self.rlog.note(f"'{source.output[0]}' is quantized by {label(source)} and again by "
+                       f"{label(node)}: {label(node)} reads a copy requantized on the array")
+        return nodes
+
+    def same_quantizer(self, first: onnx.NodeProto, second: onnx.NodeProto) -> bool:
+        """Whether ``second`` quantizes as ``first`` does (the same operator, attributes and
+        constant parameters): then it changes no value on ``first``'s grid."""
+        def params(node):
+            return [self.consts.get(v) for v in node.input[1:]]
+        if first.op_type != second.op_type or attrs_of(first) != attrs_of(second) or \
+                len(first.input) != len(second.input):
+            return False
+        return all(a is not None and b is not None and a.shape == b.shape and
+                   np.array_equal(a, b) for a, b in zip(params(first), params(second)))
+
+    def quantized_source(self, value: str, producers: dict) -> "onnx.NodeProto | None":
+        """The activation quantizer that writes ``value``, directly or through operators
+        that keep its grid (:data:`_ON_GRID`), or None."""
+        source = producers.get(value)
+        while source is not None and is_default_domain(source.domain) and \
+                source.op_type in _ON_GRID and source.input:
+            source = producers.get(source.input[0])
+        if source is None or source.domain not in QONNX_DOMAINS or source.op_type not in (
+                "Quant", "IntQuant", "BipolarQuant") or source.input[0] in self.consts:
+            return None
+        return source
+
+    def value_shape(self, value: str) -> "list | None":
+        """The shape of ``value`` in the model as read (:meth:`infer_shapes`), or None."""
+        return (self.shapes or {}).get(value)
+
+    def infer_shapes(self) -> None:
+        """``self.shapes``: value -> shape (None for an unknown dimension) by ONNX shape
+        inference on a copy of the model as read, its QONNX quantizers as ``Identity``
+        nodes, when some quantizer reads another's output (:meth:`quantized_source`; else
+        None)."""
+        producers = {out: n for n in self.graph.node for out in n.output}
+        self.shapes = None
+        if any(n.domain in QONNX_DOMAINS and n.input and
+               self.quantized_source(n.input[0], producers) is not None
+               for n in self.graph.node):
+            model = shape_skeleton(self.model)[0]
+            for node in model.graph.node:
+                if node.domain in QONNX_DOMAINS and node.input:
+                    inputs = node.input[:1]
+                    del node.input[:]
+                    node.input.extend(inputs)
+                    del node.attribute[:]
+                    node.op_type, node.domain = "Identity", ""
+            try:
+                model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
+                    RuntimeError):       # then no shapes: the requantization refuses by name
+                model = None
+            self.shapes = {} if model is None else {
+                v.name: [d.dim_value if d.HasField("dim_value") else None
+                         for d in v.type.tensor_type.shape.dim]
+                for v in (*model.graph.input, *model.graph.value_info, *model.graph.output)
+                if v.type.tensor_type.HasField("shape")}
+
     def fold_batchnorm(self, nodes: "list[onnx.NodeProto]", weights: dict
                        ) -> "list[onnx.NodeProto]":
         """Fold each ``BatchNormalization`` that alone reads a ``Conv``/``Gemm`` with quantized

@@ -120,17 +120,24 @@ _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
 def _nearest_upsampling(b: GraphBuilder, node: onnx.NodeProto, mode: str, nearest: str
-                        ) -> Node:
+                        ) -> "Node | list[Node]":
+    """The nearest upsampling of a ``[N, C, H, W]`` tensor (a ``ConvTranspose`` copy), or of
+    a channels-last ``[N, H, W, C]`` one (axes 1 and 2 scaled, 0 and 3 not, as a Keras or
+    channels-last QONNX graph writes it): the same copy between two ``Permute`` nodes, which
+    the ``fold-transpose`` pass cancels against the ``Transpose`` nodes an exporter writes
+    around it."""
     x, shape = input_4d(b, node, "upsampling")
     out = b.value(node.output[0])
     out_shape = b.shape(out)
-    factors = []
-    for axis, (i, o) in enumerate(zip(shape, out_shape)):
-        if o % i or (axis < 2 and o != i):
-            raise unsupported(b, node, (
-                f"{node.op_type} '{node.name}' resizes {list(shape)} to {list(out_shape)}; "
-                f"only upsampling of H and W by integer factors is supported"))
-        factors.append(o // i)
+    factors = [o // i if i and o % i == 0 else 0 for i, o in zip(shape, out_shape)]
+    last = factors[0] == factors[3] == 1 and factors[1] > 1 and factors[2] > 0
+    if 0 in factors or factors[0] != 1 or (factors[1] != 1 and not last):
+        raise unsupported(b, node, (
+            f"{node.op_type} '{node.name}' resizes {list(shape)} to {list(out_shape)}; "
+            f"only upsampling of H and W by integer factors is supported (axes 2 and 3, or "
+            f"1 and 2 of a channels-last tensor)"))
+    if last:
+        return _channels_last_upsampling(b, node, x, out, mode, nearest)
     for axis in (2, 3):
         if not np.array_equal(nearest_sources(mode, nearest, shape[axis], factors[axis]),
                               np.arange(out_shape[axis]) // factors[axis]):
@@ -146,7 +153,26 @@ def _nearest_upsampling(b: GraphBuilder, node: onnx.NodeProto, mode: str, neares
                  "out_hw": tuple(out_shape[2:]), "copy": True, **NO_ACTIVATION})
 
 
-def _resize(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+def _channels_last_upsampling(b: GraphBuilder, node: onnx.NodeProto, x: str, out: str,
+                              mode: str, nearest: str) -> "list[Node]":
+    n, h, w, c = b.shape(x)
+    oh, ow = b.shape(out)[1:3]
+    nchw = b.new_value(f"{x}:nchw", (n, c, h, w))
+    up = b.new_value(f"{out}:nchw", (n, c, oh, ow))
+    to_nchw = Node(f"{node.name}:to_nchw", "Permute", (x,), (nchw,),
+                   {"perm": (0, 3, 1, 2), **NO_ACTIVATION})
+    twin = onnx.NodeProto()
+    twin.CopyFrom(node)
+    del twin.input[:], twin.output[:]
+    twin.input.append(nchw)
+    twin.output.append(up)
+    copy = _nearest_upsampling(b, twin, mode, nearest)
+    to_nhwc = Node(f"{node.name}:to_nhwc", "Permute", (up,), (out,),
+                   {"perm": (0, 2, 3, 1), **NO_ACTIVATION})
+    return [to_nchw, copy, to_nhwc]
+
+
+def _resize(b: GraphBuilder, node: onnx.NodeProto) -> "Node | list[Node]":
     attrs = node_attrs(node)
     mode = attrs.get("mode", "nearest")
     transform = attrs.get("coordinate_transformation_mode", "half_pixel")
@@ -161,7 +187,7 @@ def _resize(b: GraphBuilder, node: onnx.NodeProto) -> Node:
     return _nearest_upsampling(b, node, transform, nearest)
 
 
-def _upsample(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+def _upsample(b: GraphBuilder, node: onnx.NodeProto) -> "Node | list[Node]":
     mode = node_attrs(node).get("mode", "nearest")
     if mode != "nearest":
         raise unsupported(b, node, f"Upsample '{node.name}' has mode '{mode}'; only "

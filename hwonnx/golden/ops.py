@@ -35,13 +35,24 @@ def golden_op(op: str):
 
 
 @golden_op("Quantize")
-def quantize(x: np.ndarray, *, scale: float, zero_point: int) -> np.ndarray:
-    """``clamp(round_half_even(x / scale) + zero_point, -128, 127)`` in float32 (the host's
-    input conversion; the same rule as ONNX ``QuantizeLinear``). A quotient beyond float32 (a
-    tiny scale) is an infinity, which the clamp saturates, as ``QuantizeLinear`` does."""
+def quantize(x: np.ndarray, *, scale: float, zero_point: int, lo: int = -128, hi: int = 127,
+             sign: str = "") -> np.ndarray:
+    """``clamp(round_half_even(x / scale) + zero_point, lo, hi)`` in float32 (the host's
+    input conversion; the same rule as ONNX ``QuantizeLinear``, clamped to the input's range:
+    all of int8 unless the model quantizes the input to fewer bits or a narrow range). A
+    quotient beyond float32 (a tiny scale) is an infinity, which the clamp saturates, as
+    ``QuantizeLinear`` does. With ``sign`` (a bipolar input): ``1`` where ``x >= 0``
+    (``sign="x"``, QONNX ``BipolarQuant``) or ``x / scale >= 0`` in float32 (``"x/scale"``, a
+    1-bit signed ``Quant``: a tiny negative ``x`` may divide to ``-0.0``), else ``-1`` (NaN
+    included), plus ``zero_point``."""
+    x = np.asarray(x, dtype=np.float32)
+    if sign:
+        with np.errstate(over="ignore", under="ignore"):
+            test = x if sign == "x" else x / np.float32(scale)
+        return (np.where(test >= 0, 1, -1) + zero_point).astype(np.int8)
     with np.errstate(over="ignore"):
-        q = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale)) + zero_point
-    return np.clip(q, -128, 127).astype(np.int8)
+        q = np.rint(x / np.float32(scale)) + zero_point
+    return np.clip(q, lo, hi).astype(np.int8)
 
 
 @golden_op("Dequantize")

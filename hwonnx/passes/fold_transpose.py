@@ -37,7 +37,9 @@ class FoldTranspose:
       is removed, the layout nodes become one ``Reshape`` of the untransposed value, and row
       ``j`` of the weight moves to the flat position, in the untransposed value, of element
       ``j`` of the transposed one. The float results are unchanged (the same products, summed
-      in another order).
+      in another order). The ``Dense`` records the model's weight (``source_weight``) and
+      where its rows went (``row_order``: row ``j`` is now row ``row_order[j]``), so that a
+      pre-quantized model's integers follow them.
 
     Any other ``Permute`` is a data movement on the array (``QPermute``).
     """
@@ -129,6 +131,11 @@ def _into_dense(graph: GraphEditor, t: Node, layout: "list[Node]", dense: Node, 
     flat = layout[-1].outputs[0]
     reshape = Node(layout[0].name, "Reshape", (source,), (flat,),
                    {"shape": tuple(graph.types[flat].shape)})
-    folded = replace(dense, inputs=(flat, w_name) + dense.inputs[2:])
+    # where the rows of the model's weight went (a pre-quantized model's integers follow them)
+    earlier = dense.attrs.get("row_order")
+    rows = order if earlier is None else order[np.asarray(earlier)]
+    folded = replace(dense, inputs=(flat, w_name) + dense.inputs[2:], attrs={
+        **dense.attrs, "source_weight": dense.attrs.get("source_weight", dense.inputs[1]),
+        "row_order": tuple(int(r) for r in rows)})
     return Edit(((t, None), (layout[0], reshape), *((node, None) for node in layout[1:]),
                  (dense, folded)), {w_name: moved})

@@ -71,7 +71,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None",
                 "opset", 0)) for n in leftover])
     ann = graph.meta.get("quantization") or {}
     given = {v: (float(s), int(z)) for v, (s, z) in ann.get("activations", {}).items()}
-    missing = [v for v in _quantized_values(graph) if v not in given]
+    missing = [v for v in _quantized_values(graph, given) if v not in given]
     values: "dict[str, np.ndarray]" = {}
     ranges = Ranges(values, method)
     feeds: "dict[str, np.ndarray]" = {}
@@ -167,7 +167,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None",
 
     outputs = [name if name in host_values else float_value(name) for name in graph.outputs]
     nodes = apply_ranges(nodes, ann.get("ranges", {}), qname,     # n-bit and narrow ranges
-                         ann.get("half_up", frozenset()))
+                         ann.get("half_up", frozenset()), ann.get("signs", {}))
     meta = {k: v for k, v in graph.meta.items() if k != "quantization"}
     meta.update(_describe(ann, graph, missing, calib, method), warnings=tuple(warnings))
     result = Graph(nodes, graph.inputs, tuple(outputs), types, constants, meta)
@@ -255,15 +255,23 @@ def _check_finite(graph: Graph, values: "dict[str, np.ndarray]") -> None:
                                 f"values too large)")
 
 
-def _quantized_values(graph: Graph) -> "list[str]":
+def _quantized_values(graph: Graph, given=frozenset()) -> "list[str]":
     """The values whose quantization parameters must be chosen: graph inputs and the outputs
-    of accelerator nodes other than layout ops (which keep their input's parameters)."""
+    of accelerator nodes other than layout ops (which keep their input's parameters) and
+    than copies (``MaxPool``, ``Slice``, ``Permute``, ``ChannelPermute``, a ``copy``
+    layer) of a value whose parameters ``given`` has or copies."""
     host: "set[str]" = set()
+    known = set(given)
     needed = list(graph.inputs)
     for node in graph.nodes:
         if node.op in _HOST or node.inputs[0] in host:
             host.update(node.outputs)
-        elif node.op not in _LAYOUT_OPS:
+        elif node.op in _LAYOUT_OPS or (node.inputs[0] in known and (
+                node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute")
+                or node.attrs.get("copy"))):
+            if node.inputs[0] in known:
+                known.add(node.outputs[0])
+        else:
             needed.append(node.outputs[0])
     return needed
 
