@@ -7,6 +7,7 @@ from math import ceil
 
 from ..config import ArchConfig
 from ..errors import ResourceError
+from ..hdl.banks import BANK_DEPTH
 from ..hdl.post import WIDE_MULT_BLOCKS
 from ..hdl.top import Accelerator
 from .litedram import CONTROLLERS
@@ -81,6 +82,10 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
             depth / (family.huge_bits // family.huge_width))
     memories = {name: _blocks(depth, width, board) * _READ_PORTS[name]
                 for name, (depth, width) in shapes.items()}
+    if not config.compact:       # the weight buffer in banks (hdl/banks.py), each its blocks
+        depth, width = shapes["wgt"]
+        memories["wgt"] = sum(_blocks(min(BANK_DEPTH, depth - start), width, board)
+                              for start in range(0, depth, BANK_DEPTH))
     for name in ("stage_in", "stage_out"):     # the staging buffers
         if getattr(config, f"{name}_depth"):
             memories[name] = _blocks(getattr(config, f"{name}_depth"), config.rows * 8, board)
