@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..compiler.program import Program, encode_program
 from ..errors import ResourceError, ToolchainError
-from ..hdl.array import logic_pes, product_module
 from ..hdl.convert import fast_memories
 from ..hdl.fanout import KEEP_REPLICAS
 from .fit import check_fits
@@ -49,17 +48,14 @@ SYNTH_OPTS = {"ice40": "-dsp -spram"}
 AFTER_READ = {"ice40": ["booth t:$mul r:Y_WIDTH<=32 %i"]}
 
 
-def synth_overrides(board: Board, config, logic_products: int) -> "dict[str, str]":
+def synth_overrides(board: Board) -> "dict[str, str]":
     """Amaranth's ``synth_opts``/``script_after_read`` for ``board``: on every family the
     registers that :func:`~hwonnx.hdl.fanout.replicate` copied stay copies
-    (:data:`~hwonnx.hdl.fanout.KEEP_REPLICAS`), then :data:`AFTER_READ`, and on a family that
-    splits the PEs (``Family.spill_luts``) the ``booth`` pass over the multipliers of the last
-    ``logic_products`` PEs in row-major order (:func:`~hwonnx.hdl.array.product_module`), so
-    that Yosys maps only the rest to DSP blocks: it never limits DSP use by itself."""
+    (:data:`~hwonnx.hdl.fanout.KEEP_REPLICAS`), then :data:`AFTER_READ`. (The PEs beyond an
+    ECP5's DSP blocks need nothing here: their products are adders in the HDL,
+    :func:`~hwonnx.hdl.dsp.logic_product`, with no ``$mul`` for Yosys to map to a block; it
+    never limits DSP use by itself.)"""
     commands = ["proc", KEEP_REPLICAS, *AFTER_READ.get(board.family, [])]
-    if logic_products:
-        commands.append("booth " + " ".join(f"*.{product_module(r, c)}/t:$mul"
-                                             for r, c in logic_pes(config, logic_products)))
     overrides = {"script_after_read": "; ".join(commands)}
     if board.family in SYNTH_OPTS:
         overrides["synth_opts"] = SYNTH_OPTS[board.family]
@@ -114,7 +110,7 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
                        dram=dram, logic_products=usage.logic_products)
         with fast_memories():            # hdl/convert.py: seconds, not minutes
             plan = platform.build(top, name=TOP_NAME, do_build=False,
-                                  **synth_overrides(board, config, usage.logic_products))
+                                  **synth_overrides(board))
     target = Path(folder) / "board"
     if target.exists():
         shutil.rmtree(target)

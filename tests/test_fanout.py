@@ -64,7 +64,6 @@ def _flip_flops(tmp_path, script: str) -> int:
 
 
 def test_the_board_script_keeps_the_copies_apart(tmp_path):
-    script = synth_overrides(get_board("ulx3s-85f"), get_board("ulx3s-85f").default_config,
-                             0)["script_after_read"]
+    script = synth_overrides(get_board("ulx3s-85f"))["script_after_read"]
     assert _flip_flops(tmp_path, script.replace("; ", "\n")) == 8
     assert _flip_flops(tmp_path, "proc") == 1          # what Yosys does without it
