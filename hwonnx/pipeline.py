@@ -19,11 +19,13 @@ A build is always a tuple of programs (``BuildState.programs``): one, or a segme
 segments in order (``docs/architecture.md``, "Host steps and program segments").
 """
 
+import gc
 import hashlib
 import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -204,11 +206,32 @@ BUILD_STEPS = (("read", read), ("float-passes", float_passes), ("quantize", quan
 
 
 def run_steps(state: BuildState, names: "tuple[str, ...]") -> BuildState:
-    """``state`` after the steps of :data:`BUILD_STEPS` named ``names``, in their order."""
-    for name, step in BUILD_STEPS:
-        if name in names:
-            state = step(state)
+    """``state`` after the steps of :data:`BUILD_STEPS` named ``names``, in their order (with
+    few garbage collections: :func:`_rare_collections`)."""
+    with _rare_collections():
+        for name, step in BUILD_STEPS:
+            if name in names:
+                state = step(state)
     return state
+
+
+#: The collector's thresholds during a build (:func:`gc.set_threshold`).
+BUILD_GC_THRESHOLDS = (100_000, 50, 100)
+
+
+@contextmanager
+def _rare_collections():
+    """Collect garbage rarely: a build makes millions of small objects that live until its
+    end (the tiles of a lowering), and with the default thresholds each of its ~50 full
+    collections traverses all of them (ResNet-18 with --ext-memory: 63 of 143 s CPU in the
+    collector; with :data:`BUILD_GC_THRESHOLDS` 8 s, peak memory 5.4 GB instead of 4.8).
+    The thresholds as they were afterwards."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*BUILD_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 # The build and its entry points --------------------------------------------------------------

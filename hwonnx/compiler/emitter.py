@@ -348,17 +348,21 @@ class TileEmitter:
             m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
 
         def k_tile(n0: int, k_index: int, index: int, ky: int, kx: int, cb: int) -> tuple:
-            """A K tile's MATMUL fields that no M tile changes, its source, the row of its
-            first input pixel less the M tile's first output row times the stride, and its
-            channel block. Without padding no read is outside its source, and every tile has
-            the first source's ``zp`` (so that the sources of an Add form one nest)."""
-            src = spec.sources[index]
-            fields = dict(first=int(k_index == 0), wgt_addr=tile_addr[n0, index, ky, kx, cb],
-                          ow=ow, ih=src.ih, iw=src.iw, ixr=kx * dx - pl, sy=sy, sx=sx,
-                          step_x=sx * src.cb, step_y=sy * src.iw * src.cb,
-                          zp=spec.padding(src if any(spec.pads) else spec.sources[0]),
-                          pool_max=int(spec.pool_max), wpack=self._wpack)
-            return fields, src, ky * dy - pt, cb
+            """A K tile's MATMUL with the fields that no M tile changes (each M tile's is a
+            copy of it with the others: :meth:`~.micro._Record.moved`, without the keyword
+            checks of ``MatMul.of`` on millions of tiles), its ``ixr``, its source, the row
+            of its first input pixel less the M tile's first output row times the stride,
+            and its channel block. Without padding no read is outside its source, and every
+            tile has the first source's ``zp`` (so that the sources of an Add form one
+            nest)."""
+            src, ixr = spec.sources[index], kx * dx - pl
+            template = MatMul.of(
+                first=int(k_index == 0), wgt_addr=tile_addr[n0, index, ky, kx, cb], ow=ow,
+                ih=src.ih, iw=src.iw, ixr=ixr, sy=sy, sx=sx, step_x=sx * src.cb,
+                step_y=sy * src.iw * src.cb,
+                zp=spec.padding(src if any(spec.pads) else spec.sources[0]),
+                pool_max=int(spec.pool_max), wpack=self._wpack)
+            return template, ixr, src, ky * dy - pt, cb
 
         k_fields = {n0: [k_tile(n0, k_index, *k) for k_index, k in enumerate(k_tiles[n0])]
                     for n0, _ in n_tiles}
@@ -367,10 +371,10 @@ class TileEmitter:
             oy0, ox0 = divmod(m0, ow)
             for n_index, (n0, nt) in enumerate(n_tiles):
                 acc_base = self.output_tile()
-                for fields, src, iy_off, cb in k_fields[n0]:
-                    iy0, ix0, ixr = oy0 * sy + iy_off, ox0 * sx + fields["ixr"], fields["ixr"]
-                    matmul = MatMul.of(
-                        **fields, wait=int(first_of_layer), count=mt, acc_addr=acc_base,
+                for template, ixr, src, iy_off, cb in k_fields[n0]:
+                    iy0, ix0 = oy0 * sy + iy_off, ox0 * sx + ixr
+                    matmul = template.moved(
+                        wait=int(first_of_layer), count=mt, acc_addr=acc_base,
                         act_addr=src.base + (iy0 * src.iw + ix0) * src.cb + cb,
                         act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
                         ox0=ox0, iy0=iy0, ix0=ix0)

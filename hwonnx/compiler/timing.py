@@ -188,26 +188,27 @@ def predict(instructions: "list[dict]", config: ArchConfig,
 
 def program_timing(program: "Program") -> Timing:
     """``predict(program.expanded(), program.config)``, computed once per program
-    (:meth:`~.program.Program.cached`): the report and the build folder read it."""
-    return program.cached("timing", lambda p: predict(p.expanded(), p.config))
+    (:meth:`~.program.Program.cached`): the report and the build folder read it. Its
+    ``stops`` are those after each layer (:func:`layer_cycles`), from the same pass."""
+    return program.cached("timing", _program_timing)
 
 
-def layer_cycles(program: "Program") -> "list[int]":
-    """Predicted cycles of each layer: the total of the program truncated after the layer
-    minus the total truncated after the previous one (layers overlap in the hardware, so
-    this is each layer's share of the timeline). One pass of the cycle model: the truncated
-    programs are prefixes of the whole one (instructions are in layer order); computed once
-    per program (:meth:`~.program.Program.cached`)."""
-    return list(program.cached("layer_cycles", _layer_cycles))
-
-
-def _layer_cycles(program: "Program") -> "list[int]":
+def _program_timing(program: "Program") -> Timing:
     instructions = program.expanded()
     assert all(a.layer <= b.layer for a, b in zip(instructions, instructions[1:]))
     ends = {instr.layer: k for k, instr in enumerate(instructions) if instr.op != Op.END}
     stops = list(itertools.accumulate((ends.get(i, -1) for i in range(len(program.layers))),
                                       max))      # a layer without instructions: the last's
-    totals = predict(instructions, program.config, stops).stops
+    return predict(instructions, program.config, stops)
+
+
+def layer_cycles(program: "Program") -> "list[int]":
+    """Predicted cycles of each layer: the total of the program truncated after the layer
+    minus the total truncated after the previous one (layers overlap in the hardware, so
+    this is each layer's share of the timeline). The truncated programs are prefixes of the
+    whole one (instructions are in layer order): their totals are the ``stops`` of the
+    program's one pass of the cycle model (:func:`program_timing`)."""
+    totals = program_timing(program).stops
     return [t - (totals[i - 1] if i else 0) for i, t in enumerate(totals)]
 
 
