@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 from hwonnx.errors import ResourceError
 from hwonnx.api import plan_model
@@ -48,7 +48,11 @@ def test_mlperf_tiny_layers_are_three_instructions_each(name):
     assert micro_ops(program) == micro_ops(explicit)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+# A seed of its own, as test_random_rtl's blocks: the same 60 cases on every machine and run
+# (a fresh draw in each CI run once found a case of the test's own making, 2f5d6ee).
+@seed(0x100)
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
 @given(graph_cases(max_layers=5))
 def test_looped_program_issues_the_explicit_micro_instructions(case):
     specs, shape, seed = case
