@@ -283,17 +283,8 @@ class _QonnxRewriter(QonnxLayerRewrites):
     def quantize_activation(self, node: onnx.NodeProto) -> "list[onnx.NodeProto]":
         x, y = node.input[0], node.output[0]
         if node.output[0] in self.bipolar:
-            scale = self.constant_input(node, 1, "scale").astype(np.float32)
-            self.describe(node, 1, True, False, scale, "sign")
-            s = self.const(scale.reshape(()), f"{y}_scale")
-            z = self.const(np.array(0, np.int8), f"{y}_zero_point")
-            q, c = self.fresh(f"{y}_quantized"), self.fresh(f"{y}_clipped")
-            return [helper.make_node("QuantizeLinear", [x, s, z], [q], name=node.name),
-                    helper.make_node("Clip", [q, self.const(np.array(-1, np.int8), f"{y}_min"),
-                                              self.const(np.array(1, np.int8), f"{y}_max")],
-                                     [c], name=self.fresh(f"{node.name}_clip")),
-                    helper.make_node("DequantizeLinear", [c, s, z], [y],
-                                     name=self.fresh(f"{node.name}_dequantize"))]
+            return self.sign_nodes(node, self.constant_input(node, 1, "scale")
+                                   .astype(np.float32))
         if node.op_type == "BipolarQuant":
             return self.sign_input(node)
         p = self.params(node)
@@ -346,7 +337,7 @@ class _QonnxRewriter(QonnxLayerRewrites):
         QuantizeLinear -> Clip to ``[-1, 1]`` -> DequantizeLinear with scale ``s`` in the
         float graph. Refused later (:func:`hwonnx.quant.ranges.apply_ranges`) if an
         accelerator layer writes the tensor."""
-        x, y = node.input[0], node.output[0]
+        x = node.input[0]
         scale = self.constant_input(node, 1, "scale").astype(np.float32)
         self.check_scale(node, scale, "scale")
         source = self.producers.get(x)
@@ -362,6 +353,12 @@ class _QonnxRewriter(QonnxLayerRewrites):
             raise ModelError(f"{label(node)} quantizes '{x}' to ±1 as "
                              f"'{self.signs[x][1]}' does; hwonnx quantizes an input once")
         self.signs[x] = (mode, node.name)
+        return self.sign_nodes(node, scale)
+
+    def sign_nodes(self, node: onnx.NodeProto, scale: np.ndarray) -> "list[onnx.NodeProto]":
+        """``node``'s output as the QDQ nodes of a quantization to ±1 (int8 -1 .. 1, zero
+        point 0) with ``scale``."""
+        x, y = node.input[0], node.output[0]
         self.describe(node, 1, True, False, scale, "sign")
         s = self.const(scale.reshape(()), f"{y}_scale")
         z = self.const(np.array(0, np.int8), f"{y}_zero_point")
