@@ -31,6 +31,15 @@ def _head(b: Builder, x: str, channels: int, size: int, s_x) -> str:
     return b.quant(g, "y", 1 / 4, 8)
 
 
+def _first_conv(b: Builder, channels: int) -> str:
+    """Quant of ``x`` (8-bit signed, 1/32) -> 3x3 Conv ``c1`` of ``channels`` outputs (4-bit
+    weights, Int32 bias, padding 1): its output."""
+    b.quant("x", "xq", 1 / 32, 8)
+    w, s_w = b.weight("w1", (channels, 3, 3, 3), 4)
+    return b.node("Conv", ["xq", w, b.bias("b1", channels, np.float32(1 / 32) * s_w, True)],
+                  "c1", pads=[1, 1, 1, 1])
+
+
 def _build(model):
     return api.build(model, None, calib=None, config=ORT_CONFIG, verilog=False,
                      log=lambda *_: None)
@@ -111,10 +120,7 @@ def test_bipolar_tensor_an_accelerator_layer_writes_is_refused_by_name():
     """A BipolarQuant of a layer's output that is not that layer's sign (a MaxPool between) is
     neither an input nor a threshold: one line naming the quantizer and the layer."""
     b = Builder(np.random.default_rng(44))
-    b.quant("x", "xq", 1 / 32, 8)
-    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
-    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(1 / 32) * s_w, True)], "c1",
-               pads=[1, 1, 1, 1])
+    c = _first_conv(b, 6)
     b.quant(c, "c1q", 1 / 8, 8)
     b.node("MaxPool", ["c1q"], "p1", kernel_shape=[2, 2], strides=[2, 2])
     b.nodes.append(helper.make_node("BipolarQuant", ["p1", b.const("a1_s", 1.0)], ["a1"],
@@ -241,10 +247,7 @@ def test_tensor_quantized_twice_through_a_grid_keeping_op_equals_qonnx(between):
     requantization, rounds) and before the Flatten (a 4-D copy; a flattened image cannot be
     reshaped back to one). 0 LSB."""
     b = Builder(np.random.default_rng(57))
-    b.quant("x", "xq", 1 / 32, 8)
-    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
-    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(1 / 32) * s_w, True)], "c1",
-               pads=[1, 1, 1, 1])
+    c = _first_conv(b, 6)
     b.quant(b.node("Relu", [c], "r1"), "a8", 1 / 16, 8, signed=False)
     if between == "MaxPool":
         b.node("MaxPool", ["a8"], "p", kernel_shape=[2, 2], strides=[2, 2])
@@ -268,10 +271,7 @@ def test_tensor_quantized_twice_alike_needs_no_copy():
     """A second quantizer equal to the first (operator, attributes, parameters) changes no
     value on the first's grid: no copy layer, and still qonnx's outputs bit for bit."""
     b = Builder(np.random.default_rng(59))
-    b.quant("x", "xq", 1 / 32, 8)
-    w, s_w = b.weight("w1", (6, 3, 3, 3), 4)
-    c = b.node("Conv", ["xq", w, b.bias("b1", 6, np.float32(1 / 32) * s_w, True)], "c1",
-               pads=[1, 1, 1, 1])
+    c = _first_conv(b, 6)
     b.quant(b.node("Relu", [c], "r1"), "a1", 1 / 4, 4, signed=False)
     b.nodes.append(helper.make_node("Quant", ["a1", "a1_s", "a1_z", "a1_b"], ["a2"],
                                     domain=QONNX, name="q_a2", signed=0, narrow=0,
@@ -324,10 +324,7 @@ def resize_nhwc_net(seed: int, layout: str):
         b.quant("x", "a1", 1 / 16, 8)
         nhwc = "a1"
     else:
-        b.quant("x", "xq", 1 / 32, 8)
-        w, s_w = b.weight("w1", (4, 3, 3, 3), 4)
-        c = b.node("Conv", ["xq", w, b.bias("b1", 4, np.float32(1 / 32) * s_w, True)], "c1",
-                   pads=[1, 1, 1, 1])
+        c = _first_conv(b, 4)
         b.quant(b.node("Relu", [c], "r1"), "a1", 1 / 16, 8, signed=False)
         nhwc = b.node("Transpose", ["a1"], "t1", perm=[0, 2, 3, 1])
     up = b.node("Resize", [nhwc, "roi", b.const("scales", [1, 2, 2, 1])], "rs",
