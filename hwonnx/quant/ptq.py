@@ -153,8 +153,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None",
                 *ranges(out), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
-        if node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute") \
-                or node.attrs.get("copy"):  # input's
+        if _keeps_input_params(node):
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
             params[out] = _borrowed_params(node, graph, params, values, ranges, warnings)
@@ -255,6 +254,13 @@ def _check_finite(graph: Graph, values: "dict[str, np.ndarray]") -> None:
                                 f"values too large)")
 
 
+def _keeps_input_params(node: Node) -> bool:
+    """Whether ``node``'s output takes its input's quantization parameters: a copy of its
+    values (``MaxPool``, ``Slice``, ``Permute``, ``ChannelPermute``, a ``copy`` layer)."""
+    return node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute") \
+        or bool(node.attrs.get("copy"))
+
+
 def _quantized_values(graph: Graph, given=frozenset()) -> "list[str]":
     """The values whose quantization parameters must be chosen: graph inputs and the outputs
     of accelerator nodes other than layout ops (which keep their input's parameters) and
@@ -266,9 +272,7 @@ def _quantized_values(graph: Graph, given=frozenset()) -> "list[str]":
     for node in graph.nodes:
         if node.op in _HOST or node.inputs[0] in host:
             host.update(node.outputs)
-        elif node.op in _LAYOUT_OPS or (node.inputs[0] in known and (
-                node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute")
-                or node.attrs.get("copy"))):
+        elif node.op in _LAYOUT_OPS or (node.inputs[0] in known and _keeps_input_params(node)):
             if node.inputs[0] in known:
                 known.add(node.outputs[0])
         else:
