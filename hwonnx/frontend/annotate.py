@@ -7,14 +7,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.graph import Graph
-from ..ir.ops import LAYER, ir_ops
+from ..ir.ops import LAYER, ir_ops, keeps_input_params
 from .upsample import conv_layout
 
 __all__ = ["Annotations", "IntegerConstant", "annotate_graph"]
 
 _LAYERS = ir_ops(LAYER)
-#: Float ops whose output holds values of their input, so its grid too.
-_COPIES = ("Permute", "ChannelPermute", "Slice", "MaxPool")
 
 
 @dataclass
@@ -85,8 +83,7 @@ def annotate_graph(graph: Graph, ann: Annotations) -> Graph:
     activations = {v: p for v, p in ann.activations.items() if v in values}
     for node in graph.nodes:     # copies the passes made (a channels-last Resize's Permutes)
         if node.inputs and node.outputs and node.inputs[0] in activations and \
-                node.outputs[0] not in activations and (node.op in _COPIES or (
-                    node.op in ("Conv", "ConvTranspose") and node.attrs.get("copy"))):
+                node.outputs[0] not in activations and keeps_input_params(node):
             activations[node.outputs[0]] = activations[node.inputs[0]]
     ranges = {v: r for v, r in ann.ranges.items() if v in values}
     weights, bias, notes, nodes = {}, {}, [], []

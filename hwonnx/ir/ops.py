@@ -24,7 +24,7 @@ from types import MappingProxyType
 from .tables import TABLE_OPS
 
 __all__ = ["OnnxOp", "IrOp", "ONNX_OPS", "IR_OPS", "LAYER", "LAYOUT", "TABLE", "FUSED", "HOST",
-           "BOUNDARY", "onnx_ops", "ir_ops", "integer_ops"]
+           "BOUNDARY", "onnx_ops", "ir_ops", "integer_ops", "keeps_input_params"]
 
 # Kinds of float IR ops.
 LAYER = "layer"        # an array layer: quantized to ``quantized``, hosts a fused ReLU/clip and
@@ -71,12 +71,15 @@ class IrOp:
     """One float IR op (or integer-only op, kind :data:`BOUNDARY`): its kind, the integer op
     the quantizer makes of it (a layer's ``Q...`` op; a layout op keeps its name), where that
     integer op runs and why (the build report's placement), and ``windowed``: it has a kernel,
-    strides and pads (a ``Pad`` before it can fold into its padding)."""
+    strides and pads (a ``Pad`` before it can fold into its padding), and ``copy``: its
+    output holds values of its input, so it keeps its input's quantization parameters
+    (:func:`keeps_input_params`)."""
     kind: str
     quantized: "str | None" = None
     where: str = "hardware"
     why: str = ""
     windowed: bool = False
+    copy: bool = False
 
 
 _LAYOUT_ONLY = "layout only: the buffer is read in another order"
@@ -93,7 +96,7 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                 "convolution over both inputs, weighted by int8 integers"),
     "AvgPool": IrOp(LAYER, "QAvgPool", windowed=True,
                     why="average pooling: a depthwise convolution with weights of one"),
-    "MaxPool": IrOp(LAYER, "QMaxPool", windowed=True,
+    "MaxPool": IrOp(LAYER, "QMaxPool", copy=True, windowed=True,
                     why="max pooling: one tap per pass, the accumulators keep the maximum"),
     "Concat": IrOp(LAYER, "QConcat", why="concatenation, each source requantized by its own "
                    "multiplier: along channels a block-diagonal 1x1 convolution, along height "
@@ -101,12 +104,13 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
     "Eltwise": IrOp(LAYER, "QEltwise", why="element-wise engine: each input rescaled by its "
                     "own scale, requantized once by the post-processor"),
     "Permute": IrOp(LAYER, "QPermute", why="a Transpose that moves data: copies of the input's "
-                    "rows or channels, each written with strides to its place"),
+                    "rows or channels, each written with strides to its place", copy=True),
     "ChannelPermute": IrOp(LAYER, "QChannelPermute", why="a channel shuffle (Reshape, Transpose, "
                            "Reshape that permute whole channels): a 1x1 copy whose weights are "
-                           "a 0/1 permutation matrix, requantized by the identity"),
+                           "a 0/1 permutation matrix, requantized by the identity", copy=True),
     "Slice": IrOp(LAYER, "QSlice", why="a window of the input (Slice, an output of Split): a "
-                  "1x1 copy selecting its channels, the window starting inside the input"),
+                  "1x1 copy selecting its channels, the window starting inside the input",
+                  copy=True),
     "Flatten": IrOp(LAYOUT, "Flatten", why=_LAYOUT_ONLY),
     "Reshape": IrOp(LAYOUT, "Reshape", why=_LAYOUT_ONLY),
     "Relu": IrOp(FUSED), "Clip": IrOp(FUSED), "BatchNorm": IrOp(FUSED),
@@ -176,6 +180,14 @@ def onnx_ops(**flags) -> frozenset:
     ``host_only=True``, ...)."""
     return frozenset(op for op, entry in ONNX_OPS.items()
                      if all(getattr(entry, k) == v for k, v in flags.items()))
+
+
+def keeps_input_params(node) -> bool:
+    """Whether the float IR node ``node`` keeps its input's quantization parameters: a copy
+    of its values (an op whose entry has ``copy``, or a layer the passes made as a copy,
+    attribute ``copy``)."""
+    entry = IR_OPS.get(node.op)
+    return bool(entry is not None and entry.copy or node.attrs.get("copy"))
 
 
 def ir_ops(*kinds: str) -> frozenset:

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import QuantizationError, UnsupportedOperatorError
 from ..golden.ops import HOST_OPS, quantize
 from ..ir import Graph, Node, TensorType
-from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops
+from ..ir.ops import IR_OPS, LAYER, LAYOUT, integer_ops, ir_ops, keeps_input_params
 from ..ir.evaluate import TABLE_FUNCTIONS, evaluate_float, first_not_finite
 from .channels import check_accumulator, fit_channels
 from .check import check_layers
@@ -153,7 +153,7 @@ def quantize_graph(graph: Graph, calib: "dict[str, np.ndarray] | None",
                 *ranges(out), f"'{out}' (output of '{node.name}')")
             _quantize_table(node, graph, params, qname, nodes, constants, types)
             continue
-        if _keeps_input_params(node):
+        if keeps_input_params(node):
             params[out] = given.get(out) or params[x]
         elif out not in given and node.op != "Concat" and _empty_range(node, values[out]):
             params[out] = _borrowed_params(node, graph, params, values, ranges, warnings)
@@ -254,13 +254,6 @@ def _check_finite(graph: Graph, values: "dict[str, np.ndarray]") -> None:
                                 f"values too large)")
 
 
-def _keeps_input_params(node: Node) -> bool:
-    """Whether ``node``'s output takes its input's quantization parameters: a copy of its
-    values (``MaxPool``, ``Slice``, ``Permute``, ``ChannelPermute``, a ``copy`` layer)."""
-    return node.op in ("MaxPool", "Slice", "Permute", "ChannelPermute") \
-        or bool(node.attrs.get("copy"))
-
-
 def _quantized_values(graph: Graph, given=frozenset()) -> "list[str]":
     """The values whose quantization parameters must be chosen: graph inputs and the outputs
     of accelerator nodes other than layout ops (which keep their input's parameters) and
@@ -272,7 +265,7 @@ def _quantized_values(graph: Graph, given=frozenset()) -> "list[str]":
     for node in graph.nodes:
         if node.op in _HOST or node.inputs[0] in host:
             host.update(node.outputs)
-        elif node.op in _LAYOUT_OPS or (node.inputs[0] in known and _keeps_input_params(node)):
+        elif node.op in _LAYOUT_OPS or (node.inputs[0] in known and keeps_input_params(node)):
             if node.inputs[0] in known:
                 known.add(node.outputs[0])
         else:
