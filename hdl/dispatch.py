@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import ArchConfig
 from ..isa import Op, encode, ext_words_per_instruction
 from .eltwise import EltwiseEngine
-from .layouts import InstrLayout, LoadxLayout, instr_stream
+from .layouts import OP_FLAGS, InstrLayout, LoadxLayout, instr_stream
 
 __all__ = ["Dispatcher", "ACCEPT_RULES"]
 
@@ -61,6 +61,8 @@ class Dispatcher(wiring.Component):
     -------
     instr : ``In(instr_stream())``: the instruction on offer (the tile walker's or the
         stored one); ``ready`` when it is taken.
+    op_is : ``In(OP_FLAGS)``: its op decoded (:func:`~hwonnx.hdl.layouts.op_flags`), from
+        registers beside the instruction: the rules read these, not ``instr.op``.
     loadw, matmul, post, eltw : ``Out(instr_stream())``: into the weight loader, the feeder,
         the post-processor and the element-wise engine. With an external memory also
         ``dma`` (a paged program also takes ``boot``: in that cycle the DMA engine gets the
@@ -73,7 +75,8 @@ class Dispatcher(wiring.Component):
 
     def __init__(self, config: ArchConfig):
         self._config = config
-        members = {"instr": In(instr_stream()), "loadw": Out(instr_stream()),
+        members = {"instr": In(instr_stream()), "op_is": In(OP_FLAGS),
+                   "loadw": Out(instr_stream()),
                    "matmul": Out(instr_stream()), "post": Out(instr_stream()),
                    "eltw": Out(instr_stream()), "bank_free": In(2), "drained": In(1),
                    "mm_accepted": In(16), "mm_completed": In(16), "post_idle": Out(1),
@@ -110,7 +113,7 @@ class Dispatcher(wiring.Component):
         # rule holds; the offer is taken when that engine is ready too, or when the rule of an
         # instruction the dispatcher keeps holds.
         def holds(op, rule):
-            return (instr.op == op) & rule(status)
+            return self.op_is[op] & rule(status)
 
         taken = []
         for name, stream in engines.items():
@@ -133,7 +136,7 @@ class Dispatcher(wiring.Component):
         start_now, start_pending = Signal(), Signal()
         target = Signal(16)
         m.d.comb += [
-            taken_post.eq(self.instr.valid & self.instr.ready & (instr.op == Op.POST)),
+            taken_post.eq(self.instr.valid & self.instr.ready & self.op_is[Op.POST]),
             start_now.eq(taken_post & (self.mm_completed == self.mm_accepted)),
             start_pending.eq(pend_valid & (self.mm_completed == target)),
             post.valid.eq(start_now | start_pending),

@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .layouts import InstrLayout, buffer_read, instr_stream
+from .layouts import OP_FLAGS, InstrLayout, buffer_read, instr_stream, op_flags
 
 __all__ = ["WideFetch", "NarrowFetch", "FETCH_LATENCY", "FETCH_QUEUE"]
 
@@ -46,6 +46,8 @@ class WideFetch(wiring.Component):
     start, running, fresh : ``In(1)``.
     instr : ``Out(instr_stream())``: the instruction on offer (valid while ``running``);
         taken with ``ready``.
+    op_is : ``Out(OP_FLAGS)``: its op decoded (:func:`~hwonnx.hdl.layouts.op_flags`), kept in
+        the queue beside it (decoded as the word is written into the queue).
     prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port.
     """
 
@@ -53,7 +55,7 @@ class WideFetch(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1), "running": In(1), "fresh": In(1),
-            "instr": Out(instr_stream()),
+            "instr": Out(instr_stream()), "op_is": Out(OP_FLAGS),
             "prog": Out(buffer_read(config.prog_depth, InstrLayout())),
         })
 
@@ -61,7 +63,8 @@ class WideFetch(wiring.Component):
         m = Module()
         cfg = self._config
         page = cfg.prog_page
-        queue = SyncFIFO(width=InstrLayout().size, depth=FETCH_QUEUE)
+        width = InstrLayout().size
+        queue = SyncFIFO(width=width + OP_FLAGS, depth=FETCH_QUEUE)
         m.submodules.queue = ResetInserter(self.start)(queue)
         ptr = Signal(range(cfg.prog_depth))     # the next instruction to read
         arriving = Signal()                     # the read of the cycle before: on the port
@@ -73,8 +76,10 @@ class WideFetch(wiring.Component):
                         queue.level + arriving < FETCH_QUEUE)),
             self.prog.addr.eq(Mux(self.start, 0, ptr)),
             self.prog.en.eq(1),
-            queue.w_data.eq(self.prog.data.as_value()), queue.w_en.eq(arriving),
-            self.instr.payload.eq(queue.r_data), queue.r_en.eq(self.instr.ready),
+            queue.w_data.eq(Cat(self.prog.data.as_value(), op_flags(self.prog.data.op))),
+            queue.w_en.eq(arriving),
+            self.instr.payload.eq(queue.r_data[:width]), self.op_is.eq(queue.r_data[width:]),
+            queue.r_en.eq(self.instr.ready),
             self.instr.valid.eq(queue.r_rdy & self.running),
         ]
         # FETCH_LATENCY: the read in one cycle (at start, of instruction 0), the capture in
@@ -108,6 +113,8 @@ class NarrowFetch(wiring.Component):
         port otherwise).
     fire : ``In(1)``: the dispatcher takes ``instr`` in this cycle.
     instr : ``Out(InstrLayout())``. valid : ``Out(1)``.
+    op_is : ``Out(OP_FLAGS)``: ``instr``'s op decoded (from the register: the boards with a
+        narrow program memory are small and slow).
     mem_addr, mem_en : ``Out``; mem_data : ``In(prog_width)``: the memory's read port (one
         cycle latency).
     """
@@ -118,7 +125,7 @@ class NarrowFetch(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1), "running": In(1), "fire": In(1),
-            "instr": Out(InstrLayout()), "valid": Out(1),
+            "instr": Out(InstrLayout()), "valid": Out(1), "op_is": Out(OP_FLAGS),
             "mem_addr": Out(range(config.prog_words)), "mem_en": Out(1),
             "mem_data": In(config.prog_width),
         })
@@ -137,6 +144,7 @@ class NarrowFetch(wiring.Component):
             request.eq(self.running & (~self.valid | self.fire) & (requested != words)),
             self.mem_addr.eq(ptr), self.mem_en.eq(request),
             self.instr.eq(buffer[:len(self.instr.as_value())]),
+            self.op_is.eq(op_flags(self.instr.op)),
         ]
         m.d.sync += arriving.eq(request)
         with m.If(request):

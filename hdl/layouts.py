@@ -1,15 +1,14 @@
 """Data layouts shared by the HDL components and the compiler's encoders."""
 
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Cat, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.utils import ceil_log2
 
-from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, PARAM_BITS
+from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, PARAM_BITS, Op
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "instr_stream", "buffer_read", "LoopLayout", "EltwLayout",
-           "LoadxLayout", "ActxLayout", "ParamLayout",
-           "PARAM_BITS"]
+__all__ = ["InstrLayout", "instr_stream", "op_flags", "OP_FLAGS", "buffer_read", "LoopLayout",
+           "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout", "PARAM_BITS"]
 
 
 def _members(fields) -> dict:
@@ -31,6 +30,20 @@ def instr_stream() -> stream.Signature:
     registers in every cycle it is ready, so that ``valid`` (the end of the dispatcher's
     decode) drives only its busy flags, never a register's enable."""
     return stream.Signature(InstrLayout())
+
+
+#: The width of :func:`op_flags`: one bit per op code.
+OP_FLAGS = len(Op)
+
+
+def op_flags(op):
+    """An instruction's ``op`` field decoded, bit ``i`` high for op code ``i``
+    (:class:`hwonnx.isa.Op`). The tile walker and the fetch unit decode each instruction where
+    they write it and keep the flags in registers beside it, so that the dispatcher's
+    decision starts from registers, not from a compare behind the offer's multiplexers (the
+    92 MHz ULX3S-85F build's critical path ran walker count -> offer mux -> op compare ->
+    accept -> count)."""
+    return Cat(op == code for code in Op)
 
 
 def buffer_read(depth: int, shape) -> wiring.Signature:

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import Op, instruction_width
 from ..config import ArchConfig
-from .layouts import InstrLayout, LoopLayout, instr_stream
+from .layouts import OP_FLAGS, InstrLayout, LoopLayout, instr_stream, op_flags
 from .loader import WEIGHT_PACKINGS, tile_words
 
 __all__ = ["TileWalker"]
@@ -50,13 +50,15 @@ class TileWalker(wiring.Component):
     word, word_valid : ``In(instruction width)``, ``In(1)``: the stored instruction on offer
         (SETMM and SETPOST are taken as templates while it is valid and no walk runs).
     instr : ``Out(instr_stream())``: ``valid`` while a walk has micro-instructions to issue.
+    op_is : ``Out(OP_FLAGS)``: the op on offer decoded (:func:`~hwonnx.hdl.layouts.op_flags`),
+        and ``valid``, both from registers (the dispatcher's decision starts from them).
     """
 
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({"start": In(1), "load": In(1), "word": In(instruction_width()),
                           "word_valid": In(1),
-                          "instr": Out(instr_stream())})
+                          "instr": Out(instr_stream()), "op_is": Out(OP_FLAGS)})
 
     def elaborate(self, platform):
         m = Module()
@@ -72,15 +74,20 @@ class TileWalker(wiring.Component):
         # the stored instruction on offer in every cycle, so the dispatcher's decision
         # (``load``, ``ready``) drives only flags and pointers, never the enables of the
         # walker's wide registers (its fan-out held the 69-92 MHz board builds).
+        # Each entry's op decoded beside it (``flags``), and ``count != 0`` in a register of
+        # its own (``nonempty``): the offer's ``valid`` and ``op_is``.
         entries = [Signal(InstrLayout(), name=f"entry_{i}") for i in range(2)]
+        flags = [Signal(OP_FLAGS, name=f"entry_{i}_op_is") for i in range(2)]
         wr_ptr, rd_ptr = Signal(), Signal()
         count = Signal(range(3))
+        nonempty = Signal()
         more = Signal()     # the state describes a micro-instruction still to issue
         idle = Signal()
-        m.d.comb += [idle.eq(~more & (count == 0)),
-                     self.instr.valid.eq(count != 0),
+        m.d.comb += [idle.eq(~more & ~nonempty),
+                     self.instr.valid.eq(nonempty),
                      self.instr.payload.eq(Mux(rd_ptr, entries[1].as_value(),
-                                               entries[0].as_value()))]
+                                               entries[0].as_value())),
+                     self.op_is.eq(Mux(rd_ptr, flags[1], flags[0]))]
         with m.If(idle & self.word_valid & (word.op == Op.SETMM)):
             m.d.sync += mm_t.eq(word)
         with m.If(idle & self.word_valid & (word.op == Op.SETPOST)):
@@ -111,6 +118,7 @@ class TileWalker(wiring.Component):
             first = entries[0]
             m.d.sync += [
                 first.eq(0), first.op.eq(Op.LOADW), first.bank.eq(new.bank),
+                flags[0].eq(op_flags(Op.LOADW)),
                 first.wgt_addr.eq(mm_t.wgt_addr), first.wpack.eq(mm_t.wpack),
                 wr_ptr.eq(1), rd_ptr.eq(0), lp.eq(new),
                 phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
@@ -169,15 +177,17 @@ class TileWalker(wiring.Component):
         taken, write = Signal(), Signal()
         m.d.comb += [taken.eq(self.instr.valid & self.instr.ready),
                      write.eq(more & (count != 2))]
-        m.d.sync += count.eq(count + write - taken)
+        after = Signal(range(3))
+        m.d.comb += after.eq(count + write - taken)
+        m.d.sync += [count.eq(after), nonempty.eq(after != 0)]
         with m.If(taken):
             m.d.sync += rd_ptr.eq(~rd_ptr)
         with m.If(self.load & (word.op == Op.LOOP)):    # taken while idle: tile 0's LOADW
-            m.d.sync += [count.eq(1), more.eq(1)]
+            m.d.sync += [count.eq(1), nonempty.eq(1), more.eq(1)]
         with m.If(write):
             for i, entry in enumerate(entries):
                 with m.If(wr_ptr == i):
-                    m.d.sync += entry.eq(out)
+                    m.d.sync += [entry.eq(out), flags[i].eq(op_flags(out.op))]
             m.d.sync += wr_ptr.eq(~wr_ptr)
             with m.Switch(phase):
                 with m.Case(_Phase.LOAD1):
@@ -196,7 +206,7 @@ class TileWalker(wiring.Component):
                     with m.If(at_last["pm"] & at_last["pn"]):
                         m.d.sync += more.eq(0)
         with m.If(self.start):
-            m.d.sync += [count.eq(0), more.eq(0)]
+            m.d.sync += [count.eq(0), nonempty.eq(0), more.eq(0)]
         return m
 
     @staticmethod
