@@ -1,0 +1,222 @@
+"""Dispatcher against a Python model of its rules written from the docstrings
+(``hdl/dispatch.py``: ``ACCEPT_RULES``' comments, ``hwonnx/isa.py``'s op descriptions).
+
+Every op under every combination of the status it reads: the instruction goes out on its
+engine's stream (with its word as payload) exactly when the op's rule holds, and is taken
+(``instr.ready``) exactly when that engine is ready too, or for the ops the dispatcher keeps
+(POST, END, the walker's) when the rule holds; ``blocked`` is high exactly when an
+instruction is on offer and not taken; ``post_idle`` is the post-processor ready with no POST
+waiting. Then a random program offered with random gaps, random engine readiness and feeder
+status: the model and the DUT agree in every cycle, a POST leaves on ``post`` in the cycle it
+is taken if ``mm_completed`` equals ``mm_accepted``, else in the first cycle
+``mm_completed`` reaches the ``mm_accepted`` of when it was taken, and every instruction
+reaches exactly one engine, in program order. With a paged program, ``boot`` gives the DMA
+engine the LOADP of the first two pages."""
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from hwonnx.hdl.dispatch import ACCEPT_RULES, Dispatcher
+from hwonnx.isa import Op, decode, encode, ext_words_per_instruction, fields_of
+
+from hdl_helpers import run_cycles, small_config
+
+ENGINE = {Op.LOADW: "loadw", Op.MATMUL: "matmul", Op.ELTW: "eltw", Op.LOADX: "dma",
+          Op.LOADP: "dma", Op.LOADA: "dma", Op.STOREA: "dma"}      # others: kept
+STREAMS = ("loadw", "matmul", "eltw", "dma")
+PLAIN = small_config(2, 2)
+EXT = dataclasses.replace(small_config(2, 2), ext_memory="ulx3s-sdram", ext_depth=1024,
+                          prog_depth=16, prog_page=8)
+
+
+def rule(op, f, s):
+    """Whether op ``op`` with fields ``f`` may leave, besides its engine's ``ready``."""
+    post_idle = s["post"] and not s["pending"]
+    return {
+        Op.LOADW: lambda: s["bank_free"] >> f["bank"] & 1,
+        Op.MATMUL: lambda: True,
+        Op.POST: lambda: post_idle and s["eltw"],
+        Op.ELTW: lambda: s["drained"] and (not f["wait"] or post_idle),
+        Op.END: lambda: (s["loadw"] and s["drained"] and post_idle and s["eltw"]
+                         and s["dma_idle"]),
+        Op.LOADX: lambda: s["loadw"] and (post_idle or f["par_count"] == 0),
+        Op.LOADP: lambda: True,
+        Op.LOADA: lambda: s["drained"] and s["eltw"],
+        Op.STOREA: lambda: post_idle,
+    }.get(op, lambda: True)()
+
+
+def model(config, offer, s):
+    """``(accept, {stream: valid})`` for the offer ``(word, fields)`` or None."""
+    valid = {name: False for name in STREAMS}
+    if offer is None:
+        return False, valid
+    word, f = offer
+    op, holds = f["op"], bool(rule(f["op"], f, s))
+    engine = ENGINE.get(op)
+    if engine == "dma" and not config.ext_memory:
+        return False, valid
+    if engine is None:
+        return holds, valid
+    valid[engine] = holds
+    return holds and bool(s[engine]), valid
+
+
+def random_instr(rng, op):
+    fields = {g.name: int(rng.integers(g.min, g.max + 1)) for g in fields_of(op)}
+    word = encode(**{**fields, "op": op})
+    return word, decode(word)
+
+
+def drive(ctx, dut, config, offer, s):
+    ctx.set(dut.instr.valid, offer is not None)
+    ctx.set(dut.instr.payload.as_value(), offer[0] if offer else 0)
+    ctx.set(dut.op_is, 1 << offer[1]["op"] if offer else 0)
+    for name in ("loadw", "matmul", "eltw", "post") + (("dma",) if config.ext_memory else ()):
+        ctx.set(getattr(dut, name).ready, s[name])
+    ctx.set(dut.bank_free, s["bank_free"])
+    ctx.set(dut.drained, s["drained"])
+    ctx.set(dut.mm_accepted, s["accepted"])
+    ctx.set(dut.mm_completed, s["completed"])
+    if config.ext_memory:
+        ctx.set(dut.dma_idle, s["dma_idle"])
+        ctx.set(dut.boot, 0)
+
+
+def check(ctx, dut, config, offer, s, cycle):
+    """The DUT's decision in this cycle against the model's; returns whether it took."""
+    accept, valid = model(config, offer, s)
+    where = f"cycle {cycle}: {offer and Op.NAMES[offer[1]['op']]} with {s}"
+    assert ctx.get(dut.instr.ready) == accept, where
+    assert ctx.get(dut.blocked) == (offer is not None and not accept), where
+    assert ctx.get(dut.post_idle) == (s["post"] and not s["pending"]), where
+    for name in STREAMS[:3] + (("dma",) if config.ext_memory else ()):
+        stream = getattr(dut, name)
+        assert ctx.get(stream.valid) == valid[name], f"{name} valid, {where}"
+        if valid[name]:
+            assert ctx.get(stream.payload.as_value()) == offer[0], f"{name} payload, {where}"
+    return accept
+
+
+def test_rules_cover_every_op():
+    assert set(ACCEPT_RULES) == set(Op)
+    assert {op: engine for op, (engine, _) in ACCEPT_RULES.items() if engine} == ENGINE
+
+
+@pytest.mark.parametrize("config", [PLAIN, EXT], ids=["plain", "ext_memory"])
+def test_each_op_under_every_status(config):
+    """One cycle per (op, variant, status): the status bits in all combinations (``bank_free``
+    for LOADW, the one op that reads it), the POST slot empty (``mm_completed ==
+    mm_accepted``, so a POST taken leaves at once)."""
+    rng = np.random.default_rng(7)
+    variants = {Op.LOADW: [dict(bank=0), dict(bank=1)], Op.ELTW: [dict(wait=0), dict(wait=1)],
+                Op.LOADX: [dict(par_count=0), dict(par_count=3)]}
+    cases = []
+    for op in Op:
+        for variant in variants.get(op, [{}]):
+            word, _ = random_instr(rng, op)
+            fields = {**decode(word), **variant}
+            word = encode(**fields)
+            banks = range(4) if op == Op.LOADW else [int(rng.integers(4))]
+            for bits, bank_free in itertools.product(itertools.product((0, 1), repeat=7),
+                                                     banks):
+                s = dict(zip(("loadw", "matmul", "eltw", "post", "dma", "drained", "dma_idle"),
+                             bits), bank_free=bank_free, pending=0, accepted=5, completed=5)
+                if not config.ext_memory:
+                    s.update(dma=0, dma_idle=1)
+                cases.append(((word, decode(word)), s))
+    cases.append((None, cases[0][1]))
+    dut = Dispatcher(config)
+
+    def step(ctx, cycle):
+        offer, s = cases[cycle]
+        drive(ctx, dut, config, offer, s)
+        took = check(ctx, dut, config, offer, s, cycle)
+        post = took and offer[1]["op"] == Op.POST
+        assert ctx.get(dut.post.valid) == post
+        if post:
+            assert ctx.get(dut.post.payload.as_value()) == offer[0]
+
+    run_cycles(dut, len(cases), step)
+
+
+@pytest.mark.parametrize("config, seed", [(PLAIN, 1), (PLAIN, 2), (EXT, 3), (EXT, 4)],
+                         ids=["plain-1", "plain-2", "ext_memory-3", "ext_memory-4"])
+def test_random_program(config, seed):
+    """A random program: ops weighted toward MATMUL and POST so that POSTs often wait; the
+    feeder completes MATMULs a random while after taking them, the post-processor is busy a
+    few cycles after each POST."""
+    rng = np.random.default_rng(seed)
+    ops = [Op.LOADW, Op.MATMUL, Op.MATMUL, Op.POST, Op.POST, Op.ELTW, Op.END, Op.SETMM,
+           Op.LOOP] + ([Op.LOADX, Op.LOADP, Op.LOADA, Op.STOREA] if config.ext_memory else [])
+    program = [random_instr(rng, int(rng.choice(ops))) for _ in range(200)]
+    dut = Dispatcher(config)
+    state = dict(next=0, accepted=0, completed=0, post_busy=0, pending=None, waited=0)
+    delivered = []      # (index, where) in the order they reach an engine or are kept
+
+    def step(ctx, cycle):
+        i = state["next"]
+        gap = rng.random() < 0.15
+        offer = program[i] if i < len(program) and not gap else None
+        if state["completed"] < state["accepted"] and rng.random() < 0.15:
+            state["completed"] += 1
+        s = dict(loadw=rng.random() < 0.7, matmul=rng.random() < 0.7,
+                 eltw=rng.random() < 0.7, dma=rng.random() < 0.7 and bool(config.ext_memory),
+                 post=state["post_busy"] == 0, bank_free=int(rng.integers(4)),
+                 drained=rng.random() < 0.6, dma_idle=rng.random() < 0.7 or not config.ext_memory,
+                 pending=state["pending"] is not None,
+                 accepted=state["accepted"] % 65536, completed=state["completed"] % 65536)
+        drive(ctx, dut, config, offer, s)
+        took = check(ctx, dut, config, offer, s, cycle)
+        post = None
+        if state["pending"] is not None and state["completed"] == state["pending"][1]:
+            post, state["pending"] = state["pending"][0], None
+        if took:
+            op = offer[1]["op"]
+            delivered.append((i, ENGINE.get(op, "kept")))     # a POST: into its slot
+            state["next"] += 1
+            if op == Op.MATMUL:
+                state["accepted"] += 1
+            if op == Op.POST:
+                assert post is None
+                if state["completed"] == state["accepted"]:
+                    post = i
+                else:
+                    state["pending"] = (i, state["accepted"])
+                    state["waited"] += 1
+        assert ctx.get(dut.post.valid) == (post is not None), f"post valid, cycle {cycle}"
+        if post is not None:
+            assert ctx.get(dut.post.payload.as_value()) == program[post][0], f"cycle {cycle}"
+            assert s["post"], f"a POST given to a busy post-processor, cycle {cycle}"
+            delivered.append((post, "post"))
+            state["post_busy"] = int(rng.integers(1, 5))
+        elif state["post_busy"]:
+            state["post_busy"] -= 1
+
+    run_cycles(dut, 2500, step)
+    assert state["next"] == len(program), "the program did not run to its end"
+    taken = [(i, where) for i, where in delivered if where != "post"]
+    assert taken == [(i, ENGINE.get(instr[1]["op"], "kept")) for i, instr in enumerate(program)]
+    posts = [i for i, where in delivered if where == "post"]    # each POST once, in order
+    assert 5 <= state["waited"] <= len(posts) - 5       # some waited in the slot, some not
+    assert posts == [i for i, instr in enumerate(program) if instr[1]["op"] == Op.POST]
+
+
+def test_boot_gives_the_dma_engine_the_first_two_pages():
+    dut = Dispatcher(EXT)
+    want = encode(op=Op.LOADP, count=16 * ext_words_per_instruction(EXT.cols), prog_addr=0,
+                  ext_addr=0)
+
+    def step(ctx, cycle):
+        ctx.set(dut.boot, cycle == 1)
+        ctx.set(dut.dma.ready, 1)
+        assert ctx.get(dut.dma.valid) == (cycle == 1)
+        if cycle == 1:
+            assert ctx.get(dut.dma.payload.as_value()) == want
+            assert not any(ctx.get(getattr(dut, name).valid)
+                           for name in ("loadw", "matmul", "eltw", "post"))
+
+    run_cycles(dut, 3, step)
