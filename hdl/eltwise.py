@@ -154,6 +154,14 @@ class EltwiseEngine(wiring.Component):
                 with m.Default():
                     m.d.sync += self.acc_data[c].eq(p + q)
         write = replicate(m, stages[-2][0], 1 if cfg.compact else cfg.cols, "acc_we")
+        # ``idle`` (no read, no stage holding a word) in a register, set from what the stages
+        # hold now (they shift: ``b_read`` takes ``active & second``, the first stage
+        # ``b_read``), so the dispatcher reads its status from a flip-flop. Running, the
+        # engine is not idle in the next cycle (its last read is still a B read to come).
+        idle = Signal(init=1)
+        started = self.instr.valid & self.instr.ready & (view.count != 0)
+        m.d.sync += idle.eq(~active & ~started & ~b_read
+                            & ~Cat(*(v for v, _ in stages[:-1])).any())
         m.d.comb += [self.acc_we.eq(per_lane(write, cfg.cols)), self.acc_addr.eq(s5_addr),
-                     self.idle.eq(~active & ~b_read & ~Cat(*(v for v, _ in stages)).any())]
+                     self.idle.eq(idle)]
         return m

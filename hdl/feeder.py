@@ -228,13 +228,16 @@ class Feeder(wiring.Component):
         ]
 
         # A bank stays busy until its last activation has passed the last column.
+        # ``hold == 0`` in a register of its own (``held_out``), set as the count steps, so
+        # that no compare of the counter sits in the dispatcher's decision.
         hold_init = bank_release(cfg) - 1
         for b in range(2):
             hold = Signal(range(hold_init + 1), name=f"hold_{b}")
+            held_out = Signal(init=1, name=f"hold_{b}_done")
             with m.If(last & (cur.bank == b)):
-                m.d.sync += hold.eq(hold_init)
+                m.d.sync += [hold.eq(hold_init), held_out.eq(hold_init == 0)]
             with m.Elif(hold != 0):
-                m.d.sync += hold.eq(hold - 1)
+                m.d.sync += [hold.eq(hold - 1), held_out.eq(hold == 1)]
             m.d.comb += self.bank_free[b].eq(
-                ~(running & (cur.bank == b)) & ~(pend_valid & (pend.bank == b)) & (hold == 0))
+                ~(running & (cur.bank == b)) & ~(pend_valid & (pend.bank == b)) & held_out)
         return m

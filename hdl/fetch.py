@@ -79,7 +79,7 @@ class WideFetch(wiring.Component):
             queue.w_data.eq(Cat(self.prog.data.as_value(), op_flags(self.prog.data.op))),
             queue.w_en.eq(arriving),
             self.instr.payload.eq(queue.r_data[:width]), self.op_is.eq(queue.r_data[width:]),
-            queue.r_en.eq(self.instr.ready),
+            queue.r_en.eq(self.instr.valid & self.instr.ready),
             self.instr.valid.eq(queue.r_rdy & self.running),
         ]
         # FETCH_LATENCY: the read in one cycle (at start, of instruction 0), the capture in

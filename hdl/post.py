@@ -255,7 +255,12 @@ class PostProcessor(wiring.Component):
                 self.out_we[lane].eq(s3_valid & (channel >= 0) & (channel < cur.nt)
                                      & (channel < cols)),
             ]
-        m.d.comb += self.idle.eq(~active & ~Cat(*valids).any())
+        # ``idle`` (no step running, no stage holding a word) in a register, set from what the
+        # stages hold now: they shift, ``valids[0]`` taking ``active``; so it is the
+        # dispatcher's status from a flip-flop (the OR over the stages sat in its accept).
+        idle = Signal(init=1)
+        m.d.sync += idle.eq(~take & ~active & ~Cat(*valids[:-1]).any())
+        m.d.comb += self.idle.eq(idle)
         return m
 
     @staticmethod

@@ -12,7 +12,7 @@ significant first; the first is valid ``fetch_words + 2`` cycles after ``start``
 ``fetch_words + 1`` cycles after the one before is taken (no prefetch), the words read in
 order. The testbench raises ``ready`` (``fire``) only in cycles an instruction is on offer,
 as the dispatcher in ``hdl/top.py`` does, and ``running`` from the cycle after ``start``;
-one xfail test shows WideFetch taking an instruction on ``ready`` without ``valid``.
+one test raises ``ready`` without ``valid`` (nothing is taken: the stream rule).
 """
 
 import dataclasses
@@ -103,11 +103,6 @@ def test_wide_start_starts_over_from_instruction_0():
     assert [word for _, word in after] == program[:len(after)]
 
 
-@pytest.mark.xfail(strict=True, reason="WideFetch pops its queue on instr.ready alone "
-                   "(queue.r_en = ready): with running low and ready high the instructions on "
-                   "the queue are dropped, though instr_stream says one is taken in a cycle "
-                   "with valid and ready. Latent: hdl/top.py drives ready with fire = valid & "
-                   "ready.")
 def test_wide_ready_without_valid_takes_nothing():
     """The stream rule (``layouts.instr_stream``): a cycle with ``ready`` and not ``valid``
     (here ``running`` low for three cycles) takes nothing."""
