@@ -131,9 +131,13 @@ class Feeder(wiring.Component):
         iy = Signal(signed(18))
         acc_addr = Signal(cfg.acc_addr_bits)
         phase = Signal(8)                    # ox mod vstride (depthwise streaming)
+        # ``remaining == 1`` and ``ox == ow - 1`` in registers of their own, set as the counters
+        # step, so that no compare of a counter steers ``start`` (the enable of ``cur``) or
+        # the address registers' multiplexers.
+        one_left, row_end = Signal(), Signal()
         last = Signal()
         keep = Signal()                      # this word's sums are written
-        m.d.comb += [last.eq(running & (remaining == 1)),
+        m.d.comb += [last.eq(running & one_left),
                      keep.eq(running & (~cur.dw | ((phase == 0) & (ox <= cur.vlast))))]
 
         # Not back to back with a MATMUL whose last word writes the word this one's first word
@@ -155,20 +159,23 @@ class Feeder(wiring.Component):
                 row_addr.eq(pend.act_row),
                 ox.eq(pend.ox0), ix.eq(pend.ix0), iy.eq(pend.iy0),
                 acc_addr.eq(pend.acc_addr), phase.eq(0),
+                one_left.eq(pend.count == 1), row_end.eq(pend.ox0 + 1 == pend.ow),
             ]
         with m.Elif(running):
-            m.d.sync += remaining.eq(remaining - 1)
+            m.d.sync += [remaining.eq(remaining - 1), one_left.eq(remaining == 2)]
             with m.If(keep):
                 m.d.sync += acc_addr.eq(acc_addr + 1)
             with m.If(last):
                 m.d.sync += running.eq(0)
-            with m.If(ox == cur.ow - 1):
+            with m.If(row_end):
                 m.d.sync += [
                     ox.eq(0), ix.eq(cur.ixr), iy.eq(iy + cur.sy), phase.eq(0),
                     row_addr.eq(row_addr + cur.step_y), addr.eq(row_addr + cur.step_y),
+                    row_end.eq(cur.ow == 1),
                 ]
             with m.Else():
                 m.d.sync += [ox.eq(ox + 1), ix.eq(ix + cur.sx), addr.eq(addr + cur.step_x),
+                             row_end.eq(ox + 2 == cur.ow),
                              phase.eq(Mux(phase == cur.vstride - 1, 0, phase + 1))]
 
         inside = Signal()

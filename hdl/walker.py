@@ -177,9 +177,10 @@ class TileWalker(wiring.Component):
         taken, write = Signal(), Signal()
         m.d.comb += [taken.eq(self.instr.valid & self.instr.ready),
                      write.eq(more & (count != 2))]
-        after = Signal(range(3))
-        m.d.comb += after.eq(count + write - taken)
-        m.d.sync += [count.eq(after), nonempty.eq(after != 0)]
+        # ``nonempty`` of the next cycle: one entry written, or one left after the take (of
+        # two), or none taken; the dispatcher's decision (``taken``) only chooses.
+        m.d.sync += [count.eq(count + write - taken),
+                     nonempty.eq(write | Mux(taken, count == 2, nonempty))]
         with m.If(taken):
             m.d.sync += rd_ptr.eq(~rd_ptr)
         with m.If(self.load & (word.op == Op.LOOP)):    # taken while idle: tile 0's LOADW
