@@ -11,18 +11,20 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..compiler.program import Program, encode_program
 from ..errors import ResourceError, ToolchainError
 from ..hdl.convert import fast_memories
 from ..hdl.fanout import KEEP_REPLICAS
+from .clocks import PLL_FAMILIES
 from .fit import check_fits
-from .registry import Board
+from .registry import Board, get_board
 from .top import DEFAULT_BAUD, BoardTop
 
-__all__ = ["build_id", "board_images", "write_board_plan", "build_bitstream", "TOP_NAME",
-           "YOWASP_TOOLS", "NEXTPNR_CELLS", "nextpnr_resources"]
+__all__ = ["build_id", "board_images", "write_board_plan", "build_bitstream", "folder_board",
+           "TOP_NAME", "YOWASP_TOOLS", "NEXTPNR_CELLS", "nextpnr_resources"]
 
 TOP_NAME = "hwonnx_top"
 
@@ -122,6 +124,16 @@ def write_board_plan(board: Board, program: Program, folder: Path, log=print,
     log(f"Board sources written to {Path(shown or folder) / 'board'}/ in "
         f"{time.monotonic() - started:.0f} s")
     return target
+
+
+def folder_board(folder) -> Board:
+    """The board a build folder's board sources were written for, at the clock they were
+    written with (``hwonnx_board.json``: a ``--clock`` build's PLL clock)."""
+    info = json.loads((Path(folder) / "board" / "hwonnx_board.json").read_text())
+    board = get_board(info["board"])
+    if int(info["clock_hz"]) != board.clock_hz:
+        board = replace(board, clock_hz=int(info["clock_hz"]), pll=True)
+    return board
 
 
 #: nextpnr's cell names of the DSP blocks, block RAMs, LUTs and flip-flops by family; a
@@ -301,8 +313,10 @@ def build_bitstream(board: Board, folder: Path, log=print, shown: "Path | None" 
                       if p.suffix in (".bit", ".bin", ".fs")), None)
     target_mhz = board.clock_hz / 1e6
     if parsed["fmax_mhz"] is not None and parsed["fmax_mhz"] < target_mhz:
+        hint = (f"; build with --clock {int(parsed['fmax_mhz'])} (its PLL then makes the "
+                f"fastest clock of at most that)" if board.family in PLL_FAMILIES else "")
         raise ToolchainError(f"The design reaches {parsed['fmax_mhz']:.1f} MHz but board "
-                             f"'{board.name}' runs it at {target_mhz:.1f} MHz")
+                             f"'{board.name}' runs it at {target_mhz:.1f} MHz{hint}")
     for name, clock in parsed["clocks"].items():
         if name.startswith(_CONTROLLER_PREFIX) and clock["fmax_mhz"] < clock["target_mhz"]:
             raise ToolchainError(f"The external memory's controller clock '{name}' reaches "

@@ -4,7 +4,18 @@ from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, Signal
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 
-__all__ = ["pll_domain"]
+__all__ = ["pll_domain", "ecp5_pll", "pll_clock", "PLL_FAMILIES"]
+
+#: The ECP5 EHXPLLL's limits (ECP5 and ECP5-5G Family Data Sheet, sysCLOCK PLL timing: the
+#: phase detector's input, the VCO, the output; the dividers' ranges of the primitive).
+ECP5_PFD_HZ = (3_125_000, 400_000_000)
+ECP5_VCO_HZ = (400_000_000, 800_000_000)
+ECP5_OUT_HZ = (3_125_000, 400_000_000)
+ECP5_DIVIDERS = {"CLKI_DIV": 128, "CLKFB_DIV": 80, "CLKOP_DIV": 128}
+
+#: The families whose PLL this module sets to any clock (``--clock``); the others keep the
+#: clock of their board description.
+PLL_FAMILIES = ("ecp5",)
 
 
 def pll_domain(m: Module, platform, family: str, clock_hz: int) -> Signal:
@@ -17,9 +28,10 @@ def pll_domain(m: Module, platform, family: str, clock_hz: int) -> Signal:
     m.domains.sync = ClockDomain("sync")
     clk_out, locked = Signal(name="pll_clk"), Signal(name="pll_locked")
     if family == "ecp5":
-        # fout = fin / CLKI_DIV * CLKFB_DIV; VCO = fout * CLKOP_DIV must lie in 400..800 MHz.
-        fb_div, clki_div = _ratio(clock_hz, source_hz)
-        op_div = max(1, -(-400_000_000 // clock_hz))
+        clki_div, fb_div, op_div, made = ecp5_pll(source_hz, clock_hz)
+        if made != clock_hz:
+            raise ValueError(f"The ECP5 PLL makes {made} Hz, not {clock_hz} Hz, from "
+                             f"{source_hz} Hz: use pll_clock() for the board's clock")
         m.submodules.pll = Instance(
             "EHXPLLL",
             a_FREQUENCY_PIN_CLKI=str(source_hz / 1e6), a_FREQUENCY_PIN_CLKOP=str(clock_hz / 1e6),
@@ -51,8 +63,38 @@ def pll_domain(m: Module, platform, family: str, clock_hz: int) -> Signal:
     return buf.i
 
 
-def _ratio(target: int, source: int) -> "tuple[int, int]":
-    """Smallest ``(mul, div)`` with ``source * mul / div == target``."""
-    from math import gcd
-    g = gcd(target, source)
-    return target // g, source // g
+def ecp5_pll(source_hz: int, target_hz: int) -> "tuple[int, int, int, int]":
+    """``(CLKI_DIV, CLKFB_DIV, CLKOP_DIV, output Hz)``: the fastest whole-hertz clock of at
+    most ``target_hz`` the EHXPLLL makes from ``source_hz`` within its limits (output =
+    source / CLKI_DIV * CLKFB_DIV with the feedback from CLKOP; VCO = output * CLKOP_DIV), the
+    smallest dividers first; None when there is none."""
+    best = None
+    for clki in range(1, ECP5_DIVIDERS["CLKI_DIV"] + 1):
+        if not ECP5_PFD_HZ[0] <= source_hz / clki <= ECP5_PFD_HZ[1]:
+            continue
+        for fb in range(1, ECP5_DIVIDERS["CLKFB_DIV"] + 1):
+            if source_hz * fb % clki:
+                continue
+            out = source_hz * fb // clki
+            if out > min(target_hz, ECP5_OUT_HZ[1]):
+                break
+            op = -(-ECP5_VCO_HZ[0] // out)
+            if ECP5_OUT_HZ[0] <= out and op <= ECP5_DIVIDERS["CLKOP_DIV"] \
+                    and out * op <= ECP5_VCO_HZ[1] and (best is None or out > best[3]):
+                best = (clki, fb, op, out)
+    return best
+
+
+def pll_clock(family: str, source_hz: int, target_hz: int) -> int:
+    """The clock the ``family``'s PLL makes for ``target_hz`` from ``source_hz``: the fastest
+    of at most ``target_hz`` (from a 25 MHz oscillator the ECP5's are 3.125 MHz apart at
+    most). Raises ``ValueError`` with the reason: a family without a recipe here, or a
+    target below what the PLL makes."""
+    if family not in PLL_FAMILIES:
+        raise ValueError(f"hwonnx sets the PLL of {', '.join(PLL_FAMILIES)} boards only, not "
+                         f"of {family} ones")
+    found = ecp5_pll(source_hz, target_hz)
+    if found is None:
+        raise ValueError(f"the ECP5 PLL makes {ECP5_OUT_HZ[0] / 1e6:g} to "
+                         f"{ECP5_OUT_HZ[1] / 1e6:g} MHz, not {target_hz / 1e6:g} MHz")
+    return found[3]

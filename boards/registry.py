@@ -4,9 +4,9 @@ import importlib
 from dataclasses import dataclass, replace
 
 from ..config import ArchConfig
-from ..errors import ResourceError
+from ..errors import ResourceError, UsageError
 
-__all__ = ["Family", "Board", "FAMILIES", "BOARDS", "get_board"]
+__all__ = ["at_clock", "Family", "Board", "FAMILIES", "BOARDS", "get_board"]
 
 
 @dataclass(frozen=True)
@@ -211,6 +211,24 @@ def get_board(name: str) -> Board:
         raise ResourceError(f"Unknown board '{name}'; known boards are "
                             f"{', '.join(sorted(BOARDS))}")
     return BOARDS[name]
+
+
+def at_clock(board: Board, clock_hz: int) -> Board:
+    """``board`` with the accelerator's clock made by its PLL from the oscillator: the fastest
+    the PLL makes of at most ``clock_hz`` (:func:`.clocks.pll_clock`); ``hwonnx build
+    --clock``. Refused for the simulator and for a family this module sets no PLL of."""
+    from .clocks import pll_clock
+    if board.is_simulation:
+        raise UsageError("--clock sets a board's PLL: it needs --board")
+    if isinstance(clock_hz, bool) or not isinstance(clock_hz, int) or clock_hz <= 0:
+        raise UsageError(f"The clock must be a positive number of hertz, not {clock_hz!r}")
+    source_hz = int(board.platform().default_clk_frequency)
+    try:
+        made = pll_clock(board.family, source_hz, clock_hz)
+    except ValueError as error:
+        raise UsageError(f"Board '{board.name}' cannot run at {clock_hz / 1e6:g} MHz: "
+                         f"{error}") from None
+    return replace(board, clock_hz=made, pll=True)
 
 
 def with_clock(board: Board, config: ArchConfig) -> ArchConfig:

@@ -38,6 +38,17 @@ def _seconds_arg(text: str) -> float:
     return value
 
 
+def _megahertz_arg(text: str) -> int:
+    """A clock in MHz, positive and finite, as whole hertz."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value < 1e6):
+        raise argparse.ArgumentTypeError(f"expected a clock in MHz, not {text!r}")
+    return round(value * 1e6)
+
+
 def _count_arg(text: str) -> int:
     """A whole number from 0."""
     try:
@@ -105,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baud", type=int,
                    help="the board's UART rate (default 115200; a faster one loads an "
                         "external memory sooner: 1000000 at 25 MHz)")
+    p.add_argument("--clock", type=_megahertz_arg, metavar="MHZ",
+                   help="run the accelerator at this clock through the board's PLL (ECP5: "
+                        "the fastest it makes of at most MHZ; default: the board's clock, "
+                        "'hwonnx boards')")
 
     p = commands.add_parser("inspect", help="show what the frontend reads from a model, where "
                                             "each node runs, MACs and predicted cycles")
@@ -374,6 +389,7 @@ def _run(args, output: _Output) -> int:
                       cols=args.cols, input_shapes=dict(args.input_shape) or None, log=log,
                       override_initializers=read_overrides(args.override_initializer) or None,
                       bitstream=args.bitstream, ext_memory=args.ext_memory, baud=args.baud,
+                      clock_hz=args.clock,
                       calibrate=args.calibrate,
                       **{k: v for k, v in depths.items() if v is not None})
     elif args.command == "inspect":

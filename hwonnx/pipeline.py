@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import Board, check_fits, get_board
+from .boards import Board, at_clock, check_fits, get_board
 from .boards import build as board_build    # through the module: a test replaces its functions
 from .boards.top import uart_divisor
 from .compiler.artifact import save_program
@@ -240,21 +240,25 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
           rows: "int | None" = None, cols: "int | None" = None, input_shapes=None,
           override_initializers=None, ext_memory: "str | None" = None,
           verilog: bool = True, bitstream: bool = False, baud: "int | None" = None,
-          log=print, calibrate: str = DEFAULT_METHOD, **depths: int) -> BuildResult:
+          clock_hz: "int | None" = None, log=print, calibrate: str = DEFAULT_METHOD,
+          **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
     ``cols``, ``<buffer>_depth`` (``stage_in_depth`` too) and ``lut_tables`` keywords override
     the board's default configuration; ``ext_memory`` adds an external memory
     (:data:`hwonnx.memories.MEMORIES`) from which the weights that do not fit stream;
     ``baud`` sets a board build's UART rate (default 115,200: ``hwonnx run`` loads an external
-    memory's image over it); ``calibrate`` the calibration method
+    memory's image over it); ``clock_hz`` a board build's clock, made by its PLL (the fastest
+    it makes of at most that: :func:`hwonnx.boards.at_clock`); ``calibrate`` the calibration
+    method
     (:data:`hwonnx.quant.calibrate.METHODS`). With ``out_dir`` None nothing is written (no
     ``write`` step)."""
     request = build_request(model, out_dir, board=board, calib=calib, config=config, rows=rows,
                             cols=cols, input_shapes=input_shapes,
                             override_initializers=override_initializers,
                             ext_memory=ext_memory, verilog=verilog, bitstream=bitstream,
-                            baud=baud, log=log, calibrate=calibrate, **depths)
+                            baud=baud, clock_hz=clock_hz, log=log, calibrate=calibrate,
+                            **depths)
     names = tuple(name for name, _ in BUILD_STEPS)
     if out_dir is None:
         state = run_steps(BuildState(request), names[:-1])
@@ -275,7 +279,8 @@ def build_request(model, out_dir, *, board: str = "sim", calib=None,
                   config: "ArchConfig | None" = None, rows: "int | None" = None,
                   cols: "int | None" = None, input_shapes=None, override_initializers=None,
                   ext_memory: "str | None" = None, verilog: bool = True,
-                  bitstream: bool = False, baud: "int | None" = None, log=print,
+                  bitstream: bool = False, baud: "int | None" = None,
+                  clock_hz: "int | None" = None, log=print,
                   calibrate: str = DEFAULT_METHOD, **depths: int) -> BuildRequest:
     """The options of :func:`build`, checked before anything is compiled or written."""
     stages = ("stage_in", "stage_out")      # the buffers but the tables: <name>_depth
@@ -283,6 +288,13 @@ def build_request(model, out_dir, *, board: str = "sim", calib=None,
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
+    if clock_hz is not None:
+        if ext_memory is not None:
+            raise UsageError(f"--clock with --ext-memory {ext_memory}: the memory's timing "
+                             f"(hwonnx/memories.py) is reckoned in cycles of the board's own "
+                             f"{target.clock_hz / 1e6:g} MHz clock; build without one of them")
+        target = at_clock(target, clock_hz)
+        log(f"Clock: {target.clock_hz / 1e6:g} MHz from the {board} PLL")
     check_method(calibrate)
     # The board's default depths are sized to the model; a config given whole is kept.
     size = None if config else ("sim" if target.is_simulation else target.name)
@@ -377,7 +389,7 @@ def bitstream(out_dir, log=print) -> dict:
 
     with staged_folder(out, copy=True, check=check) as staging:
         listed = manifest["files"]
-        board = get_board(manifest["board"])
+        board = board_build.folder_board(staging)
         result = board_build.build_bitstream(board, staging, log=log, shown=out)
         report_ = json.loads((staging / "report.json").read_text())
         report_["bitstream"] = result
