@@ -65,12 +65,14 @@ def _streaming(board, source, calib) -> dict:
 
 
 def measure(board_name: str, model: str, streamed: bool = False,
-            array: "tuple[int, int] | None" = None) -> dict:
+            array: "tuple[int, int] | None" = None, clock_hz: "int | None" = None) -> dict:
     board = get_board(board_name)
     source, calib = _model_and_calib(model)
     options = _streaming(board, source, calib) if streamed else {}
     if array:
         options.update(rows=array[0], cols=array[1])
+    if clock_hz:
+        options.update(clock_hz=clock_hz)
     commit = measured_commit()      # the tree the design is read from, before the long build
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
@@ -191,13 +193,16 @@ def main(argv=None) -> int:
     parser.add_argument("--streamed", action="store_true",
                         help="stream the weights from the board's external memory")
     parser.add_argument("--array", help="RxC: this array instead of the board's default")
+    parser.add_argument("--clock", type=float, metavar="MHZ",
+                        help="the accelerator's clock through the board's PLL (build --clock)")
     args = parser.parse_args(argv)
     array = tuple(int(n) for n in args.array.split("x")) if args.array else None
     previous = args.out / "boards.json"      # keep the rows of boards not measured this time
     results = []
     for board in args.boards:
         for model in args.models:       # written after each build: a long run keeps its rows
-            row = measure(board, model, args.streamed, array)
+            row = measure(board, model, args.streamed, array,
+                          round(args.clock * 1e6) if args.clock else None)
             results = json.loads(previous.read_text()) if previous.exists() else []
             key = (board, row["model"], row["array"])
             results = [r for r in results if (r["board"], r["model"], r["array"]) != key]
