@@ -153,12 +153,6 @@ class HostBridge(CheckedComponent):
         return m
 
 
-def _unnamed(*args, **kwargs) -> Signal:
-    """A signal the tracer leaves unnamed (``$signal`` in the netlist), as the registers the
-    bridge made in tuple assignments were: it keeps the generated Verilog as it was."""
-    return Signal(*args, **kwargs)
-
-
 class _BridgeLogic:
     """One elaboration of a :class:`HostBridge`: its ``Module``, its UARTs, the registers of
     the frame being received or answered, and a method per part of ``docs/protocol.md`` that
@@ -204,19 +198,24 @@ class _BridgeLogic:
         (a 32-bit address), ``unit`` (bytes per word), ``head`` (address bytes), ``writes``
         (WRITE, LOAD or WRITEX) and ``known``."""
         widest = self.widest
-        self.cmd, self.seq = _unnamed(8), _unnamed(8)
+        self.cmd = Signal(8)
+        self.seq = Signal(8)
         self.length = Signal(16)
         self.rcrc = Signal(16)                  # CRC of the frame's bytes after the sync byte
-        self.err, self.status = _unnamed(8), _unnamed(8)
+        self.err = Signal(8)                    # the first error found
+        self.status = Signal(8)                 # the reply's
         self.index = Signal(16)                 # payload byte, received or sent
-        self.addr, self.count = _unnamed(32 if self.ext else 16), _unnamed(16)
+        self.addr = Signal(32 if self.ext else 16)
+        self.count = Signal(16)
         self.words = Signal(16)
         self.lane = Signal(range(widest))
         self.wbuf = Signal(widest * 8)
-        self.rem = _unnamed(range(2 * widest))
+        self.rem = Signal(range(2 * widest))
         self.it = Signal(range(16))
-        self.is_load, self.is_ext = _unnamed(), _unnamed()
-        self.is_readx, self.is_sumx = _unnamed(), _unnamed()
+        self.is_load = Signal()
+        self.is_ext = Signal()                  # WRITEX
+        self.is_readx = Signal()
+        self.is_sumx = Signal()
         self.wide = Signal()                    # a 32-bit address: WRITEX, READX, SUMX
         self.unit = Signal(range(widest + 1))   # bytes per word of the command's buffer
         self.head = Signal(3)                   # address bytes before the data
@@ -226,7 +225,8 @@ class _BridgeLogic:
         # silent == (timer == timeout), kept in a register beside the timer so that the state
         # machine does not decide on the timer's compare (the state machine's own paths were
         # the critical one of a ULX3S-85F build, 85.49 MHz: 11.7 ns, 7.99 routing).
-        self.timer, self.silent = _unnamed(range(self.timeout + 1)), _unnamed()
+        self.timer = Signal(range(self.timeout + 1))
+        self.silent = Signal()
         self.crc_in = crc16_step(self.rcrc, self.byte, self.p.CRC16_POLY)
         self.count_in = Cat(self.count[:8], self.byte)      # count, its high byte arriving
         self.reply_bytes = self.count_in * self.rows        # READ's reply length
@@ -234,9 +234,10 @@ class _BridgeLogic:
     def _reply_registers(self):
         """The registers of the reply ("Frames", device to host): ``reply_len``, ``tcrc``,
         ``kind``, and what STATUS and RUN report (``flags``, ``cyc``)."""
-        self.reply_len, self.tcrc = _unnamed(16), _unnamed(16)
+        self.reply_len = Signal(16)
+        self.tcrc = Signal(16)                  # CRC of the reply's bytes after the sync byte
         self.kind = Signal(range(7))            # reply payload source
-        self.flags = _unnamed(8)
+        self.flags = Signal(8)
         self.cyc = Signal(32)
 
     def decode_command(self):
@@ -268,7 +269,8 @@ class _BridgeLogic:
         critical one of a ULX3S-85F build, 62.7 MHz), and the address register drives the
         activation buffer's blocks, not the frame's counters."""
         accel = self.bridge.accel
-        self.stale, self.stale_d = _unnamed(), _unnamed()
+        self.stale = Signal()
+        self.stale_d = Signal()
         self.stale_d2 = Signal()
         self.act_word = Signal.like(accel.act_rdata)
         self.m.d.sync += [self.stale_d.eq(self.stale), self.stale_d2.eq(self.stale_d),
@@ -281,8 +283,8 @@ class _BridgeLogic:
 
         The accelerator's buffers are spread over the device: driven straight from the
         frame's state machine, their write was the critical path of a ULX3S-85F build (93.55
-        MHz: 10.69 ns, 8.07 of it routing). The activation buffer's read address is the same
-        register's (READ)."""
+        MHz: 10.69 ns, 8.07 of it routing). READ's read address is registered from ``addr``
+        beside the write address."""
         m, accel, rows, pbytes = self.m, self.bridge.accel, self.rows, self.pbytes
         self.word_done = Signal()
         self.shifted = shifted = Cat(self.wbuf[8:], self.byte)  # the word, this byte its last
@@ -300,7 +302,8 @@ class _BridgeLogic:
         """WRITEX's writes ("Commands", WRITEX): each word is handed to the external memory
         as its last byte arrives and held on ``ext.wr_*`` until the memory takes it."""
         m, ext, xbytes = self.m, self.bridge.ext, self.xbytes
-        xvalid, xaddr = _unnamed(), _unnamed(32)
+        xvalid = Signal()
+        xaddr = Signal(32)
         xdata = Signal(xbytes * 8)
         m.d.comb += [ext.wr_valid.eq(xvalid), ext.wr_addr.eq(xaddr), ext.wr_data.eq(xdata)]
         with m.If(ext.wr_ready):
@@ -315,7 +318,8 @@ class _BridgeLogic:
         is in ``xword``; ``ext_reading`` from the command until its word arrives), and SUMX's
         Fletcher sums of the words (``protocol.external_sums``), a word at a time."""
         m, bridge, ext = self.m, self.bridge, self.bridge.ext
-        self.xword, self.xhave = _unnamed(self.xbytes * 8), _unnamed()
+        self.xword = Signal(self.xbytes * 8)
+        self.xhave = Signal()
         self.xasked = xasked = Signal()
         m.d.comb += [ext.cmd_addr.eq(self.addr), ext.cmd_len.eq(1),
                      bridge.ext_reading.eq(ext.cmd_valid | xasked)]
@@ -323,7 +327,7 @@ class _BridgeLogic:
             m.d.sync += xasked.eq(1)
         with m.If(xasked & ext.rvalid):
             m.d.sync += [self.xword.eq(ext.rdata), self.xhave.eq(1), xasked.eq(0)]
-        self.sum_a = _unnamed(32)
+        self.sum_a = Signal(32)
         self.sum_b = Signal(32)
         self.next_a, self.next_b = self.sum_a, self.sum_b       # the sums with xword added
         for chunk in range(-(-self.xbytes // 4)):
