@@ -34,10 +34,13 @@ class TileEmitter:
     :func:`~.lower.lower` hands it each array layer (:meth:`layer`, :meth:`layer_parts`); the
     lowerings (:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call
     its methods, and read it only through its properties. ``split``: layers whose weights
-    are too many to stream whole run in groups of output channels (:mod:`.split`)."""
+    are too many to stream whole run in groups of output channels (:mod:`.split`). ``dry``:
+    the layers' memory images, parameters and checks without their tiles (no MATMUL or
+    POST is made: :attr:`dry`)."""
 
-    def __init__(self, graph: Graph, config: ArchConfig, split: bool = False):
-        self._graph, self._config, self._split = graph, config, split
+    def __init__(self, graph: Graph, config: ArchConfig, split: bool = False,
+                 dry: bool = False):
+        self._graph, self._config, self._split, self._dry = graph, config, split, dry
         self._param_layout = ParamLayout(config)
         self._layer_tiles: "list[LayerTiles]" = []
         self._tiles: "list[Tile]" = []         # of the layer being emitted
@@ -71,6 +74,14 @@ class TileEmitter:
     @property
     def rows(self) -> int:
         return self._config.rows
+
+    @property
+    def dry(self) -> bool:
+        """Whether the layers are emitted without their tiles: the weight and parameter
+        images, the activation tables, every check a layer's emission makes, and the layer
+        plans but for their ``tiles``, which is what decides whether a lowering fails
+        (``lower._lowered``); making a tile's MATMUL and POSTs checks nothing."""
+        return self._dry
 
     @property
     def wpack(self) -> int:
@@ -346,6 +357,8 @@ class TileEmitter:
             oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
         if spec.scatter is not None and 1 < ow <= cfg.acc_half:
             m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
+        if self._dry:
+            return tiling.nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
 
         def k_tile(n0: int, k_index: int, index: int, ky: int, kx: int, cb: int) -> tuple:
             """A K tile's MATMUL with the fields that no M tile changes (each M tile's is a
