@@ -559,3 +559,23 @@ def test_last_write_follows_the_feeders_walk_of_depthwise_rows():
                      vstride=vstride, vlast=vlast)
         assert last_write(instr, config) == written, (ow, vstride, vlast, count)
     assert last_write(dict(op=Op.MATMUL, count=5, acc_addr=62), config) == 66 % 64
+
+
+def test_parameter_words_are_kept_per_layout():
+    """The emitter's parameter words are packed once per layout and channels' values, for
+    every lowering after (emitter._PARAM_WORDS): the same word as packed anew, and another
+    for another array's columns."""
+    import importlib
+    from dataclasses import replace as changed
+
+    from hwonnx.hdl.layouts import ParamLayout
+    emitter = importlib.import_module("hwonnx.compiler.emitter")
+
+    values = ((5, -7), (1 << 20, 3), (9, 12))
+    for cols in (8, 4):
+        layout = ParamLayout(changed(ArchConfig(), cols=cols))
+        word = emitter._param_word(*values, layout)
+        assert word == emitter._param_word(*values, layout)
+        assert word == emitter._packed_param_word(*values, layout)
+        assert (layout, *values) in emitter._PARAM_WORDS
+    assert len({k[0] for k in emitter._PARAM_WORDS if k[1:] == values}) == 2

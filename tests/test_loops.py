@@ -197,3 +197,28 @@ def test_a_program_cannot_change_under_its_cached_expansion():
     dropped = replace(program, instructions=[i for i in program.instructions
                                              if i.op != Op.LOOP or i is not instr])
     assert len(dropped.expanded()) < len(first)
+
+
+def test_a_program_expands_its_nests_as_the_lowering_checked_them():
+    """The lowering keeps the expansion that compress checked each nest with on its LOOP
+    (program.looped_instructions); Program.expanded takes it where it holds, and expands
+    again where the architecture that the walker reads changed: the same instructions as a
+    program whose LOOPs carry nothing (a program read back from its folder)."""
+    from hwonnx.compiler.program import Instr
+
+    _, program = plan_model(MLPERF_TINY["kws_dscnn"](), config=BIG)
+    loops = [i for i in program.instructions if i.op == Op.LOOP]
+    assert loops and all("_walk" in i.__dict__ for i in loops)
+
+    def bare(p):
+        return replace(p, instructions=[Instr(i.fields, i.layer, i.looped)
+                                        for i in p.instructions])
+
+    assert program._expand() == bare(program)._expand()
+    for config in (replace(program.config, acc_depth=program.config.acc_depth // 2),
+                   replace(program.config, wgt_depth=program.config.wgt_depth // 2)):
+        other = replace(program, config=config)
+        assert other._expand() == bare(other)._expand()
+    halved = replace(program, config=replace(program.config,
+                                             acc_depth=program.config.acc_depth // 2))
+    assert halved._expand() != program._expand()     # (so the walk was not taken there)

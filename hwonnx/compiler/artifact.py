@@ -32,6 +32,7 @@ def save_program(program: Program, folder: Path) -> None:
     (folder / "arch.json").write_text(cfg.to_json() + "\n")
     images = {"prog": encode_program(program), **program.images}
     timing = program_timing(program)
+    spans = _spans(program, timing)         # (over every issued instruction: once)
     for name, words in images.items():
         write_hex(folder / f"{name}.hex", words, Accelerator.buffer_shape(cfg, name)[1])
     doc = {
@@ -47,11 +48,11 @@ def save_program(program: Program, folder: Path) -> None:
         "instructions": [{k: int(v) for k, v in i.fields.items()}
                          | {"layer": i.layer, "name": Op.NAMES[i.op], "predicted_dispatch": d,
                             "predicted_done": e}
-                         for i, (d, e) in zip(program.instructions, _spans(program, timing))],
+                         for i, (d, e) in zip(program.instructions, spans)],
         "predicted_cycles": timing.total,
     }
     (folder / "program.json").write_text(json.dumps(doc, indent=1))
-    (folder / "program.txt").write_text(listing(program, timing))
+    (folder / "program.txt").write_text(listing(program, timing, spans))
     np.savez(folder / "placements.npz",
              **{f"p{i}": p.logical for i, p in enumerate(program.placements.values())})
 
@@ -89,15 +90,17 @@ _SHOWN = {
 }
 
 
-def listing(program: Program, timing: Timing) -> str:
+def listing(program: Program, timing: Timing,
+            spans: "list[tuple[int, int]] | None" = None) -> str:
     """Human-readable program with the predicted dispatch and completion cycle of each
-    stored instruction (a LOOP: of its last tile)."""
+    stored instruction (a LOOP: of its last tile; ``spans``: those cycles, when the caller
+    has them from :func:`_spans`)."""
     issued = len(timing.dispatch)
     lines = [f"# {len(program.instructions)} instructions, {issued} issued with the tile "
              f"walker's, {timing.total} predicted cycles",
              "# index  dispatch  done  layer  instruction"]
-    for index, (instr, (dispatch, done)) in enumerate(zip(program.instructions,
-                                                          _spans(program, timing))):
+    spans = _spans(program, timing) if spans is None else spans
+    for index, (instr, (dispatch, done)) in enumerate(zip(program.instructions, spans)):
         layer = program.layers[instr.layer].name
         fields = " ".join(f"{k}={instr.get(k, 0)}" for k in _SHOWN[instr.op])
         lines.append(f"{index:6} {dispatch:9} {done:5}  {layer}  {Op.NAMES[instr.op]} "

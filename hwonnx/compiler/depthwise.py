@@ -132,6 +132,8 @@ def emit_depthwise(emitter, spec, folded: np.ndarray, target, lut: int
                     padded[t * stream.row + kx * dx, :nt] = spec.phys[channels, ky, kx,
                                                                       channels]
             tile_addr[n0, p] = emitter.weight_tile(padded)
+    if emitter.dry:                                     # the images, not the tiles
+        return -(-oh // stream.tile_rows), len(n_tiles), len(stream.passes), 1, 1
     first_of_layer = True
     tile_rows = stream.tile_rows
     for oy0 in range(0, oh, tile_rows):

@@ -19,7 +19,7 @@ from .layout import Placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .lowerings import LOWERINGS
 from .micro import MatMul, Post
-from .program import Instr, LayerPlan
+from .program import Instr, LayerPlan, looped_instructions
 from .specs import LayerSpec
 from .split import part_spec, part_target, weight_parts
 from .stream import StreamPlan, plan_streaming
@@ -34,10 +34,13 @@ class TileEmitter:
     :func:`~.lower.lower` hands it each array layer (:meth:`layer`, :meth:`layer_parts`); the
     lowerings (:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call
     its methods, and read it only through its properties. ``split``: layers whose weights
-    are too many to stream whole run in groups of output channels (:mod:`.split`)."""
+    are too many to stream whole run in groups of output channels (:mod:`.split`). ``dry``:
+    the layers' memory images, parameters and checks without their tiles (no MATMUL or
+    POST is made: :attr:`dry`)."""
 
-    def __init__(self, graph: Graph, config: ArchConfig, split: bool = False):
-        self._graph, self._config, self._split = graph, config, split
+    def __init__(self, graph: Graph, config: ArchConfig, split: bool = False,
+                 dry: bool = False):
+        self._graph, self._config, self._split, self._dry = graph, config, split, dry
         self._param_layout = ParamLayout(config)
         self._layer_tiles: "list[LayerTiles]" = []
         self._tiles: "list[Tile]" = []         # of the layer being emitted
@@ -71,6 +74,14 @@ class TileEmitter:
     @property
     def rows(self) -> int:
         return self._config.rows
+
+    @property
+    def dry(self) -> bool:
+        """Whether the layers are emitted without their tiles: the weight and parameter
+        images, the activation tables, every check a layer's emission makes, and the layer
+        plans but for their ``tiles``, which is what decides whether a lowering fails
+        (``lower._lowered``); making a tile's MATMUL and POSTs checks nothing."""
+        return self._dry
 
     @property
     def wpack(self) -> int:
@@ -346,6 +357,8 @@ class TileEmitter:
             oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
         if spec.scatter is not None and 1 < ow <= cfg.acc_half:
             m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
+        if self._dry:
+            return tiling.nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
 
         def k_tile(n0: int, k_index: int, index: int, ky: int, kx: int, cb: int) -> tuple:
             """A K tile's MATMUL with the fields that no M tile changes (each M tile's is a
@@ -446,10 +459,14 @@ class TileEmitter:
             if layer.records is not None:          # not on the array: stored as it is
                 program.extend(Instr(r.fields(), index) for r in layer.records)
             else:
-                looped = compress(layer, bank, self._config) if loops else None
-                fields = list(looped) if looped else [r.fields()
-                                                      for r in schedule(layer.tiles, bank)]
-                program.extend(Instr(f, index) for f in fields)
+                walked: list = []
+                looped = compress(layer, bank, self._config, walked) if loops else None
+                if looped:
+                    program.extend(looped_instructions(looped, index, walked[0],
+                                                       self._config))
+                else:
+                    program.extend(Instr(r.fields(), index)
+                                   for r in schedule(layer.tiles, bank))
                 bank = (bank + len(layer.tiles)) % 2
             program.extend(Instr(r.fields(), index) for r in (after or {}).get(index, []))
         program.append(Instr({"op": Op.END}, len(self._layer_tiles) - 1))
@@ -468,7 +485,27 @@ _TILE_CACHE = 1 << 16
 
 def _param_word(bias, mult, shift, layout) -> int:
     """One parameter word in the HDL's :class:`~hwonnx.hdl.layouts.ParamLayout` ``layout``;
-    unused channels hold (0, 0, 1)."""
+    unused channels hold (0, 0, 1). Kept for the next lowerings (:data:`_PARAM_WORDS`)."""
+    key = (layout, bias, mult, shift)
+    word = _PARAM_WORDS.get(key)
+    if word is None:
+        if len(_PARAM_WORDS) >= _PARAM_CACHE:
+            _PARAM_WORDS.clear()
+        word = _PARAM_WORDS[key] = _packed_param_word(bias, mult, shift, layout)
+    return word
+
+
+#: Parameter words packed so far, by layout (Amaranth layouts compare and hash by their
+#: structure) and channels' values: the lowerings of a sizing (``fitting``, a dozen for
+#: a large model with an external memory) store the same words again, and Amaranth's
+#: Layout.const takes about 1 ms a word (ResNet-18: 3,584 words, 4.5 s). Bounded to
+#: :data:`_PARAM_CACHE` words.
+_PARAM_WORDS: "dict[tuple, int]" = {}
+_PARAM_CACHE = 1 << 16
+
+
+def _packed_param_word(bias, mult, shift, layout) -> int:
+    """:func:`_param_word`, packed by ``layout``."""
     channels = [{"bias": int(bias[c]), "mult": int(mult[c]), "shift": int(shift[c])}
                 if c < len(bias) else {"bias": 0, "mult": 0, "shift": 1}
                 for c in range(layout.length)]

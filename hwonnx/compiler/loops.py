@@ -22,7 +22,7 @@ from ..isa import FIELDS, LOOP_FIELDS, Op
 from .micro import LoadW, MatMul, Post
 
 __all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized",
-           "post_counts"]
+           "post_counts", "walk_key"]
 
 
 @dataclass
@@ -171,10 +171,11 @@ def post_counts(setpost: dict, loop: dict) -> "set[int]":
     return {loop["post_count_last"]} | ({setpost["count"]} if loop["m_count"] > 1 else set())
 
 
-def compress(layer: LayerTiles, bank: int, config: ArchConfig
+def compress(layer: LayerTiles, bank: int, config: ArchConfig, walked: "list | None" = None
              ) -> "tuple[dict, dict, dict] | None":
     """``(SETMM, SETPOST, LOOP)`` of a layer whose tiles form its nest, or None when the
-    walker cannot regenerate them (checked by expanding the result)."""
+    walker cannot regenerate them (checked by expanding the result); ``walked`` (a list)
+    gets that expansion (:func:`expand`'s micro-instructions) when it is the result's."""
     tiles = layer.tiles
     if layer.nest is None or not tiles:
         return None
@@ -227,6 +228,14 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig
     expected = _rows([record.fields() for record in schedule(tiles, bank)])
     if not _in_range(expected):
         return None        # stays explicit, where encoding names the field that overflows
-    if _rows(expand(setmm, setpost, loop, config)) != expected:
+    walk = expand(setmm, setpost, loop, config)
+    if _rows(walk) != expected:
         return None
+    if walked is not None:
+        walked.append(walk)
     return setmm, setpost, loop
+
+
+def walk_key(config: ArchConfig, wpack: int) -> tuple:
+    """What :func:`expand` reads of ``config`` for a nest of weight packing ``wpack``."""
+    return config.acc_half, config.rows, tile_words(config, wpack)
