@@ -47,7 +47,7 @@ class WideFetch(wiring.Component):
     instr : ``Out(instr_stream())``: the instruction on offer (valid while ``running``);
         taken with ``ready``.
     op_is : ``Out(OP_FLAGS)``: its op decoded (:func:`~hwonnx.hdl.layouts.op_flags`), kept in
-        the queue beside it (decoded as the word is written into the queue).
+        registers beside the queue (decoded as the word is written into it).
     prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port.
     """
 
@@ -63,8 +63,7 @@ class WideFetch(wiring.Component):
         m = Module()
         cfg = self._config
         page = cfg.prog_page
-        width = InstrLayout().size
-        queue = SyncFIFO(width=width + OP_FLAGS, depth=FETCH_QUEUE)
+        queue = SyncFIFO(width=InstrLayout().size, depth=FETCH_QUEUE)
         m.submodules.queue = ResetInserter(self.start)(queue)
         ptr = Signal(range(cfg.prog_depth))     # the next instruction to read
         arriving = Signal()                     # the read of the cycle before: on the port
@@ -76,17 +75,32 @@ class WideFetch(wiring.Component):
                         queue.level + arriving < FETCH_QUEUE)),
             self.prog.addr.eq(Mux(self.start, 0, ptr)),
             self.prog.en.eq(1),
-            queue.w_data.eq(Cat(self.prog.data.as_value(), op_flags(self.prog.data.op))),
-            queue.w_en.eq(arriving),
-            self.instr.payload.eq(queue.r_data[:width]), self.op_is.eq(queue.r_data[width:]),
+            queue.w_data.eq(self.prog.data.as_value()), queue.w_en.eq(arriving),
+            self.instr.payload.eq(queue.r_data),
             queue.r_en.eq(self.instr.valid & self.instr.ready),
-            self.instr.valid.eq(queue.r_rdy & self.running),
         ]
+        # The queue's ops decoded, in registers beside it, the head's in ``flags[0]`` (a pop
+        # shifts them, a word arriving is decoded into the entry after the last), and
+        # ``queue.r_rdy`` in a register of its own (``nonempty``): the offer's ``op_is`` and
+        # ``valid`` come from flip-flops, not through the queue's read multiplexer (the read
+        # pointer -> head op -> the dispatcher's accept was the 89.45 MHz ULX3S-85F build's
+        # critical path).
+        flags = [Signal(OP_FLAGS, name=f"queued_{i}_op_is") for i in range(FETCH_QUEUE)]
+        nonempty = Signal()
+        push, pop = Signal(), Signal()
+        m.d.comb += [push.eq(arriving & queue.w_rdy), pop.eq(queue.r_en & queue.r_rdy),
+                     self.op_is.eq(flags[0]), self.instr.valid.eq(nonempty & self.running)]
+        for i, entry in enumerate(flags):
+            with m.If(push & (queue.level - pop == i)):
+                m.d.sync += entry.eq(op_flags(self.prog.data.op))
+            with m.Elif(pop):
+                m.d.sync += entry.eq(flags[i + 1] if i + 1 < len(flags) else 0)
+        m.d.sync += nonempty.eq(push | Mux(pop, queue.level >= 2, nonempty))
         # FETCH_LATENCY: the read in one cycle (at start, of instruction 0), the capture in
         # the next; it is on offer in the one after.
         with m.If(self.start):
             m.d.sync += [ptr.eq(0 if page else 1), arriving.eq(not page),
-                         waiting.eq(bool(page))]
+                         waiting.eq(bool(page)), nonempty.eq(0)]
         with m.Else():
             m.d.sync += arriving.eq(read)
             with m.If(read):
