@@ -195,8 +195,9 @@ def _parse_nextpnr(log_text: str) -> dict:
 def critical_path(log_text: str, clock: str) -> "dict | None":
     """The critical path nextpnr reports for ``clock`` (its last report: after routing): its
     delay and the routing's share in ns, the first source and the last sink (cell pins) and
-    the HDL lines (``hdl/post.py:174``, in path order) its cells were made from; None without
-    one."""
+    the HDL lines (``hdl/post.py:174``, in path order) its cells were made from, and each net
+    it routes through with its delay (``nets``: where the routing goes, when the cells carry
+    no HDL line); None without one."""
     found = None
     for name, body, logic, routing in re.findall(
             r"Info: Critical path report for clock '([^']+)'[^\n]*\n(.*?)"
@@ -211,8 +212,11 @@ def critical_path(log_text: str, clock: str) -> "dict | None":
     for where in re.findall(r"Info:\s+\S*?/((?:hdl|boards)/\w+\.py:\d+)", body):
         if where not in lines:
             lines.append(where)
+    nets = [{"net": net, "ns": float(ns)}
+            for ns, net in re.findall(r"routing\s+([\d.]+)\s+[\d.]+ Net (\S+)", body)]
     return {"ns": round(logic + routing, 2), "routing_ns": routing,
-            "from": ends[0] if ends else "", "to": ends[-1] if ends else "", "hdl": lines}
+            "from": ends[0] if ends else "", "to": ends[-1] if ends else "", "hdl": lines,
+            "nets": nets}
 
 
 #: The steps of the build script, by the environment variable naming their tool.

@@ -194,6 +194,8 @@ def test_the_bitstream_report_names_the_critical_path():
     assert parsed["critical_path"] == {
         "ns": 12.31, "routing_ns": 7.03, "from": "system.accel.post.par_TRELLIS_FF_Q_130.Q",
         "to": "system.accel.post.rounded_1_TRELLIS_FF_Q_63.DI",
-        "hdl": ["hdl/post.py:170", "hdl/post.py:174"]}
+        "hdl": ["hdl/post.py:170", "hdl/post.py:174"],
+        "nets": [{"net": "system.accel.post.par[136]", "ns": 0.94},
+                 {"net": "system.accel.post.rounded_1_CCU2C_S1_COUT", "ns": 10.4}]}
     assert critical_path(_TIM, "other.clk") is None
     assert _parse_nextpnr("")["critical_path"] is None
