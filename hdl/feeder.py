@@ -133,8 +133,12 @@ class Feeder(wiring.Component):
         phase = Signal(8)                    # ox mod vstride (depthwise streaming)
         # ``remaining == 1`` and ``ox == ow - 1`` in registers of their own, set as the counters
         # step, so that no compare of a counter steers ``start`` (the enable of ``cur``) or
-        # the address registers' multiplexers.
+        # the address registers' multiplexers; the compares themselves in the compact
+        # datapath (the UP5K has no logic cell to spare: the registers' compares cost more).
         one_left, row_end = Signal(), Signal()
+        tracked = not cfg.compact
+        if not tracked:
+            m.d.comb += [one_left.eq(remaining == 1), row_end.eq(ox == cur.ow - 1)]
         last = Signal()
         keep = Signal()                      # this word's sums are written
         m.d.comb += [last.eq(running & one_left),
@@ -159,10 +163,13 @@ class Feeder(wiring.Component):
                 row_addr.eq(pend.act_row),
                 ox.eq(pend.ox0), ix.eq(pend.ix0), iy.eq(pend.iy0),
                 acc_addr.eq(pend.acc_addr), phase.eq(0),
-                one_left.eq(pend.count == 1), row_end.eq(pend.ox0 + 1 == pend.ow),
             ]
+            if tracked:
+                m.d.sync += [one_left.eq(pend.count == 1), row_end.eq(pend.ox0 + 1 == pend.ow)]
         with m.Elif(running):
-            m.d.sync += [remaining.eq(remaining - 1), one_left.eq(remaining == 2)]
+            m.d.sync += remaining.eq(remaining - 1)
+            if tracked:
+                m.d.sync += one_left.eq(remaining == 2)
             with m.If(keep):
                 m.d.sync += acc_addr.eq(acc_addr + 1)
             with m.If(last):
@@ -171,12 +178,14 @@ class Feeder(wiring.Component):
                 m.d.sync += [
                     ox.eq(0), ix.eq(cur.ixr), iy.eq(iy + cur.sy), phase.eq(0),
                     row_addr.eq(row_addr + cur.step_y), addr.eq(row_addr + cur.step_y),
-                    row_end.eq(cur.ow == 1),
                 ]
+                if tracked:
+                    m.d.sync += row_end.eq(cur.ow == 1)
             with m.Else():
                 m.d.sync += [ox.eq(ox + 1), ix.eq(ix + cur.sx), addr.eq(addr + cur.step_x),
-                             row_end.eq(ox + 2 == cur.ow),
                              phase.eq(Mux(phase == cur.vstride - 1, 0, phase + 1))]
+                if tracked:
+                    m.d.sync += row_end.eq(ox + 2 == cur.ow)
 
         inside = Signal()
         m.d.comb += [

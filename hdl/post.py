@@ -258,9 +258,13 @@ class PostProcessor(wiring.Component):
         # ``idle`` (no step running, no stage holding a word) in a register, set from what the
         # stages hold now: they shift, ``valids[0]`` taking ``active``; so it is the
         # dispatcher's status from a flip-flop (the OR over the stages sat in its accept).
-        idle = Signal(init=1)
-        m.d.sync += idle.eq(~take & ~active & ~Cat(*valids[:-1]).any())
-        m.d.comb += self.idle.eq(idle)
+        # In the compact datapath the OR itself (the UP5K has no logic cell to spare).
+        if cfg.compact:
+            m.d.comb += self.idle.eq(~active & ~Cat(*valids).any())
+        else:
+            idle = Signal(init=1)
+            m.d.sync += idle.eq(~take & ~active & ~Cat(*valids[:-1]).any())
+            m.d.comb += self.idle.eq(idle)
         return m
 
     @staticmethod
