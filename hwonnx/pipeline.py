@@ -289,11 +289,11 @@ def build_request(model, out_dir, *, board: str = "sim", calib=None,
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)
     if clock_hz is not None:
+        own_hz, target = target.clock_hz, at_clock(target, clock_hz)
         if ext_memory is not None:
             raise UsageError(f"--clock with --ext-memory {ext_memory}: the memory's timing "
                              f"(hwonnx/memories.py) is reckoned in cycles of the board's own "
-                             f"{target.clock_hz / 1e6:g} MHz clock; build without one of them")
-        target = at_clock(target, clock_hz)
+                             f"{own_hz / 1e6:g} MHz clock; build without one of them")
         log(f"Clock: {target.clock_hz / 1e6:g} MHz from the {board} PLL")
     check_method(calibrate)
     # The board's default depths are sized to the model; a config given whole is kept.
