@@ -9,37 +9,32 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..isa import Op, encode, ext_words_per_instruction
-from .eltwise import EltwiseEngine
-from .layouts import OP_FLAGS, InstrLayout, LoadxLayout, instr_stream
+from .layouts import DecodedLayout, InstrLayout, instr_stream
 
 __all__ = ["Dispatcher", "ACCEPT_RULES"]
 
 
-def _loadx(s):
-    return LoadxLayout()(s.instr.as_value()[:LoadxLayout().size])
-
-
 #: When the dispatcher takes the instruction on offer, by opcode: the engine stream it goes
 #: out on (``None``: the dispatcher keeps it) and what must hold besides that engine's
-#: ``ready``. ``s`` is the status the rules read: ``instr`` (the instruction on offer),
+#: ``ready``. ``s`` is the status the rules read: ``decoded`` (the instruction on offer decoded,
+#: :class:`~hwonnx.hdl.layouts.DecodedLayout`),
 #: ``bank_free``, ``drained`` (the feeder's), ``loader_idle``, ``eltw_idle``, ``post_idle``
 #: (the post-processor idle with no POST waiting in the slot) and ``all_idle`` (every engine,
 #: the DMA engine too).
 ACCEPT_RULES = {
     # the array side of the bank it writes is free (no MATMUL still reads it)
-    Op.LOADW: ("loadw", lambda s: s.bank_free.bit_select(s.instr.bank, 1)),
+    Op.LOADW: ("loadw", lambda s: Mux(s.decoded.bank, s.bank_free[1], s.bank_free[0])),
     Op.MATMUL: ("matmul", lambda s: 1),
     # into the one-entry POST slot (below), once the POST before has finished, so that no
     # MATMUL after it can reach that POST's accumulator half early
     Op.POST: (None, lambda s: s.post_idle & s.eltw_idle),
     # the feeder drained (they share the activation read port and the accumulators); with
     # ``wait``, the POSTs before it done
-    Op.ELTW: ("eltw", lambda s: s.drained
-              & (~s.instr.as_value()[EltwiseEngine.WAIT_BIT] | s.post_idle)),
+    Op.ELTW: ("eltw", lambda s: s.drained & (~s.decoded.wait | s.post_idle)),
     Op.END: (None, lambda s: s.all_idle),
     # a fence: the words of the LOADX before are in; with parameters, once the POSTs have
     # read theirs
-    Op.LOADX: ("dma", lambda s: s.loader_idle & (s.post_idle | (_loadx(s).par_count == 0))),
+    Op.LOADX: ("dma", lambda s: s.loader_idle & (s.post_idle | s.decoded.no_params)),
     Op.LOADP: ("dma", lambda s: 1),
     # a transfer once the engines before it are done with its staging buffer: a LOADA's
     # readers, a STOREA's writer
@@ -61,8 +56,8 @@ class Dispatcher(wiring.Component):
     -------
     instr : ``In(instr_stream())``: the instruction on offer (the tile walker's or the
         stored one); ``ready`` when it is taken.
-    op_is : ``In(OP_FLAGS)``: its op decoded (:func:`~hwonnx.hdl.layouts.op_flags`), from
-        registers beside the instruction: the rules read these, not ``instr.op``.
+    decoded : ``In(DecodedLayout())``: it decoded (:func:`~hwonnx.hdl.layouts.decoded`), from
+        registers beside the instruction: the rules read these, not ``instr``'s fields.
     loadw, matmul, post, eltw : ``Out(instr_stream())``: into the weight loader, the feeder,
         the post-processor and the element-wise engine. With an external memory also
         ``dma`` (a paged program also takes ``boot``: in that cycle the DMA engine gets the
@@ -75,7 +70,7 @@ class Dispatcher(wiring.Component):
 
     def __init__(self, config: ArchConfig):
         self._config = config
-        members = {"instr": In(instr_stream()), "op_is": In(OP_FLAGS),
+        members = {"instr": In(instr_stream()), "decoded": In(DecodedLayout()),
                    "loadw": Out(instr_stream()),
                    "matmul": Out(instr_stream()), "post": Out(instr_stream()),
                    "eltw": Out(instr_stream()), "bank_free": In(2), "drained": In(1),
@@ -103,7 +98,7 @@ class Dispatcher(wiring.Component):
         post = self.post
         dma_idle = self.dma_idle if has_dma else Const(1)
         status = SimpleNamespace(
-            instr=instr, bank_free=self.bank_free, drained=self.drained,
+            decoded=self.decoded, bank_free=self.bank_free, drained=self.drained,
             loader_idle=self.loadw.ready, eltw_idle=self.eltw.ready, post_idle=self.post_idle,
             all_idle=self.loadw.ready & self.drained & self.post_idle & self.eltw.ready
             & dma_idle)
@@ -113,7 +108,7 @@ class Dispatcher(wiring.Component):
         # rule holds; the offer is taken when that engine is ready too, or when the rule of an
         # instruction the dispatcher keeps holds.
         def holds(op, rule):
-            return self.op_is[op] & rule(status)
+            return self.decoded.op[op] & rule(status)
 
         taken = []
         for name, stream in engines.items():
@@ -136,7 +131,7 @@ class Dispatcher(wiring.Component):
         start_now, start_pending = Signal(), Signal()
         target = Signal(16)
         m.d.comb += [
-            taken_post.eq(self.instr.valid & self.instr.ready & self.op_is[Op.POST]),
+            taken_post.eq(self.instr.valid & self.instr.ready & self.decoded.op[Op.POST]),
             start_now.eq(taken_post & (self.mm_completed == self.mm_accepted)),
             start_pending.eq(pend_valid & (self.mm_completed == target)),
             post.valid.eq(start_now | start_pending),

@@ -51,9 +51,6 @@ class EltwiseEngine(wiring.Component):
         all equal, each from a register of its own (``hdl/fanout.py``).
     """
 
-    #: Bit of the instruction word holding ELTW's ``wait`` (the dispatcher reads it).
-    WAIT_BIT = EltwLayout()["wait"].offset
-
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({

@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .layouts import OP_FLAGS, InstrLayout, buffer_read, instr_stream, op_flags
+from .layouts import DecodedLayout, InstrLayout, buffer_read, decoded, instr_stream
 
 __all__ = ["WideFetch", "NarrowFetch", "FETCH_LATENCY", "FETCH_QUEUE"]
 
@@ -46,8 +46,8 @@ class WideFetch(wiring.Component):
     start, running, fresh : ``In(1)``.
     instr : ``Out(instr_stream())``: the instruction on offer (valid while ``running``);
         taken with ``ready``.
-    op_is : ``Out(OP_FLAGS)``: its op decoded (:func:`~hwonnx.hdl.layouts.op_flags`), kept in
-        registers beside the queue (decoded as the word is written into it).
+    decoded : ``Out(DecodedLayout())``: it decoded (:func:`~hwonnx.hdl.layouts.decoded`), kept
+        in registers beside the queue (decoded as the word is written into it).
     prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port.
     """
 
@@ -55,7 +55,7 @@ class WideFetch(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1), "running": In(1), "fresh": In(1),
-            "instr": Out(instr_stream()), "op_is": Out(OP_FLAGS),
+            "instr": Out(instr_stream()), "decoded": Out(DecodedLayout()),
             "prog": Out(buffer_read(config.prog_depth, InstrLayout())),
         })
 
@@ -79,20 +79,20 @@ class WideFetch(wiring.Component):
             self.instr.payload.eq(queue.r_data),
             queue.r_en.eq(self.instr.valid & self.instr.ready),
         ]
-        # The queue's ops decoded, in registers beside it, the head's in ``flags[0]`` (a pop
+        # The queue's words decoded, in registers beside it, the head's in ``flags[0]`` (a pop
         # shifts them, a word arriving is decoded into the entry after the last), and
-        # ``queue.r_rdy`` in a register of its own (``nonempty``): the offer's ``op_is`` and
+        # ``queue.r_rdy`` in a register of its own (``nonempty``): the offer's ``decoded`` and
         # ``valid`` come from flip-flops, not through the queue's read multiplexer (the read
         # pointer -> head op -> the dispatcher's accept was the 89.45 MHz ULX3S-85F build's
         # critical path).
-        flags = [Signal(OP_FLAGS, name=f"queued_{i}_op_is") for i in range(FETCH_QUEUE)]
+        flags = [Signal(DecodedLayout(), name=f"queued_{i}_decoded") for i in range(FETCH_QUEUE)]
         nonempty = Signal()
         push, pop = Signal(), Signal()
         m.d.comb += [push.eq(arriving & queue.w_rdy), pop.eq(queue.r_en & queue.r_rdy),
-                     self.op_is.eq(flags[0]), self.instr.valid.eq(nonempty & self.running)]
+                     self.decoded.eq(flags[0]), self.instr.valid.eq(nonempty & self.running)]
         for i, entry in enumerate(flags):
             with m.If(push & (queue.level - pop == i)):
-                m.d.sync += entry.eq(op_flags(self.prog.data.op))
+                m.d.sync += entry.eq(decoded(self.prog.data))
             with m.Elif(pop):
                 m.d.sync += entry.eq(flags[i + 1] if i + 1 < len(flags) else 0)
         m.d.sync += nonempty.eq(push | Mux(pop, queue.level >= 2, nonempty))
@@ -127,7 +127,7 @@ class NarrowFetch(wiring.Component):
         port otherwise).
     fire : ``In(1)``: the dispatcher takes ``instr`` in this cycle.
     instr : ``Out(InstrLayout())``. valid : ``Out(1)``.
-    op_is : ``Out(OP_FLAGS)``: ``instr``'s op decoded (from the register: the boards with a
+    decoded : ``Out(DecodedLayout())``: ``instr`` decoded (from the register: the boards with a
         narrow program memory are small and slow).
     mem_addr, mem_en : ``Out``; mem_data : ``In(prog_width)``: the memory's read port (one
         cycle latency).
@@ -139,7 +139,7 @@ class NarrowFetch(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1), "running": In(1), "fire": In(1),
-            "instr": Out(InstrLayout()), "valid": Out(1), "op_is": Out(OP_FLAGS),
+            "instr": Out(InstrLayout()), "valid": Out(1), "decoded": Out(DecodedLayout()),
             "mem_addr": Out(range(config.prog_words)), "mem_en": Out(1),
             "mem_data": In(config.prog_width),
         })
@@ -158,7 +158,7 @@ class NarrowFetch(wiring.Component):
             request.eq(self.running & (~self.valid | self.fire) & (requested != words)),
             self.mem_addr.eq(ptr), self.mem_en.eq(request),
             self.instr.eq(buffer[:len(self.instr.as_value())]),
-            self.op_is.eq(op_flags(self.instr.op)),
+            self.decoded.eq(decoded(self.instr)),
         ]
         m.d.sync += arriving.eq(request)
         with m.If(request):

@@ -7,8 +7,8 @@ from amaranth.utils import ceil_log2
 from ..isa import ACTX_FIELDS, ELTW_FIELDS, FIELDS, LOADX_FIELDS, LOOP_FIELDS, PARAM_BITS, Op
 from ..config import ArchConfig
 
-__all__ = ["InstrLayout", "instr_stream", "op_flags", "OP_FLAGS", "buffer_read", "LoopLayout",
-           "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout", "PARAM_BITS"]
+__all__ = ["InstrLayout", "instr_stream", "DecodedLayout", "decoded", "buffer_read",
+           "LoopLayout", "EltwLayout", "LoadxLayout", "ActxLayout", "ParamLayout", "PARAM_BITS"]
 
 
 def _members(fields) -> dict:
@@ -32,18 +32,31 @@ def instr_stream() -> stream.Signature:
     return stream.Signature(InstrLayout())
 
 
-#: The width of :func:`op_flags`: one bit per op code.
-OP_FLAGS = len(Op)
+class DecodedLayout(data.StructLayout):
+    """What the dispatcher's accept rules read of an instruction (``hdl/dispatch.py``), decoded
+    by :func:`decoded` where the tile walker or the fetch unit writes the instruction and kept
+    in registers beside it, so that the dispatcher's decision starts from flip-flops, not from
+    compares behind the offer's multiplexers (the 92 MHz ULX3S-85F build's critical path ran
+    walker count -> offer mux -> op compare -> accept -> count; the 82 MHz one fetch queue
+    read pointer -> the head's bank, wait and parameter count -> accept -> post-processor).
+
+    ``op``: one bit per op code (bit ``i`` for :class:`hwonnx.isa.Op` ``i``); ``bank``: a
+    LOADW's weight bank; ``wait``: an ELTW's ``wait``; ``no_params``: a LOADX with
+    ``par_count == 0``. Each of the last three is 0 for every other op."""
+
+    def __init__(self):
+        super().__init__({"op": unsigned(len(Op)), "bank": unsigned(1), "wait": unsigned(1),
+                          "no_params": unsigned(1)})
 
 
-def op_flags(op):
-    """An instruction's ``op`` field decoded, bit ``i`` high for op code ``i``
-    (:class:`hwonnx.isa.Op`). The tile walker and the fetch unit decode each instruction where
-    they write it and keep the flags in registers beside it, so that the dispatcher's
-    decision starts from registers, not from a compare behind the offer's multiplexers (the
-    92 MHz ULX3S-85F build's critical path ran walker count -> offer mux -> op compare ->
-    accept -> count)."""
-    return Cat(op == code for code in Op)
+def decoded(instr):
+    """The :class:`DecodedLayout` value of ``instr`` (an :class:`InstrLayout` view)."""
+    word = instr.as_value()
+    is_op = [instr.op == code for code in Op]
+    eltw, loadx = EltwLayout(), LoadxLayout()
+    return Cat(*is_op, is_op[Op.LOADW] & instr.bank,
+               is_op[Op.ELTW] & eltw(word[:eltw.size]).wait,
+               is_op[Op.LOADX] & (loadx(word[:loadx.size]).par_count == 0))
 
 
 def buffer_read(depth: int, shape) -> wiring.Signature:

@@ -139,9 +139,12 @@ class PostProcessor(wiring.Component):
         fields = ("zp", "lo", "hi", "rne") + (("lut",) if cfg.lut_tables else ())
         copies = held(m, instr, fields, self.idle, 1 if cfg.compact else cols, "lane")
         own = [copies[c % len(copies)] for c in range(cols)]
+        # ``take`` needs ``idle``, which implies ``~active``: the counters step under
+        # ``active`` alone, not under ``~take`` (the 82 MHz ULX3S-85F build's critical path
+        # ended in ``word`` through ``take``).
         with m.If(take):
             m.d.sync += active.eq(1)
-        with m.Elif(active):
+        with m.If(active):
             with m.If(last):
                 m.d.sync += [word.eq(0), acc_addr.eq(acc_addr + 1), remaining.eq(remaining - 1),
                              pix_addr.eq(pix_addr + cur.out_stride), last.eq(cur.nw == 1)]

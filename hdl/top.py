@@ -235,9 +235,9 @@ class Accelerator(wiring.Component):
         fetched_fire = Signal()       # the dispatcher takes the stored instruction
         fresh, boot = self._paging(m, dma)
         if cfg.runtime_program:
-            stored, stored_valid, stored_op_is = self._narrow_fetch(m, running, fetched_fire)
+            stored, stored_valid, stored_decoded = self._narrow_fetch(m, running, fetched_fire)
         else:
-            stored, stored_valid, stored_op_is = self._wide_fetch(m, prog, running,
+            stored, stored_valid, stored_decoded = self._wide_fetch(m, prog, running,
                                                                   fetched_fire, fresh)
         m.submodules.dispatcher = disp = Dispatcher(cfg)
         offer = disp.instr
@@ -250,7 +250,8 @@ class Accelerator(wiring.Component):
                 offer.payload.eq(Mux(walking, walker.instr.payload.as_value(),
                                      stored.as_value())),
                 offer.valid.eq(walking | stored_valid),
-                disp.op_is.eq(Mux(walking, walker.op_is, stored_op_is)),
+                disp.decoded.eq(Mux(walking, walker.decoded.as_value(),
+                                        stored_decoded.as_value())),
                 walker.instr.ready.eq(offer.ready),
                 fetched_fire.eq(fire & ~walking),
                 walker.start.eq(self.host.start), walker.load.eq(fetched_fire),
@@ -258,7 +259,7 @@ class Accelerator(wiring.Component):
             ]
         else:
             m.d.comb += [offer.payload.eq(stored), offer.valid.eq(stored_valid),
-                         disp.op_is.eq(stored_op_is), fetched_fire.eq(fire)]
+                         disp.decoded.eq(stored_decoded), fetched_fire.eq(fire)]
         wiring.connect(m, disp.loadw, loader.instr)
         wiring.connect(m, disp.matmul, feeder.instr)
         wiring.connect(m, disp.post, post.instr)
@@ -278,7 +279,7 @@ class Accelerator(wiring.Component):
             m.d.sync += [running.eq(1), self.host.done.eq(0), self.host.cycles.eq(0)]
         with m.Elif(running):
             m.d.sync += self.host.cycles.eq(self.host.cycles + 1)
-            with m.If(fetched_fire & disp.op_is[Op.END]):
+            with m.If(fetched_fire & disp.decoded.op[Op.END]):
                 m.d.sync += [running.eq(0), self.host.done.eq(1)]
         m.d.comb += self.host.busy.eq(running)
 
@@ -347,12 +348,12 @@ class Accelerator(wiring.Component):
 
     def _wide_fetch(self, m, prog, running, fire, fresh):
         """The fetch unit over a program memory of whole instructions (``hdl/fetch.py``):
-        returns the instruction on offer, its valid and its decoded op."""
+        returns the instruction on offer, its valid and it decoded."""
         m.submodules.fetch = fetch = WideFetch(self.config)
         wiring.connect(m, fetch.prog, prog.read_port())
         m.d.comb += [fetch.start.eq(self.host.start), fetch.running.eq(running),
                      fetch.fresh.eq(fresh), fetch.instr.ready.eq(fire)]
-        return fetch.instr.payload, fetch.instr.valid, fetch.op_is
+        return fetch.instr.payload, fetch.instr.valid, fetch.decoded
 
     def _eltwise(self, m):
         """The element-wise engine, or without ``ArchConfig.eltwise`` an idle stand-in whose
@@ -373,4 +374,4 @@ class Accelerator(wiring.Component):
                      ram.re.eq(fetch.mem_en), fetch.mem_data.eq(ram.rdata),
                      fetch.start.eq(self.host.start), fetch.running.eq(running),
                      fetch.fire.eq(fire)]
-        return fetch.instr, fetch.valid & running, fetch.op_is
+        return fetch.instr, fetch.valid & running, fetch.decoded

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import Op, instruction_width
 from ..config import ArchConfig
-from .layouts import OP_FLAGS, InstrLayout, LoopLayout, instr_stream, op_flags
+from .layouts import DecodedLayout, InstrLayout, LoopLayout, decoded, instr_stream
 from .loader import WEIGHT_PACKINGS, tile_words
 
 __all__ = ["TileWalker"]
@@ -50,15 +50,16 @@ class TileWalker(wiring.Component):
     word, word_valid : ``In(instruction width)``, ``In(1)``: the stored instruction on offer
         (SETMM and SETPOST are taken as templates while it is valid and no walk runs).
     instr : ``Out(instr_stream())``: ``valid`` while a walk has micro-instructions to issue.
-    op_is : ``Out(OP_FLAGS)``: the op on offer decoded (:func:`~hwonnx.hdl.layouts.op_flags`),
-        and ``valid``, both from registers (the dispatcher's decision starts from them).
+    decoded : ``Out(DecodedLayout())``: the instruction on offer decoded
+        (:func:`~hwonnx.hdl.layouts.decoded`), and ``valid``, both from registers (the
+        dispatcher's decision starts from them).
     """
 
     def __init__(self, config: ArchConfig):
         self._config = config
         super().__init__({"start": In(1), "load": In(1), "word": In(instruction_width()),
                           "word_valid": In(1),
-                          "instr": Out(instr_stream()), "op_is": Out(OP_FLAGS)})
+                          "instr": Out(instr_stream()), "decoded": Out(DecodedLayout())})
 
     def elaborate(self, platform):
         m = Module()
@@ -74,10 +75,10 @@ class TileWalker(wiring.Component):
         # the stored instruction on offer in every cycle, so the dispatcher's decision
         # (``load``, ``ready``) drives only flags and pointers, never the enables of the
         # walker's wide registers (its fan-out held the 69-92 MHz board builds).
-        # Each entry's op decoded beside it (``flags``), and ``count != 0`` in a register of
-        # its own (``nonempty``): the offer's ``valid`` and ``op_is``.
+        # Each entry decoded beside it (``flags``), and ``count != 0`` in a register of its
+        # own (``nonempty``): the offer's ``valid`` and ``decoded``.
         entries = [Signal(InstrLayout(), name=f"entry_{i}") for i in range(2)]
-        flags = [Signal(OP_FLAGS, name=f"entry_{i}_op_is") for i in range(2)]
+        flags = [Signal(DecodedLayout(), name=f"entry_{i}_decoded") for i in range(2)]
         wr_ptr, rd_ptr = Signal(), Signal()
         count = Signal(range(3))
         nonempty = Signal()
@@ -87,7 +88,7 @@ class TileWalker(wiring.Component):
                      self.instr.valid.eq(nonempty),
                      self.instr.payload.eq(Mux(rd_ptr, entries[1].as_value(),
                                                entries[0].as_value())),
-                     self.op_is.eq(Mux(rd_ptr, flags[1], flags[0]))]
+                     self.decoded.eq(Mux(rd_ptr, flags[1].as_value(), flags[0].as_value()))]
         with m.If(idle & self.word_valid & (word.op == Op.SETMM)):
             m.d.sync += mm_t.eq(word)
         with m.If(idle & self.word_valid & (word.op == Op.SETPOST)):
@@ -118,7 +119,7 @@ class TileWalker(wiring.Component):
             first = entries[0]
             m.d.sync += [
                 first.eq(0), first.op.eq(Op.LOADW), first.bank.eq(new.bank),
-                flags[0].eq(op_flags(Op.LOADW)),
+                flags[0].eq(0), flags[0].op.eq(1 << Op.LOADW), flags[0].bank.eq(new.bank),
                 first.wgt_addr.eq(mm_t.wgt_addr), first.wpack.eq(mm_t.wpack),
                 wr_ptr.eq(1), rd_ptr.eq(0), lp.eq(new),
                 phase.eq(Mux(single_new, _Phase.MATMUL, _Phase.LOAD1)),
@@ -188,7 +189,7 @@ class TileWalker(wiring.Component):
         with m.If(write):
             for i, entry in enumerate(entries):
                 with m.If(wr_ptr == i):
-                    m.d.sync += [entry.eq(out), flags[i].eq(op_flags(out.op))]
+                    m.d.sync += [entry.eq(out), flags[i].eq(decoded(out))]
             m.d.sync += wr_ptr.eq(~wr_ptr)
             with m.Switch(phase):
                 with m.Case(_Phase.LOAD1):

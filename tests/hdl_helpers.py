@@ -8,7 +8,7 @@ are therefore exact and shared by the stimulus and the checks.
 
 from amaranth.sim import Simulator
 
-from hwonnx.isa import encode
+from hwonnx.isa import Op, decode, encode
 from hwonnx.config import ArchConfig
 
 __all__ = ["small_config", "SyncReadMemory", "run_cycles", "set_instr", "words"]
@@ -79,6 +79,17 @@ def set_instr(ctx, port, fields: dict):
     ctx.set(payload.as_value(), encode(**{k: v for k, v in fields.items() if k != "layer"}))
     if payload is not port:
         assert ctx.get(port.ready), f"the engine is not ready for {fields}"
+
+
+def decoded_value(word: int) -> int:
+    """The value ``hdl/layouts.DecodedLayout`` should hold for the instruction ``word``,
+    from the ISA's own decoding (:func:`hwonnx.isa.decode`): bit ``op`` set, then a LOADW's
+    bank, an ELTW's ``wait`` and a LOADX's ``par_count == 0`` (0 for the other ops)."""
+    fields = decode(word)
+    op, n = fields["op"], len(Op)
+    return ((1 << op) | int(op == Op.LOADW and fields["bank"]) << n
+            | int(op == Op.ELTW and fields["wait"]) << n + 1
+            | int(op == Op.LOADX and fields["par_count"] == 0) << n + 2)
 
 
 def words(array) -> "list[list[int]]":

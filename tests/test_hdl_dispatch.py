@@ -22,7 +22,7 @@ import pytest
 from hwonnx.hdl.dispatch import ACCEPT_RULES, Dispatcher
 from hwonnx.isa import Op, decode, encode, ext_words_per_instruction, fields_of
 
-from hdl_helpers import run_cycles, small_config
+from hdl_helpers import decoded_value, run_cycles, small_config
 
 ENGINE = {Op.LOADW: "loadw", Op.MATMUL: "matmul", Op.ELTW: "eltw", Op.LOADX: "dma",
           Op.LOADP: "dma", Op.LOADA: "dma", Op.STOREA: "dma"}      # others: kept
@@ -74,7 +74,7 @@ def random_instr(rng, op):
 def drive(ctx, dut, config, offer, s):
     ctx.set(dut.instr.valid, offer is not None)
     ctx.set(dut.instr.payload.as_value(), offer[0] if offer else 0)
-    ctx.set(dut.op_is, 1 << offer[1]["op"] if offer else 0)
+    ctx.set(dut.decoded.as_value(), decoded_value(offer[0]) if offer else 0)
     for name in ("loadw", "matmul", "eltw", "post") + (("dma",) if config.ext_memory else ()):
         ctx.set(getattr(dut, name).ready, s[name])
     ctx.set(dut.bank_free, s["bank_free"])

@@ -1,6 +1,6 @@
 """Instruction fetch (``hdl/fetch.py``) over a model of its program memory's read port.
 
-WideFetch: the instructions leave in program order with ``op_is`` = ``op_flags`` of each, the
+WideFetch: the instructions leave in program order with ``decoded`` as the ISA decodes each, the
 first ``FETCH_LATENCY`` cycles after ``start`` (the cycle model's ``fetched()``); taken every
 cycle, one per cycle; under random stalls, an instruction is on offer in every cycle after
 the first (the queue never runs dry); ``start`` empties the queue and starts over from
@@ -23,7 +23,7 @@ import pytest
 from hwonnx.hdl.fetch import FETCH_LATENCY, NarrowFetch, WideFetch
 from hwonnx.isa import Op, encode, fields_of
 
-from hdl_helpers import SyncReadMemory, run_cycles, small_config
+from hdl_helpers import SyncReadMemory, decoded_value, run_cycles, small_config
 
 START = 1
 
@@ -54,7 +54,8 @@ def simulate_wide(config, contents, cycles, ready, fresh=lambda cycle: True, sta
         ctx.set(dut.instr.ready, take)
         if valid:
             word = ctx.get(dut.instr.payload.as_value())
-            assert ctx.get(dut.op_is) == 1 << (word & 0xF), f"op_is in cycle {cycle}"
+            assert ctx.get(dut.decoded.as_value()) == decoded_value(word), \
+                f"decoded in cycle {cycle}"
             offered[cycle] = word
             if take:
                 taken.append((cycle, word))
@@ -169,7 +170,8 @@ def simulate_narrow(config, program, cycles, ready, starts=(START,)):
         ctx.set(dut.fire, take)
         if valid:
             word = ctx.get(dut.instr.as_value())
-            assert ctx.get(dut.op_is) == 1 << (word & 0xF), f"op_is in cycle {cycle}"
+            assert ctx.get(dut.decoded.as_value()) == decoded_value(word), \
+                f"decoded in cycle {cycle}"
             offered[cycle] = word
             if take:
                 taken.append((cycle, word))

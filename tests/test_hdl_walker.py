@@ -2,8 +2,8 @@
 and in order, those of the reference expansion :func:`hwonnx.compiler.loops.expand`, for
 random loop nests (M, N, K1, K2, K3 each 1 to 3, every weight packing, last-tile counts and
 ``nt``, negative steps, lane carries), taken every cycle or with random stalls, several
-layers back to back; ``op_is`` is ``op_flags`` of the op on offer in every cycle ``valid`` is
-high; with ``ready`` held high one micro-instruction leaves per cycle, the first in the cycle
+layers back to back; ``decoded`` is the offer as the ISA decodes it in every cycle ``valid``
+is high; with ``ready`` held high one micro-instruction leaves per cycle, the first in the cycle
 after the LOOP is taken; templates on offer during a walk are not taken; ``start`` drops a
 walk. The testbench joins the walker to a stored-instruction stream as ``hdl/top.py`` does:
 the offer is the walker's while its ``valid`` is high, the stored one otherwise."""
@@ -18,7 +18,7 @@ from hwonnx.hdl.loader import WEIGHT_PACKINGS
 from hwonnx.hdl.walker import TileWalker
 from hwonnx.isa import FIELDS, Op, decode, encode
 
-from hdl_helpers import run_cycles, small_config
+from hdl_helpers import decoded_value, run_cycles, small_config
 
 GEOMETRIES = [(1, 1), (3, 2), (4, 4)]
 FIELD = {f.name: f for f in FIELDS}
@@ -68,7 +68,6 @@ def simulate(config, layers, ready, start_at=None):
     dut = TileWalker(config)
     program = [instr for layer in layers for instr in layer]
     taken, valid_cycles, position = [], [], [0]
-    expect_flags = {op: 1 << op for op in Op}
 
     def step(ctx, cycle):
         restart = start_at is not None and start_at(len(taken))
@@ -82,8 +81,10 @@ def simulate(config, layers, ready, start_at=None):
         ctx.set(dut.load, take and not walking and stored is not None)
         if walking:
             valid_cycles.append(cycle)
-            fields = decode(ctx.get(dut.instr.payload.as_value()))
-            assert ctx.get(dut.op_is) == expect_flags[fields["op"]], f"op_is, cycle {cycle}"
+            word = ctx.get(dut.instr.payload.as_value())
+            fields = decode(word)
+            assert ctx.get(dut.decoded.as_value()) == decoded_value(word), \
+                f"decoded, cycle {cycle}"
             if take:
                 taken.append((cycle, "walker", fields))
         elif stored is not None and take:
