@@ -16,7 +16,7 @@ __all__ = ["rand", "make_model", "ort_outputs", "check_against_ort", "relu_model
 FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Ceil, Celu, "
              "Clip, Concat, Conv, ConvTranspose, DepthToSpace, Dropout, Elu, Erf, Exp, Flatten, "
-             "Floor, Gelu, "
+             "Floor, Gather, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
              "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, PRelu, Pad, "
              "Reciprocal, ReduceMax, ReduceMean, Relu, Reshape, Resize, Round, Selu, Sigmoid, "

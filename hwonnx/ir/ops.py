@@ -125,6 +125,13 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
     "Dequantize": IrOp(BOUNDARY, "Dequantize", "host", "converts the int8 result back to float"),
 })
 
+#: Operators folded on constants only, beyond ``Constant``, ``Shape``, ``Cast``, ``Div`` and
+#: ``Sub``: what exporters write to compute shapes and constant tensors.
+_SHAPE_ARITHMETIC = ("ConstantOfShape", "Equal", "Where", "Expand", "Range", "Less",
+                     "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Size",
+                     "Tile", "Mod", "ReduceProd", "ReduceSum", "ReduceMin", "EyeLike", "Trilu",
+                     "CumSum")
+
 _LAYOUT_NODES = dict(compute=True, host_start=True, host_end=True)
 
 ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
@@ -170,7 +177,12 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "TopK": OnnxOp(host_end=True, host_middle=True),
     "Constant": OnnxOp(foldable=True),
     "Shape": OnnxOp(foldable=True),
-    "Gather": OnnxOp(foldable=True),
+    # A Gather of a computed tensor by a constant run of consecutive indices is a Slice (the
+    # class token of a vision transformer, x[:, 0]); any other Gather is folded.
+    "Gather": OnnxOp(compute=True, constant_inputs={1: "index tensor"}),
+    # The shape arithmetic and constant tensors exporters write (torch.onnx's class token:
+    # ConstantOfShape -> Mul -> Equal -> Where -> Expand; position ids: Range): folded.
+    **{op: OnnxOp(foldable=True) for op in _SHAPE_ARITHMETIC},
     **{op: OnnxOp(compute=True) for op, table in TABLE_OPS.items() if table.onnx},
 })
 
