@@ -26,8 +26,8 @@ SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization,
              "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph, ArgMax, "
-             "LogSoftmax, Softmax, TopK at the end and ArgMax, Cast, Div, LogSoftmax, Softmax, "
-             "Sub, TopK between accelerator segments")
+             "LayerNormalization, LogSoftmax, Softmax, TopK at the end and ArgMax, Cast, Div, "
+             "LayerNormalization, LogSoftmax, Softmax, Sub, TopK between accelerator segments")
 
 
 def rand(*shape, seed=0):

@@ -119,6 +119,8 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                     "no array mapping; runs in NumPy after the accelerator's output"),
     **{op: IrOp(HOST, op, "host", "host operator") for op in (
         "Sub", "Div", "Mul", "Transpose", "Cast", "LogSoftmax", "ArgMax", "TopK")},
+    "LayerNorm": IrOp(HOST, "LayerNorm", "host", "no engine yet: float32 NumPy on the host "
+                      "(its integer definition: hwonnx.golden.layernorm)"),
     **{op: IrOp(TABLE) for op in TABLE_OPS},
     "Quantize": IrOp(BOUNDARY, "Quantize", "host",
                      "converts the float input to int8 before it is sent"),
@@ -175,6 +177,7 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "LogSoftmax": OnnxOp(host_end=True, host_middle=True),
     "ArgMax": OnnxOp(host_end=True, host_middle=True),
     "TopK": OnnxOp(host_end=True, host_middle=True),
+    "LayerNormalization": OnnxOp(host_end=True, host_middle=True),
     "Constant": OnnxOp(foldable=True),
     "Shape": OnnxOp(foldable=True),
     # A Gather of a computed tensor by a constant run of consecutive indices is a Slice (the
