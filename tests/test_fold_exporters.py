@@ -286,7 +286,7 @@ def gather_model(index, axis):
              helper.make_node("Flatten", ["g"], ["f"], name="flat"),
              helper.make_node("Gemm", ["f", "w2"], ["y"], name="head")]
     shape = [1, 4, 3, 5]
-    picked = np.take(np.zeros(shape), index, axis=axis).shape
+    picked = (*shape[:axis], *np.shape(index), *shape[axis + 1:])
     inits = [numpy_helper.from_array(rng.normal(size=(4, 4, 1, 1)).astype(np.float32), "w"),
              numpy_helper.from_array(np.asarray(index, np.int64), "index"),
              numpy_helper.from_array(rng.normal(size=(int(np.prod(picked[1:])), 3))
@@ -317,3 +317,11 @@ def test_gather_of_scattered_indices_is_refused_by_name():
             "(Gather '/Gather' picks indices [0, 2] along axis 1; only a run of consecutive "
             "increasing indices (a Slice) is mapped)")):
         load_model(gather_model([0, 2], 1))
+
+
+@pytest.mark.parametrize("index", [5, -6])
+def test_gather_of_an_index_out_of_range_is_refused_by_name(index):
+    with pytest.raises(ModelError, match="^" + re.escape(
+            f"Gather '/Gather' reads index {index} along axis 3 of its input of shape "
+            f"[1, 4, 3, 5]; ONNX takes indices in [-5, 4]") + "$"):
+        load_model(gather_model([index], 3))

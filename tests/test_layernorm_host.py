@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from hwonnx.api import build
+from hwonnx.api import build, simulate
+from hwonnx.compiler.timing import predict
 from hwonnx.errors import ModelError
 from hwonnx.frontend import load_model
 from hwonnx.golden import evaluate
@@ -80,6 +81,18 @@ def test_layernorm_between_segments_runs_on_its_golden_inputs_as_onnxruntime(tmp
     for sample in range(32):
         want = reference_outputs(alone, {"h": env["h"][sample:sample + 1]})[0]
         np.testing.assert_allclose(env["n"][sample:sample + 1], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.rtl
+def test_layernorm_between_segments_on_the_rtl(tmp_path):
+    """Both segments around the host LayerNorm on the 8x8 RTL: every value equal to golden,
+    every segment in its predicted cycles."""
+    rng = np.random.default_rng(17)
+    calib = {"x": rng.uniform(-1, 1, (16, 16)).astype(np.float32)}
+    result = build(ln_model(rng), tmp_path / "out", calib=calib, log=quiet, verilog=False)
+    rtl = simulate(result, {"x": calib["x"][:3]}, mode="compare", log=quiet)
+    predicted = [predict(p.expanded(), p.config).total for p in result.segments]
+    assert len(predicted) == 2 and rtl.segment_cycles == [[p] * 3 for p in predicted]
 
 
 @pytest.mark.parametrize("kwargs, message", [

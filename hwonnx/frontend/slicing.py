@@ -165,9 +165,10 @@ def _gather(b: GraphBuilder, node: onnx.NodeProto) -> "list[Node]":
             f"Gather '{node.name}' picks indices {indices.reshape(-1).tolist()[:8]} along axis "
             f"{axis}; only a run of consecutive increasing indices (a Slice) is mapped"))
     if not 0 <= picked[0] <= picked[-1] < shape[axis]:
-        bad = picked[0] if picked[0] < 0 else picked[-1]
+        bad = int(indices.reshape(-1)[0 if picked[0] < 0 else -1])
         raise ModelError(f"Gather '{node.name}' reads index {bad} along axis {axis} of its "
-                         f"input of shape {list(shape)}")
+                         f"input of shape {list(shape)}; ONNX takes indices in [-{shape[axis]}, "
+                         f"{shape[axis] - 1}]")
     if axis == 0:
         raise unsupported(b, node, f"Gather '{node.name}' picks along the batch axis")
     _image_or_vector(b, node, x)
