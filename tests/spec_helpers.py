@@ -16,7 +16,7 @@ __all__ = ["rand", "make_model", "ort_outputs", "check_against_ort", "relu_model
 FLOAT = TensorProto.FLOAT
 SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization, Ceil, Celu, "
              "Clip, Concat, Conv, ConvTranspose, DepthToSpace, Dropout, Elu, Erf, Exp, Flatten, "
-             "Floor, Gelu, "
+             "Floor, Gather, Gelu, "
              "Gemm, GlobalAveragePool, GlobalMaxPool, HardSigmoid, HardSwish, Identity, "
              "LeakyRelu, Log, MatMul, Max, MaxPool, Mean, Min, Mish, Mul, Neg, PRelu, Pad, "
              "Reciprocal, ReduceMax, ReduceMean, Relu, Reshape, Resize, Round, Selu, Sigmoid, "
@@ -26,8 +26,8 @@ SUPPORTED = ("supported operators are Abs, Add, AveragePool, BatchNormalization,
              "Upsample"
              # the host steps without a hardware mapping (hwonnx.frontend.host)
              "; on the host also Cast, Div, Sub at the start of the graph, ArgMax, "
-             "LogSoftmax, Softmax, TopK at the end and ArgMax, Cast, Div, LogSoftmax, Softmax, "
-             "Sub, TopK between accelerator segments")
+             "LayerNormalization, LogSoftmax, Softmax, TopK at the end and ArgMax, Cast, Div, "
+             "LayerNormalization, LogSoftmax, Softmax, Sub, TopK between accelerator segments")
 
 
 def rand(*shape, seed=0):

@@ -31,7 +31,8 @@ _ELEMENTWISE = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Greater", "Less", "GreaterOrEqual",
     "LessOrEqual", "And", "Or", "Xor", "Not", "Neg", "Abs", "Relu", "Where", "Max", "Min",
     "Sum", "Mean", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Sign",
-    "Clip", "Cast", "Identity", "BitShift", "Mod", "Sigmoid", "Tanh",
+    "Clip", "Cast", "Identity", "BitShift", "Mod", "Sigmoid", "Tanh", "EyeLike", "Trilu",
+    "CumSum",
 })
 # Operators whose result has at most as many elements as all their inputs together.
 _NOT_GROWING = frozenset({
@@ -60,6 +61,33 @@ def output_bound(node: onnx.NodeProto, inputs: "list[np.ndarray]",
         return sum(sizes) + 1
     if node.op_type == "Gather" and len(inputs) == 2:
         return sizes[0] * max(sizes[1], 1)
+    if node.op_type == "Size":
+        return 1
+    return _shaped_bound(node.op_type, inputs)
+
+
+def _shaped_bound(op: str, inputs: "list[np.ndarray]") -> "int | None":
+    """The exact output size of a ``ConstantOfShape``, ``Expand``, ``Tile`` or ``Range`` from
+    the values of its inputs, computed without making it (None for other operators or
+    inputs of the wrong kind: the evaluator reports those). Python integers: no overflow."""
+    def ints(value: np.ndarray) -> "list[int] | None":
+        return None if value.dtype.kind not in "iu" else [int(v) for v in value.reshape(-1)]
+
+    if op == "ConstantOfShape" and len(inputs) == 1 and ints(inputs[0]) is not None:
+        return math.prod(max(d, 0) for d in ints(inputs[0]))
+    if op == "Expand" and len(inputs) == 2 and ints(inputs[1]) is not None:
+        dims, shape = ints(inputs[1]), inputs[0].shape
+        rank = max(len(dims), len(shape))
+        dims = [1] * (rank - len(dims)) + dims
+        shape = [1] * (rank - len(shape)) + list(shape)
+        return math.prod(max(a, b, 0) for a, b in zip(dims, shape))
+    if op == "Tile" and len(inputs) == 2 and ints(inputs[1]) is not None:
+        return int(inputs[0].size) * math.prod(max(r, 0) for r in ints(inputs[1]))
+    if op == "Range" and len(inputs) == 3 and all(a.size == 1 for a in inputs):
+        start, limit, delta = (float(a.reshape(-1)[0]) for a in inputs)
+        if not all(math.isfinite(v) for v in (start, limit, delta)) or delta == 0:
+            return None
+        return max(math.ceil((limit - start) / delta), 0)
     return None
 
 

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
+from onnx import TensorProto
 
 from ..errors import ModelError, UnsupportedOperatorError
 from ..ir.graph import Graph, Node, TensorType
@@ -416,6 +417,33 @@ def _topk(b: GraphBuilder, node: onnx.NodeProto) -> Node:
                  "sorted": int(attrs.get("sorted", 1))})
 
 
+def _layernorm(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    """``LayerNormalization`` with constant scale and bias, its statistics outputs unused."""
+    x = _typed(b, node, node.input[0])
+    attrs = node_attrs(node)
+    axis = _axis(node, attrs, len(b.shape(x)), -1)
+    if axis == 0:
+        raise ModelError(f"LayerNormalization '{node.name}' normalizes over the batch axis")
+    if int(attrs.get("stash_type", 1)) != TensorProto.FLOAT:
+        raise ModelError(f"LayerNormalization '{node.name}' has stash_type "
+                         f"{attrs['stash_type']}; hwonnx computes its statistics in float32 "
+                         f"(stash_type 1)")
+    params = []
+    for index, role in ((1, "scale"), (2, "B")):
+        if index < len(node.input) and node.input[index]:
+            if node.input[index] not in b.onnx_constants:
+                raise ModelError(f"LayerNormalization '{node.name}' needs a constant {role}, "
+                                 f"but '{node.input[index]}' is computed at run time")
+            params.append(b.constant(node, node.input[index]))
+    extra = [value for value in node.output[1:] if value and value in b.used]
+    if extra:
+        raise ModelError(f"LayerNormalization '{node.name}' output '{extra[0]}' (a statistic) "
+                         f"must be unused")
+    out = _typed(b, node, node.output[0])
+    return Node(node.name, "LayerNorm", (x, *params), (out,),
+                {"axis": axis, "epsilon": float(attrs.get("epsilon", 1e-5))})
+
+
 #: Converters of the host steps, by ONNX operator (used instead of ``CONVERTERS`` for the
 #: nodes :func:`host_steps` places on the host).
 HOST_CONVERTERS: "dict[str, Callable[[GraphBuilder, onnx.NodeProto], Node]]" = {
@@ -423,4 +451,5 @@ HOST_CONVERTERS: "dict[str, Callable[[GraphBuilder, onnx.NodeProto], Node]]" = {
     "Transpose": _transpose, "Cast": _cast, "Reshape": _layout, "Flatten": _layout,
     "Squeeze": _layout, "Unsqueeze": _layout, "Identity": _layout, "Dropout": _layout,
     "Softmax": _softmax_like, "LogSoftmax": _softmax_like, "ArgMax": _argmax, "TopK": _topk,
+    "LayerNormalization": _layernorm,
 }

@@ -1,5 +1,6 @@
-"""Converters of ``Slice`` and ``Split`` on run-time values: both become float ``Slice`` nodes
-(one per ``Split`` output), a window of unit steps along the channel, height and width axes of
+"""Converters of ``Slice``, ``Split`` and ``Gather`` on run-time values: all become float
+``Slice`` nodes (one per ``Split`` output; a ``Gather`` of consecutive indices with a
+``Reshape`` after it), a window of unit steps along the channel, height and width axes of
 a ``[1, C, H, W]`` image or along the features of a ``[1, K]`` vector: ``starts`` gives its
 first index along each of those axes, its output shape the rest."""
 
@@ -148,4 +149,40 @@ def pad_by_copies(b: GraphBuilder, node: onnx.NodeProto, x: str, out: str, full:
     return nodes
 
 
-SLICING_CONVERTERS = {"Slice": _slice, "Split": _split}
+def _gather(b: GraphBuilder, node: onnx.NodeProto) -> "list[Node]":
+    """``Gather`` of a computed tensor by constant indices that are a run of consecutive
+    increasing positions (a vision transformer's class token ``x[:, 0]``): a ``Slice`` of the
+    run, then a ``Reshape`` to the output's shape where the indices are a scalar (the axis
+    dropped) or of rank above 1."""
+    x, out = b.value(node.input[0]), b.value(node.output[0])
+    shape = b.shape(x)
+    axis = int(node_attrs(node).get("axis", 0))
+    axis += len(shape) if axis < 0 else 0
+    indices = np.asarray(b.onnx_constants[node.input[1]])
+    picked = [int(i) + (shape[axis] if i < 0 else 0) for i in indices.reshape(-1)]
+    if not picked or _runs(picked) != [(picked[0], len(picked))]:
+        raise unsupported(b, node, (
+            f"Gather '{node.name}' picks indices {indices.reshape(-1).tolist()[:8]} along axis "
+            f"{axis}; only a run of consecutive increasing indices (a Slice) is mapped"))
+    if not 0 <= picked[0] <= picked[-1] < shape[axis]:
+        bad = int(indices.reshape(-1)[0 if picked[0] < 0 else -1])
+        raise ModelError(f"Gather '{node.name}' reads index {bad} along axis {axis} of its "
+                         f"input of shape {list(shape)}; ONNX takes indices in [-{shape[axis]}, "
+                         f"{shape[axis] - 1}]")
+    if axis == 0:
+        raise unsupported(b, node, f"Gather '{node.name}' picks along the batch axis")
+    _image_or_vector(b, node, x)
+    sliced = list(shape)
+    sliced[axis] = len(picked)
+    if tuple(sliced) == b.shape(out):
+        target, nodes = out, []
+    else:
+        target = b.new_value(f"{out}:slice", sliced)
+        nodes = [Node(f"{node.name}/reshape", "Reshape", (target,), (out,),
+                      {"shape": tuple(b.shape(out))})]
+    first = [0] * len(shape)
+    first[axis] = picked[0]
+    return [_slice_node(node.name, x, target, first, shape), *nodes]
+
+
+SLICING_CONVERTERS = {"Slice": _slice, "Split": _split, "Gather": _gather}

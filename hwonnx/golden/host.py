@@ -60,6 +60,16 @@ def _topk(x, *, k, axis, largest=1, **_):
     return np.take_along_axis(x, index, axis=axis), index.astype(np.int64)
 
 
+def _layernorm(x, scale, bias=None, *, axis, epsilon, **_):
+    """ONNX ``LayerNormalization`` (stash type float32) over the axes from ``axis`` on."""
+    axes = tuple(range(axis, x.ndim))
+    x = np.asarray(x, np.float32)
+    centered = x - x.mean(axis=axes, keepdims=True, dtype=np.float32)
+    variance = (centered * centered).mean(axis=axes, keepdims=True, dtype=np.float32)
+    y = centered / np.sqrt(variance + np.float32(epsilon)) * scale
+    return ((y if bias is None else y + bias).astype(np.float32),)
+
+
 #: One function per host op: ``fn(*inputs, **attrs) -> tuple of outputs`` on one sample.
 HOST_FUNCTIONS: "dict[str, Callable[..., tuple]]" = {
     "Add": _add,
@@ -73,6 +83,7 @@ HOST_FUNCTIONS: "dict[str, Callable[..., tuple]]" = {
     "LogSoftmax": _log_softmax,
     "ArgMax": _argmax,
     "TopK": _topk,
+    "LayerNorm": _layernorm,
 }
 
 

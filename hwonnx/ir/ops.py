@@ -119,11 +119,20 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
                     "no array mapping; runs in NumPy after the accelerator's output"),
     **{op: IrOp(HOST, op, "host", "host operator") for op in (
         "Sub", "Div", "Mul", "Transpose", "Cast", "LogSoftmax", "ArgMax", "TopK")},
+    "LayerNorm": IrOp(HOST, "LayerNorm", "host", "no engine yet: float32 NumPy on the host "
+                      "(its integer definition: hwonnx.golden.layernorm)"),
     **{op: IrOp(TABLE) for op in TABLE_OPS},
     "Quantize": IrOp(BOUNDARY, "Quantize", "host",
                      "converts the float input to int8 before it is sent"),
     "Dequantize": IrOp(BOUNDARY, "Dequantize", "host", "converts the int8 result back to float"),
 })
+
+#: Operators folded on constants only, beyond ``Constant``, ``Shape``, ``Cast``, ``Div`` and
+#: ``Sub``: what exporters write to compute shapes and constant tensors.
+_SHAPE_ARITHMETIC = ("ConstantOfShape", "Equal", "Where", "Expand", "Range", "Less",
+                     "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Size",
+                     "Tile", "Mod", "ReduceProd", "ReduceSum", "ReduceMin", "EyeLike", "Trilu",
+                     "CumSum")
 
 _LAYOUT_NODES = dict(compute=True, host_start=True, host_end=True)
 
@@ -168,9 +177,15 @@ ONNX_OPS: "MappingProxyType[str, OnnxOp]" = MappingProxyType({
     "LogSoftmax": OnnxOp(host_end=True, host_middle=True),
     "ArgMax": OnnxOp(host_end=True, host_middle=True),
     "TopK": OnnxOp(host_end=True, host_middle=True),
+    "LayerNormalization": OnnxOp(host_end=True, host_middle=True),
     "Constant": OnnxOp(foldable=True),
     "Shape": OnnxOp(foldable=True),
-    "Gather": OnnxOp(foldable=True),
+    # A Gather of a computed tensor by a constant run of consecutive indices is a Slice (the
+    # class token of a vision transformer, x[:, 0]); any other Gather is folded.
+    "Gather": OnnxOp(compute=True, constant_inputs={1: "index tensor"}),
+    # The shape arithmetic and constant tensors exporters write (torch.onnx's class token:
+    # ConstantOfShape -> Mul -> Equal -> Where -> Expand; position ids: Range): folded.
+    **{op: OnnxOp(foldable=True) for op in _SHAPE_ARITHMETIC},
     **{op: OnnxOp(compute=True) for op, table in TABLE_OPS.items() if table.onnx},
 })
 
