@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Assume, ResetSignal, Signal
+from amaranth.hdl import Assume, Mux, ResetSignal, Signal
 
 __all__ = ["Proof", "bmc", "held", "cycle_counter", "tools_missing"]
 
@@ -53,13 +53,17 @@ def cycle_counter(m, limit: int) -> Signal:
     return cycle
 
 
-def held(m, port: Signal, cycle: Signal) -> None:
-    """Assume ``port`` keeps the value it had in cycle 0 (a free constant of the run)."""
+def held(m, port: Signal, cycle: Signal):
+    """``port``'s value of cycle 0, in every cycle: a free constant of the run. (Stating the
+    same with an ``Assume`` that the port keeps its value left the solver with a fresh
+    variable per cycle and the equalities between them: a 1x1 array's product did not finish
+    in minutes; from a register, 4 s.)"""
     first = Signal.like(port, name=f"{port.name}_first")
     with m.If(cycle == 0):
         m.d.sync += first.eq(port)
-    with m.Else():
-        m.d.comb += Assume(port == first)
+    value = Signal.like(port, name=f"{port.name}_held")
+    m.d.comb += value.eq(Mux(cycle == 0, port, first))
+    return value
 
 
 def bmc(m, ports, depth: int, workdir: Path, solver: str = "yices",
