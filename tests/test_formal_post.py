@@ -46,7 +46,8 @@ def test_clamp_proved(tmp_path):
 
 def test_clamp_with_lo_above_hi_differs(tmp_path):
     """``lo > hi``: docs/arithmetic.md's clamp gives ``hi``, the HDL ``lo`` for a level below
-    ``lo`` (for example level -128, lo 1, hi 0). The compiler never emits such a POST."""
+    ``lo`` (for example level -128, lo 1, hi 0). The quantizer's ``clamp_bounds`` keeps
+    ``lo <= hi``."""
     m, ports = clamp_harness(any_bounds=True)
     proof = bmc(m, ports, 1, tmp_path)
     assert proof.status == "FAIL", proof.log
