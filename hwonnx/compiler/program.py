@@ -10,10 +10,10 @@ from ..config import ArchConfig
 from ..errors import ResourceError
 from ..isa import Op, encode
 from .layout import Placement
-from .loops import expand, walk_key
+from .loops import expand
 
 __all__ = ["Instr", "LayerPlan", "Port", "Program", "encode_program", "encode_instructions",
-           "looped_instructions", "mark_layers"]
+           "mark_layers"]
 
 
 @dataclass(frozen=True)
@@ -151,30 +151,9 @@ class Program:
             if instr.op in (Op.SETMM, Op.SETPOST):
                 templates[instr.op] = instr.fields
             elif instr.op == Op.LOOP:
-                setmm, setpost = templates[Op.SETMM], templates[Op.SETPOST]
-                walk = instr.__dict__.get("_walk")
-                if walk is None or walk[:3] != (setmm, setpost, walk_key(self.config,
-                                                                          setmm["wpack"])):
-                    walk = (None, None, None, expand(setmm, setpost, instr.fields,
-                                                     self.config))
-                out.extend(Instr.walked(micro, instr.layer) for micro in walk[3])
+                out.extend(Instr.walked(micro, instr.layer) for micro in expand(
+                    templates[Op.SETMM], templates[Op.SETPOST], instr.fields, self.config))
         return out
-
-
-def looped_instructions(nest: "tuple[dict, dict, dict]", layer: int, walk: "list[dict]",
-                        config: ArchConfig) -> "list[Instr]":
-    """The SETMM, SETPOST and LOOP ``nest`` of layer ``layer``
-    (:func:`~.loops.compress`); the LOOP keeps ``walk``, the micro-instructions the walker
-    issues for them on ``config`` (:func:`~.loops.expand`, which ``compress`` made to check
-    them), for :meth:`Program.expanded`, which takes them where the SETMM, SETPOST and what
-    ``expand`` reads of the architecture are the same (else expands the LOOP again): the
-    report of ResNet-18 with an external memory expands 1,413 nests, 1.79 M instructions.
-    (Not a field: an instruction equals one without it.)"""
-    instrs = [Instr(fields, layer) for fields in nest]
-    setmm, setpost, loop = instrs
-    object.__setattr__(loop, "_walk", (setmm.fields, setpost.fields,
-                                       walk_key(config, setmm["wpack"]), walk))
-    return instrs
 
 
 def mark_layers(instructions: "list[Instr]", layers: "list[LayerPlan]") -> None:
