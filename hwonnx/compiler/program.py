@@ -145,14 +145,24 @@ class Program:
         return list(self.cached("expanded", Program._expand))
 
     def _expand(self) -> "list[Instr]":
-        out, templates = [], {}
+        """The expansion; a nest that repeats in its layer (the bands of a layer in the
+        external memory, :mod:`.spill`, alternate between two staging slots) is expanded
+        once and issues the same immutable instructions again (ResNet-18 with an external
+        memory: 974 nests of 1,413)."""
+        out, templates, walks = [], {}, {}
         for instr in self.instructions:
             out.append(instr)
             if instr.op in (Op.SETMM, Op.SETPOST):
                 templates[instr.op] = instr.fields
             elif instr.op == Op.LOOP:
-                out.extend(Instr.walked(micro, instr.layer) for micro in expand(
-                    templates[Op.SETMM], templates[Op.SETPOST], instr.fields, self.config))
+                setmm, setpost = templates[Op.SETMM], templates[Op.SETPOST]
+                key = (instr.layer, *(tuple(fields.items())
+                                      for fields in (setmm, setpost, instr.fields)))
+                walk = walks.get(key)
+                if walk is None:
+                    walk = walks[key] = [Instr.walked(micro, instr.layer) for micro in expand(
+                        setmm, setpost, instr.fields, self.config)]
+                out.extend(walk)
         return out
 
 
