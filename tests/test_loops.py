@@ -199,26 +199,78 @@ def test_a_program_cannot_change_under_its_cached_expansion():
     assert len(dropped.expanded()) < len(first)
 
 
-def test_a_program_expands_its_nests_as_the_lowering_checked_them():
-    """The lowering keeps the expansion that compress checked each nest with on its LOOP
-    (program.looped_instructions); Program.expanded takes it where it holds, and expands
-    again where the architecture that the walker reads changed: the same instructions as a
-    program whose LOOPs carry nothing (a program read back from its folder)."""
+def test_a_program_expands_as_one_read_back_from_its_folder():
+    """A program's LOOPs carry nothing but their fields: its expansion is that of the same
+    instructions made anew (a program read back from its folder), on its architecture and
+    on one whose walker reads other accumulator halves."""
     from hwonnx.compiler.program import Instr
 
     _, program = plan_model(MLPERF_TINY["kws_dscnn"](), config=BIG)
-    loops = [i for i in program.instructions if i.op == Op.LOOP]
-    assert loops and all("_walk" in i.__dict__ for i in loops)
 
     def bare(p):
         return replace(p, instructions=[Instr(i.fields, i.layer, i.looped)
                                         for i in p.instructions])
 
     assert program._expand() == bare(program)._expand()
-    for config in (replace(program.config, acc_depth=program.config.acc_depth // 2),
-                   replace(program.config, wgt_depth=program.config.wgt_depth // 2)):
-        other = replace(program, config=config)
-        assert other._expand() == bare(other)._expand()
     halved = replace(program, config=replace(program.config,
                                              acc_depth=program.config.acc_depth // 2))
-    assert halved._expand() != program._expand()     # (so the walk was not taken there)
+    assert halved._expand() == bare(halved)._expand() != program._expand()
+
+
+def _nest_tiles(rng, config, nest, bank):
+    """The tiles of a random regular nest and its SETMM, SETPOST and LOOP (compress's)."""
+    M, N, K1, K2, K3 = nest
+    setmm = {**normalized({}), "op": Op.SETMM, "bank": 0, "count": int(rng.integers(1, 9)),
+             "wgt_addr": int(rng.integers(0, 64)), "act_addr": int(rng.integers(0, 99)),
+             "iy0": int(rng.integers(-2, 3)), "ix0": int(rng.integers(-2, 3)),
+             "ow": 5, "ih": 7, "iw": 9, "sy": 1, "sx": 2, "zp": -3, "wpack": 0}
+    setpost = {**normalized({}), "op": Op.SETPOST, "count": int(rng.integers(1, 9)),
+               "par_addr": 3, "out_addr": int(rng.integers(0, 50)), "out_stride": 2,
+               "lane_off": int(rng.integers(0, config.rows)), "nt": config.cols, "zp": 1,
+               "lo": -128, "hi": 127}
+    loop = {"op": Op.LOOP, "bank": bank, "acc": 1, "m_count": M, "n_count": N, "k1": K1,
+            "k2": K2, "k3": K3, "w1": int(rng.integers(0, 64)), "count_last": 2,
+            "post_count_last": 2, "nt_last": 3, "lane_n": int(rng.integers(0, config.rows)),
+            **{name: int(rng.integers(-5, 6)) for name in (
+                "act_k3", "act_k2", "ix_k2", "act_k1", "iy_k1", "ix_k1", "act_n", "act_m",
+                "iy_m")},
+            "par_n": 1, "word_n": int(rng.integers(0, 4)), "out_m": int(rng.integers(0, 40))}
+    return setmm, setpost, loop
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_nests_rows_are_the_walk_and_the_schedule_row_by_row(seed):
+    """compress compares its nest with the tiles as rows of a matrix (nest_rows): the rows of
+    expand_rows are expand's instructions, those of schedule_rows schedule's, field by
+    field, for random nests (tiles with fields left unset included); the tiles of the
+    expansion give its schedule back, and a tile changed in one field is refused."""
+    from hwonnx.compiler.nest_rows import expand_rows, schedule_rows
+
+    rng = np.random.default_rng(seed)
+    config = CONFIGS[seed % len(CONFIGS)]
+    nest = tuple(int(v) for v in rng.integers(1, 4, size=5))
+    setmm, setpost, loop = _nest_tiles(rng, config, nest, int(rng.integers(0, 2)))
+    walk = expand(setmm, setpost, loop, config)
+    assert expand_rows(setmm, setpost, loop, config).tolist() == \
+        [list(normalized(i).values()) for i in walk]
+    # a nest whose second LOADW is its second tile's (as every nest of tiles is)
+    loop["w1"] = [i for i in walk if i["op"] == Op.MATMUL][min(1, len(walk) - 1)]["wgt_addr"]
+    walk = expand(setmm, setpost, loop, config)
+    assert expand_rows(setmm, setpost, loop, config).tolist() == \
+        [list(normalized(i).values()) for i in walk]
+    matmuls = [i for i in walk if i["op"] == Op.MATMUL]
+    K = nest[2] * nest[3] * nest[4]
+    posts = iter([i for i in walk if i["op"] == Op.POST])
+    unset = ("dw", "vstride", "vlast", "pool_max")        # None in the records
+    tiles = [Tile(MatMul(**{k: v for k, v in i.items() if k in MatMul.__dataclass_fields__
+                            and k != "bank" and (v or k not in unset)}),
+                  [Post(**{k: v for k, v in next(posts).items()
+                           if k in Post.__dataclass_fields__})] if (t + 1) % K == 0 else [])
+             for t, i in enumerate(matmuls)]
+    rows = schedule_rows(tiles, loop["bank"])
+    assert rows.tolist() == [list(normalized(r.fields()).values())
+                             for r in schedule(tiles, loop["bank"])]
+    looped = compress(LayerTiles(tiles, nest), loop["bank"], config)
+    assert looped is not None and expand(*looped, config) == walk
+    tiles[-1].matmul = replace(tiles[-1].matmul, ix0=tiles[-1].matmul.ix0 + 1)
+    assert compress(LayerTiles(tiles, nest), loop["bank"], config) is None

@@ -2,24 +2,24 @@
 layer (:class:`TileEmitter`). :func:`~.lower.lower` drives it; each op's lowering
 (:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call its methods."""
 
-import hashlib
 from typing import Callable
 
 import numpy as np
 
 from ..config import ArchConfig
 from ..errors import ResourceError
-from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_bound
+from ..golden.ops import INT32_MAX, INT32_MIN, accumulate_span
 from ..hdl.layouts import ParamLayout
 from ..hdl.loader import tile_words
 from ..ir import Graph, Node
 from ..isa import MAX_LUT_TABLES, Op
 from . import depthwise, tiling
+from .digest import digest
 from .layout import Placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .lowerings import LOWERINGS
 from .micro import MatMul, Post
-from .program import Instr, LayerPlan, looped_instructions
+from .program import Instr, LayerPlan
 from .specs import LayerSpec
 from .split import part_spec, part_target, weight_parts
 from .stream import StreamPlan, plan_streaming
@@ -58,6 +58,8 @@ class TileEmitter:
         # _TILE_CACHE tiles' words
         self._layers: "dict[tuple, tuple[dict, dict, list[int]]]" = {}
         self._layer_words = 0
+        self._sums: "dict[tuple, tuple]" = {}        # :meth:`_tap_sums`
+        self._wpacks: "dict[tuple, int]" = {}        # each layer's packing, by its weights
 
     @property
     def config(self) -> ArchConfig:
@@ -163,11 +165,11 @@ class TileEmitter:
              name: "str | None" = None) -> LayerPlan:
         """Emit the tiles of the layer ``spec`` (of ``node``) writing ``target``."""
         rows = self._config.rows
-        n_out, kh, kw = spec.phys.shape[:3]
         bound = np.abs(spec.bias).astype(np.int64)
-        for source, offset in zip(spec.sources, spec.offsets):    # each with its zero point
-            taps = spec.phys[..., offset:offset + source.cb * rows].reshape(n_out, -1)
-            bound = bound + accumulate_bound(taps, source.zp)
+        sums = [self._tap_sums(spec.phys, offset, source.cb * rows)
+                for source, offset in zip(spec.sources, spec.offsets)]
+        for source, (magnitude, _, _) in zip(spec.sources, sums):    # each with its zero
+            bound = bound + accumulate_span(source.zp) * magnitude     # point
         if bound.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': output channel {int(bound.argmax())} "
                                 f"could overflow the int32 accumulator (sum |w| x |x - zero "
@@ -176,10 +178,8 @@ class TileEmitter:
         # The hardware adds raw activations; the zero points move into the bias. (A maximum
         # is one raw activation, so its zero point moves in once.)
         folded = spec.bias.copy()
-        for source, offset in zip(spec.sources, spec.offsets):
-            width = source.cb * rows
-            taps = spec.phys[..., offset:offset + width].reshape(n_out, -1)
-            folded -= source.zp * (taps.max(axis=1) if spec.pool_max else taps.sum(axis=1))
+        for source, (_, total, largest) in zip(spec.sources, sums):
+            folded -= source.zp * (largest if spec.pool_max else total)
         if folded.min(initial=0) < INT32_MIN or folded.max(initial=0) > INT32_MAX:
             raise ResourceError(f"Layer '{node.name}': the bias with the input zero point "
                                 f"folded in does not fit int32")
@@ -188,7 +188,10 @@ class TileEmitter:
                                 f"{self._config.name} architecture has no ort_rounding unit")
         lut = self.table_index(node, spec.table)
         plan = LayerPlan(name or node.name, node.op, node.outputs[0], int(spec.macs))
-        self._tiles, self._wpack = [], layer_wpack(spec.phys)
+        key = digest(spec.phys)
+        if key not in self._wpacks:
+            self._wpacks[key] = layer_wpack(spec.phys)
+        self._tiles, self._wpack = [], self._wpacks[key]
         plan.wgt_bits = weight_bits(self._wpack)
         if depthwise.streams(spec, self._config):
             nest = depthwise.emit_depthwise(self, spec, folded, target, lut)
@@ -197,6 +200,22 @@ class TileEmitter:
         self._layer_tiles.append(LayerTiles(self._tiles, nest))
         plan.tiles = len(self._tiles)
         return plan
+
+    def _tap_sums(self, phys: np.ndarray, offset: int, width: int
+                  ) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+        """Per output channel of the lanes ``offset .. offset + width - 1`` of ``phys``:
+        the sum of the weights' magnitudes, their sum and their largest; the same for a
+        read-only ``phys`` seen before (:func:`~.digest.digest`)."""
+        key = (digest(phys), offset, width)
+        sums = self._sums.get(key)
+        if sums is None:
+            taps = phys[..., offset:offset + width].reshape(phys.shape[0], -1)
+            sums = (np.abs(taps.astype(np.int64)).sum(axis=1), taps.sum(axis=1),
+                    taps.max(axis=1) if taps.size else None)
+            if len(self._sums) >= _TAP_SUMS:
+                del self._sums[next(iter(self._sums))]
+            self._sums[key] = sums
+        return sums
 
     def output_tile(self) -> int:
         """Count a new output tile of the layer being emitted; returns the first word of its
@@ -279,8 +298,7 @@ class TileEmitter:
         instruction per tile)."""
         rows, cols = self._config.rows, self._config.cols
         kh, kw = spec.phys.shape[1:3]
-        key = (hashlib.blake2b(spec.phys.tobytes()).digest(), spec.phys.shape,
-               spec.phys.dtype.str, tuple(spec.offsets),
+        key = (digest(spec.phys), tuple(spec.offsets),
                tuple(source.cb for source in spec.sources), spec.dense, tuple(n_tiles),
                self._wpack)
         start = len(self._wgt)
@@ -293,23 +311,24 @@ class TileEmitter:
         per_tile = tile_words(self._config, self._wpack)
         last = len(spec.sources) - 1
         for n0, nt in n_tiles:
-            kept = []
+            kept, gathered = [], []
             for index, (source, offset) in enumerate(zip(spec.sources, spec.offsets)):
-                blocks = spec.phys[n0:n0 + nt, :, :, offset:offset + source.cb * rows]
+                blocks = spec.phys[n0:n0 + nt, :, :, offset:offset + source.cb * rows
+                                   ].reshape(nt, kh, kw, source.cb, rows)
                 if spec.dense:
                     nonzero = np.ones((kh, kw, source.cb), dtype=bool)
                 else:       # found at once: a depthwise layer has channels^2 blocks
-                    nonzero = blocks.reshape(nt, kh, kw, source.cb, rows).any(axis=(0, 4))
+                    nonzero = blocks.any(axis=(0, 4))
                 if index == last and not kept and not nonzero.any():
                     nonzero[-1, -1, -1] = True
-                kept += [(index, ky, kx, cb) for ky, kx, cb in np.argwhere(nonzero).tolist()]
+                at = np.nonzero(nonzero)            # (ky, kx, cb) in order, as argwhere's
+                kept += [(index, ky, kx, cb) for ky, kx, cb in zip(*(a.tolist() for a in at))]
+                gathered.append(blocks[:, at[0], at[1], at[2], :])     # [nt, tiles, rows]
             k_tiles[n0] = kept
             tiles = np.zeros((len(kept), rows, cols), dtype=np.int64)
-            for t, (index, ky, kx, cb) in enumerate(kept):
-                offset = spec.offsets[index]
-                tiles[t, :, :nt] = spec.phys[n0:n0 + nt, ky, kx, offset + cb * rows:
-                                             offset + (cb + 1) * rows].T
-                tile_addr[n0, index, ky, kx, cb] = len(self._wgt) + t * per_tile
+            tiles[:, :, :nt] = np.concatenate(gathered, axis=1).transpose(1, 2, 0)
+            first = len(self._wgt)
+            tile_addr.update(((n0, *k), first + t * per_tile) for t, k in enumerate(kept))
             self._wgt += pack_tiles(tiles, self._wpack)         # the N tile's, in order
         words = self._wgt[start:]
         self._layers[key] = ({n0: list(k) for n0, k in k_tiles.items()},
@@ -459,11 +478,9 @@ class TileEmitter:
             if layer.records is not None:          # not on the array: stored as it is
                 program.extend(Instr(r.fields(), index) for r in layer.records)
             else:
-                walked: list = []
-                looped = compress(layer, bank, self._config, walked) if loops else None
+                looped = compress(layer, bank, self._config) if loops else None
                 if looped:
-                    program.extend(looped_instructions(looped, index, walked[0],
-                                                       self._config))
+                    program.extend(Instr(fields, index) for fields in looped)
                 else:
                     program.extend(Instr(r.fields(), index)
                                    for r in schedule(layer.tiles, bank))
@@ -481,6 +498,9 @@ class TileEmitter:
 
 #: Packed weight tiles the builder keeps for the next bands of a layer.
 _TILE_CACHE = 1 << 16
+#: Layers' weight sums the builder keeps for the next bands (:meth:`TileEmitter._tap_sums`).
+_TAP_SUMS = 64
+
 
 
 def _param_word(bias, mult, shift, layout) -> int:

@@ -14,15 +14,17 @@ regular nest simply stays explicit.
 """
 
 from dataclasses import dataclass
-from operator import itemgetter
+
+import numpy as np
 
 from ..config import ArchConfig
 from ..hdl.loader import tile_words
 from ..isa import FIELDS, LOOP_FIELDS, Op
 from .micro import LoadW, MatMul, Post
+from .nest_rows import expand_rows, rows_in_range, schedule_rows
 
 __all__ = ["Tile", "LayerTiles", "schedule", "compress", "expand", "normalized",
-           "post_counts", "walk_key"]
+           "post_counts"]
 
 
 @dataclass
@@ -45,22 +47,6 @@ class LayerTiles:
 def normalized(instr: dict) -> dict:
     """Every field of a micro-instruction, 0 where unset (metadata keys dropped)."""
     return {f.name: int(instr.get(f.name, 0)) for f in FIELDS}
-
-
-_UNSET = {f.name: 0 for f in FIELDS}
-_IN_ORDER = itemgetter(*_UNSET)
-
-
-def _rows(instrs: "list[dict]") -> "list[tuple]":
-    """Every field of each micro-instruction as a tuple in :data:`FIELDS` order, 0 where unset:
-    :func:`normalized` for whole layers (thousands of instructions per layer on small arrays)."""
-    return [_IN_ORDER({**_UNSET, **i}) for i in instrs]
-
-
-def _in_range(rows: "list[tuple]") -> bool:
-    """Whether every field of ``rows`` (:func:`_rows`) fits its width."""
-    return all(f.min <= min(column) and max(column) <= f.max
-               for f, column in zip(FIELDS, zip(*rows)))
 
 
 def schedule(tiles: "list[Tile]", bank: int) -> "list[LoadW | MatMul | Post]":
@@ -171,11 +157,12 @@ def post_counts(setpost: dict, loop: dict) -> "set[int]":
     return {loop["post_count_last"]} | ({setpost["count"]} if loop["m_count"] > 1 else set())
 
 
-def compress(layer: LayerTiles, bank: int, config: ArchConfig, walked: "list | None" = None
+def compress(layer: LayerTiles, bank: int, config: ArchConfig
              ) -> "tuple[dict, dict, dict] | None":
     """``(SETMM, SETPOST, LOOP)`` of a layer whose tiles form its nest, or None when the
-    walker cannot regenerate them (checked by expanding the result); ``walked`` (a list)
-    gets that expansion (:func:`expand`'s micro-instructions) when it is the result's."""
+    walker cannot regenerate them: checked by expanding the result, every field of every
+    micro-instruction against the explicit schedule (both as rows of a matrix,
+    :mod:`.nest_rows`)."""
     tiles = layer.tiles
     if layer.nest is None or not tiles:
         return None
@@ -225,17 +212,10 @@ def compress(layer: LayerTiles, bank: int, config: ArchConfig, walked: "list | N
                     out_m=step("out_addr", post(1, 0), p0))
     if any(not f.min <= loop[f.name] <= f.max for f in LOOP_FIELDS):
         return None
-    expected = _rows([record.fields() for record in schedule(tiles, bank)])
-    if not _in_range(expected):
+    expected = schedule_rows(tiles, bank)
+    if not rows_in_range(expected):
         return None        # stays explicit, where encoding names the field that overflows
-    walk = expand(setmm, setpost, loop, config)
-    if _rows(walk) != expected:
+    if not np.array_equal(expand_rows(setmm, setpost, loop, config), expected):
         return None
-    if walked is not None:
-        walked.append(walk)
     return setmm, setpost, loop
 
-
-def walk_key(config: ArchConfig, wpack: int) -> tuple:
-    """What :func:`expand` reads of ``config`` for a nest of weight packing ``wpack``."""
-    return config.acc_half, config.rows, tile_words(config, wpack)

@@ -10,10 +10,10 @@ from ..config import ArchConfig
 from ..errors import ResourceError
 from ..isa import Op, encode
 from .layout import Placement
-from .loops import expand, walk_key
+from .loops import expand
 
 __all__ = ["Instr", "LayerPlan", "Port", "Program", "encode_program", "encode_instructions",
-           "looped_instructions", "mark_layers"]
+           "mark_layers"]
 
 
 @dataclass(frozen=True)
@@ -145,36 +145,25 @@ class Program:
         return list(self.cached("expanded", Program._expand))
 
     def _expand(self) -> "list[Instr]":
-        out, templates = [], {}
+        """The expansion; a nest that repeats in its layer (the bands of a layer in the
+        external memory, :mod:`.spill`, alternate between two staging slots) is expanded
+        once and issues the same immutable instructions again (ResNet-18 with an external
+        memory: 974 nests of 1,413)."""
+        out, templates, walks = [], {}, {}
         for instr in self.instructions:
             out.append(instr)
             if instr.op in (Op.SETMM, Op.SETPOST):
                 templates[instr.op] = instr.fields
             elif instr.op == Op.LOOP:
                 setmm, setpost = templates[Op.SETMM], templates[Op.SETPOST]
-                walk = instr.__dict__.get("_walk")
-                if walk is None or walk[:3] != (setmm, setpost, walk_key(self.config,
-                                                                          setmm["wpack"])):
-                    walk = (None, None, None, expand(setmm, setpost, instr.fields,
-                                                     self.config))
-                out.extend(Instr.walked(micro, instr.layer) for micro in walk[3])
+                key = (instr.layer, *(tuple(fields.items())
+                                      for fields in (setmm, setpost, instr.fields)))
+                walk = walks.get(key)
+                if walk is None:
+                    walk = walks[key] = [Instr.walked(micro, instr.layer) for micro in expand(
+                        setmm, setpost, instr.fields, self.config)]
+                out.extend(walk)
         return out
-
-
-def looped_instructions(nest: "tuple[dict, dict, dict]", layer: int, walk: "list[dict]",
-                        config: ArchConfig) -> "list[Instr]":
-    """The SETMM, SETPOST and LOOP ``nest`` of layer ``layer``
-    (:func:`~.loops.compress`); the LOOP keeps ``walk``, the micro-instructions the walker
-    issues for them on ``config`` (:func:`~.loops.expand`, which ``compress`` made to check
-    them), for :meth:`Program.expanded`, which takes them where the SETMM, SETPOST and what
-    ``expand`` reads of the architecture are the same (else expands the LOOP again): the
-    report of ResNet-18 with an external memory expands 1,413 nests, 1.79 M instructions.
-    (Not a field: an instruction equals one without it.)"""
-    instrs = [Instr(fields, layer) for fields in nest]
-    setmm, setpost, loop = instrs
-    object.__setattr__(loop, "_walk", (setmm.fields, setpost.fields,
-                                       walk_key(config, setmm["wpack"]), walk))
-    return instrs
 
 
 def mark_layers(instructions: "list[Instr]", layers: "list[LayerPlan]") -> None:

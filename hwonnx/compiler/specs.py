@@ -287,14 +287,28 @@ def _packed_spec(node: Node, placement: Placement, graph: Graph, rows: int,
 def _conv_phys(node: Node, w: np.ndarray, group: int, lanes: int) -> np.ndarray:
     """``[M, KH, KW, lanes]`` physical weights of a (grouped) convolution ``w`` ``[M, C /
     group, KH, KW]``: output channel ``m`` of group ``g`` reads lanes ``[g C/group, (g+1)
-    C/group)``."""
+    C/group)``. Read-only, and the same array for the same ``w`` (the bands of a layer in
+    the external memory, :mod:`.spill`, take its spec again: :data:`_PHYS`)."""
+    key = (id(w), group, lanes)
+    known = _PHYS.get(key)
+    if known is not None and known[0] is w:
+        return known[1]
     n_out, c_group, kh, kw = w.shape
     phys = _phys_zeros(node, n_out, kh, kw, lanes, w.size)
     per_group = n_out // group
     for g in range(group):
         outs = slice(g * per_group, (g + 1) * per_group)
         phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
+    phys.flags.writeable = False
+    if len(_PHYS) >= _PHYS_CACHE:
+        del _PHYS[next(iter(_PHYS))]
+    _PHYS[key] = (w, phys)          # (w kept: its id is not reused while the entry lives)
     return phys
+
+
+#: The latest physical weights of :func:`_conv_phys`, by weights, groups and lanes.
+_PHYS: "dict[tuple, tuple[np.ndarray, np.ndarray]]" = {}
+_PHYS_CACHE = 4
 
 
 def _affine(scatter: "tuple[int, int, int, int, int]") -> "tuple[int, int, int]":

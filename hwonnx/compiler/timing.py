@@ -28,20 +28,22 @@ __all__ = ["Timing", "predict", "program_timing", "last_write", "layer_cycles", 
            "cycle_breakdown", "CYCLE_CATEGORIES"]
 
 
-def last_write(instr, config: ArchConfig) -> "int | None":
+def last_write(instr, config: ArchConfig, words: "int | None" = None) -> "int | None":
     """The accumulator word a MATMUL's last word writes (``hdl/feeder.py``), or None when
     that word writes none (depthwise streaming keeps only word ``j`` of each row of ``ow``
-    with ``j mod vstride = 0`` and ``j <= vlast``; its rows start at ``ox0`` 0)."""
+    with ``j mod vstride = 0`` and ``j <= vlast``; its rows start at ``ox0`` 0). ``words``:
+    ``1 << config.acc_addr_bits``, given (:func:`predict`, per instruction) or not."""
     count, acc_addr = instr["count"], instr.get("acc_addr", 0)     # (a field left out is 0)
+    words = (1 << config.acc_addr_bits) if words is None else words
     if not instr.get("dw"):
-        return (acc_addr + count - 1) % (1 << config.acc_addr_bits)
+        return (acc_addr + count - 1) % words
     ow, vstride, vlast = instr["ow"], instr["vstride"], instr["vlast"]
     rows, j = divmod(count - 1, ow)                 # the last word: row ``rows``, index j
     if j % vstride or j > vlast:
         return None
     per_row = min(ow - 1, vlast) // vstride + 1     # words kept in a whole row
     before = rows * per_row + j // vstride          # kept words before the last one
-    return (acc_addr + before) % (1 << config.acc_addr_bits)
+    return (acc_addr + before) % words
 
 
 #: The categories :func:`cycle_breakdown` splits a layer's predicted cycles into.
@@ -108,10 +110,12 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     while pending and pending[-1] < 0:
         stopped.append(stop())
         pending.pop()
-    for index, instr in enumerate(instructions):
+    acc_words = 1 << config.acc_addr_bits
+    for index, item in enumerate(instructions):
+        instr = getattr(item, "fields", item)       # (an Instr's fields: read directly)
         op = instr["op"]
         t = previous + 1
-        looped = getattr(instr, "looped", False)    # issued by the walker, not fetched
+        looped = getattr(item, "looped", False)     # issued by the walker, not fetched
         if not looped:
             t = max(t, fetched())
         if op in Op.WALKER:       # taken by the walker in the cycle it is presented
@@ -123,10 +127,10 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             t = max(t, pending_free)
             # not back to back with a MATMUL whose last word writes the word its first
             # word writes: the read of that word would come too early to see the write
-            first_word = instr.get("acc_addr", 0) % (1 << config.acc_addr_bits)
+            first_word = instr.get("acc_addr", 0) % acc_words
             start = max(t + 1, feed_end + (first_word == written),
                         post_idle if instr.get("wait") else 0)
-            written = last_write(instr, config)
+            written = last_write(instr, config, acc_words)
             pending_free = start + 1
             feed_end = start + instr["count"]
             bank_free[instr["bank"]] = feed_end + release
@@ -239,14 +243,16 @@ def cycle_breakdown(program: "Program", cycles: "list[int] | None" = None) -> "l
     instructions = program.expanded()
     timing = program_timing(program)
     drain = drain_cycles(program.config)
-    fed, loading = [], []
+    fed, loading, dma = [], [], (Op.LOADX, *Op.ACTX)
     for instr, dispatch, done in zip(instructions, timing.dispatch, timing.done):
-        if instr.op == Op.MATMUL:           # done: last word issued + drain - 1
+        fields = instr.fields
+        op = fields["op"]
+        if op == Op.MATMUL:                 # done: last word issued + drain - 1
             end = done + 1 - drain
-            fed.append((end - instr["count"], end))
-        elif instr.op == Op.LOADW:          # the loader is busy from dispatch until done
+            fed.append((end - fields["count"], end))
+        elif op == Op.LOADW:                # the loader is busy from dispatch until done
             loading.append((dispatch, done))
-        elif instr.op in (Op.LOADX, *Op.ACTX):     # the DMA, from the cycle after dispatch
+        elif op in dma:                     # the DMA, from the cycle after dispatch
             loading.append((dispatch + 1, done + 1))
     windows = cycle_windows(program, cycles)
     starts, ends = [first for first, _ in windows], [end for _, end in windows]

@@ -13,7 +13,8 @@ from .rounding import ort_round
 
 __all__ = ["GOLDEN_OPS", "HOST_OPS", "golden_op", "quantize", "dequantize", "requantize",
            "qconv", "qdense", "qavgpool", "window_counts", "qmaxpool", "qadd", "qconcat",
-           "qeltwise", "eltwise_acc", "softmax", "accumulate_bound", "lookup"]
+           "qeltwise", "eltwise_acc", "softmax", "accumulate_bound", "accumulate_span",
+           "lookup"]
 
 #: Operators that :func:`hwonnx.quant.quantize_graph` itself leaves on the host (NumPy float32)
 #: after the accelerator's output. Host steps in general, before and after the accelerator,
@@ -71,15 +72,20 @@ def requantize(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shift: np.nd
     ReLU. With ``rounding="ort"``, ``v * mult * 2**-shift`` is rounded as onnxruntime's float32
     arithmetic rounds it (:func:`hwonnx.golden.rounding.ort_round`).
     """
-    v = acc.astype(np.int64) + bias.astype(np.int64)
-    v = ((v - INT32_MIN) % (1 << 32)) + INT32_MIN           # int32 wrap-around
+    v = np.add(acc, bias, dtype=np.int64)
+    if v.size and (v.min() < INT32_MIN or v.max() > INT32_MAX):     # (else the identity)
+        v = ((v - INT32_MIN) % (1 << 32)) + INT32_MIN       # int32 wrap-around
     if rounding == "ort":
         scaled = ort_round(v, mult, shift)
         return np.clip(scaled + zero_point, lo, hi).astype(np.int8)
-    shift = shift.astype(np.int64)
-    product = v * mult.astype(np.int64)
-    scaled = ((product >> (shift - 1)) + 1) >> 1             # == (p + 2**(s-1)) >> s
-    return np.clip(scaled + zero_point, lo, hi).astype(np.int8)
+    # in place, v being this function's own: ((v * mult >> (shift - 1)) + 1) >> 1, which
+    # is (v * mult + 2**(shift-1)) >> shift
+    np.multiply(v, mult.astype(np.int64), out=v)
+    np.right_shift(v, shift.astype(np.int64) - 1, out=v)
+    v += 1
+    np.right_shift(v, 1, out=v)
+    v += zero_point
+    return np.clip(v, lo, hi, out=v).astype(np.int8)
 
 
 def lookup(y: np.ndarray, table) -> np.ndarray:
@@ -92,8 +98,12 @@ def accumulate_bound(w: np.ndarray, in_zp: "int | None" = None) -> np.ndarray:
     """Largest possible |sum_k (a_k - zp) * w_k| per output channel (``w``: ``[N, K]``) for
     int8 ``a``: ``sum |w|`` times the largest ``|a - zp|``, ``max(zp + 128, 127 - zp)`` for
     the zero point ``in_zp`` (255 for any zero point when it is None)."""
-    span = 255 if in_zp is None else max(int(in_zp) + 128, 127 - int(in_zp))
-    return span * np.abs(w.astype(np.int64)).sum(axis=1)
+    return accumulate_span(in_zp) * np.abs(w.astype(np.int64)).sum(axis=1)
+
+
+def accumulate_span(in_zp: "int | None" = None) -> int:
+    """The largest ``|a - in_zp|`` of an int8 ``a`` (:func:`accumulate_bound`)."""
+    return 255 if in_zp is None else max(int(in_zp) + 128, 127 - int(in_zp))
 
 
 def _accumulate(patches: np.ndarray, w: np.ndarray, in_zp: int) -> np.ndarray:
