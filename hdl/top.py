@@ -268,12 +268,12 @@ class Accelerator(wiring.Component):
         else:
             m.d.comb += disp.eltw.ready.eq(1)       # no element-wise engine: always idle
         m.d.comb += [disp.bank_free.eq(feeder.bank_free), disp.drained.eq(feeder.drained),
-                     disp.mm_accepted.eq(feeder.accepted),
                      disp.mm_completed.eq(feeder.completed),
                      feeder.post_idle.eq(disp.post_idle)]
         if dma is not None:
             wiring.connect(m, disp.dma, dma.instr)
-            m.d.comb += [disp.dma_idle.eq(dma.idle), disp.boot.eq(boot)]
+            m.d.comb += [disp.dma_idle.eq(dma.idle), disp.dma_slot_free.eq(dma.slot_free),
+                         disp.boot.eq(boot)]
 
         with m.If(self.host.start):
             m.d.sync += [running.eq(1), self.host.done.eq(0), self.host.cycles.eq(0)]
