@@ -80,6 +80,10 @@ class Dispatcher(wiring.Component):
     dma_idle, dma_slot_free : ``In(1)`` (with an external memory): no transfer running or
         waiting; its slot for a LOADA or STOREA empty (``hdl/dma.py``).
     post_idle : ``Out(1)``: the post-processor idle, no POST waiting or handed over.
+    posts_done : ``Out(1)``: for the feeder's MATMUL with ``wait``: the post-processor idle,
+        no POST handed over, and the POST in the slot (if any) taken after the MATMUL in
+        the feeder's slot (a POST taken after it waits for it: counting that one too, as
+        ``post_idle`` does, would hold both forever).
     blocked : ``Out(1)``: an instruction is on offer that its engine cannot take yet.
     """
 
@@ -89,7 +93,8 @@ class Dispatcher(wiring.Component):
                    "loadw": Out(instr_stream()),
                    "matmul": Out(instr_stream()), "post": Out(instr_stream()),
                    "eltw": Out(instr_stream()), "bank_free": In(2), "drained": In(1),
-                   "mm_completed": In(16), "post_idle": Out(1), "blocked": Out(1)}
+                   "mm_completed": In(16), "post_idle": Out(1), "posts_done": Out(1),
+                   "blocked": Out(1)}
         if config.ext_memory:
             members.update(dma=Out(instr_stream()), dma_idle=In(1), dma_slot_free=In(1),
                            boot=In(1))
@@ -170,6 +175,21 @@ class Dispatcher(wiring.Component):
             m.d.sync += pend_valid.eq(1)
         with m.If(start_pending):
             m.d.sync += pend_valid.eq(0)
+        # ``older``: the slot's POST was taken before the MATMUL in the feeder's slot, set as
+        # that MATMUL reaches the feeder (with the hand-off, from ``before``: the same for the
+        # cycle before, when it was dispatched); the POST leaving the slot clears it.
+        older = Signal()
+        if handoff:
+            before = Signal()
+            m.d.sync += before.eq(pend_valid & ~start_pending)
+            arriving, became = held["matmul"], before & ~start_pending
+        else:
+            arriving, became = go["matmul"], pend_valid & ~start_pending
+        with m.If(arriving):
+            m.d.sync += older.eq(became)
+        with m.Elif(start_pending):
+            m.d.sync += older.eq(0)
+        m.d.comb += self.posts_done.eq(self.post.ready & ~held["post"] & ~older)
 
         # The streams: with the hand-off, every engine's payload from one register loaded in
         # every cycle (the instruction of the cycle before; the boot LOADP), the POST's from

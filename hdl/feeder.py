@@ -55,7 +55,8 @@ class Feeder(wiring.Component):
     -------
     instr : ``In(instr_stream())``: a MATMUL into the pending slot (ready when ``pending`` is
         0).
-    post_idle : the post-processor has finished all its writes.
+    post_idle : the POSTs taken before the MATMUL in the slot are done (the dispatcher's
+        ``posts_done``): what a MATMUL with ``wait`` starts on.
     pending, drained : the pending slot is full; no instruction or partial sum is in flight.
     bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
         and its last activation has passed the last column).

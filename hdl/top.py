@@ -269,7 +269,7 @@ class Accelerator(wiring.Component):
             m.d.comb += disp.eltw.ready.eq(1)       # no element-wise engine: always idle
         m.d.comb += [disp.bank_free.eq(feeder.bank_free), disp.drained.eq(feeder.drained),
                      disp.mm_completed.eq(feeder.completed),
-                     feeder.post_idle.eq(disp.post_idle)]
+                     feeder.post_idle.eq(disp.posts_done)]
         if dma is not None:
             wiring.connect(m, disp.dma, dma.instr)
             m.d.comb += [disp.dma_idle.eq(dma.idle), disp.dma_slot_free.eq(dma.slot_free),

@@ -210,7 +210,8 @@ def test_random_program(config, seed):
     program = [random_instr(rng, int(rng.choice(ops))) for _ in range(200)]
     dut = Dispatcher(config)
     handoff = Handoff(config)
-    state = dict(next=0, accepted=0, completed=0, post_busy=0, pending=None, waited=0)
+    state = dict(next=0, accepted=0, completed=0, post_busy=0, pending=None, waited=0,
+                 matmuls=[], differ=0)     # matmuls: (index, cycle it counts for the feeder)
     delivered = []      # (index, where) in the order they reach an engine or are kept
     ext = bool(config.ext_memory)
 
@@ -228,6 +229,15 @@ def test_random_program(config, seed):
                  completed=state["completed"] % 65536)
         drive(ctx, dut, config, offer, s)
         took, sent = check(ctx, dut, config, offer, s, cycle)
+        # posts_done: the post-processor idle, no POST handed over, and no POST in the slot
+        # that came before the feeder's MATMUL (the last one to reach it, from the cycle
+        # after it is handed over)
+        arrived = [i for i, at in state["matmuls"] if at <= cycle]
+        older = (state["pending"] is not None and bool(arrived)
+                 and state["pending"][0] < arrived[-1])
+        posts_done = s["post"] and "post" not in s["held"] and not older
+        assert ctx.get(dut.posts_done) == posts_done, f"posts_done, cycle {cycle}"
+        state["differ"] += posts_done != statuses(s)["post_idle"]
         for name in sent:
             handoff.send(cycle, name, offer[0])
         post = None
@@ -239,6 +249,7 @@ def test_random_program(config, seed):
             state["next"] += 1
             if op == Op.MATMUL:
                 state["accepted"] += 1
+                state["matmuls"].append((i, cycle + handoff.latency + 1))
             if op == Op.POST:
                 assert post is None
                 if state["completed"] == state["accepted"]:
@@ -261,6 +272,7 @@ def test_random_program(config, seed):
     assert taken == [(i, ENGINE.get(instr[1]["op"], "kept")) for i, instr in enumerate(program)]
     posts = [i for i, where in delivered if where == "post"]    # each POST once, in order
     assert 5 <= state["waited"] <= len(posts) - 5       # some waited in the slot, some not
+    assert state["differ"] >= 5         # posts_done is not post_idle (a later POST waiting)
     assert posts == [i for i, instr in enumerate(program) if instr[1]["op"] == Op.POST]
 
 
