@@ -2,16 +2,19 @@
 (``hdl/dispatch.py``: ``ACCEPT_RULES``' comments, ``hwonnx/isa.py``'s op descriptions).
 
 Every op under every combination of the status it reads: the instruction goes out on its
-engine's stream (with its word as payload) exactly when the op's rule holds, and is taken
+engine's stream (with its word as payload) ``handoff_latency`` cycles after the cycle the op's
+rule holds (the hand-off; in that cycle when 0, the compact datapath), and is taken
 (``instr.ready``) exactly when that engine is ready too, or for the ops the dispatcher keeps
 (POST, END, the walker's) when the rule holds; ``blocked`` is high exactly when an
 instruction is on offer and not taken; ``post_idle`` is the post-processor ready with no POST
-waiting. Then a random program offered with random gaps, random engine readiness and feeder
-status: the model and the DUT agree in every cycle, a POST leaves on ``post`` in the cycle it
-is taken if ``mm_completed`` equals ``mm_accepted``, else in the first cycle
-``mm_completed`` reaches the ``mm_accepted`` of when it was taken, and every instruction
-reaches exactly one engine, in program order. With a paged program, ``boot`` gives the DMA
-engine the LOADP of the first two pages."""
+waiting or handed over. While an engine's hand-off register holds an instruction, the model
+counts that engine busy. Then a random program offered with random gaps, random engine
+readiness and feeder status: the model and the DUT agree in every cycle, a POST leaves its
+slot in the cycle it is taken if ``mm_completed`` equals the MATMULs taken, else in the first
+cycle ``mm_completed`` reaches the count of when it was taken, every instruction reaches
+exactly one engine, in program order, and ``posts_done`` ignores a POST in the slot taken
+after the feeder's MATMUL. With a paged program, ``boot`` gives the DMA engine the LOADP of
+the first two pages."""
 
 import dataclasses
 import itertools
