@@ -55,7 +55,8 @@ class Feeder(wiring.Component):
     -------
     instr : ``In(instr_stream())``: a MATMUL into the pending slot (ready when ``pending`` is
         0).
-    post_idle : the post-processor has finished all its writes.
+    post_idle : the POSTs taken before the MATMUL in the slot are done (the dispatcher's
+        ``posts_done``): what a MATMUL with ``wait`` starts on.
     pending, drained : the pending slot is full; no instruction or partial sum is in flight.
     bank_free : ``Out(2)`` weight bank ``b`` may be overwritten (no tile in the feeder uses it
         and its last activation has passed the last column).
@@ -76,9 +77,9 @@ class Feeder(wiring.Component):
         register of its own (:func:`~.fanout.replicate`; one register for all in the compact
         datapath). No two writes in consecutive cycles go to the same word (a MATMUL waits a
         cycle, see ``collide``).
-    accepted, completed : MATMULs dispatched, and MATMULs whose last accumulator write is
-        done (each counted from the cycle after; modulo 2**16): the MATMULs dispatched so far
-        are all done when they are equal (what a queued POST waits for, ``hdl/top.py``).
+    completed : MATMULs whose last accumulator write is done (counted from the cycle after;
+        modulo 2**16): the dispatcher's POST slot compares it with the MATMULs it has taken
+        (``hdl/dispatch.py``).
     """
 
     def __init__(self, config: ArchConfig):
@@ -100,7 +101,6 @@ class Feeder(wiring.Component):
             "acc_waddr": Out(config.acc_addr_bits),
             "acc_first": Out(config.cols),
             "acc_max": Out(config.cols),
-            "accepted": Out(16),
             "completed": Out(16),
         })
 
@@ -118,7 +118,7 @@ class Feeder(wiring.Component):
         with m.If(~pend_valid):             # taken while the slot is empty (instr_stream)
             m.d.sync += pend.eq(self.instr.payload)
         with m.If(self.instr.valid & self.instr.ready):
-            m.d.sync += [pend_valid.eq(1), self.accepted.eq(self.accepted + 1)]
+            m.d.sync += pend_valid.eq(1)
 
         # Running tile state.
         running = Signal()

@@ -42,21 +42,23 @@ class DecodedLayout(data.StructLayout):
 
     ``op``: one bit per op code (bit ``i`` for :class:`hwonnx.isa.Op` ``i``); ``bank``: a
     LOADW's weight bank; ``wait``: an ELTW's ``wait``; ``no_params``: a LOADX with
-    ``par_count == 0``. Each of the last three is 0 for every other op."""
+    ``par_count == 0``; ``slotted``: a LOADA or STOREA without ``fence`` (it may wait in the
+    DMA engine's slot, ``hdl/dma.py``). Each but ``op`` is 0 for every other op."""
 
     def __init__(self):
         super().__init__({"op": unsigned(len(Op)), "bank": unsigned(1), "wait": unsigned(1),
-                          "no_params": unsigned(1)})
+                          "no_params": unsigned(1), "slotted": unsigned(1)})
 
 
 def decoded(instr):
     """The :class:`DecodedLayout` value of ``instr`` (an :class:`InstrLayout` view)."""
     word = instr.as_value()
     is_op = [instr.op == code for code in Op]
-    eltw, loadx = EltwLayout(), LoadxLayout()
+    eltw, loadx, actx = EltwLayout(), LoadxLayout(), ActxLayout()
     return Cat(*is_op, is_op[Op.LOADW] & instr.bank,
                is_op[Op.ELTW] & eltw(word[:eltw.size]).wait,
-               is_op[Op.LOADX] & (loadx(word[:loadx.size]).par_count == 0))
+               is_op[Op.LOADX] & (loadx(word[:loadx.size]).par_count == 0),
+               (is_op[Op.LOADA] | is_op[Op.STOREA]) & ~actx(word[:actx.size]).fence)
 
 
 def buffer_read(depth: int, shape) -> wiring.Signature:

@@ -20,7 +20,7 @@ from .layouts import PARAM_BITS, InstrLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
 from .walker import TileWalker
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, handoff_latency
 
 __all__ = ["Accelerator", "host_port"]
 
@@ -268,12 +268,12 @@ class Accelerator(wiring.Component):
         else:
             m.d.comb += disp.eltw.ready.eq(1)       # no element-wise engine: always idle
         m.d.comb += [disp.bank_free.eq(feeder.bank_free), disp.drained.eq(feeder.drained),
-                     disp.mm_accepted.eq(feeder.accepted),
                      disp.mm_completed.eq(feeder.completed),
-                     feeder.post_idle.eq(disp.post_idle)]
+                     feeder.post_idle.eq(disp.posts_done)]
         if dma is not None:
             wiring.connect(m, disp.dma, dma.instr)
-            m.d.comb += [disp.dma_idle.eq(dma.idle), disp.boot.eq(boot)]
+            m.d.comb += [disp.dma_idle.eq(dma.idle), disp.dma_slot_free.eq(dma.slot_free),
+                         disp.boot.eq(boot)]
 
         with m.If(self.host.start):
             m.d.sync += [running.eq(1), self.host.done.eq(0), self.host.cycles.eq(0)]
@@ -336,15 +336,17 @@ class Accelerator(wiring.Component):
     def _paging(self, m, dma):
         """A paged program's signals (``prog_page``; otherwise constants): ``fresh`` is high
         when a read of the program memory shows what every LOADP wrote (the DMA engine idle
-        in this cycle and the one before: its last word may be written in the cycle before
-        it is idle); ``boot`` is high in the cycle after ``start``, when the DMA engine takes
-        the LOADP of the first two pages (``Dispatcher.boot_word``) and nothing is dispatched."""
+        in this cycle and the one before, with nothing in its hand-off register: its last word
+        may be written in the cycle before it is idle); ``boot`` is high in the cycle after
+        ``start``, when the dispatcher hands the DMA engine the LOADP of the first two pages
+        (``Dispatcher.boot_word``) and dispatches nothing."""
         if not self.config.prog_page:
             return Const(1), Const(0)
+        idle = dma.idle & ~dma.instr.valid if handoff_latency(self.config) else dma.idle
         seen = Signal(init=1)          # the engine was idle in the cycle before
         boot = Signal()
-        m.d.sync += [seen.eq(dma.idle), boot.eq(self.host.start)]
-        return ~boot & dma.idle & seen, boot
+        m.d.sync += [seen.eq(idle), boot.eq(self.host.start)]
+        return ~boot & idle & seen, boot
 
     def _wide_fetch(self, m, prog, running, fire, fresh):
         """The fetch unit over a program memory of whole instructions (``hdl/fetch.py``):

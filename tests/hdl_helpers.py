@@ -84,12 +84,14 @@ def set_instr(ctx, port, fields: dict):
 def decoded_value(word: int) -> int:
     """The value ``hdl/layouts.DecodedLayout`` should hold for the instruction ``word``,
     from the ISA's own decoding (:func:`hwonnx.isa.decode`): bit ``op`` set, then a LOADW's
-    bank, an ELTW's ``wait`` and a LOADX's ``par_count == 0`` (0 for the other ops)."""
+    bank, an ELTW's ``wait``, a LOADX's ``par_count == 0`` and a LOADA's or STOREA's ``not
+    fence`` (0 for the other ops)."""
     fields = decode(word)
     op, n = fields["op"], len(Op)
     return ((1 << op) | int(op == Op.LOADW and fields["bank"]) << n
             | int(op == Op.ELTW and fields["wait"]) << n + 1
-            | int(op == Op.LOADX and fields["par_count"] == 0) << n + 2)
+            | int(op == Op.LOADX and fields["par_count"] == 0) << n + 2
+            | int(op in (Op.LOADA, Op.STOREA) and not fields["fence"]) << n + 3)
 
 
 def words(array) -> "list[list[int]]":

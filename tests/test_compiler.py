@@ -438,15 +438,15 @@ def test_eltw_accept_rules():
     program = [matmul(0, 5), post, dict(eltw, wait=1), post, eltw, post, eltw, END]
     timing = predict(program, config)
     # (the first instruction leaves in cycle 2: the instruction register fills from a read
-    # at start)
-    # MATMUL dispatched 2, starts 3, issues 4..8: drained 8 + 14 = 22
-    # POST dispatched 3 into its slot, starts at 22: idle at 22 + 1 + 14 + 3 = 40
-    # ELTW (wait) at 40: idle 40 + 1 + 6 + 7 = 54 (ELTW_LATENCY 7)
-    # POST at 54: idle 72; ELTW at 55 (beside the POST): idle 69; POST at 72: idle 90
-    # ELTW at 73 (no wait): idle 87; END at 90
-    assert timing.dispatch == [2, 3, 40, 54, 55, 72, 73, 90]
-    assert timing.done[2] == 53 and timing.total == 90
-    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 2 + 7
+    # at start; every engine takes what is dispatched in t in t + 1, the hand-off)
+    # MATMUL dispatched 2, taken 3, starts 4, issues 5..9: drained 9 + 14 = 23
+    # POST dispatched 3 into its slot, leaves it at 23, taken 24: idle at 24 + 1 + 14 + 3 = 42
+    # ELTW (wait) at 42, taken 43: idle 43 + 1 + 6 + 7 = 57 (ELTW_LATENCY 7)
+    # POST at 57: idle 76; ELTW at 58 (beside the POST): idle 73; POST at 76: idle 95
+    # ELTW at 77 (no wait): idle 92; END at 95
+    assert timing.dispatch == [2, 3, 42, 57, 58, 76, 77, 95]
+    assert timing.done[2] == 56 and timing.total == 95
+    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 1 + 2 + 7
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():
@@ -456,13 +456,14 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     config = ArchConfig(rows=4, cols=4)          # drain 3 + (4 + 4 + 2) + 1, post latency 14
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
-    # MATMUL 1 dispatched 2 (the instruction register fills from a read at start): starts
-    # 3, issues 4..8, drained 8 + 14 = 22. POST dispatched 3, starts 22: idle
-    # 22 + 1 + 14 + 3 = 40.
-    # MATMUL 3: starts at 8 (the first one's last issue), issues 9..13, drained 27.
-    # POST accepted at 40 (the first POST done), starts 40: idle 58. END at 58.
-    assert timing.dispatch == [2, 3, 4, 40, 58]
-    assert timing.done[1] == 39 and timing.total == 58
+    # MATMUL 1 dispatched 2 (the instruction register fills from a read at start), taken
+    # 3 (the hand-off) into the feeder's slot: starts 4, issues 5..9, drained 9 + 14 = 23.
+    # POST dispatched 3, leaves its slot at 23, taken 24: idle 24 + 1 + 14 + 3 = 42.
+    # MATMUL 3: dispatched 5 (the feeder's slot empties as MATMUL 1 starts, in 4), starts
+    # at 9 (the first one's last issue), issues 10..14, drained 28.
+    # POST accepted at 42 (the first POST done), starts 42: idle 61. END at 61.
+    assert timing.dispatch == [2, 3, 5, 42, 61]
+    assert timing.done[1] == 41 and timing.total == 61
 
 
 def test_unknown_opcode_is_a_bug():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config import ArchConfig
+from ..hdl.dispatch import handoff_latency
 from ..hdl.eltwise import eltwise_cycles
 from ..hdl.extmem import MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
@@ -82,6 +83,7 @@ def predict(instructions: "list[dict]", config: ArchConfig,
               if config.ext_memory else None)
     total = 0
     latency = post_latency(config)
+    handoff = handoff_latency(config)   # an engine takes what is dispatched in t in t + this
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
     words = config.fetch_words if config.runtime_program else 0
     request = 1                   # narrow fetch: first cycle the next instruction is requested
@@ -105,8 +107,9 @@ def predict(instructions: "list[dict]", config: ArchConfig,
 
     if page:                      # the LOADP of the first two pages, in cycle 1 (hdl/top.py)
         previous = 1
-        boot = memory.read(2, config.prog_depth * ext_words_per_instruction(config.cols))
-        dma_idle, page_free = boot + 1, boot + 2
+        boot = memory.read(2 + handoff,
+                           config.prog_depth * ext_words_per_instruction(config.cols))
+        dma_idle, page_free, slot_free = boot + 1, boot + 2, 2 + handoff
     while pending and pending[-1] < 0:
         stopped.append(stop())
         pending.pop()
@@ -122,13 +125,13 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             finish = t
         elif op == Op.LOADW:
             t = max(t, loader_free, bank_free[instr["bank"]])
-            loader_free = finish = t + loader
+            loader_free = finish = t + handoff + loader
         elif op == Op.MATMUL:
             t = max(t, pending_free)
             # not back to back with a MATMUL whose last word writes the word its first
             # word writes: the read of that word would come too early to see the write
             first_word = instr.get("acc_addr", 0) % acc_words
-            start = max(t + 1, feed_end + (first_word == written),
+            start = max(t + handoff + 1, feed_end + (first_word == written),
                         post_idle if instr.get("wait") else 0)
             written = last_write(instr, config, acc_words)
             pending_free = start + 1
@@ -138,12 +141,12 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             finish = drained - 1
         elif op == Op.ELTW:
             t = max(t, eltw_idle, drained, post_idle if instr.get("wait") else 0)
-            eltw_idle = t + eltwise_cycles(instr["count"])
+            eltw_idle = t + handoff + eltwise_cycles(instr["count"])
             finish = eltw_idle - 1
         elif op == Op.POST:       # accepted once the previous POST is done; starts once
             t = max(t, post_idle, eltw_idle)        # the MATMULs before it are drained
             start = max(t, drained)
-            post_idle = start + 1 + latency + instr["count"] * instr["nw"]
+            post_idle = start + handoff + 1 + latency + instr["count"] * instr["nw"]
             finish = post_idle - 1
         elif op in (Op.LOADX, Op.LOADP):    # LOADX waits for the DMA and the loader: a
             if memory is None:                # fence for LOADWs; LOADP for the DMA only
@@ -152,19 +155,19 @@ def predict(instructions: "list[dict]", config: ArchConfig,
             params = instr.get("par_count", 0)      # and with parameters, for the POSTs
             t = max(t, dma_idle, loader_free if op == Op.LOADX else 0,
                     post_idle if params else 0)
-            finish = memory.read(t + 1, instr["count"])
+            finish = memory.read(t + handoff + 1, instr["count"])
             if params:            # read as if dispatched when the engine is free again
                 finish = memory.read(finish + 2, params)
-            dma_idle = finish + 1
+            dma_idle, slot_free = finish + 1, max(slot_free, t + handoff + 1)
         elif op in Op.ACTX:       # once the engines before it are done with its staging
             if not config.stage_in_depth:    # buffer and the DMA engine (fence) or its slot free
                 raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
                                  f"staging buffers")
             t = max(t, (max(drained, eltw_idle) if op == Op.LOADA else post_idle),
                     dma_idle if instr.get("fence") else slot_free)
-            begin = max(t, dma_idle)            # waits in the slot until the engine is free
-            if begin > t:
-                slot_free = begin + 1
+            taken = t + handoff                 # by the engine; it waits in the slot until
+            begin = max(taken, dma_idle)        # the engine is free
+            slot_free = begin + 1 if begin > taken else max(slot_free, taken + 1)
             finish = (memory.read(begin + 1, instr["count"]) if op == Op.LOADA
                       else memory.write(begin + 2, instr["count"]))
             dma_idle = finish + 1
@@ -242,7 +245,7 @@ def cycle_breakdown(program: "Program", cycles: "list[int] | None" = None) -> "l
     cycles = layer_cycles(program) if cycles is None else cycles
     instructions = program.expanded()
     timing = program_timing(program)
-    drain = drain_cycles(program.config)
+    drain, handoff = drain_cycles(program.config), handoff_latency(program.config)
     fed, loading, dma = [], [], (Op.LOADX, *Op.ACTX)
     for instr, dispatch, done in zip(instructions, timing.dispatch, timing.done):
         fields = instr.fields
@@ -250,10 +253,10 @@ def cycle_breakdown(program: "Program", cycles: "list[int] | None" = None) -> "l
         if op == Op.MATMUL:                 # done: last word issued + drain - 1
             end = done + 1 - drain
             fed.append((end - fields["count"], end))
-        elif op == Op.LOADW:                # the loader is busy from dispatch until done
-            loading.append((dispatch, done))
-        elif op in dma:                     # the DMA, from the cycle after dispatch
-            loading.append((dispatch + 1, done + 1))
+        elif op == Op.LOADW:                # the loader is busy from taking it until done
+            loading.append((dispatch + handoff, done))
+        elif op in dma:                     # the DMA, from the cycle after taking it
+            loading.append((dispatch + handoff + 1, done + 1))
     windows = cycle_windows(program, cycles)
     starts, ends = [first for first, _ in windows], [end for _, end in windows]
     compute = _covered(fed, starts, ends)
