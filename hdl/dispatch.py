@@ -77,6 +77,9 @@ class Dispatcher(wiring.Component):
         paged program also takes ``boot``: in that cycle the DMA engine's LOADP of the
         program's first two pages is taken, and nothing else).
     bank_free, drained, mm_completed : ``In``: the feeder's status.
+    loadw_free_next : ``In(1)``: the weight loader's ``free_next``: with the hand-off, a LOADW
+        goes when the loader is free in the next cycle, when the hand-off register gives it
+        over (the fence and END still wait for the loader idle).
     dma_idle, dma_slot_free : ``In(1)`` (with an external memory): no transfer running or
         waiting; its slot for a LOADA or STOREA empty (``hdl/dma.py``).
     post_idle : ``Out(1)``: the post-processor idle, no POST waiting or handed over.
@@ -93,6 +96,7 @@ class Dispatcher(wiring.Component):
                    "loadw": Out(instr_stream()),
                    "matmul": Out(instr_stream()), "post": Out(instr_stream()),
                    "eltw": Out(instr_stream()), "bank_free": In(2), "drained": In(1),
+                   "loadw_free_next": In(1),
                    "mm_completed": In(16), "post_idle": Out(1), "posts_done": Out(1),
                    "blocked": Out(1)}
         if config.ext_memory:
@@ -128,14 +132,17 @@ class Dispatcher(wiring.Component):
         accepted = Signal(16)                   # MATMULs taken (modulo 2**16)
         matmul_bank = Signal()                  # the held MATMUL's bank
         ready = {name: getattr(self, name).ready & ~held[name] for name in names}
+        loader_idle = ready["loadw"]
+        if handoff:
+            ready["loadw"] = self.loadw_free_next & ~held["loadw"]
         if has_dma:         # the DMA engine's ``ready`` for the instruction on offer
             ready["dma"] = Mux(decoded.slotted, self.dma_slot_free, self.dma_idle) & ~held["dma"]
         busy_bank = Cat(held["matmul"] & ~matmul_bank, held["matmul"] & matmul_bank)
         status = SimpleNamespace(
             decoded=decoded, bank_free=self.bank_free & ~busy_bank,
             drained=self.drained & ~held["matmul"],
-            loader_idle=ready["loadw"], eltw_idle=ready["eltw"], post_idle=self.post_idle,
-            all_idle=ready["loadw"] & self.drained & ~held["matmul"] & self.post_idle
+            loader_idle=loader_idle, eltw_idle=ready["eltw"], post_idle=self.post_idle,
+            all_idle=loader_idle & self.drained & ~held["matmul"] & self.post_idle
             & ready["eltw"] & (self.dma_idle & ~held["dma"] if has_dma else 1))
         m.d.comb += self.post_idle.eq(self.post.ready & ~pend_valid & ~held["post"])
 

@@ -63,6 +63,10 @@ class WeightLoader(wiring.Component):
     -------
     instr : ``In(instr_stream())``: a LOADW to start (ready when ``busy`` is 0).
     busy : reads are in progress.
+    free_next : ``busy`` is 0 in the next cycle unless a LOADW is taken in this one (not busy,
+        or in the last read cycle), from a register: the dispatcher hands the next LOADW over
+        in the last read cycle, so that its hand-off register costs no cycle between
+        back-to-back LOADWs (``hdl/dispatch.py``).
     wgt : ``Out(buffer_read(wgt_depth, ArrayLayout(signed(8), cols)))``: the weight buffer's
         read port, its address :func:`address_lead` cycles ahead of the read (``en`` too).
     wload_en, wload_row, wload_bank, wload_data : array weight-write controls and the
@@ -73,7 +77,7 @@ class WeightLoader(wiring.Component):
         self._config = config
         super().__init__({
             "instr": In(instr_stream()),
-            "busy": Out(1),
+            "busy": Out(1), "free_next": Out(1),
             "wgt": Out(buffer_read(config.wgt_depth, data.ArrayLayout(signed(8), config.cols))),
             "wload_en": Out(1),
             "wload_row": Out(range(config.rows)),
@@ -99,10 +103,12 @@ class WeightLoader(wiring.Component):
         with m.If(~self.busy):
             m.d.sync += [base.eq(instr.wgt_addr), row.eq(0), bank.eq(instr.bank),
                          wpack.eq(instr.wpack)]
+        last = Signal()         # the last read cycle (``row`` is ``rows - 1``)
+        m.d.comb += self.free_next.eq(~self.busy | last)
         with m.If(self.instr.valid & self.instr.ready):
-            m.d.sync += self.busy.eq(1)
+            m.d.sync += [self.busy.eq(1), last.eq(rows == 1)]
         with m.Elif(self.busy):
-            m.d.sync += row.eq(row + 1)
+            m.d.sync += [row.eq(row + 1), last.eq(row == rows - 2)]
             with m.If(row == rows - 1):
                 m.d.sync += self.busy.eq(0)
         # The word of row r is read in the cycle ``row`` is r; its address is presented

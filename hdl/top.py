@@ -268,6 +268,7 @@ class Accelerator(wiring.Component):
         else:
             m.d.comb += disp.eltw.ready.eq(1)       # no element-wise engine: always idle
         m.d.comb += [disp.bank_free.eq(feeder.bank_free), disp.drained.eq(feeder.drained),
+                     disp.loadw_free_next.eq(loader.free_next),
                      disp.mm_completed.eq(feeder.completed),
                      feeder.post_idle.eq(disp.posts_done)]
         if dma is not None:

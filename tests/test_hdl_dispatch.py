@@ -71,6 +71,8 @@ def engine_ready(name, f, s):
     while its hand-off register holds an instruction."""
     if name in s["held"]:
         return False
+    if name == "loadw" and s["handoff"]:    # with the hand-off: free in the next cycle
+        return s["loadw_next"]
     if name == "dma":
         slotted = f["op"] in (Op.LOADA, Op.STOREA) and not f["fence"]
         return s["dma_slot_free"] if slotted else s["dma_idle"]
@@ -105,6 +107,7 @@ def drive(ctx, dut, config, offer, s):
     ctx.set(dut.decoded.as_value(), decoded_value(offer[0]) if offer else 0)
     for name in ("loadw", "matmul", "eltw", "post"):
         ctx.set(getattr(dut, name).ready, s[name])
+    ctx.set(dut.loadw_free_next, s["loadw_next"])
     ctx.set(dut.bank_free, s["bank_free"])
     ctx.set(dut.drained, s["drained"])
     ctx.set(dut.mm_completed, s["completed"])
@@ -180,7 +183,9 @@ def test_each_op_under_every_status(config):
                               "dma_idle"), bits), bank_free=bank_free, pending=0)
                 if not config.ext_memory:
                     s.update(dma_slot_free=0, dma_idle=1)
-                cases += [((word, decode(word)), s), (None, s)]
+                for soon in (0, 1) if op == Op.LOADW else [bits[0]]:
+                    s = dict(s, loadw_next=bits[0] | soon, handoff=handoff_latency(config))
+                    cases += [((word, decode(word)), s), (None, s)]
     dut = Dispatcher(config)
     handoff = Handoff(config)
     matmuls = [0]
@@ -200,9 +205,9 @@ def test_each_op_under_every_status(config):
     run_cycles(dut, len(cases), step)
 
 
-@pytest.mark.parametrize("config, seed", [(PLAIN, 1), (PLAIN, 2), (COMPACT, 5), (EXT, 3),
+@pytest.mark.parametrize("config, seed", [(PLAIN, 1), (PLAIN, 2), (COMPACT, 5), (EXT, 6),
                                           (EXT, 4)],
-                         ids=["plain-1", "plain-2", "compact-5", "ext_memory-3", "ext_memory-4"])
+                         ids=["plain-1", "plain-2", "compact-5", "ext_memory-6", "ext_memory-4"])
 def test_random_program(config, seed):
     """A random program: ops weighted toward MATMUL and POST so that POSTs often wait; the
     feeder completes MATMULs a random while after taking them, the post-processor is busy a
@@ -229,7 +234,9 @@ def test_random_program(config, seed):
                  post=state["post_busy"] == 0, bank_free=int(rng.integers(4)),
                  drained=rng.random() < 0.6, dma_idle=rng.random() < 0.7 or not ext,
                  pending=state["pending"] is not None, held=handoff.held(cycle),
+                 handoff=handoff.latency,
                  completed=state["completed"] % 65536)
+        s["loadw_next"] = s["loadw"] or rng.random() < 0.3
         drive(ctx, dut, config, offer, s)
         took, sent = check(ctx, dut, config, offer, s, cycle)
         # posts_done: the post-processor idle, no POST handed over, and no POST in the slot

@@ -3,7 +3,8 @@ in cycle t+1+r and writes row r, unpacked, into array row r of its bank in cycle
 t+1+write_delay+r: t+4+r (the address presented to the banked buffer in t+r, a cycle ahead,
 the word on its read port in t+3+r, in a register in t+4+r), compact t+3+r (a plain memory,
 the address in t+1+r); ``busy`` is high for exactly ``rows`` cycles
-(t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows."""
+(t+1 .. t+rows), so the next LOADW can be dispatched in t+1+rows; ``free_next`` is high
+exactly when ``busy`` is low in the next cycle (without a LOADW taken in this one)."""
 
 import dataclasses
 
@@ -77,6 +78,8 @@ def test_loader_writes_row_r_write_delay_after_its_read(rows, cols, wpack, compa
             assert not ctx.get(dut.busy), f"dispatch in cycle {cycle} while busy"
             set_instr(ctx, dut.instr, instr)
         assert ctx.get(dut.busy) == (cycle in busy), f"busy in cycle {cycle}"
+        assert ctx.get(dut.free_next) == (cycle in instrs or cycle + 1 not in busy), \
+            f"free_next in cycle {cycle}"
         assert ctx.get(dut.wgt.en) == (cycle + lead in busy), f"wgt.en in cycle {cycle}"
         if ctx.get(dut.wload_en):
             seen[cycle] = (ctx.get(dut.wload_row), ctx.get(dut.wload_bank),

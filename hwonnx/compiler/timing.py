@@ -69,7 +69,9 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     with another memory behind the DMA engine."""
     dispatch, done = [], []
     previous = 0
-    loader_free = 0               # first cycle the loader accepts a LOADW
+    loader_free = 0               # first cycle the loader is idle (a fence, END)
+    loader_next = 0               # first cycle the dispatcher may hand it a LOADW: with the
+                                  # hand-off, the cycle before it is idle (free_next)
     bank_free = [0, 0]            # first cycle a LOADW may overwrite each bank
     pending_free = 0              # first cycle the feeder's pending slot is empty
     feed_end = 0                  # last issue cycle of the latest MATMUL
@@ -124,8 +126,9 @@ def predict(instructions: "list[dict]", config: ArchConfig,
         if op in Op.WALKER:       # taken by the walker in the cycle it is presented
             finish = t
         elif op == Op.LOADW:
-            t = max(t, loader_free, bank_free[instr["bank"]])
+            t = max(t, loader_next, bank_free[instr["bank"]])
             loader_free = finish = t + handoff + loader
+            loader_next = loader_free - handoff
         elif op == Op.MATMUL:
             t = max(t, pending_free)
             # not back to back with a MATMUL whose last word writes the word its first
