@@ -297,16 +297,15 @@ def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
     # 11,349: the zero-point add apart from the clamp (clamp_stages 2), +1 at each. 11,355:
     # the weight buffer in banks and the activation word registered twice before the array
     # (feed_delay 3, so drain_cycles + 1) and the clamp's range flags in a stage of their own
-    # (clamp_stages 3, post_latency + 1): +2 at each. 11,422: the dispatcher's hand-off
+    # (clamp_stages 3, post_latency + 1): +2 at each. 11,363: the dispatcher's hand-off
     # (every engine takes an instruction in the cycle after its dispatch, and counts busy
-    # while it is in the hand-off register): the loader, which the streamed fc layer's
-    # back-to-back LOADWs wait for, is ready for the next one a cycle later each time (+62 at
-    # LOADWs), four MATMULs that wait for the feeder's slot start a cycle later (+4), END
-    # waits for the last POST, handed over a cycle later, and for its one more cycle of
-    # drain (+2), and one LOADX finds the DMA engine free a cycle sooner relative to the
-    # loader it also waits for (-1). (Counted instruction by instruction from
-    # compiler/timing.py's dispatch cycles with and without the hand-off: 67 in all.)
-    assert board_top_cycles(result) == [11422] * 2
+    # while it is in the hand-off register; a LOADW is handed over in the loader's last read
+    # cycle, so back-to-back LOADWs keep their pace): six MATMULs that wait for the feeder's
+    # slot start a cycle later (+6), END waits for the last POST, handed over a cycle later,
+    # and for its one more cycle of drain (+2), a LOADX waits a cycle more for the DMA engine
+    # (+1) and a LOADW that waited behind it a cycle less (-1). (Counted instruction by
+    # instruction from compiler/timing.py's dispatch cycles with and without the hand-off.)
+    assert board_top_cycles(result) == [11363] * 2
 
 
 def board_top_cycles(result, x: "dict | None" = None) -> "list[int]":
