@@ -238,7 +238,7 @@ class Accelerator(wiring.Component):
             stored, stored_valid, stored_decoded = self._narrow_fetch(m, running, fetched_fire)
         else:
             stored, stored_valid, stored_decoded = self._wide_fetch(m, prog, running,
-                                                                  fetched_fire, fresh)
+                                                                    fetched_fire, fresh)
         m.submodules.dispatcher = disp = Dispatcher(cfg)
         offer = disp.instr
         fire = Signal()
