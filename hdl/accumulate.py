@@ -6,7 +6,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .feeder import ACC_READ_LATENCY
+from .bram import RegisteredRAM
+from .fanout import REPLICA, replicate
 
 __all__ = ["Accumulators"]
 
@@ -14,16 +15,23 @@ __all__ = ["Accumulators"]
 class Accumulators(wiring.Component):
     """``acc_depth`` words of ``cols`` int32 accumulators.
 
-    The feeder (``hdl/feeder.py``) reads word ``raddr`` :data:`ACC_READ_LATENCY` cycles
+    The feeder (``hdl/feeder.py``) reads word ``raddr`` :func:`acc_read_latency` cycles
     before it writes ``sums`` into word ``waddr`` with ``we``: added to the word
     (int32 wrap-around), or, with ``max``, the larger of the two; with ``first`` the sums
-    overwrite it. The read data is registered before the adder, so that the block RAM's
-    output (5.6 ns from the clock on ECP5) and the 32-bit adder and comparator are separate
-    register-to-register paths. A write two cycles after another to the same word sees it
-    (the read port is transparent for the write port); none comes one cycle after another to
-    the same word (the feeder waits a cycle instead), so nothing is forwarded and no path
-    runs from the adder back into itself (with forwarding, that loop was the critical path
-    of a ULX3S-85F build: 12.0 ns, 7.4 of routing).
+    overwrite it. The adder's operand comes from a register, so that the block RAM's output
+    and the 32-bit adder and comparator are separate register-to-register paths. No write
+    comes one cycle after another to the same word (the feeder waits a cycle instead), so no
+    path runs from the adder back into itself (with one, that loop was the critical path of
+    a ULX3S-85F build: 12.0 ns, 7.4 of routing).
+
+    The pipelined datapath reads through :class:`~hwonnx.hdl.bram.RegisteredRAM` (on ECP5
+    the block's own output register: from a block RAM's output to a register of the fabric
+    was the 97.65 MHz ULX3S-85F build's critical path, 10.25 ns) and then the operand
+    register: the write three cycles after the read. The words written in the read's cycle
+    and the one after (which the memory does not show yet) are forwarded into the operand
+    register from registers of their own, with a select per column (``hdl/fanout.py``). The
+    compact datapath reads one cycle after the address, the memory's read port transparent
+    for its write port (a write in the read's cycle is seen), then the operand register.
 
     The selects that steer every column (``first``, ``max``, ``ew_we``) come with one bit per
     column, all equal, each from a register of its own (``hdl/fanout.py``): one register
@@ -36,7 +44,8 @@ class Accumulators(wiring.Component):
     we, waddr, first, max, sums : ``In``: its write.
     ew_we, ew_addr, ew_data : ``In``: the element-wise engine writes a whole word (never in
         the same cycle as ``we``); ``ew_we`` has a bit per column, ``ew_we[0]`` enables.
-    post_addr : ``In``; post_data : ``Out``: the post-processor's read port (one cycle).
+    post_addr : ``In``; post_data : ``Out``: the post-processor's read port, the word
+        :data:`~hwonnx.hdl.bram.REGISTERED_READ_LATENCY` cycles after its address.
     """
 
     def __init__(self, config: ArchConfig):
@@ -53,21 +62,59 @@ class Accumulators(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        assert ACC_READ_LATENCY == 2        # the port's read, then the register below
-        m.submodules.mem = mem = Memory(shape=data.ArrayLayout(signed(32), cfg.cols),
-                                        depth=cfg.acc_depth, init=[])
-        write = mem.write_port()
-        rmw = mem.read_port(transparent_for=(write,))
-        post = mem.read_port()
-        read = Signal.like(rmw.data)
-        m.d.sync += read.eq(rmw.data)
-        m.d.comb += [rmw.addr.eq(self.raddr),
-                     write.addr.eq(Mux(self.ew_we[0], self.ew_addr, self.waddr)),
-                     write.en.eq(self.we | self.ew_we[0]),
-                     post.addr.eq(self.post_addr), self.post_data.eq(post.data)]
+        word = data.ArrayLayout(signed(32), cfg.cols)
+        # Every read port is a copy of the memory beside its write port (as Yosys maps two
+        # read ports onto block RAMs of one read and one write port each).
+        m.submodules.post_mem = post = RegisteredRAM(word, cfg.acc_depth)
+        writes = [post.write]
+        if cfg.compact:
+            m.submodules.mem = mem = Memory(shape=word, depth=cfg.acc_depth, init=[])
+            port = mem.write_port()
+            rmw = mem.read_port(transparent_for=(port,))
+            m.d.comb += rmw.addr.eq(self.raddr)
+            read = Signal(word, name="read")
+            m.d.sync += read.eq(rmw.data)
+            writes.append(port)
+        else:
+            m.submodules.rmw_mem = rmw = RegisteredRAM(word, cfg.acc_depth)
+            m.d.comb += rmw.read.addr.eq(self.raddr)
+            writes.append(rmw.write)
+            read = self._forwarded(m, rmw.read.data, writes[0])
+        for port in writes:
+            m.d.comb += [port.addr.eq(Mux(self.ew_we[0], self.ew_addr, self.waddr)),
+                         port.en.eq(self.we | self.ew_we[0])]
+        m.d.comb += [post.read.addr.eq(self.post_addr), self.post_data.eq(post.read.data)]
         for c in range(cfg.cols):
             added = Mux(self.first[c], 0, read[c]) + self.sums[c]
             larger = Mux(self.first[c] | (self.sums[c] > read[c]), self.sums[c], read[c])
-            m.d.comb += write.data[c].eq(Mux(self.ew_we[c], self.ew_data[c],
-                                             Mux(self.max[c], larger, added)))
+            value = Mux(self.ew_we[c], self.ew_data[c], Mux(self.max[c], larger, added))
+            for port in writes:
+                m.d.comb += port.data[c].eq(value)
         return m
+
+    def _forwarded(self, m, stored, write):
+        """The operand register: the word read (``stored``, two cycles after the address)
+        or, if the write port wrote it in the read's cycle or the one after, what it wrote
+        (the later one)."""
+        cfg = self._config
+        cols = cfg.cols
+        word = data.ArrayLayout(signed(32), cols)
+        raddr = Signal.like(self.raddr, name="raddr_1")
+        m.d.sync += raddr.eq(self.raddr)
+        # Written in the read's cycle (t): seen in t + 1, moved on in t + 2.
+        early = replicate(m, write.en & (write.addr == self.raddr), cols, "fwd_early")
+        early_data = Signal(word, name="fwd_early_data")
+        m.d.sync += early_data.eq(write.data)
+        early_hit = [Signal(name=f"fwd_early_{c}{REPLICA}") for c in range(cols)]
+        early_word = Signal(word, name="fwd_early_word")
+        m.d.sync += [hit.eq(copy) for hit, copy in zip(early_hit, early)]
+        m.d.sync += early_word.eq(early_data)
+        # Written in t + 1: seen in t + 2.
+        late = replicate(m, write.en & (write.addr == raddr), cols, "fwd_late")
+        late_word = Signal(word, name="fwd_late_word")
+        m.d.sync += late_word.eq(write.data)
+        read = Signal(word, name="read")
+        for c in range(cols):
+            m.d.sync += read[c].eq(Mux(late[c], late_word[c],
+                                       Mux(early_hit[c], early_word[c], stored[c])))
+        return read

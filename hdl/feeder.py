@@ -10,7 +10,7 @@ from .fanout import per_lane, replicate
 from .layouts import InstrLayout, instr_stream
 from .loader import write_delay
 
-__all__ = ["Feeder", "bank_release", "drain_cycles", "feed_delay", "ACC_READ_LATENCY"]
+__all__ = ["Feeder", "bank_release", "drain_cycles", "feed_delay", "acc_read_latency"]
 
 
 def feed_delay(config: ArchConfig) -> int:
@@ -23,10 +23,11 @@ def feed_delay(config: ArchConfig) -> int:
     return 1 if config.compact else write_delay(config)
 
 
-#: Cycles from an accumulator read (the read-modify-write behind the array,
-#: ``hdl/accumulate.py``) to the write of the sum: the block RAM's read, then its data in a
-#: register, so that the adder's inputs are registers.
-ACC_READ_LATENCY = 2
+def acc_read_latency(config: ArchConfig) -> int:
+    """Cycles from an accumulator read (the read-modify-write behind the array,
+    ``hdl/accumulate.py``) to the write of the sum: the block RAM's read, its output register
+    (not in the compact datapath), then the adder's operand register."""
+    return 2 if config.compact else 3
 
 
 def bank_release(config: ArchConfig) -> int:
@@ -68,7 +69,7 @@ class Feeder(wiring.Component):
     Depthwise streaming (``dw``): the walk is the same (the compiler makes it run along input
     rows, ``sx = 1``), but only word ``j`` of each row with ``j mod vstride = 0`` and
     ``j <= vlast`` writes an accumulator, the next one (``acc_addr`` counts those words).
-    acc_raddr : accumulator read address (:data:`ACC_READ_LATENCY` cycles before the write:
+    acc_raddr : accumulator read address (:func:`acc_read_latency` cycles before the write:
         the read data is registered, ``hdl/accumulate.py``).
     acc_we, acc_waddr, acc_first : accumulator write of the sums now on the array output.
     acc_max : that write keeps the larger of the accumulator and the sums (``pool_max``)
@@ -201,7 +202,7 @@ class Feeder(wiring.Component):
         m.d.comb += Cat(self.feed_pad, self.feed_zp, self.feed_bank, self.feed_dw).eq(feed)
 
         # Tag pipeline (tags[i] holds the tag of the word issued in cycle f in f + 1 + i): that
-        # word's accumulator is read in cycle f + latency - ACC_READ_LATENCY and written in
+        # word's accumulator is read in cycle f + latency - acc_read_latency and written in
         # f + latency, when its sums leave the array.
         latency = drain_cycles(cfg) - 1
         # (last of its MATMUL, kept, address, pool_max, first, issued): a word that is not
@@ -213,7 +214,7 @@ class Feeder(wiring.Component):
             m.d.sync += tag_d.eq(tag)
             tags.append(tag_d)
             tag = tag_d
-        read_tag = tags[latency - 1 - ACC_READ_LATENCY]
+        read_tag = tags[latency - 1 - acc_read_latency(cfg)]
         write_tag = tags[latency - 1]
         # The write's selects, one register per column (from the stage before).
         addr_bits = slice(2, 2 + cfg.acc_addr_bits)

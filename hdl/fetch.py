@@ -8,24 +8,35 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from .bram import REGISTERED_READ_LATENCY
 from .layouts import DecodedLayout, InstrLayout, buffer_read, decoded, instr_stream
 
-__all__ = ["WideFetch", "NarrowFetch", "FETCH_LATENCY", "FETCH_QUEUE"]
+__all__ = ["WideFetch", "NarrowFetch", "fetch_latency", "fetch_queue"]
 
-#: A program memory of whole instructions: cycles from the read of an instruction into the
-#: empty queue (at ``start``, and at a page's first instruction) until the dispatcher can take
-#: it: the read, then its capture.
-FETCH_LATENCY = 2
 
-#: Instructions :class:`WideFetch` holds read ahead: with reads decided a cycle late (from the
-#: queue's registered fill level, never from the dispatcher's decision in the same cycle),
-#: three keep one instruction per cycle flowing.
-FETCH_QUEUE = 3
+def program_read_latency(config: ArchConfig) -> int:
+    """Cycles from a program memory's address to its word: through the block RAM's output
+    register (``hdl/bram.py``), but in the compact datapath."""
+    return 1 if config.compact else REGISTERED_READ_LATENCY
+
+
+def fetch_latency(config: ArchConfig) -> int:
+    """A program memory of whole instructions: cycles from the read of an instruction into
+    the empty queue (at ``start``, and at a page's first instruction) until the dispatcher can
+    take it: the read (:func:`program_read_latency`), then its capture."""
+    return program_read_latency(config) + 1
+
+
+def fetch_queue(config: ArchConfig) -> int:
+    """Instructions :class:`WideFetch` holds read ahead: with reads decided a cycle late (from
+    the queue's registered fill level, never from the dispatcher's decision in the same
+    cycle), one more than the reads in flight keeps one instruction per cycle flowing."""
+    return program_read_latency(config) + 2
 
 
 class WideFetch(wiring.Component):
     """Reads a program memory of whole instructions ahead into a queue of
-    :data:`FETCH_QUEUE` that the dispatcher takes from, one per cycle.
+    :func:`fetch_queue` that the dispatcher takes from, one per cycle.
 
     A read is issued whenever the queue has room for it counting the read in flight; the
     decision uses the queue's fill level of this cycle (a register), so the dispatcher's
@@ -33,7 +44,7 @@ class WideFetch(wiring.Component):
     wide register's enable (on a ULX3S-85F the fetch's 420-bit instruction register enabled
     by that decision, and the memory's address chosen by it, were a long path). The queue
     never runs dry once filled: an instruction is on offer in every cycle after the first
-    :data:`FETCH_LATENCY`, as with one instruction register, so the cycle model
+    :func:`fetch_latency`, as with one instruction register, so the cycle model
     (``hwonnx/compiler/timing.py``) is the same.
 
     ``start`` restarts from instruction 0, emptying the queue. With a paged program
@@ -48,7 +59,11 @@ class WideFetch(wiring.Component):
         taken with ``ready``.
     decoded : ``Out(DecodedLayout())``: it decoded (:func:`~hwonnx.hdl.layouts.decoded`), kept
         in registers beside the queue (decoded as the word is written into it).
-    prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port.
+    prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port,
+        its word :func:`program_read_latency` cycles after the address (the block RAM's
+        output drives the queue and the decode from a register: from the block RAM's output
+        into the decoded registers was the 93.25 MHz ULX3S-85F build's critical path,
+        10.72 ns).
     """
 
     def __init__(self, config: ArchConfig):
@@ -63,16 +78,20 @@ class WideFetch(wiring.Component):
         m = Module()
         cfg = self._config
         page = cfg.prog_page
-        queue = SyncFIFO(width=InstrLayout().size, depth=FETCH_QUEUE)
+        depth, flight = fetch_queue(cfg), program_read_latency(cfg)
+        queue = SyncFIFO(width=InstrLayout().size, depth=depth)
         m.submodules.queue = ResetInserter(self.start)(queue)
         ptr = Signal(range(cfg.prog_depth))     # the next instruction to read
-        arriving = Signal()                     # the read of the cycle before: on the port
+        # The reads in flight, the oldest last: its word is on the port.
+        flying = [Signal(name=f"arriving_{i}") for i in range(flight)]
+        arriving = flying[-1]
+        in_flight = sum(flying)
         waiting = Signal()                      # paged: at a page's end (or start)
         read = Signal()
         page_last = (ptr[:page.bit_length() - 1] == page - 1) if page else Const(0)
         m.d.comb += [
-            read.eq(Mux(waiting, (queue.level == 0) & ~arriving & self.fresh,
-                        queue.level + arriving < FETCH_QUEUE)),
+            read.eq(Mux(waiting, (queue.level == 0) & (in_flight == 0) & self.fresh,
+                        queue.level + in_flight < depth)),
             self.prog.addr.eq(Mux(self.start, 0, ptr)),
             self.prog.en.eq(1),
             queue.w_data.eq(self.prog.data.as_value()), queue.w_en.eq(arriving),
@@ -85,7 +104,7 @@ class WideFetch(wiring.Component):
         # ``valid`` come from flip-flops, not through the queue's read multiplexer (the read
         # pointer -> head op -> the dispatcher's accept was the 89.45 MHz ULX3S-85F build's
         # critical path).
-        flags = [Signal(DecodedLayout(), name=f"queued_{i}_decoded") for i in range(FETCH_QUEUE)]
+        flags = [Signal(DecodedLayout(), name=f"queued_{i}_decoded") for i in range(depth)]
         nonempty = Signal()
         push, pop = Signal(), Signal()
         m.d.comb += [push.eq(arriving & queue.w_rdy), pop.eq(queue.r_en & queue.r_rdy),
@@ -96,13 +115,15 @@ class WideFetch(wiring.Component):
             with m.Elif(pop):
                 m.d.sync += entry.eq(flags[i + 1] if i + 1 < len(flags) else 0)
         m.d.sync += nonempty.eq(push | Mux(pop, queue.level >= 2, nonempty))
-        # FETCH_LATENCY: the read in one cycle (at start, of instruction 0), the capture in
-        # the next; it is on offer in the one after.
+        # fetch_latency: the read in one cycle (at start, of instruction 0), on the port
+        # program_read_latency later, captured then; on offer in the cycle after.
         with m.If(self.start):
-            m.d.sync += [ptr.eq(0 if page else 1), arriving.eq(not page),
+            m.d.sync += [ptr.eq(0 if page else 1), flying[0].eq(not page),
                          waiting.eq(bool(page)), nonempty.eq(0)]
+            m.d.sync += [later.eq(0) for later in flying[1:]]
         with m.Else():
-            m.d.sync += arriving.eq(read)
+            m.d.sync += flying[0].eq(read)
+            m.d.sync += [later.eq(earlier) for earlier, later in zip(flying, flying[1:])]
             with m.If(read):
                 m.d.sync += [ptr.eq(ptr + 1), waiting.eq(page_last)]  # paged: 2 * prog_page,
         return m                                                          # so it wraps

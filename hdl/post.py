@@ -73,11 +73,13 @@ class PostProcessor(wiring.Component):
     Members
     -------
     instr : ``In(instr_stream())``: a POST to start (ready when ``idle``); ``par_addr`` is
-        read in the cycle after it is taken (``par_data`` is valid from the cycle after that
-        and held for the whole instruction).
+        read in the cycle after it is taken (``par.data`` is valid two cycles after that and
+        held for the whole instruction).
     idle : no step or write outstanding.
-    acc_addr, acc_data : accumulator read port.
-    par : ``Out(buffer_read(par_depth, ParamLayout(config)))``: the parameter buffer's read port.
+    acc_addr, acc_data : accumulator read port (the word two cycles after its address).
+    par : ``Out(buffer_read(par_depth, ParamLayout(config)))``: the parameter buffer's read
+        port, the word two cycles after its address
+        (:class:`~hwonnx.hdl.bram.RegisteredRAM`).
     out_we, out_addr, out_data : activation-buffer write port (``out_we`` per lane).
     lut_we, lut_addr, lut_data : with ``lut_tables``: write entry ``lut_addr`` of the activation
         tables (every column's copy); ``lut_init`` gives their initial contents.
@@ -161,17 +163,17 @@ class PostProcessor(wiring.Component):
             m.d.sync += [regs[0].eq(valid), regs[1].eq(addr), regs[2].eq(base)]
             return regs
 
-        # The parameter word, registered: the block RAM's output drives nothing else. It is
-        # read in cycle t + 1 (dispatch in t), on par_data from t + 2, here from t + 3: the
-        # cycle of the first bias add (the first accumulator read is in t + 1).
-        par = Signal(ParamLayout(cfg))
-        m.d.sync += par.eq(self.par.data)
+        # The parameter word, from the buffer's output register
+        # (:class:`~hwonnx.hdl.bram.RegisteredRAM`): read in cycle t + 1 (dispatch in t), on
+        # par.data from t + 3, the cycle of the first bias add (the first accumulator read is
+        # in t + 1).
+        par = self.par.data
 
-        # Stage 1 (accumulator data valid): register it.
+        # Stage 1: the accumulator word in the buffer's output register (``acc_data``, two
+        # cycles after its address).
         s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word,
                                            word * rows - cur.lane_off)
-        acc = Signal(data.ArrayLayout(signed(32), cols), name="acc")
-        m.d.sync += acc.eq(self.acc_data)
+        acc = self.acc_data
         # Stage 2: add the bias.
         sa_valid, sa_addr, sa_base = stage("sa", s1_valid, s1_addr, s1_base)
         sb_valid, sb_addr, sb_base = stage("sb", sa_valid, sa_addr, sa_base)

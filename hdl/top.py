@@ -13,6 +13,7 @@ from .dma import DmaEngine
 from .extmem import ext_port
 from .eltwise import EltwiseEngine
 from .banks import BankedMemory
+from .bram import RegisteredRAM
 from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch, WideFetch
 from .program_ram import ProgramRAM
@@ -144,12 +145,22 @@ class Accelerator(wiring.Component):
             m.submodules[f"{name}_buf"] = mem
             return mem
 
-        prog = None if cfg.runtime_program else buffer("prog", InstrLayout())
+        def registered(name, shape):
+            depth, _ = self.buffer_shape(cfg, name)
+            mem = RegisteredRAM(shape, depth, init=self._init(shape, name))
+            m.submodules[f"{name}_buf"] = mem
+            return mem
+
+        # The program (but in the compact datapath) and the parameters are read through the
+        # block RAMs' output registers (hdl/bram.py); the weights through banks of their own.
+        prog = None
+        if not cfg.runtime_program:
+            prog = (buffer if cfg.compact else registered)("prog", InstrLayout())
         wgt = BankedMemory(data.ArrayLayout(signed(8), cfg.cols), cfg.wgt_depth,
                            self._init(data.ArrayLayout(signed(8), cfg.cols), "wgt"),
                            banked=not cfg.compact)
         m.submodules.wgt_buf = wgt
-        par = buffer("par", ParamLayout(cfg))
+        par = registered("par", ParamLayout(cfg))
         act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
 
         m.submodules.array = array = SystolicArray(cfg, self._logic_products)
@@ -167,7 +178,7 @@ class Accelerator(wiring.Component):
         # program runs, when the host does not write).
         dma = self._dma(m)
         for name, mem in (("prog", prog), ("wgt", wgt), ("par", par))[cfg.runtime_program:]:
-            port = mem.write if name == "wgt" else mem.write_port()
+            port = mem.write_port() if isinstance(mem, Memory) else mem.write
             addr, data_, we = (getattr(self, f"host_{name}_{x}") for x in ("addr", "data", "we"))
             if dma is not None:
                 ours = [getattr(dma, f"{name}_{x}") for x in ("we", "addr", "data")]
@@ -228,7 +239,7 @@ class Accelerator(wiring.Component):
         for c in range(cfg.cols):
             m.d.comb += acc.ew_data[c].eq(eltw.acc_data[c])
 
-        wiring.connect(m, post.par, par.read_port())
+        wiring.connect(m, post.par, par.read)
 
         # The instruction on offer: while the tile walker walks a LOOP, its micro-instruction,
         # otherwise the stored one; the dispatcher hands it to its engine.
@@ -353,7 +364,7 @@ class Accelerator(wiring.Component):
         """The fetch unit over a program memory of whole instructions (``hdl/fetch.py``):
         returns the instruction on offer, its valid and it decoded."""
         m.submodules.fetch = fetch = WideFetch(self.config)
-        wiring.connect(m, fetch.prog, prog.read_port())
+        wiring.connect(m, fetch.prog, prog.read_port() if isinstance(prog, Memory) else prog.read)
         m.d.comb += [fetch.start.eq(self.host.start), fetch.running.eq(running),
                      fetch.fresh.eq(fresh), fetch.instr.ready.eq(fire)]
         return fetch.instr.payload, fetch.instr.valid, fetch.decoded

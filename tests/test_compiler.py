@@ -1,6 +1,7 @@
 """The compiler: instruction encoding, activation layout, lowering of small integer graphs,
 resource errors, the cycle model and saving a program."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -377,12 +378,15 @@ def loadw(bank):
     return dict(op=Op.LOADW, bank=bank)
 
 
-def test_end_only_program_takes_two_cycles():
-    """The instruction register fills from a read at ``start`` (cycle 0): END leaves in
-    cycle FETCH_LATENCY = 2."""
+def test_end_only_program_takes_three_cycles():
+    """The instruction queue fills from a read at ``start`` (cycle 0), on the program memory's
+    port from its output register in cycle 2, captured: END leaves in cycle 3 (2 in the
+    compact datapath, whose program memory has no output register)."""
     for config in CONFIGS:
         timing = predict([END], config)
-        assert timing.total == 2 and timing.dispatch == [2]
+        assert timing.total == 3 and timing.dispatch == [3]
+    timing = predict([END], dataclasses.replace(CONFIGS[0], mul_stages=1))
+    assert timing.total == 2 and timing.dispatch == [2]
 
 
 def matmul_stream(tiles, count):
@@ -437,16 +441,17 @@ def test_eltw_accept_rules():
     post = dict(op=Op.POST, count=3, nw=1)
     program = [matmul(0, 5), post, dict(eltw, wait=1), post, eltw, post, eltw, END]
     timing = predict(program, config)
-    # (the first instruction leaves in cycle 2: the instruction register fills from a read
-    # at start; every engine takes what is dispatched in t in t + 1, the hand-off)
-    # MATMUL dispatched 2, taken 3, starts 4, issues 5..9: drained 9 + 14 = 23
-    # POST dispatched 3 into its slot, leaves it at 23, taken 24: idle at 24 + 1 + 14 + 3 = 42
-    # ELTW (wait) at 42, taken 43: idle 43 + 1 + 6 + 7 = 57 (ELTW_LATENCY 7)
-    # POST at 57: idle 76; ELTW at 58 (beside the POST): idle 73; POST at 76: idle 95
-    # ELTW at 77 (no wait): idle 92; END at 95
-    assert timing.dispatch == [2, 3, 42, 57, 58, 76, 77, 95]
-    assert timing.done[2] == 56 and timing.total == 95
-    assert predict([dict(eltw, count=1), END], config).total == 2 + 1 + 1 + 2 + 7
+    # (the first instruction leaves in cycle 3: the instruction queue fills from a read at
+    # start through the program memory's output register; every engine takes what is
+    # dispatched in t in t + 1, the hand-off)
+    # MATMUL dispatched 3, taken 4, starts 5, issues 6..10: drained 10 + 14 = 24
+    # POST dispatched 4 into its slot, leaves it at 24, taken 25: idle at 25 + 1 + 14 + 3 = 43
+    # ELTW (wait) at 43, taken 44: idle 44 + 1 + 6 + 7 = 58 (ELTW_LATENCY 7)
+    # POST at 58: idle 77; ELTW at 59 (beside the POST): idle 74; POST at 77: idle 96
+    # ELTW at 78 (no wait): idle 93; END at 96
+    assert timing.dispatch == [3, 4, 43, 58, 59, 77, 78, 96]
+    assert timing.done[2] == 57 and timing.total == 96
+    assert predict([dict(eltw, count=1), END], config).total == 3 + 1 + 1 + 2 + 7
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():
@@ -456,14 +461,15 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     config = ArchConfig(rows=4, cols=4)          # drain 3 + (4 + 4 + 2) + 1, post latency 14
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
-    # MATMUL 1 dispatched 2 (the instruction register fills from a read at start), taken
-    # 3 (the hand-off) into the feeder's slot: starts 4, issues 5..9, drained 9 + 14 = 23.
-    # POST dispatched 3, leaves its slot at 23, taken 24: idle 24 + 1 + 14 + 3 = 42.
-    # MATMUL 3: dispatched 5 (the feeder's slot empties as MATMUL 1 starts, in 4), starts
-    # at 9 (the first one's last issue), issues 10..14, drained 28.
-    # POST accepted at 42 (the first POST done), starts 42: idle 61. END at 61.
-    assert timing.dispatch == [2, 3, 5, 42, 61]
-    assert timing.done[1] == 41 and timing.total == 61
+    # MATMUL 1 dispatched 3 (the instruction queue fills from a read at start through the
+    # program memory's output register), taken 4 (the hand-off) into the feeder's slot:
+    # starts 5, issues 6..10, drained 10 + 14 = 24.
+    # POST dispatched 4, leaves its slot at 24, taken 25: idle 25 + 1 + 14 + 3 = 43.
+    # MATMUL 3: dispatched 6 (the feeder's slot empties as MATMUL 1 starts, in 5), starts
+    # at 10 (the first one's last issue), issues 11..15, drained 29.
+    # POST accepted at 43 (the first POST done), starts 43: idle 62. END at 62.
+    assert timing.dispatch == [3, 4, 6, 43, 62]
+    assert timing.done[1] == 42 and timing.total == 62
 
 
 def test_unknown_opcode_is_a_bug():

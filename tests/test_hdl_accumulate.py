@@ -1,15 +1,20 @@
 """The accumulator buffer's read-modify-write (hdl/accumulate.py), driven as the feeder drives
-it (read ACC_READ_LATENCY cycles before the write, never two writes in consecutive cycles to
+it (read acc_read_latency cycles before the write: 2 in the compact datapath, 3 through the
+block RAM's output register in the pipelined one; never two writes in consecutive cycles to
 the same word): random streams of writes to a few words, back to back, two and more cycles
 apart to the same word, adding, keeping the larger or overwriting (``first``), with element-wise
 engine writes in the gaps, leave every word as a Python model of the same writes in order
-says (int32 wrap-around)."""
+says (int32 wrap-around); the post-processor's port reads each word two cycles after its
+address."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from hwonnx.hdl.accumulate import Accumulators
-from hwonnx.hdl.feeder import ACC_READ_LATENCY
+from hwonnx.hdl.bram import REGISTERED_READ_LATENCY
+from hwonnx.hdl.feeder import acc_read_latency
 
 from hdl_helpers import run_cycles, small_config
 
@@ -18,9 +23,11 @@ def _wrap(value: int) -> int:
     return (value + (1 << 31)) % (1 << 32) - (1 << 31)
 
 
+@pytest.mark.parametrize("mul_stages", [1, 5], ids=["compact", "pipelined"])
 @pytest.mark.parametrize("seed", range(4))
-def test_read_modify_write_equals_the_writes_in_order(seed):
-    config = small_config(2, 3)
+def test_read_modify_write_equals_the_writes_in_order(seed, mul_stages):
+    config = dataclasses.replace(small_config(2, 3), mul_stages=mul_stages)
+    latency, post_latency = acc_read_latency(config), REGISTERED_READ_LATENCY
     rng = np.random.default_rng(seed)
     words = 4                         # few words: the same word often one or two cycles apart
     cycles = 600
@@ -40,13 +47,13 @@ def test_read_modify_write_equals_the_writes_in_order(seed):
     # engine starts once the feeder is drained)
     for cycle, step in enumerate(plan):
         if step and step[0] == "ew" and any(
-                later and later[0] == "rmw" for later in plan[cycle + 1:cycle + 1 + 2]):
+                later and later[0] == "rmw" for later in plan[cycle + 1:cycle + 1 + latency]):
             plan[cycle] = None
     dut = Accumulators(config)
     reads = {}
 
     def step(ctx, cycle):
-        ahead = plan[cycle + ACC_READ_LATENCY] if cycle + ACC_READ_LATENCY < cycles else None
+        ahead = plan[cycle + latency] if cycle + latency < cycles else None
         ctx.set(dut.raddr, ahead[1] if ahead and ahead[0] == "rmw" else 0)
         now = plan[cycle] if cycle < cycles else None
         rmw, ew = bool(now and now[0] == "rmw"), bool(now and now[0] == "ew")
@@ -67,8 +74,9 @@ def test_read_modify_write_equals_the_writes_in_order(seed):
         if cycle >= cycles + 2:                      # read every word back
             word = cycle - cycles - 2
             ctx.set(dut.post_addr, min(word, words - 1))
-            if word >= 1:
-                reads[word - 1] = [ctx.get(dut.post_data[c]) for c in range(config.cols)]
+            if word >= post_latency:
+                reads[word - post_latency] = [ctx.get(dut.post_data[c])
+                                              for c in range(config.cols)]
 
     # the words start as what the first writes of each make them: begin with a `first`
     # write to every word
@@ -81,7 +89,7 @@ def test_read_modify_write_equals_the_writes_in_order(seed):
         if now and before and now[0] == before[0] == "rmw" and now[1] == before[1]:
             plan[cycle] = None
     cycles = len(plan)
-    run_cycles(dut, cycles + 2 + words + 1, step)
+    run_cycles(dut, cycles + 2 + words + post_latency, step)
 
     model = {}
     for item in plan:

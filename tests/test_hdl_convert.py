@@ -21,9 +21,14 @@ IMAGES = {"wgt": [(i * 12345) % (1 << 15) for i in range(20)], "prog": [7, 1 << 
 
 
 def _cells(text: str) -> "dict[str, str]":
-    """The ``$meminit_v2`` cells of an RTLIL text, by memory id (cell numbers left out)."""
-    cells = re.findall(r"cell \$meminit_v2 \$\d+\n(.*?\n  end\n)", text, re.S)
-    return {re.search(r'parameter \\MEMID "([^"]+)"', c).group(1): c for c in cells}
+    """The ``$meminit_v2`` cells of an RTLIL text, by module and memory id (cell numbers left
+    out)."""
+    found = {}
+    for module in re.findall(r"\nmodule (.*?)\nend\n", text, re.S):
+        name = module.split("\n", 1)[0]
+        for cell in re.findall(r"cell \$meminit_v2 \$\d+\n(.*?\n  end\n)", module, re.S):
+            found[name, re.search(r'parameter \\MEMID "([^"]+)"', cell).group(1)] = cell
+    return found
 
 
 def _without_meminit(text: str) -> str:

@@ -2,7 +2,7 @@
 ``hwonnx.golden.im2col`` of an index image), one read per cycle, padding as ``feed_pad``;
 instructions stream back to back; ``pending``, ``drained`` and ``bank_free`` follow the rules
 of ``hwonnx/compiler/timing.py``; the accumulator tags come out ``array_latency + 1`` cycles
-after each read, the accumulator read ``ACC_READ_LATENCY`` cycles before its write, and no
+after each read, the accumulator read ``acc_read_latency`` cycles before its write, and no
 two writes in consecutive cycles go to the same word (a MATMUL whose first word writes the
 word the one before it wrote last starts a cycle later)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from hwonnx.isa import Op
 from hwonnx.golden.im2col import conv_output_size, im2col
-from hwonnx.hdl.feeder import ACC_READ_LATENCY, Feeder
+from hwonnx.hdl.feeder import Feeder, acc_read_latency
 
 from hdl_helpers import run_cycles, set_instr, small_config
 
@@ -120,7 +120,7 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
             want["feed_pad"][f + 3] = int(addr is None)
             want["feed_zp"][f + 3] = instr["zp"]
             want["feed_bank"][f + 3] = instr["bank"]
-            want["acc_raddr"][f + latency - ACC_READ_LATENCY] = instr["acc_addr"] + i
+            want["acc_raddr"][f + latency - acc_read_latency(config)] = instr["acc_addr"] + i
             want["acc_we"][f + latency] = 1
             want["acc_waddr"][f + latency] = instr["acc_addr"] + i
             want["acc_first"][f + latency] = instr["first"]
@@ -194,7 +194,7 @@ def test_feeder_wait_starts_when_post_idle(waits, post_idle_from):
 def test_a_tile_that_writes_the_word_written_just_before_waits_a_cycle():
     """A two-word tile's last word and a one-word tile's word write the same accumulator word:
     the second tile starts a cycle after the first issues its last word instead of in that
-    cycle, so its read (``ACC_READ_LATENCY`` before its write) sees the first write
+    cycle, so its read (``acc_read_latency`` before its write) sees the first write
     (run_feeder checks every output cycle by cycle). A one-word tile that writes another word
     follows back to back."""
     config = small_config(2, 2)

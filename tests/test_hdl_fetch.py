@@ -1,11 +1,11 @@
 """Instruction fetch (``hdl/fetch.py``) over a model of its program memory's read port.
 
 WideFetch: the instructions leave in program order with ``decoded`` as the ISA decodes each, the
-first ``FETCH_LATENCY`` cycles after ``start`` (the cycle model's ``fetched()``); taken every
+first ``fetch_latency`` cycles after ``start`` (the cycle model's ``fetched()``); taken every
 cycle, one per cycle; under random stalls, an instruction is on offer in every cycle after
 the first (the queue never runs dry); ``start`` empties the queue and starts over from
 instruction 0; paged (``prog_page``), a page's first instruction is read in the first cycle
-after the page before was taken that ``fresh`` is high, on offer ``FETCH_LATENCY`` later.
+after the page before was taken that ``fresh`` is high, on offer ``fetch_latency`` later.
 
 NarrowFetch: each instruction is assembled from ``fetch_words`` program words, least
 significant first; the first is valid ``fetch_words + 2`` cycles after ``start``, the next
@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hwonnx.hdl.fetch import FETCH_LATENCY, NarrowFetch, WideFetch
+from hwonnx.hdl.fetch import NarrowFetch, WideFetch, fetch_latency, program_read_latency
 from hwonnx.isa import Op, encode, fields_of
 
 from hdl_helpers import SyncReadMemory, decoded_value, run_cycles, small_config
@@ -41,7 +41,8 @@ def random_program(rng, count):
 def simulate_wide(config, contents, cycles, ready, fresh=lambda cycle: True, starts=(START,)):
     """Returns the instructions offered (``{cycle: word}``) and taken (``[(cycle, word)]``)."""
     dut = WideFetch(config)
-    memory = SyncReadMemory(contents, dut.prog.addr, dut.prog.data.as_value(), en=dut.prog.en)
+    memory = SyncReadMemory(contents, dut.prog.addr, dut.prog.data.as_value(), en=dut.prog.en,
+                            latency=program_read_latency(config))
     offered, taken = {}, []
 
     def step(ctx, cycle):
@@ -64,22 +65,35 @@ def simulate_wide(config, contents, cycles, ready, fresh=lambda cycle: True, sta
     return offered, taken
 
 
-def wide_config(**changes):
-    return dataclasses.replace(small_config(2, 2), **{"prog_depth": 64, **changes})
+#: The compact datapath's program memory reads in one cycle, the others' through the block
+#: RAM's output register in two (``program_read_latency``).
+DATAPATHS = pytest.mark.parametrize("mul_stages", [1, 5], ids=["compact", "pipelined"])
 
 
-def test_wide_one_per_cycle_from_fetch_latency():
-    config = wide_config()
+def wide_config(mul_stages, **changes):
+    return dataclasses.replace(small_config(2, 2),
+                               **{"prog_depth": 64, "mul_stages": mul_stages, **changes})
+
+
+def test_fetch_latency_by_hand():
+    """The read, the block RAM's output register (not in the compact datapath), the capture."""
+    assert fetch_latency(wide_config(1)) == 2 and fetch_latency(wide_config(5)) == 3
+
+
+@DATAPATHS
+def test_wide_one_per_cycle_from_fetch_latency(mul_stages):
+    config = wide_config(mul_stages)
     program = random_program(np.random.default_rng(1), 64)
     offered, taken = simulate_wide(config, program, 60, lambda cycle: True)
-    first = START + FETCH_LATENCY
+    first = START + fetch_latency(config)
     assert min(offered) == first
     assert taken == [(first + i, program[i]) for i in range(60 - first)]
 
 
+@DATAPATHS
 @pytest.mark.parametrize("p_ready", [0.2, 0.5, 0.8])
-def test_wide_in_order_under_random_stalls(p_ready):
-    config = wide_config()
+def test_wide_in_order_under_random_stalls(p_ready, mul_stages):
+    config = wide_config(mul_stages)
     rng = np.random.default_rng(int(p_ready * 10))
     program = random_program(rng, 64)
     stalls = rng.random(200) < p_ready
@@ -87,11 +101,12 @@ def test_wide_in_order_under_random_stalls(p_ready):
     assert [word for _, word in taken] == [program[i % 64] for i in range(len(taken))]
     assert len(taken) > 20      # (the read pointer wraps at the end of the memory)
     # on offer in every cycle from the first, whatever the dispatcher did before
-    assert sorted(offered) == list(range(START + FETCH_LATENCY, 200))
+    assert sorted(offered) == list(range(START + fetch_latency(config), 200))
 
 
-def test_wide_start_starts_over_from_instruction_0():
-    config = wide_config()
+@DATAPATHS
+def test_wide_start_starts_over_from_instruction_0(mul_stages):
+    config = wide_config(mul_stages)
     program = random_program(np.random.default_rng(2), 64)
     restart = 20
     offered, taken = simulate_wide(config, program, 40, lambda cycle: cycle % 3 != 0,
@@ -100,17 +115,19 @@ def test_wide_start_starts_over_from_instruction_0():
     after = [(cycle, word) for cycle, word in taken if cycle > restart]
     assert before == program[:len(before)] and len(before) > 5
     assert restart + 1 not in offered and min(c for c in offered if c > restart) == \
-        restart + FETCH_LATENCY
+        restart + fetch_latency(config)
     assert [word for _, word in after] == program[:len(after)]
 
 
-def test_wide_ready_without_valid_takes_nothing():
+@DATAPATHS
+def test_wide_ready_without_valid_takes_nothing(mul_stages):
     """The stream rule (``layouts.instr_stream``): a cycle with ``ready`` and not ``valid``
     (here ``running`` low for three cycles) takes nothing."""
-    config = wide_config()
+    config = wide_config(mul_stages)
     program = random_program(np.random.default_rng(4), 64)
     dut = WideFetch(config)
-    memory = SyncReadMemory(program, dut.prog.addr, dut.prog.data.as_value(), en=dut.prog.en)
+    memory = SyncReadMemory(program, dut.prog.addr, dut.prog.data.as_value(), en=dut.prog.en,
+                            latency=program_read_latency(config))
     taken = []
 
     def step(ctx, cycle):
@@ -125,12 +142,13 @@ def test_wide_ready_without_valid_takes_nothing():
     assert taken == program[:len(taken)]
 
 
+@DATAPATHS
 @pytest.mark.parametrize("page", [2, 4])
-def test_wide_paged_waits_for_each_page(page):
+def test_wide_paged_waits_for_each_page(page, mul_stages):
     """``prog_depth = 2 * page``; ``fresh`` low for some cycles around the page ends. Within a
     page, one instruction per cycle; the page's first is read in the first cycle after
     ``start`` or after the page before was taken with ``fresh`` high."""
-    config = wide_config(prog_depth=2 * page, prog_page=page, ext_memory="ulx3s-sdram",
+    config = wide_config(mul_stages, prog_depth=2 * page, prog_page=page, ext_memory="ulx3s-sdram",
                          ext_depth=1024)
     program = random_program(np.random.default_rng(page), 2 * page)
     stale = set(range(2, 6)) | set(range(14, 17)) | set(range(30, 32))
@@ -142,7 +160,7 @@ def test_wide_paged_waits_for_each_page(page):
         if i % page == 0:
             while cycle in stale:
                 cycle += 1
-            assert when == cycle + FETCH_LATENCY, f"instruction {i}"
+            assert when == cycle + fetch_latency(config), f"instruction {i}"
         else:
             assert when == taken[i - 1][0] + 1, f"instruction {i}"
         cycle = when + 1

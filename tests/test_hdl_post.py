@@ -15,6 +15,7 @@ from amaranth.sim import Simulator
 from hwonnx.isa import Op
 from hwonnx.golden import requantize
 from hwonnx.golden.ops import lookup
+from hwonnx.hdl.bram import REGISTERED_READ_LATENCY
 from hwonnx.hdl.post import POST_LATENCY, PostProcessor, post_latency
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
@@ -72,11 +73,13 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
     rows = config.rows
     latency = post_latency(config)
     dut = PostProcessor(config, [v & 0xFF for table in tables for v in table])
+    # both buffers read through the block RAM's output register (hdl/bram.py)
     acc_mem = SyncReadMemory([[int(v) for v in word] for word in acc], dut.acc_addr,
-                             dut.acc_data)
+                             dut.acc_data, latency=REGISTERED_READ_LATENCY)
     par_words = [[{"bias": int(b), "mult": int(m), "shift": int(s)} for b, m, s in zip(*p)]
                  for p in params]
-    par_mem = SyncReadMemory(par_words, dut.par.addr, dut.par.data, en=dut.par.en)
+    par_mem = SyncReadMemory(par_words, dut.par.addr, dut.par.data, en=dut.par.en,
+                             latency=REGISTERED_READ_LATENCY)
 
     # The cycle model: dispatch in cycle t -> writes in t+1+L .. t+L+count*nw, idle at
     # t+1+L+n, with L = post_latency(config).

@@ -16,7 +16,7 @@ from ..hdl.dispatch import handoff_latency
 from ..hdl.eltwise import eltwise_cycles
 from ..hdl.extmem import MemoryTimeline
 from ..hdl.feeder import bank_release, drain_cycles
-from ..hdl.fetch import FETCH_LATENCY
+from ..hdl.fetch import fetch_latency
 from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
 from ..isa import Op, ext_words_per_instruction
@@ -88,6 +88,7 @@ def predict(instructions: "list[dict]", config: ArchConfig,
     handoff = handoff_latency(config)   # an engine takes what is dispatched in t in t + this
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
     words = config.fetch_words if config.runtime_program else 0
+    fetched_at = fetch_latency(config)    # a program memory of whole instructions
     request = 1                   # narrow fetch: first cycle the next instruction is requested
     page = config.prog_page       # paged: a page's first instruction waits for the DMA
     page_free = 0                 # first cycle the DMA was idle in that cycle and the one before
@@ -98,9 +99,9 @@ def predict(instructions: "list[dict]", config: ArchConfig,
         if words:                 # its last word arrives at request + words; the instruction
             return request + words + 1          # register is full one cycle later
         if stored == 0 and not page:            # read at start (cycle 0), then captured
-            return FETCH_LATENCY
+            return fetched_at
         if page and stored % page == 0:         # read once the page is written (and after
-            return max(request + 1, page_free) + FETCH_LATENCY  # the one before left)
+            return max(request + 1, page_free) + fetched_at  # the one before left)
         return 0
 
     def stop():                   # END's dispatch rule, were END the next instruction
