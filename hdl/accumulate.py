@@ -101,18 +101,16 @@ class Accumulators(wiring.Component):
         word = data.ArrayLayout(signed(32), cols)
         raddr = Signal.like(self.raddr, name="raddr_1")
         m.d.sync += raddr.eq(self.raddr)
-        # Written in the read's cycle (t): seen in t + 1, moved on in t + 2.
-        early = replicate(m, write.en & (write.addr == self.raddr), cols, "fwd_early")
-        early_data = Signal(word, name="fwd_early_data")
-        m.d.sync += early_data.eq(write.data)
-        early_hit = [Signal(name=f"fwd_early_{c}{REPLICA}") for c in range(cols)]
+        # The word written in the cycle before (``written``): in t + 2 it is the one written
+        # in t + 1 (late), and the one written in t (early) has moved on to ``early_word``.
+        written = Signal(word, name="fwd_written")
         early_word = Signal(word, name="fwd_early_word")
+        m.d.sync += [written.eq(write.data), early_word.eq(written)]
+        early = replicate(m, write.en & (write.addr == self.raddr), cols, "fwd_early")
+        early_hit = [Signal(name=f"fwd_early_{c}{REPLICA}") for c in range(cols)]
         m.d.sync += [hit.eq(copy) for hit, copy in zip(early_hit, early)]
-        m.d.sync += early_word.eq(early_data)
-        # Written in t + 1: seen in t + 2.
         late = replicate(m, write.en & (write.addr == raddr), cols, "fwd_late")
-        late_word = Signal(word, name="fwd_late_word")
-        m.d.sync += late_word.eq(write.data)
+        late_word = written
         read = Signal(word, name="read")
         for c in range(cols):
             m.d.sync += read[c].eq(Mux(late[c], late_word[c],
