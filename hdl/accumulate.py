@@ -9,7 +9,16 @@ from ..config import ArchConfig
 from .bram import RegisteredRAM
 from .fanout import REPLICA, replicate
 
-__all__ = ["Accumulators"]
+__all__ = ["Accumulators", "acc_write_latency"]
+
+
+def acc_write_latency(config: ArchConfig) -> int:
+    """Cycles from the feeder's write (``we`` with ``sums``) to the block RAM's write of the
+    sum: in the pipelined datapath the sum goes into a register first, so that the 32-bit
+    adder and comparator and the block RAM's data input are separate register-to-register
+    paths (together they were the critical path of a ULX3S-85F build at 84.88 MHz: 11.78 ns,
+    7.74 of it routing, from the array's de-skew registers to a DP16KD's ``DIA``)."""
+    return 0 if config.compact else 1
 
 
 class Accumulators(wiring.Component):
@@ -27,9 +36,12 @@ class Accumulators(wiring.Component):
     The pipelined datapath reads through :class:`~hwonnx.hdl.bram.RegisteredRAM` (on ECP5
     the block's own output register: from a block RAM's output to a register of the fabric
     was the 97.65 MHz ULX3S-85F build's critical path, 10.25 ns) and then the operand
-    register: the write three cycles after the read. The words written in the read's cycle
-    and the one after (which the memory does not show yet) are forwarded into the operand
-    register from registers of their own, with a select per column (``hdl/fanout.py``). The
+    register: the write three cycles after the read. The sum then waits a cycle in a register
+    (:func:`acc_write_latency`) before the block RAM writes it. The words the memory wrote in
+    the read's cycle and the one after (which it does not show yet), and the sum waiting in
+    that register, are forwarded into the operand register from registers of their own, with
+    a select per column (``hdl/fanout.py``). The element-wise engine's writes take no
+    register (the engine starts once the feeder is drained, the sum's register included). The
     compact datapath reads one cycle after the address, the memory's read port transparent
     for its write port (a write in the read's cycle is seen), then the operand register.
 
@@ -41,7 +53,8 @@ class Accumulators(wiring.Component):
     Members
     -------
     raddr : ``In``: the read-modify-write's read address.
-    we, waddr, first, max, sums : ``In``: its write.
+    we, waddr, first, max, sums : ``In``: its write (in the block RAM
+        :func:`acc_write_latency` cycles later).
     ew_we, ew_addr, ew_data : ``In``: the element-wise engine writes a whole word (never in
         the same cycle as ``we``); ``ew_we`` has a bit per column, ``ew_we[0]`` enables.
     post_addr : ``In``; post_data : ``Out``: the post-processor's read port, the word
@@ -67,6 +80,8 @@ class Accumulators(wiring.Component):
         # read ports onto block RAMs of one read and one write port each).
         m.submodules.post_mem = post = RegisteredRAM(word, cfg.acc_depth)
         writes = [post.write]
+        # The feeder's write as the block RAM takes it (after acc_write_latency registers).
+        we, waddr, value = self.we, self.waddr, Signal(word, name="sum")
         if cfg.compact:
             m.submodules.mem = mem = Memory(shape=word, depth=cfg.acc_depth, init=[])
             port = mem.write_port()
@@ -75,27 +90,32 @@ class Accumulators(wiring.Component):
             read = Signal(word, name="read")
             m.d.sync += read.eq(rmw.data)
             writes.append(port)
+            summed = value
         else:
             m.submodules.rmw_mem = rmw = RegisteredRAM(word, cfg.acc_depth)
             m.d.comb += rmw.read.addr.eq(self.raddr)
             writes.append(rmw.write)
-            read = self._forwarded(m, rmw.read.data, writes[0])
+            we, waddr = Signal(name="sum_we"), Signal.like(self.waddr, name="sum_addr")
+            summed = Signal(word, name="sum_reg")
+            m.d.sync += [we.eq(self.we), waddr.eq(self.waddr), summed.eq(value)]
+            read = self._forwarded(m, rmw.read.data, writes[0], summed)
         for port in writes:
-            m.d.comb += [port.addr.eq(Mux(self.ew_we[0], self.ew_addr, self.waddr)),
-                         port.en.eq(self.we | self.ew_we[0])]
+            m.d.comb += [port.addr.eq(Mux(self.ew_we[0], self.ew_addr, waddr)),
+                         port.en.eq(we | self.ew_we[0])]
         m.d.comb += [post.read.addr.eq(self.post_addr), self.post_data.eq(post.read.data)]
         for c in range(cfg.cols):
             added = Mux(self.first[c], 0, read[c]) + self.sums[c]
             larger = Mux(self.first[c] | (self.sums[c] > read[c]), self.sums[c], read[c])
-            value = Mux(self.ew_we[c], self.ew_data[c], Mux(self.max[c], larger, added))
+            m.d.comb += value[c].eq(Mux(self.max[c], larger, added))
             for port in writes:
-                m.d.comb += port.data[c].eq(value)
+                m.d.comb += port.data[c].eq(Mux(self.ew_we[c], self.ew_data[c], summed[c]))
         return m
 
-    def _forwarded(self, m, stored, write):
+    def _forwarded(self, m, stored, write, pending):
         """The operand register: the word read (``stored``, two cycles after the address)
-        or, if the write port wrote it in the read's cycle or the one after, what it wrote
-        (the later one)."""
+        or, if it was written since, the latest of: what the write port wrote in the read's
+        cycle or the one after, and the sum in the write's register (``pending``, the
+        feeder's write of the cycle after those)."""
         cfg = self._config
         cols = cfg.cols
         word = data.ArrayLayout(signed(32), cols)
@@ -110,9 +130,11 @@ class Accumulators(wiring.Component):
         early_hit = [Signal(name=f"fwd_early_{c}{REPLICA}") for c in range(cols)]
         m.d.sync += [hit.eq(copy) for hit, copy in zip(early_hit, early)]
         late = replicate(m, write.en & (write.addr == raddr), cols, "fwd_late")
-        late_word = written
+        # The feeder's write in t + 1, in the sum's register in t + 2.
+        latest = replicate(m, self.we & (self.waddr == raddr), cols, "fwd_latest")
         read = Signal(word, name="read")
         for c in range(cols):
-            m.d.sync += read[c].eq(Mux(late[c], late_word[c],
-                                       Mux(early_hit[c], early_word[c], stored[c])))
+            m.d.sync += read[c].eq(
+                Mux(latest[c], pending[c],
+                    Mux(late[c], written[c], Mux(early_hit[c], early_word[c], stored[c]))))
         return read

@@ -5,16 +5,20 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .dsp import MULT_LATENCY, RegisteredMultiplier
+from .dsp import MULT_LATENCY, PIPELINED_MULT_LATENCY, RegisteredMultiplier
 
 __all__ = ["SystolicArray", "array_latency", "logic_pes", "product_module", "psum_width",
-           "PRODUCT_STAGES"]
+           "product_stages"]
 
-#: Register stages of a PE's multiply: its operands (the activation, or the depthwise one,
-#: and the weight of the word's bank, selected and registered), then the product, so that the
-#: operand selection, the multiplier and the partial sum's adder are separate register-to-register
-#: paths.
-PRODUCT_STAGES = 2
+
+def product_stages(config: ArchConfig) -> int:
+    """Register stages of a PE's multiply: its operands (the activation, or the depthwise one,
+    and the weight of the word's bank, selected and registered), then the product, so that the
+    operand selection, the multiplier and the partial sum's adder are separate
+    register-to-register paths; in the pipelined datapath a register in the middle of the
+    multiply too (the DSP block's pipeline register; the middle of the adder tree of a product
+    made from logic, whose four carry chains in series are too long for 100 MHz on ECP5)."""
+    return MULT_LATENCY if config.compact else PIPELINED_MULT_LATENCY
 
 
 def product_module(row: int, col: int) -> str:
@@ -41,8 +45,8 @@ def psum_width(row: int) -> int:
 def array_latency(config: ArchConfig) -> int:
     """Cycles from presenting an activation word on ``feed`` to its ``cols`` sums on ``sums``:
     ``rows + cols`` for the skew, the flow through the array and the partial-sum registers,
-    plus :data:`PRODUCT_STAGES`."""
-    return config.rows + config.cols + PRODUCT_STAGES
+    plus :func:`product_stages`."""
+    return config.rows + config.cols + product_stages(config)
 
 
 class SystolicArray(wiring.Component):
@@ -52,7 +56,7 @@ class SystolicArray(wiring.Component):
     PE ``(r, c)`` holds two weights (banks 0 and 1). An activation word presented on ``feed``
     is skewed so that lane ``r`` enters row ``r`` ``r`` cycles later; it then moves one PE to
     the right per cycle, carrying the bank bit that selects the weight each PE multiplies it
-    with; the two operands are registered, then the product (:data:`PRODUCT_STAGES`), and it
+    with; the two operands are registered, then the product (:func:`product_stages`), and it
     is added into the partial sum in the next cycle. Partial sums move one PE down per cycle
     and are de-skewed at the bottom, so the ``cols`` dot products of one activation word
     appear together on ``sums`` exactly :func:`array_latency` cycles after the word was
@@ -128,12 +132,12 @@ class SystolicArray(wiring.Component):
                 # Depthwise streaming: lane c of a later word, held by PE (c, 0) now.
                 operand = Mux(dw, acts[c][0], act) if c < rows and (r or c) else act
                 # Stage 1: the operands into registers (the weight is read in the cycle the
-                # activation is in this PE). Stage 2: multiply into the product register
-                # (both in a DSP block's own registers on ECP5: hdl/dsp.py). Stage 3: add it
-                # into the partial sum, in the cycle the partial sum of the same word
-                # arrives from above.
-                assert PRODUCT_STAGES == MULT_LATENCY == 2
-                mul = RegisteredMultiplier(8, 8, in_logic=(r, c) in self._logic)
+                # activation is in this PE). Stage 2 (and 3 when pipelined): multiply into the
+                # product register (all in a DSP block's own registers on ECP5: hdl/dsp.py).
+                # Then add it into the partial sum, in the cycle the partial sum of the same
+                # word arrives from above.
+                mul = RegisteredMultiplier(8, 8, in_logic=(r, c) in self._logic,
+                                           latency=product_stages(self.config))
                 m.submodules[product_module(r, c)] = mul
                 m.d.comb += [mul.a.eq(operand), mul.b.eq(Mux(bank, w1, w0))]
                 product = mul.p

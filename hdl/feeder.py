@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from .accumulate import acc_write_latency
 from .array import array_latency
 from .fanout import per_lane, replicate
 from .layouts import InstrLayout, instr_stream
@@ -38,8 +39,10 @@ def bank_release(config: ArchConfig) -> int:
 
 def drain_cycles(config: ArchConfig) -> int:
     """Cycles from a MATMUL's last issued word until the feeder is drained: the read
-    (:func:`feed_delay`), the tag pipeline through the array and the accumulator write."""
-    return feed_delay(config) + array_latency(config) + 1
+    (:func:`feed_delay`), the tag pipeline through the array and the accumulator write (into
+    the block RAM :func:`~hwonnx.hdl.accumulate.acc_write_latency` cycles after it leaves the
+    array)."""
+    return feed_delay(config) + array_latency(config) + 1 + acc_write_latency(config)
 
 
 class Feeder(wiring.Component):
@@ -202,9 +205,10 @@ class Feeder(wiring.Component):
         m.d.comb += Cat(self.feed_pad, self.feed_zp, self.feed_bank, self.feed_dw).eq(feed)
 
         # Tag pipeline (tags[i] holds the tag of the word issued in cycle f in f + 1 + i): that
-        # word's accumulator is read in cycle f + latency - acc_read_latency and written in
-        # f + latency, when its sums leave the array.
+        # word's accumulator is read in cycle f + written - acc_read_latency and written in
+        # f + written, when its sums leave the array; the block RAM has it in f + latency.
         latency = drain_cycles(cfg) - 1
+        written = latency - acc_write_latency(cfg)
         # (last of its MATMUL, kept, address, pool_max, first, issued): a word that is not
         # kept (depthwise streaming) writes nothing but is in flight like any other.
         tag = Cat(last, keep, acc_addr, cur.pool_max, cur.first, running)
@@ -214,11 +218,11 @@ class Feeder(wiring.Component):
             m.d.sync += tag_d.eq(tag)
             tags.append(tag_d)
             tag = tag_d
-        read_tag = tags[latency - 1 - acc_read_latency(cfg)]
-        write_tag = tags[latency - 1]
+        read_tag = tags[written - 1 - acc_read_latency(cfg)]
+        write_tag = tags[written - 1]
         # The write's selects, one register per column (from the stage before).
         addr_bits = slice(2, 2 + cfg.acc_addr_bits)
-        before = tags[latency - 2]
+        before = tags[written - 2]
         selects = replicate(m, Cat(before[-2], before[-3]), 1 if cfg.compact else cfg.cols,
                             "acc_select")
         m.d.comb += [
@@ -228,7 +232,7 @@ class Feeder(wiring.Component):
             self.acc_first.eq(per_lane(selects, cfg.cols, 0)),
             self.acc_max.eq(per_lane(selects, cfg.cols, 1)),
         ]
-        with m.If(write_tag[0]):                 # a MATMUL's last word is written
+        with m.If(tags[latency - 1][0]):         # a MATMUL's last word is in the block RAM
             m.d.sync += self.completed.eq(self.completed + 1)
         # A word in the tag pipeline, in a register: the OR of the stages that will hold one
         # in the next cycle (the OR in front of ``drained`` led the 87 MHz board build's

@@ -431,8 +431,9 @@ def test_eltw_accept_rules():
     post-processor; a POST is queued until the MATMULs before it drain, and waits for the
     engine; the next ELTW runs beside that POST; END
     waits for the engine. (Cycle numbers worked out by hand from docs/architecture.md.)"""
-    # drain = 3 + array_latency + 1 = 3 + (4 + 4 + 2) + 1 (the activation read and its two
-    # registers, skew and flow, the operand and product registers, the accumulator write);
+    # drain = 3 + array_latency + 1 + 1 = 3 + (4 + 4 + 3) + 1 + 1 (the activation read and its
+    # two registers, skew and flow, the multiply's operand, middle and product registers, the
+    # accumulator write and the register the sum waits in before the block RAM takes it);
     # post latency 14 (accumulator read, its data registered, bias, the multiply's five
     # stages, the rounding shift's two, zero point, the clamp's flags and choice, activation
     # table, then the write)
@@ -444,13 +445,13 @@ def test_eltw_accept_rules():
     # (the first instruction leaves in cycle 3: the instruction queue fills from a read at
     # start through the program memory's output register; every engine takes what is
     # dispatched in t in t + 1, the hand-off)
-    # MATMUL dispatched 3, taken 4, starts 5, issues 6..10: drained 10 + 14 = 24
-    # POST dispatched 4 into its slot, leaves it at 24, taken 25: idle at 25 + 1 + 14 + 3 = 43
-    # ELTW (wait) at 43, taken 44: idle 44 + 1 + 6 + 7 = 58 (ELTW_LATENCY 7)
-    # POST at 58: idle 77; ELTW at 59 (beside the POST): idle 74; POST at 77: idle 96
-    # ELTW at 78 (no wait): idle 93; END at 96
-    assert timing.dispatch == [3, 4, 43, 58, 59, 77, 78, 96]
-    assert timing.done[2] == 57 and timing.total == 96
+    # MATMUL dispatched 3, taken 4, starts 5, issues 6..10: drained 10 + 16 = 26
+    # POST dispatched 4 into its slot, leaves it at 26, taken 27: idle at 27 + 1 + 14 + 3 = 45
+    # ELTW (wait) at 45, taken 46: idle 46 + 1 + 6 + 7 = 60 (ELTW_LATENCY 7)
+    # POST at 60: idle 79; ELTW at 61 (beside the POST): idle 76; POST at 79: idle 98
+    # ELTW at 80 (no wait): idle 95; END at 98
+    assert timing.dispatch == [3, 4, 45, 60, 61, 79, 80, 98]
+    assert timing.done[2] == 59 and timing.total == 98
     assert predict([dict(eltw, count=1), END], config).total == 3 + 1 + 1 + 2 + 7
 
 
@@ -458,18 +459,18 @@ def test_post_waits_in_its_slot_while_the_next_tile_issues():
     """A POST is accepted at once and starts when the MATMULs before it have drained; the
     next MATMUL issues during that drain; a second POST is accepted only once the first has
     finished. (By hand from docs/architecture.md, Queued POST.)"""
-    config = ArchConfig(rows=4, cols=4)          # drain 3 + (4 + 4 + 2) + 1, post latency 14
+    config = ArchConfig(rows=4, cols=4)      # drain 3 + (4 + 4 + 3) + 1 + 1, post latency 14
     post = dict(op=Op.POST, count=3, nw=1)
     timing = predict([matmul(0, 5), post, matmul(1, 5), post, END], config)
     # MATMUL 1 dispatched 3 (the instruction queue fills from a read at start through the
     # program memory's output register), taken 4 (the hand-off) into the feeder's slot:
-    # starts 5, issues 6..10, drained 10 + 14 = 24.
-    # POST dispatched 4, leaves its slot at 24, taken 25: idle 25 + 1 + 14 + 3 = 43.
+    # starts 5, issues 6..10, drained 10 + 16 = 26.
+    # POST dispatched 4, leaves its slot at 26, taken 27: idle 27 + 1 + 14 + 3 = 45.
     # MATMUL 3: dispatched 6 (the feeder's slot empties as MATMUL 1 starts, in 5), starts
-    # at 10 (the first one's last issue), issues 11..15, drained 29.
-    # POST accepted at 43 (the first POST done), starts 43: idle 62. END at 62.
-    assert timing.dispatch == [3, 4, 6, 43, 62]
-    assert timing.done[1] == 42 and timing.total == 62
+    # at 10 (the first one's last issue), issues 11..15, drained 31.
+    # POST accepted at 45 (the first POST done), starts 45: idle 64. END at 64.
+    assert timing.dispatch == [3, 4, 6, 45, 64]
+    assert timing.done[1] == 44 and timing.total == 64
 
 
 def test_unknown_opcode_is_a_bug():

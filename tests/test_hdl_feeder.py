@@ -76,7 +76,7 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
     rows, cols = config.rows, config.cols
     instrs = [instr for instr, _ in tiles]
     times = schedule(instrs, t0, post_idle_from)
-    cycles = times[-1][2] + rows + cols + 6
+    cycles = times[-1][2] + rows + cols + 10      # a few cycles drained at the end
     dut = Feeder(config)
     dispatch = {t: instr for (t, _, _), instr in zip(times, instrs)}
     seen = {name: np.zeros(cycles, dtype=np.int64) for name in OUTPUTS}
@@ -100,16 +100,17 @@ def run_feeder(config, tiles, t0=2, post_idle_from=0):
     drained, bank_free = [1] * cycles, [[1] * cycles, [1] * cycles]
     # By hand: a word read in cycle f is on the array's feed in f + 3 (the buffer's read,
     # then two registers, as many as the weight loader's write delay); its sums are on the
-    # array output array_latency = rows + cols + 2 cycles later (skew and flow rows + cols,
-    # plus the operand and product registers), in f + rows + cols + 5, when the accumulator
-    # word read two cycles before is written. The feeder is drained the cycle after the last
-    # word's write: feed_end + rows + cols + 6.
-    latency = rows + cols + 5               # read -> accumulator write
+    # array output array_latency = rows + cols + 3 cycles later (skew and flow rows + cols,
+    # plus the operand, middle and product registers of the multiply), in
+    # f + rows + cols + 6, when the accumulator word read three cycles before is written. The
+    # feeder is drained two cycles after the last word's write (the sum waits a cycle in the
+    # accumulators' register before the block RAM takes it): feed_end + rows + cols + 8.
+    latency = rows + cols + 6               # read -> accumulator write
     for (t, start, feed_end), (instr, addrs) in zip(times, tiles):
         assert len(addrs) == instr["count"] == feed_end - start
         for cycle in range(t + 1, start + 1):
             want["pending"][cycle] = 1
-        for cycle in range(t + 1, feed_end + rows + cols + 6):
+        for cycle in range(t + 1, feed_end + rows + cols + 8):
             drained[cycle] = 0
         for cycle in range(t + 1, feed_end + max(cols - 1, 1)):
             bank_free[instr["bank"]][cycle] = 0
@@ -152,7 +153,7 @@ CASE_IDS = ["3x2-pad", "2x3-strided-dilated", "2x5-mostly-pad", "4x4-ragged", "1
 @pytest.mark.parametrize("geometry, conv", CASES, ids=CASE_IDS)
 def test_feeder_single_tile(geometry, conv):
     """One tile: the first read is in cycle t+2, then one position per cycle; drained at
-    feed_end + rows + cols + 6 (array_latency + 4: drain_cycles) and the bank free at
+    feed_end + rows + cols + 8 (array_latency + 5: drain_cycles) and the bank free at
     feed_end + max(cols - 1, 1)."""
     config = small_config(*geometry)
     tiles = conv_layer(config, *conv)
