@@ -64,7 +64,7 @@ def traffic(program) -> dict:
 
 def sized_build(name: str):
     """The model, its calibration samples, and its program compiled as the board build sizes
-    it (as ``tests/test_zoo_imagenet_slow.py`` does)."""
+    it (as ``tests/zoo/test_zoo_imagenet_slow.py`` does)."""
     model = IMAGENET[name](0)
     calib = random_inputs(model, 4, 0)
     board = get_board(BOARD)

@@ -125,7 +125,8 @@ def _cfg(rows, cols, act, wgt, acc, par, prog, clock, prog_width=0, lut_tables=4
 #   XC7Z010 17600 LUTs, 80 DSPs, 60 block RAMs (2160 kbit); XC7Z020 53200 LUTs, 220 DSPs,
 #   140 block RAMs (5040 kbit).
 #
-# Default architectures that fit, by device (``check_fits``; tests/test_boards.py checks each):
+# Default architectures that fit, by device (``check_fits``; tests/boards/test_boards.py checks
+# each):
 # UP5K: no tile walker (its 1,250 flip-flops do not fit beside the array), so every tile is
 # stored, in the SPRAMs.
 # The multiply of the requantizer in one stage (mul_stages): the five-stage one's

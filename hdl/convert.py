@@ -11,7 +11,7 @@ conversion took ten minutes. Under :func:`fast_memories`:
   does not write meet zero weights), and block RAM without initial contents powers up as
   zero on every FPGA family and in Verilator;
 - any other is rendered from the rows' integers, character for character the RTLIL Amaranth
-  writes (``tests/test_hdl_convert.py`` compares them).
+  writes (``tests/hdl/test_hdl_convert.py`` compares them).
 
 Every conversion of hwonnx (:func:`verilog`, the board builds) runs under it, and there a
 Verilog generator that cannot get the memory it needs is one line (:func:`yosys_memory`).

@@ -1,6 +1,6 @@
 """Float ONNX models with several inputs or several outputs, shared by the multi-input/output
-tests (tests/test_multi_io.py, tests/test_multi_io_rtl.py). Each maker takes a NumPy
-generator and returns the model and its input shapes (batch axis of 1 first)."""
+tests (tests/end_to_end/test_multi_io.py, tests/end_to_end/test_multi_io_rtl.py). Each maker
+takes a NumPy generator and returns the model and its input shapes (batch axis of 1 first)."""
 
 import numpy as np
 import onnx

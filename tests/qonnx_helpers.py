@@ -16,8 +16,8 @@ F = TensorProto.FLOAT
 QONNX = "qonnx.custom_op.general"
 CHANNELS_LAST = "qonnx.custom_op.channels_last"
 SAMPLES = 8
-#: The onnxruntime-rounding 4x4 configuration of tests/test_rtl.py (cached Verilator build):
-#: QONNX's ROUND is half to even, as onnxruntime's.
+#: The onnxruntime-rounding 4x4 configuration of tests/end_to_end/test_rtl.py (cached Verilator
+#: build): QONNX's ROUND is half to even, as onnxruntime's.
 ORT_CONFIG = ArchConfig(rows=4, cols=4, act_depth=2048, wgt_depth=4096, acc_depth=16,
                         par_depth=64, prog_depth=2048, ort_rounding=True)
 

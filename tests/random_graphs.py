@@ -1,6 +1,6 @@
 """Seeded random integer graphs (Quantize -> layers -> Dequantize) for RTL tests, and
 Hypothesis strategies of random layer and graph descriptions (:func:`layer_cases`,
-:func:`graph_cases`) for the randomized RTL tier (``tests/test_random_rtl.py``)."""
+:func:`graph_cases`) for the randomized RTL tier (``tests/end_to_end/test_random_rtl.py``)."""
 
 import numpy as np
 

@@ -1,11 +1,12 @@
-"""What the model-level RTL tests share: the array configurations of tests/test_rtl.py (whose
-Verilator builds are cached) and He-normal test weights."""
+"""What the model-level RTL tests share: the array configurations of
+tests/end_to_end/test_rtl.py (whose Verilator builds are cached) and He-normal test weights."""
 
 import numpy as np
 
 from hwonnx.config import ArchConfig
 
-#: The 8x8 default and the 3x5 configuration of tests/test_rtl.py (cached Verilator builds).
+#: The 8x8 default and the 3x5 configuration of tests/end_to_end/test_rtl.py (cached Verilator
+#: builds).
 CONFIGS = {
     "8x8": ArchConfig(),
     "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,

@@ -1,4 +1,4 @@
-"""Shared helpers of the ONNX IR conformance tests (``tests/test_spec_*.py``): build small
+"""Shared helpers of the ONNX IR conformance tests (``tests/frontend/test_spec_*.py``): build small
 models with onnx.helper, compare hwonnx's reading with onnxruntime. ``raises`` (a message
 matched exactly) is in ``helpers.py``."""
 

@@ -1,7 +1,7 @@
 """How each integer array op is lowered: :data:`LOWERINGS`, registered with :func:`lowering`
-as the golden functions are with :func:`~hwonnx.golden.ops.golden_op`. ``tests/test_registry.py``
-checks that every integer array op of the operator registry (:mod:`hwonnx.ir.ops`) has a
-lowering and no other op does.
+as the golden functions are with :func:`~hwonnx.golden.ops.golden_op`.
+``tests/ir/test_registry.py`` checks that every integer array op of the operator registry
+(:mod:`hwonnx.ir.ops`) has a lowering and no other op does.
 
 A lowering takes the :class:`~.emitter.TileEmitter`, the node, its sources' placements and its
 output's placement, and returns a function per part of the layer that emits that part and

@@ -7,7 +7,7 @@ nests, 1.79 M instructions).
 :func:`schedule_rows` is :func:`~.loops.schedule` of the tiles, :func:`expand_rows`
 :func:`~.loops.expand` of a SETMM, SETPOST and LOOP: the walker's rules in closed form, each
 field of the tile ``t = (m, n, k1, k2, k3)`` from the counts of the steps before it
-(``tests/test_loops.py`` compares both with their instruction-by-instruction forms).
+(``tests/compiler/test_loops.py`` compares both with their instruction-by-instruction forms).
 """
 
 from operator import itemgetter

@@ -3,8 +3,8 @@ and finishes it. It mirrors the rules of ``hdl/top.py`` (dispatcher), ``hdl/fetc
 ``hdl/feeder.py``, ``hdl/loader.py``, ``hdl/post.py``, ``hdl/eltwise.py`` and ``hdl/dma.py``
 (with a paged program, the page rule of ``hdl/top.py``)
 with the external memory model of ``hdl/extmem.py`` exactly, so the
-prediction equals the simulated cycle count (tested in ``tests/test_rtl.py``,
-``tests/test_examples_rtl.py`` and ``tests/test_eltwise_rtl.py``)."""
+prediction equals the simulated cycle count (tested in ``tests/end_to_end/test_rtl.py``,
+``tests/end_to_end/test_examples_rtl.py`` and ``tests/operators/test_eltwise_rtl.py``)."""
 
 import bisect
 import itertools

@@ -11,7 +11,7 @@ Two vocabularies, one entry per operator each:
 
 Every stage's own table is derived from these (the frontend's supported operators, the
 host-step rules, the passes' layer and layout ops, the quantizer's and the compiler's op lists,
-the build report's placement reasons), and ``tests/test_registry.py`` checks that each stage's
+the build report's placement reasons), and ``tests/ir/test_registry.py`` checks that each stage's
 code table (converters, float functions, quantizers, golden functions, lowerings) covers
 exactly the registry's entries of its kind. Each stage keeps its code for an operator in its
 own folder; ``docs/adding-an-operator.md`` is the checklist. The table operators (any function

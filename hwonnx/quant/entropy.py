@@ -6,7 +6,7 @@ array operations (integer sums, so the same numbers), its float32 smoothing and 
 
 onnxruntime's own function cannot be called on NumPy data as it is: it is a method of a
 collector that prints to stdout, and it merges the bins in Python loops (0.4-0.5 s per tensor
-of 50,000 values at 2,048 bins, against 0.04-0.06 s here). ``tests/test_calibrate.py`` checks
+of 50,000 values at 2,048 bins, against 0.04-0.06 s here). ``tests/quant/test_calibrate.py`` checks
 this one against it."""
 
 import numpy as np

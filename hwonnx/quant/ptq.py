@@ -193,7 +193,7 @@ class LayerQuantization:
 
 
 #: Float array layer op -> its quantizer ``fn(node, LayerQuantization) -> integer Node``,
-#: registered with :func:`quantizer` (``tests/test_registry.py``: one per layer op of the
+#: registered with :func:`quantizer` (``tests/ir/test_registry.py``: one per layer op of the
 #: operator registry, :mod:`hwonnx.ir.ops`).
 QUANTIZERS: "dict[str, Callable[[Node, LayerQuantization], Node]]" = {}
 

@@ -1,7 +1,7 @@
 """docs/adding-a-board.md, followed as written: a board made of the nine arguments of its
 section 6 (a copy of the ULX3S 25F under another name, with fewer LUTs), registered in
 ``BOARDS`` for one test at a time (``monkeypatch``: no other test sees it), passes the checks
-``tests/test_boards.py`` runs on every registered board and builds its sources against its
+``tests/boards/test_boards.py`` runs on every registered board and builds its sources against its
 own capacities; the doc's script runs; every name the doc gives exists."""
 
 import dataclasses
@@ -48,7 +48,7 @@ def board(monkeypatch):
 
 
 def test_the_new_board_passes_the_checks_of_every_board(board, tmp_path, calib, capsys):
-    """Section 7: the checks tests/test_boards.py makes of each registered board, and
+    """Section 7: the checks tests/boards/test_boards.py makes of each registered board, and
     ``hwonnx boards`` lists it."""
     assert get_board(NAME) is board
     every_board.test_default_config_fits_its_device(NAME)

@@ -1,5 +1,5 @@
 """``hwonnx run`` against a board stand-in that speaks the UART protocol (the protocol itself
-is proven against the RTL in tests/test_system_rtl.py): identity check, transfers, and
+is proven against the RTL in tests/boards/test_system_rtl.py): identity check, transfers, and
 outputs decoded exactly as the golden model computes them."""
 
 import struct

@@ -29,7 +29,7 @@ class Terminal(io.StringIO):
 
 
 def as_terminal(monkeypatch) -> Terminal:
-    """stderr as a terminal that rich draws its spinner on (as tests/test_first_steps.py; in
+    """stderr as a terminal that rich draws its spinner on (as tests/cli/test_first_steps.py; in
     the test itself, since pytest sets its own stderr after the fixtures)."""
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)

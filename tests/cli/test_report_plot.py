@@ -221,7 +221,7 @@ STREAMED = ArchConfig(act_depth=1024, wgt_depth=1280, acc_depth=256, par_depth=6
 
 
 def _streamed_model() -> onnx.ModelProto:
-    """The model of tests/test_external_weights.py, whose weights stream."""
+    """The model of tests/compiler/test_external_weights.py, whose weights stream."""
     from tests.compiler.test_external_weights import _model
     return _model()
 

@@ -1,7 +1,7 @@
 """The looped program form: a layer of any number of tiles stored as SETMM, SETPOST and LOOP,
 expanded (by the walker's reference model) into exactly the micro-instructions of its
 explicit form; layers that are no regular nest stay explicit. The RTL walker is checked
-against the same expansion by every RTL test (tests/test_rtl.py runs both forms)."""
+against the same expansion by every RTL test (tests/end_to_end/test_rtl.py runs both forms)."""
 
 import json
 from dataclasses import replace

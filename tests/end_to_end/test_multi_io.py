@@ -1,10 +1,10 @@
-"""Graphs with several inputs and several outputs, without the RTL (tests/test_multi_io_rtl.py
-runs them on Verilator): each input quantized and placed, each output placed and
-dequantized; golden against onnxruntime's reference path on the QDQ model quantize_static
-makes of them (the same quantization parameters), and against the float model; host steps
-per input and per output; the build folder, the report, ``hwonnx sim --golden`` with an .npz
-of two inputs, ``hwonnx run`` against a board stand-in, and mismatch localization naming
-the output."""
+"""Graphs with several inputs and several outputs, without the RTL
+(tests/end_to_end/test_multi_io_rtl.py runs them on Verilator): each input quantized and placed,
+each output placed and dequantized; golden against onnxruntime's reference path on the QDQ model
+quantize_static makes of them (the same quantization parameters), and against the float model; host
+steps per input and per output; the build folder, the report, ``hwonnx sim --golden`` with an .npz
+of two inputs, ``hwonnx run`` against a board stand-in, and mismatch localization naming the
+output."""
 
 import json
 import re

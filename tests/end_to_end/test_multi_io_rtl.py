@@ -18,8 +18,8 @@ from multi_io_models import (MODELS, inputs_added, map_and_flattened, samples,
 
 pytestmark = pytest.mark.rtl
 
-#: The 8x8 default and the 3x5 configuration of tests/test_concat_rtl.py (cached Verilator
-#: builds): on 3 rows an input of 2 or 3 channels fills its words, of 5 it does not.
+#: The 8x8 default and the 3x5 configuration of tests/operators/test_concat_rtl.py (cached
+#: Verilator builds): on 3 rows an input of 2 or 3 channels fills its words, of 5 it does not.
 CONFIGS = {
     "8x8": ArchConfig(),
     "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,

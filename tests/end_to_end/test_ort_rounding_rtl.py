@@ -15,7 +15,7 @@ from ort_reference import reference_outputs
 
 pytestmark = pytest.mark.rtl
 
-# Shared with tests/test_rtl.py (same fields: the same cached Verilator build).
+# Shared with tests/end_to_end/test_rtl.py (same fields: the same cached Verilator build).
 ORT_CONFIG = ArchConfig(rows=4, cols=4, act_depth=2048, wgt_depth=4096, acc_depth=16,
                         par_depth=64, prog_depth=2048, ort_rounding=True)
 

@@ -57,9 +57,10 @@ def _inputs(rng, shape, in_zp: int) -> np.ndarray:
 
 
 def _reproducer(kind: str, config_name: str, specs, shape, data_seed: int) -> str:
-    return (f"# {kind} case on {config_name}; to reproduce, run in tests/:\n"
+    return (f"# {kind} case on {config_name}; to reproduce, run in the repository's root, "
+            f"with PYTHONPATH=tests:\n"
             f"from collections import Counter\n"
-            f"from test_random_rtl import CONFIGS, check_case\n"
+            f"from tests.end_to_end.test_random_rtl import CONFIGS, check_case\n"
             f"check_case(CONFIGS[{config_name!r}], {specs!r}, {shape!r}, {data_seed}, "
             f"Counter())")
 

@@ -245,7 +245,8 @@ def _golden_follows_reference(model, batch, target, calib, x, folder):
     equals the golden output of the model with its batch set to 1 by hand, bit for bit; and
     the fixed-batch model quantized by onnxruntime (QDQ, the batch set back to ``batch`` by
     hand) has a golden output within 1 LSB of onnxruntime's reference path on the batch-1 QDQ
-    model, one sample at a time (as tests/test_concat.py and tests/test_prequantized.py)."""
+    model, one sample at a time (as tests/operators/test_concat.py and
+    tests/frontend/test_prequantized.py)."""
     single = _with_batch(model, 1, [1, -1])
     result = api.build(model, None, calib={"x": calib}, verilog=False, log=_quiet)
     assert result.graph.meta["batches"] == {"x": batch}

@@ -296,7 +296,7 @@ def test_opset_11_softmax_flattens_its_input():
 
 def test_softmax_in_the_middle_is_a_host_step():
     # Before, refused as running on neither side; now the host runs it before the Gemm's
-    # segment (tests/test_segments.py runs such models).
+    # segment (tests/host_steps/test_segments.py runs such models).
     model = make_model([helper.make_node("Softmax", ["x"], ["s"], name="probs"),
                         helper.make_node("Identity", ["s"], ["i"], name="copy"),
                         helper.make_node("Gemm", ["i", "w"], ["y"], name="fc")],

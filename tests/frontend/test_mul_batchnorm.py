@@ -96,7 +96,7 @@ def test_conv_bn_still_folds_after_mul_conv():
 
 def test_mul_by_spatial_constant_is_a_host_step():
     # After a Relu it is no leading chain: before, refused as a form the array cannot map;
-    # now a host step between accelerator segments (tests/test_segments.py runs one).
+    # now a host step between accelerator segments (tests/host_steps/test_segments.py runs one).
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
                         helper.make_node("Mul", ["r", "c"], ["y"], name="mask")],
                        {"x": [1, 2, 3, 3]}, {"y": [1, 2, 3, 3]}, {"c": rand(1, 1, 3, 3)})
@@ -108,7 +108,7 @@ def test_mul_by_spatial_constant_is_a_host_step():
 
 
 def test_mul_of_two_runtime_values_maps_to_the_element_wise_engine():
-    """(Refused before the element-wise engine; tests/test_eltwise.py has the rest.)"""
+    """(Refused before the element-wise engine; tests/operators/test_eltwise.py has the rest.)"""
     model = make_model([helper.make_node("Mul", ["a", "b"], ["y"], name="gate")],
                        {"a": [1, 4], "b": [1, 4]}, {"y": [1, 4]})
     graph = load_model(model)

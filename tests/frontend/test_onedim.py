@@ -220,7 +220,7 @@ def test_quantized_model_matches_the_reference(tmp_path, make, fmt):
     operators hwonnx maps), built with its own parameters: within 1 LSB of the output scale
     of the reference (``ort_reference``: onnxruntime's reference path for QDQ, the exact
     integer operators for QOperator, whose 1-D form here equals, bit for bit, its 2-D form
-    on the network written in 2-D, which tests/test_ort_reference.py checks)."""
+    on the network written in 2-D, which tests/golden/test_ort_reference.py checks)."""
     model = _quantized(tmp_path, make, fmt)
     result = api.build(model, None, calib=None, config=ArchConfig(), verilog=False,
                        log=lambda *_: None)

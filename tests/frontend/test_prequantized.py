@@ -475,9 +475,9 @@ def test_add_weights_are_the_best_int8_pair():
 @pytest.mark.parametrize("kind", ["cnn", "mlp_bias", "pool_act"])
 def test_prequantized_models_on_rtl(tmp_path, kind, fmt):
     """quantize_static models with their own parameters on the RTL (the 4x4 configuration of
-    tests/test_rtl.py, which has the onnxruntime rounding unit): bit-exact with the golden
-    model, cycles as predicted, and the onnxruntime comparison of the golden model within the
-    issue's bound."""
+    tests/end_to_end/test_rtl.py, which has the onnxruntime rounding unit): bit-exact with the
+    golden model, cycles as predicted, and the onnxruntime comparison of the golden model within
+    the issue's bound."""
     from tests.end_to_end.test_ort_rounding_rtl import ORT_CONFIG
 
     path = _quantized(tmp_path, kind, fmt, True, "QUInt8")

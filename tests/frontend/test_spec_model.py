@@ -90,7 +90,7 @@ def test_operator_is_resolved_against_the_imported_version():
     with raises(ModelError, f"Node 'act' uses Gelu, which ai.onnx opset 17 does not define; it "
                 f"first appears in opset 20 {RULE_OP}"):
         load_model(make_model(gelu, {"x": [1, 4]}, {"y": [1, 4]}, opset=17))
-    # opset 20 defines it: a table operator (tests/test_unary_tables.py)
+    # opset 20 defines it: a table operator (tests/operators/test_unary_tables.py)
     (node,) = load_model(make_model(gelu, {"x": [1, 4]}, {"y": [1, 4]}, opset=20)).nodes
     assert (node.op, node.attrs) == ("Gelu", {"approximate": "none"})
 

@@ -38,7 +38,8 @@ def test_transpose_of_unit_axes_becomes_reshape():
 
 def test_transpose_of_non_unit_axes_is_a_permute():
     # Between two Relus (at the start or the end of the graph it would be a host step,
-    # tests/test_host_fallback.py): a Permute the array copies (tests/test_fold_transpose.py).
+    # tests/host_steps/test_host_fallback.py): a Permute the array copies
+    # (tests/passes/test_fold_transpose.py).
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Transpose", ["r"], ["t"], name="nhwc", perm=[0, 2, 3, 1]),
              helper.make_node("Relu", ["t"], ["y"], name="relu2")]

@@ -217,8 +217,8 @@ def memory_cap():
 
 
 def _reproducer(seed_name: str, mutations) -> str:
-    return (f"# in tests/:\n"
-            f"from test_fuzz_build import mutated, run_case\n"
+    return (f"# in the repository's root, with PYTHONPATH=tests:\n"
+            f"from tests.fuzz.test_fuzz_build import mutated, run_case\n"
             f"run_case(mutated({seed_name!r}, {mutations!r}))")
 
 

@@ -1,8 +1,8 @@
-"""Which operators the host runs between accelerator segments (tests/test_segments.py has the
-segments themselves): an ArgMax or TopK whose result feeds on, host steps at the start, in the
-middle and at the end of a two-input model, a QDQ model with a Softmax in the middle, a host
-result constant on the calibration data, a Mul by a constant the array cannot scale by; and
-what neither side runs, still refused by name."""
+"""Which operators the host runs between accelerator segments (tests/host_steps/test_segments.py
+has the segments themselves): an ArgMax or TopK whose result feeds on, host steps at the start, in
+the middle and at the end of a two-input model, a QDQ model with a Softmax in the middle, a host
+result constant on the calibration data, a Mul by a constant the array cannot scale by; and what
+neither side runs, still refused by name."""
 
 import numpy as np
 import onnx

@@ -9,7 +9,8 @@ output LSB; each host step exactly, on the golden model's own dequantized inputs
 result's parameters from its float range), the RTL against golden bit for bit in the
 predicted cycles of every segment, mismatch localization naming the segment, the report's and
 ``hwonnx inspect``'s segments and round-trip bytes, and the build folder's format. Which
-operators the host runs in the middle, and what neither side runs: tests/test_host_middle.py."""
+operators the host runs in the middle, and what neither side runs:
+tests/host_steps/test_host_middle.py."""
 
 import json
 

@@ -114,7 +114,7 @@ def test_single_input_concat_is_an_identity():
 
 @pytest.mark.parametrize("axis", [2, 3, -1])
 def test_image_concat_along_height_or_width_is_a_concat_of_that_axis(axis):
-    """(Lowered as one copy per source: tests/test_slicing.py.)"""
+    """(Lowered as one copy per source: tests/operators/test_slicing.py.)"""
     shape = {2: (1, 4, 8, 5), 3: (1, 4, 4, 10), -1: (1, 4, 4, 10)}[axis]
     graph = load_model(_branches(["a", "a"], axis=axis, out_shape=shape))
     (cat,) = [n for n in graph.nodes if n.op == "Concat"]

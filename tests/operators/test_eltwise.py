@@ -208,7 +208,7 @@ def test_a_computed_scalar_is_spread_per_channel():
              helper.make_node("Mul", ["a", "s"], ["e"], name="elt")]
     model = make_model(nodes, {"x": [1, 3, 4, 5]}, {"e": [1, 4, 4, 5]},
                        {"wa": rand(4, 3, 1, 1, seed=1), "ws": rand(1, 3, 4, 5, seed=2)})
-    graph = load_model(model)          # (the RTL: tests/test_scalar_broadcast.py)
+    graph = load_model(model)          # (the RTL: tests/operators/test_scalar_broadcast.py)
     assert [n.op for n in graph.nodes] == ["Conv", "Conv", "Conv", "Eltwise"]
     spread = graph.nodes[2]
     assert spread.name == "elt:spread" and spread.attrs["copy"]

@@ -40,7 +40,7 @@ def _se_gate(rng):
 
 def _glu(rng):
     """conv_a(x) * sigmoid(conv_b(x)), a gated unit: a Mul of two computed images of equal
-    shape. (x * sigmoid(x) itself is one Swish table: tests/test_patterns.py.)"""
+    shape. (x * sigmoid(x) itself is one Swish table: tests/frontend/test_patterns.py.)"""
     inits = {"w": _weight(rng, 6, 3, 3, 3, gain=2.0), "wb": _weight(rng, 6, 3, 3, 3, gain=2.0)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["x", "wb"], ["d"], name="conv_b", pads=[1, 1, 1, 1]),

@@ -73,7 +73,7 @@ def test_pad_conv_relu_still_fuses():
 
 
 def test_pad_reflect_is_copies():
-    """(Against onnxruntime and on the RTL: tests/test_slicing.py.)"""
+    """(Against onnxruntime and on the RTL: tests/operators/test_slicing.py.)"""
     conv = helper.make_node("Conv", ["p", "w"], ["y"], name="conv")
     graph = load_model(pad_model(conv, mode="reflect"))
     assert {n.op for n in graph.nodes} == {"Slice", "Concat", "Conv"}

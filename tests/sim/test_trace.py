@@ -320,7 +320,7 @@ def test_fst_without_its_libraries(monkeypatch):
 
 def test_a_segmented_build_is_not_traced(tmp_path):
     """A segmented build runs several programs with host steps between them; --trace, which
-    records one run, refuses it in one line (the build of tests/test_segments.py)."""
+    records one run, refuses it in one line (the build of tests/host_steps/test_segments.py)."""
     _, result, x = _setup("softmax_middle", tmp_path)
     with pytest.raises(UsageError, match=re.escape(
             f"--trace records one program's run, and '{tmp_path / 'softmax_middle'}' is a "
