@@ -88,8 +88,13 @@ def ports(program: Program, graph) -> "dict[str, list[dict]]":
 
 
 def _rounding(program: Program) -> str:
-    posts = [i for i in program.expanded() if i["op"] == Op.POST]
-    exact = {program.layers[i.layer].name for i in posts if i.get("rne")}
+    exact, setpost = set(), {}      # the layers of the POSTs issued with rne: stored, or the
+    for instr in program.instructions:      # walker's (its SETPOST's fields; a LOOP issues
+        if instr.op == Op.SETPOST:          # at least one POST)
+            setpost = instr.fields
+        elif instr.get("rne") if instr.op == Op.POST else (instr.op == Op.LOOP
+                                                             and setpost.get("rne")):
+            exact.add(program.layers[instr.layer].name)
     text = "requantize: (v * mult + 2**(shift-1)) >> shift (half up)"
     if exact:
         text += (f", except {len(exact)} layer(s) rounding as onnxruntime (float32 multiply, "
@@ -146,7 +151,7 @@ def build_report(program: Program, model: str, board: str, meta: dict, graph=Non
                     for name, used in program.words.items()},
         "program": {"instructions": len(program.instructions),
                     "bits": len(program.instructions) * instruction_width(),
-                    "issued": len(program.expanded()),
+                    "issued": len(program_timing(program).dispatch),
                     "looped_layers": sum(i["op"] == Op.LOOP for i in program.instructions),
                     "page_bytes": pages_words(program) * cfg.cols},
         "resources": _resources(cfg, board),

@@ -59,14 +59,8 @@ def save_program(program: Program, folder: Path) -> None:
 
 def _spans(program: Program, timing: Timing) -> "list[tuple[int, int]]":
     """Predicted dispatch and completion of each stored instruction; a LOOP completes with
-    the last micro-instruction the walker issues for it."""
-    spans = []
-    for instr, dispatch, done in zip(program.expanded(), timing.dispatch, timing.done):
-        if instr.looped:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], done))
-        else:
-            spans.append((dispatch, done))
-    return spans
+    the last micro-instruction the walker issues for it (:attr:`Timing.spans`)."""
+    return timing.spans
 
 
 _SHOWN = {

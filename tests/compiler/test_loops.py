@@ -3,6 +3,7 @@ expanded (by the walker's reference model) into exactly the micro-instructions o
 explicit form; layers that are no regular nest stay explicit. The RTL walker is checked
 against the same expansion by every RTL test (tests/end_to_end/test_rtl.py runs both forms)."""
 
+import itertools
 import json
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.compiler.loops import LayerTiles, Tile, compress, expand, normalized, schedule
 from hwonnx.compiler.micro import MatMul, Post
 from hwonnx.compiler.sizing import needs
+from hwonnx.compiler.timing import predict, program_timing
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError
 from hwonnx.zoo import MLPERF_TINY
@@ -34,6 +36,16 @@ def micro_ops(program):
     return [normalized(i) for i in program.expanded() if i["op"] not in Op.WALKER]
 
 
+def timed_as_expanded(program) -> bool:
+    """Whether the program's timing (its walks timed from their nests' rows, without
+    expanding them) is the cycle model's on its expansion, stops after each layer included."""
+    issued = program.expanded()
+    ends = {instr.layer: k for k, instr in enumerate(issued) if instr.op != Op.END}
+    stops = list(itertools.accumulate((ends.get(i, -1) for i in range(len(program.layers))),
+                                      max))
+    return program_timing(program) == predict(issued, program.config, stops)
+
+
 @pytest.mark.parametrize("name", sorted(MLPERF_TINY))
 def test_mlperf_tiny_layers_are_three_instructions_each(name):
     """Every array layer of the MLPerf Tiny models is one looped nest."""
@@ -46,6 +58,7 @@ def test_mlperf_tiny_layers_are_three_instructions_each(name):
     assert sum(i["op"] == Op.MATMUL for i in issued) == tiles > 10 * len(array)
     _, explicit = plan_model(MLPERF_TINY[name](), config=BIG, loops=False)
     assert micro_ops(program) == micro_ops(explicit)
+    assert timed_as_expanded(program)
 
 
 # A seed of its own, as test_random_rtl's blocks: the same 60 cases on every machine and run
@@ -68,6 +81,7 @@ def test_looped_program_issues_the_explicit_micro_instructions(case):
         except ResourceError:
             continue
         assert micro_ops(looped) == micro_ops(explicit)
+        assert timed_as_expanded(looped) and timed_as_expanded(explicit)
         # the sizing reads the largest POST from the stored instructions
         largest = max((i["count"] for i in explicit.instructions if i.op == Op.POST), default=1)
         assert needs(looped)["acc"] == needs(explicit)["acc"] == 2 * largest

@@ -19,6 +19,7 @@ from hwonnx.isa import decode, ext_words_per_instruction, fields_of
 
 from rtl_helpers import rtl_matches_golden
 from tests.compiler.test_external_weights import CONFIG, _model, _quiet, _samples, board_top_cycles
+from tests.compiler.test_loops import timed_as_expanded
 
 #: The streamed model's 21 instructions in pages of 4: seven pages, five LOADPs.
 PAGED = replace(CONFIG, prog_page=4, prog_depth=8)
@@ -82,6 +83,12 @@ def test_the_pages_are_the_instructions_at_the_start_of_the_external_memory(resu
     assert unpaged(program).instructions == before.instructions
     assert encode_program(program) == []                # no initial contents: the boot loads it
     assert program.words["ext"] == before.words["ext"] + region
+
+
+def test_a_paged_program_is_timed_as_its_expansion(result, plain):
+    """The timing of the stored program (each walk from its nest's rows) is the cycle
+    model's on the expanded program, with the LOADPs, LOADXs and the external memory's."""
+    assert timed_as_expanded(result.program) and timed_as_expanded(plain.program)
 
 
 def test_unpaged_is_the_inverse_of_paged(result, plain):
