@@ -47,12 +47,32 @@ class Placement:
 
 
 def _natural_index(channels: int, height: int, width: int, rows: int) -> np.ndarray:
-    cb = -(-channels // rows)
-    y, x, word, lane = np.meshgrid(np.arange(height), np.arange(width), np.arange(cb),
-                                   np.arange(rows), indexing="ij")
-    c = word * rows + lane
-    index = c * height * width + y * width + x
-    return np.where(c < channels, index, -1).reshape(-1)
+    """The ``logical`` of a ``[1, C, H, W]`` tensor in its natural layout: lane ``c`` of
+    pixel ``p = y W + x`` holds element ``c H W + p`` (-1 past the channels). Read-only,
+    and kept for the next placements of the shape (:data:`_NATURAL`: the bands of the
+    tensors in the external memory, :mod:`.spill`, place the same shapes thousands of
+    times in a lowering)."""
+    key = (channels, height, width, rows)
+    index = _NATURAL.get(key)
+    if index is None:
+        lanes = np.arange(-(-channels // rows) * rows)
+        index = np.add.outer(np.arange(height * width), lanes * (height * width))
+        index[:, lanes >= channels] = -1
+        index = index.reshape(-1)
+        index.flags.writeable = False
+        global _natural_bytes
+        while _NATURAL and _natural_bytes + index.nbytes > _NATURAL_BYTES:
+            _natural_bytes -= _NATURAL.pop(next(iter(_NATURAL))).nbytes
+        _NATURAL[key] = index
+        _natural_bytes += index.nbytes
+    return index
+
+
+#: The natural layouts made so far (:func:`_natural_index`), the oldest dropped beyond
+#: :data:`_NATURAL_BYTES`.
+_NATURAL: "dict[tuple[int, int, int, int], np.ndarray]" = {}
+_NATURAL_BYTES = 32 << 20
+_natural_bytes = 0
 
 
 def natural_placement(base: int, shape: "tuple[int, ...]", rows: int) -> Placement:

@@ -212,11 +212,17 @@ def add_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
     # each source with its own lanes: two vectors can be placed differently (a Gemm
     # output and a Flatten of an image), so b's lanes are not a's
     offsets = [0, sources[0].cb * rows]
-    phys = _phys_zeros(node, channels, 1, 1, offsets[1] + sources[1].cb * rows,
-                       2 * channels)
-    for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
-        lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
-        phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
+    key = ("add", channels, offsets[1], sources[1].cb * rows, int(attrs["wa"]),
+           int(attrs["wb"]))
+    phys = _SHARED.get(key) if image else None
+    if phys is None:
+        phys = _phys_zeros(node, channels, 1, 1, offsets[1] + sources[1].cb * rows,
+                           2 * channels)
+        for placement, offset, weight in zip((a, b), offsets, (attrs["wa"], attrs["wb"])):
+            lanes = np.arange(channels) if image else _vector_lanes(placement, channels)
+            phys[np.arange(channels), 0, 0, offset + lanes] = int(weight)
+        if image:
+            phys = _shared(key, phys)
     h, w_ = (a.height, a.width) if image else (1, 1)
     return LayerSpec(sources, offsets, phys, np.zeros(channels, dtype=np.int64), mult,
                      shift, (h, w_), (1, 1), (0, 0, 0, 0), (1, 1),
@@ -231,7 +237,10 @@ def pool_spec(node: Node, placements: "list[Placement]", graph: Graph, rows: int
     source = _image_source(node, placements[0], int(attrs["in_zp"]), rows)
     channels = placements[0].shape[1]
     kh, kw = attrs["kernel"]
-    w = np.ones((channels, 1, kh, kw), dtype=np.int64)
+    key = ("ones", channels, kh, kw)
+    w = _SHARED.get(key)
+    if w is None:
+        w = _shared(key, np.ones((channels, 1, kh, kw), dtype=np.int64))
     bias, group = np.zeros(channels, dtype=np.int64), channels
     dilations = tuple(attrs.get("dilations", (1, 1)))
     mult, shift = consts[node.inputs[1]], consts[node.inputs[2]]
@@ -304,6 +313,23 @@ def _conv_phys(node: Node, w: np.ndarray, group: int, lanes: int) -> np.ndarray:
         del _PHYS[next(iter(_PHYS))]
     _PHYS[key] = (w, phys)          # (w kept: its id is not reused while the entry lives)
     return phys
+
+
+def _shared(key: tuple, weights: np.ndarray) -> np.ndarray:
+    """``weights`` made read-only and kept by ``key`` (:data:`_SHARED`)."""
+    weights.flags.writeable = False
+    if len(_SHARED) >= _SHARED_CACHE:
+        del _SHARED[next(iter(_SHARED))]
+    _SHARED[key] = weights
+    return weights
+
+
+#: The latest weights of an Add's spec (an image's: both inputs' lanes) and of a pooling's
+#: (ones), by what they are made of: the same array for each band of the layer in the
+#: external memory (:mod:`.spill`), so that the emitter finds its sums and tiles from the
+#: band before (:func:`~.digest.digest`) and the pooling its physical weights (:data:`_PHYS`).
+_SHARED: "dict[tuple, np.ndarray]" = {}
+_SHARED_CACHE = 4
 
 
 #: The latest physical weights of :func:`_conv_phys`, by weights, groups and lanes.
