@@ -506,7 +506,7 @@ _TAP_SUMS = 64
 def _param_word(bias, mult, shift, layout) -> int:
     """One parameter word in the HDL's :class:`~hwonnx.hdl.layouts.ParamLayout` ``layout``;
     unused channels hold (0, 0, 1). Kept for the next lowerings (:data:`_PARAM_WORDS`)."""
-    key = (layout, bias, mult, shift)
+    key = (type(layout), layout.length, bias, mult, shift)
     word = _PARAM_WORDS.get(key)
     if word is None:
         if len(_PARAM_WORDS) >= _PARAM_CACHE:
@@ -515,11 +515,12 @@ def _param_word(bias, mult, shift, layout) -> int:
     return word
 
 
-#: Parameter words packed so far, by layout (Amaranth layouts compare and hash by their
-#: structure) and channels' values: the lowerings of a sizing (``fitting``, a dozen for
-#: a large model with an external memory) store the same words again, and Amaranth's
-#: Layout.const takes about 1 ms a word (ResNet-18: 3,584 words, 4.5 s). Bounded to
-#: :data:`_PARAM_CACHE` words.
+#: Parameter words packed so far, by layout (a :class:`~hwonnx.hdl.layouts.ParamLayout`
+#: is its number of channels: comparing Amaranth layouts by their structure took most of
+#: 2.3 s on ResNet-18's words) and channels' values: the lowerings of a sizing (``fitting``,
+#: a dozen for a large model with an external memory) store the same words again, and
+#: Amaranth's Layout.const takes about 1 ms a word (ResNet-18: 3,584 words, 4.5 s).
+#: Bounded to :data:`_PARAM_CACHE` words.
 _PARAM_WORDS: "dict[tuple, int]" = {}
 _PARAM_CACHE = 1 << 16
 

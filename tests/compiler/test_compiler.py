@@ -585,5 +585,5 @@ def test_parameter_words_are_kept_per_layout():
         word = emitter._param_word(*values, layout)
         assert word == emitter._param_word(*values, layout)
         assert word == emitter._packed_param_word(*values, layout)
-        assert (layout, *values) in emitter._PARAM_WORDS
-    assert len({k[0] for k in emitter._PARAM_WORDS if k[1:] == values}) == 2
+        assert (ParamLayout, cols, *values) in emitter._PARAM_WORDS   # (a layout is
+    assert len({k[1] for k in emitter._PARAM_WORDS if k[2:] == values}) == 2    # its columns)
