@@ -6,10 +6,11 @@ with the external memory model of ``hdl/extmem.py`` exactly, so the
 prediction equals the simulated cycle count (tested in ``tests/end_to_end/test_rtl.py``,
 ``tests/end_to_end/test_examples_rtl.py`` and ``tests/operators/test_eltwise_rtl.py``)."""
 
-import bisect
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..config import ArchConfig
 from ..hdl.dispatch import handoff_latency
@@ -63,10 +64,10 @@ class Timing:
     done: "list[int]"         # cycle by which its effect is complete
     total: int                # cycles from start to done (the ``cycles`` counter)
     stops: "list[int]"        # the total of the program stopping after each of ``stops``
-    #: (first, end) of each MATMUL's feed of the array, in order (:func:`cycle_breakdown`)
-    fed: "list[tuple[int, int]]" = ()
-    #: (first, end) of the weight loader's (LOADW) or the DMA's (LOADX, LOADA, STOREA) work
-    loading: "list[tuple[int, int]]" = ()
+    #: first, end of each MATMUL's feed of the array, in order, flat (:func:`cycle_breakdown`)
+    fed: "list[int]" = ()
+    #: first, end of the weight loader's (LOADW) or the DMA's (LOADX, LOADA, STOREA) work
+    loading: "list[int]" = ()
     #: (dispatch, done) of each stored instruction, a LOOP's done that of the last
     #: micro-instruction the walker issues for it (or its own, if later)
     spans: "list[tuple[int, int]]" = ()
@@ -139,7 +140,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
         t = max(t, loader_next, bank_free[bank])
         loader_free = t + handoff + loader
         loader_next = loader_free - handoff
-        loading.append((t + handoff, loader_free))
+        loading.extend((t + handoff, loader_free))
         return t, loader_free
 
     def feed(t: int, acc_addr: int, count: int, wait, bank: int, last: "int | None"
@@ -156,7 +157,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
         feed_end = start + count
         bank_free[bank] = feed_end + release
         drained = feed_end + drain
-        fed.append((start, feed_end))
+        fed.extend((start, feed_end))
         return t, drained - 1
 
     def post(t: int, count: int, nw: int) -> "tuple[int, int]":
@@ -208,7 +209,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
                 finish = memory.read(finish + 2, params)
             dma_idle, slot_free = finish + 1, max(slot_free, t + handoff + 1)
             if op == Op.LOADX:
-                loading.append((t + handoff + 1, finish + 1))
+                loading.extend((t + handoff + 1, finish + 1))
         elif op in Op.ACTX:       # once the engines before it are done with its staging
             if not config.stage_in_depth:    # buffer and the DMA engine (fence) or its slot free
                 raise ValueError(f"{Op.NAMES[op]}, but the {config.name} architecture has no "
@@ -221,7 +222,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
             finish = (memory.read(begin + 1, instr["count"]) if op == Op.LOADA
                       else memory.write(begin + 2, instr["count"]))
             dma_idle = finish + 1
-            loading.append((t + handoff + 1, finish + 1))
+            loading.extend((t + handoff + 1, finish + 1))
         elif op == Op.END:
             t = max(t, loader_free, drained, post_idle, eltw_idle, dma_idle)
             total = t
@@ -352,26 +353,32 @@ def cycle_breakdown(program: "Program", cycles: "list[int] | None" = None) -> "l
     fed, loading = timing.fed, timing.loading
     windows = cycle_windows(program, cycles)
     starts, ends = [first for first, _ in windows], [end for _, end in windows]
+    fed, loading = (np.array(flat, dtype=np.int64).reshape(-1, 2) for flat in (fed, loading))
     compute = _covered(fed, starts, ends)
-    busy = _covered(list(fed) + list(loading), starts, ends)
+    busy = _covered(np.concatenate((fed, loading)), starts, ends)
     return [{"compute": c, "weight_loads": b - c, "boundaries": span - b, "host": 0}
             for c, b, span in zip(compute, busy, cycles)]
 
 
-def _covered(intervals: "list[tuple[int, int]]", starts: "list[int]", ends: "list[int]"
-             ) -> "list[int]":
-    """Cycles of the union of half-open ``intervals`` within each window [start, end)."""
-    merged: "list[list[int]]" = []
-    for low, high in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and low <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], high)
-        else:
-            merged.append([low, high])
-    lows = [low for low, _ in merged]
-    before = list(itertools.accumulate((high - low for low, high in merged), initial=0))
+def _covered(intervals: np.ndarray, starts: "list[int]", ends: "list[int]") -> "list[int]":
+    """Cycles of the union of the half-open ``intervals`` (rows first, end) within each
+    window [start, end), on whole columns (ResNet-18 with an external memory: 1.8 M)."""
+    spans = intervals[intervals[:, 1] > intervals[:, 0]]
+    order = np.lexsort((spans[:, 1], spans[:, 0]))
+    lows, highs = spans[order, 0], spans[order, 1]
+    reach = np.maximum.accumulate(highs)        # the highest end so far: its union's end
+    opens = np.ones(len(lows), dtype=bool)      # an interval that begins a union: after
+    opens[1:] = lows[1:] > reach[:-1]           # every one before ends (touching: joined)
+    first = np.flatnonzero(opens)
+    merged_lows = lows[first]
+    merged_highs = reach[np.append(first[1:] - 1, len(lows) - 1)] if len(first) else reach
+    before = np.concatenate(([0], np.cumsum(merged_highs - merged_lows)))
 
-    def upto(cycle: int) -> int:        # covered cycles before ``cycle``
-        k = bisect.bisect_right(lows, cycle)
-        return before[k] - max(merged[k - 1][1] - cycle, 0) if k else 0
+    def upto(cycles: np.ndarray) -> np.ndarray:        # covered cycles before each cycle
+        k = np.searchsorted(merged_lows, cycles, side="right")
+        tail = np.maximum(merged_highs[np.maximum(k - 1, 0)] - cycles, 0) if len(first) \
+            else np.zeros(len(cycles), dtype=np.int64)
+        return np.where(k > 0, before[k] - tail, 0)
 
-    return [upto(end) - upto(start) for start, end in zip(starts, ends)]
+    covered = upto(np.array(ends, dtype=np.int64)) - upto(np.array(starts, dtype=np.int64))
+    return covered.tolist()
