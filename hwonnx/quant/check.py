@@ -66,18 +66,14 @@ def check_layers(graph: Graph, float_values: "dict[str, np.ndarray]",
         if value not in float_values or value not in params or out not in env:
             continue
         scale, zp = params[value]
-        real = float_values[value].astype(np.float64)
-        got = (env[out].astype(np.float64) - zp) * scale
-        error = np.abs(got.reshape(real.shape) - real) / scale
-        span = float(np.ptp(real))
-        coverage = float(np.ptp(got)) / span if span > 0 else 1.0
-        row = {"layer": node.name, "value": value,
-               "float_range": [float(real.min()), float(real.max())],
-               "int8_range": [float(got.min()), float(got.max())],
-               "coverage": min(coverage, 1.0), "max_error_lsb": float(error.max()),
-               "mean_error_lsb": float(error.mean())}
+        (low, high), int8_range, error, errors[out] = _compared(env[out], scale, zp,
+                                                                float_values[value])
+        span = high - low
+        coverage = (int8_range[1] - int8_range[0]) / span if span > 0 else 1.0
+        row = {"layer": node.name, "value": value, "float_range": [low, high],
+               "int8_range": int8_range, "coverage": min(coverage, 1.0),
+               "max_error_lsb": float(error.max()), "mean_error_lsb": float(error.mean())}
         rows.append(row)
-        errors[out] = range_error(got, real)
         growth[node.name] = (max((errors.get(v, 0.0) for v in node.inputs), default=0.0),
                              errors[out])
         if coverage < LOST_RANGE:
@@ -103,6 +99,26 @@ def check_layers(graph: Graph, float_values: "dict[str, np.ndarray]",
             warnings.append(text)
     return replace(graph, meta={**graph.meta, "layer_check": tuple(rows),
                                 "warnings": tuple(warnings)})
+
+
+def _compared(q: np.ndarray, scale: float, zp: int, real: np.ndarray) -> tuple:
+    """A layer's int8 output ``q`` (dequantized by ``scale``, ``zp``) against its float value
+    ``real``: the float range, the int8 range (dequantized), each element's error in LSB,
+    and :func:`range_error`, with as few passes over the arrays (32 samples of a layer of
+    ResNet-18: up to 26 M elements) as the same float64 arithmetic takes: the dequantized
+    values by table (``(q - zp) * scale``, each of the 256), the ranges of the arrays as they
+    are (float32, int8), the difference once."""
+    table = (np.arange(-128, 128, dtype=np.float64) - zp) * scale
+    index = q.view(np.uint8) ^ np.uint8(128)                # int8 v -> v + 128
+    got = table[index].reshape(real.shape)
+    int8_range = [float(table[int(index.min())]), float(table[int(index.max())])] \
+        if scale > 0 else [float(got.min()), float(got.max())]
+    low, high = float(real.min()), float(real.max())    # (float32 to float64: exact)
+    difference = np.subtract(got, real, out=got, dtype=np.float64)
+    span = high - low
+    rms = float(np.sqrt(np.mean(np.square(difference))) / span) if span > 0 else 0.0
+    error = np.divide(np.abs(difference, out=difference), scale, out=difference)
+    return (low, high), int8_range, error, rms
 
 
 def _upstream(graph: Graph, value: str) -> "list[str]":
