@@ -39,7 +39,7 @@ class TileEmitter:
     POST is made: :attr:`dry`)."""
 
     def __init__(self, graph: Graph, config: ArchConfig, split: bool = False,
-                 dry: bool = False):
+                 dry: bool = False, shared: "dict | None" = None):
         self._graph, self._config, self._split, self._dry = graph, config, split, dry
         self._param_layout = ParamLayout(config)
         self._layer_tiles: "list[LayerTiles]" = []
@@ -55,11 +55,15 @@ class TileEmitter:
         self._param_words: "dict[tuple, int]" = {}
         self._tile_words: "dict[tuple, list[int]]" = {}
         # and a layer's weight tiles whole (:meth:`_weight_tiles`), the latest up to
-        # _TILE_CACHE tiles' words
-        self._layers: "dict[tuple, tuple[dict, dict, list[int]]]" = {}
-        self._layer_words = 0
-        self._sums: "dict[tuple, tuple]" = {}        # :meth:`_tap_sums`
-        self._wpacks: "dict[tuple, int]" = {}        # each layer's packing, by its weights
+        # _TILE_CACHE tiles' words, its sums and packing, by its weights' digest: in
+        # ``shared`` (a dictionary), for the emitters of the next lowerings of a sizing too
+        # (:class:`~.replay.Lowerings`: ResNet-18's eleven, 4 s of the first's 5)
+        shared = {} if shared is None else shared.setdefault((config.rows, config.cols), {})
+        self._layers: "dict[tuple, tuple[dict, dict, list[int]]]" = shared.setdefault(
+            "layers", {})
+        self._layer_words: "list[int]" = shared.setdefault("layer_words", [0])   # (theirs)
+        self._sums: "dict[tuple, tuple]" = shared.setdefault("sums", {})    # _tap_sums
+        self._wpacks: "dict[tuple, int]" = shared.setdefault("wpacks", {})
 
     @property
     def config(self) -> ArchConfig:
@@ -333,9 +337,9 @@ class TileEmitter:
         words = self._wgt[start:]
         self._layers[key] = ({n0: list(k) for n0, k in k_tiles.items()},
                              {tile: a - start for tile, a in tile_addr.items()}, words)
-        self._layer_words += len(words)
-        while self._layer_words > _TILE_CACHE * cols and len(self._layers) > 1:
-            self._layer_words -= len(self._layers.pop(next(iter(self._layers)))[2])
+        self._layer_words[0] += len(words)
+        while self._layer_words[0] > _TILE_CACHE * cols and len(self._layers) > 1:
+            self._layer_words[0] -= len(self._layers.pop(next(iter(self._layers)))[2])
         return k_tiles, tile_addr
 
     def table_index(self, node: Node, table: "tuple[int, ...] | None") -> int:

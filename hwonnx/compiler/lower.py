@@ -145,8 +145,10 @@ def _lowered(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, N
     emitted: dict = {}
     try:
         if config.ext_memory:       # fails as the lowering would, without the tiles
-            _lower_once(graph, config, loops, packed, external, split, emitted, dry=True)
-        program = _lower_once(graph, config, loops, packed, external, split, emitted)
+            _lower_once(graph, config, loops, packed, external, split, emitted, dry=True,
+                        shared=lowerings.emitters)
+        program = _lower_once(graph, config, loops, packed, external, split, emitted,
+                              shared=lowerings.emitters)
     except (ActivationBufferFull, SlotTooSmall) as error:
         if not split:
             emitter = emitted.get("emitter")
@@ -161,13 +163,14 @@ def _lowered(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, N
 
 def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str, Node]",
                 external: "frozenset[str]", split: bool, emitted: "dict | None" = None,
-                dry: bool = False) -> "Program | None":
+                dry: bool = False, shared: "dict | None" = None) -> "Program | None":
     """:func:`_lower` with layers in parts or not (``split``); ``emitted`` (a dictionary)
     gets the ``emitter``, and the ``streaming`` that :func:`~.stream.streamed_layers` decides
     from (:class:`~.replay.Lowerings`). ``dry``: the layers emitted without their tiles
     (:attr:`~.emitter.TileEmitter.dry`) up to the choice of the streamed layers; raises
     what the lowering raises until then (every error it raises before its instructions but
-    the external memory's size and the buffers' checks), else returns None."""
+    the external memory's size and the buffers' checks), else returns None. ``shared``: what
+    the emitters of a sizing's lowerings share (:class:`~.emitter.TileEmitter`)."""
     quantizers = [n for n in graph.nodes if n.op == "Quantize"]
     dequantizers = [n for n in graph.nodes if n.op == "Dequantize"]
     if not quantizers or not dequantizers:
@@ -214,7 +217,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             alloc.allocate(value, words, 0, f"Input '{node.inputs[0]}'"), view, rows
         ).with_shape(shape)
 
-    emitter = TileEmitter(graph, config, split, dry)
+    emitter = TileEmitter(graph, config, split, dry, shared)
     if emitted is not None:
         emitted["emitter"] = emitter
     layers = []

@@ -36,6 +36,9 @@ class Lowerings:
     def __init__(self):
         self._failed: "dict[tuple, tuple]" = {}
         self._done: "dict[tuple, Program]" = {}
+        #: What the tile emitters of these lowerings share: each layer's weight tiles,
+        #: sums and packing, by its weights (:class:`~.emitter.TileEmitter`).
+        self.emitters: dict = {}
 
     @staticmethod
     def _key(config: ArchConfig, loops: bool, packed, external) -> tuple:

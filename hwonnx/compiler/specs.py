@@ -13,6 +13,7 @@ from ..errors import ResourceError
 from ..golden.im2col import conv_output_size
 from ..golden.ops import window_counts
 from ..ir import Graph, Node
+from .digest import digest, remember
 from .layout import Placement
 from .phases import phases
 from .taps import packed_spec_fields
@@ -309,6 +310,7 @@ def _conv_phys(node: Node, w: np.ndarray, group: int, lanes: int) -> np.ndarray:
         outs = slice(g * per_group, (g + 1) * per_group)
         phys[outs, :, :, g * c_group:(g + 1) * c_group] = w[outs].transpose(0, 2, 3, 1)
     phys.flags.writeable = False
+    remember(phys, ("conv", digest(w), group, lanes))
     if len(_PHYS) >= _PHYS_CACHE:
         del _PHYS[next(iter(_PHYS))]
     _PHYS[key] = (w, phys)          # (w kept: its id is not reused while the entry lives)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..config import ArchConfig
 from ..hdl.loader import tile_words
+from .digest import digest, remember
 from .layout import Placement
 from .specs import LayerSpec
 
@@ -72,9 +73,12 @@ def concat_parts(spec: LayerSpec, rows: int) -> "list[tuple[int, int]] | None":
 
 
 def part_spec(spec: LayerSpec, c0: int, c1: int) -> LayerSpec:
-    """``spec`` restricted to its output channels ``[c0, c1)``."""
-    channels = spec.phys.shape[0]
-    return replace(spec, phys=spec.phys[c0:c1], bias=spec.bias[c0:c1], mult=spec.mult[c0:c1],
+    """``spec`` restricted to its output channels ``[c0, c1)`` (of read-only physical
+    weights: a view whose digest is theirs and the channels, :func:`~.digest.remember`)."""
+    channels, phys = spec.phys.shape[0], spec.phys[c0:c1]
+    if not spec.phys.flags.writeable:
+        remember(phys, ("part", digest(spec.phys), c0, c1))
+    return replace(spec, phys=phys, bias=spec.bias[c0:c1], mult=spec.mult[c0:c1],
                    shift=spec.shift[c0:c1], macs=spec.macs * (c1 - c0) // channels)
 
 
