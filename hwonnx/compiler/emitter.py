@@ -19,6 +19,7 @@ from .layout import Placement
 from .loops import LayerTiles, Tile, compress, schedule
 from .lowerings import LOWERINGS
 from .micro import MatMul, Post
+from .param_words import param_word
 from .program import Instr, LayerPlan
 from .specs import LayerSpec
 from .split import part_spec, part_target, weight_parts
@@ -433,7 +434,7 @@ class TileEmitter:
                 par_addr[n_index, k] = len(self._par)
                 key = tuple(tuple(int(v) for v in x[n0:n0 + nt]) for x in (folded, mult, shift))
                 if key not in self._param_words:
-                    self._param_words[key] = _param_word(*key, self._param_layout)
+                    self._param_words[key] = param_word(*key, self._param_layout)
                 self._par.append(self._param_words[key])
         return par_addr
 
@@ -504,34 +505,3 @@ class TileEmitter:
 _TILE_CACHE = 1 << 16
 #: Layers' weight sums the builder keeps for the next bands (:meth:`TileEmitter._tap_sums`).
 _TAP_SUMS = 64
-
-
-
-def _param_word(bias, mult, shift, layout) -> int:
-    """One parameter word in the HDL's :class:`~hwonnx.hdl.layouts.ParamLayout` ``layout``;
-    unused channels hold (0, 0, 1). Kept for the next lowerings (:data:`_PARAM_WORDS`)."""
-    key = (type(layout), layout.length, bias, mult, shift)
-    word = _PARAM_WORDS.get(key)
-    if word is None:
-        if len(_PARAM_WORDS) >= _PARAM_CACHE:
-            _PARAM_WORDS.clear()
-        word = _PARAM_WORDS[key] = _packed_param_word(bias, mult, shift, layout)
-    return word
-
-
-#: Parameter words packed so far, by layout (a :class:`~hwonnx.hdl.layouts.ParamLayout`
-#: is its number of channels: comparing Amaranth layouts by their structure took most of
-#: 2.3 s on ResNet-18's words) and channels' values: the lowerings of a sizing (``fitting``,
-#: a dozen for a large model with an external memory) store the same words again, and
-#: Amaranth's Layout.const takes about 1 ms a word (ResNet-18: 3,584 words, 4.5 s).
-#: Bounded to :data:`_PARAM_CACHE` words.
-_PARAM_WORDS: "dict[tuple, int]" = {}
-_PARAM_CACHE = 1 << 16
-
-
-def _packed_param_word(bias, mult, shift, layout) -> int:
-    """:func:`_param_word`, packed by ``layout``."""
-    channels = [{"bias": int(bias[c]), "mult": int(mult[c]), "shift": int(shift[c])}
-                if c < len(bias) else {"bias": 0, "mult": 0, "shift": 1}
-                for c in range(layout.length)]
-    return layout.const(channels).as_value().value

@@ -571,19 +571,19 @@ def test_last_write_follows_the_feeders_walk_of_depthwise_rows():
 
 def test_parameter_words_are_kept_per_layout():
     """The emitter's parameter words are packed once per layout and channels' values, for
-    every lowering after (emitter._PARAM_WORDS): the same word as packed anew, and another
+    every lowering after (param_words._WORDS): the same word as packed anew, and another
     for another array's columns."""
     import importlib
     from dataclasses import replace as changed
 
     from hwonnx.hdl.layouts import ParamLayout
-    emitter = importlib.import_module("hwonnx.compiler.emitter")
+    words = importlib.import_module("hwonnx.compiler.param_words")
 
     values = ((5, -7), (1 << 20, 3), (9, 12))
     for cols in (8, 4):
         layout = ParamLayout(changed(ArchConfig(), cols=cols))
-        word = emitter._param_word(*values, layout)
-        assert word == emitter._param_word(*values, layout)
-        assert word == emitter._packed_param_word(*values, layout)
-        assert (ParamLayout, cols, *values) in emitter._PARAM_WORDS   # (a layout is
-    assert len({k[1] for k in emitter._PARAM_WORDS if k[2:] == values}) == 2    # its columns)
+        word = words.param_word(*values, layout)
+        assert word == words.param_word(*values, layout)
+        assert word == words.packed_param_word(*values, layout)
+        assert (ParamLayout, cols, *values) in words._WORDS   # (a layout is its columns)
+    assert len({k[1] for k in words._WORDS if k[2:] == values}) == 2
