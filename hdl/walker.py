@@ -15,17 +15,6 @@ from .loader import WEIGHT_PACKINGS, tile_words
 __all__ = ["TileWalker"]
 
 
-def _kept(m: Module, value, name: str) -> Signal:
-    """``value`` on a wire marked ``keep``: a next value of the walk's registers computed from
-    registers only. Without it Yosys shares the adders of a step's alternatives behind a
-    multiplexer of their operands, so the walk's enable (from the offer's ``count``) ran into
-    the adders' carry chains: the 91.02 MHz ULX3S-85F build's critical path (10.99 ns, 8.23
-    of routing, ``count`` to ``out_addr``)."""
-    wire = Signal(value.shape(), name=name, attrs={"keep": 1})
-    m.d.comb += wire.eq(value)
-    return wire
-
-
 class _Phase(enum.Enum, shape=2):
     LOAD1 = 0     # LOADW of tile 1 (tile 0's is made by the LOOP itself)
     MATMUL = 1
@@ -121,8 +110,8 @@ class TileWalker(wiring.Component):
         wgt = Signal(16)
         act, act_mn, act_m = (Signal(signed(24), name=n) for n in ("act", "act_mn", "act_m"))
         iy, iy_m, ix = (Signal(signed(17), name=n) for n in ("iy", "iy_m", "ix"))
-        par, lane = Signal(16, name="par"), Signal(8, name="lane")
-        out_addr, out_m = Signal(24, name="out_addr"), Signal(24, name="out_m")
+        par, lane = Signal(16), Signal(8)
+        out_addr, out_m = Signal(24), Signal(24)
 
         with m.If(idle):       # a LOOP on offer starts from here: tile 0's LOADW is written
             single_new = ((new.m_count == 1) & (new.n_count == 1) & (new.k1 == 1)
@@ -226,13 +215,9 @@ class TileWalker(wiring.Component):
     def _counting(s):
         """Statements that step counter ``name`` (``step(name)``) or start it over
         (``restart(name)``), its ``at_last`` flag with it."""
-        nexts = {}
-
         def step(name):
             counter, count = getattr(s, name), getattr(s.lp, s.limit[name])
-            if name not in nexts:
-                nexts[name] = _kept(s.m, counter + 1, f"{name}_next")
-            return [counter.eq(nexts[name]), s.at_last[name].eq(counter == count - 2)]
+            return [counter.eq(counter + 1), s.at_last[name].eq(counter == count - 2)]
 
         def restart(name):
             return [getattr(s, name).eq(0),
@@ -251,33 +236,28 @@ class TileWalker(wiring.Component):
             for p in WEIGHT_PACKINGS:
                 with m.Case(p):
                     m.d.comb += words.eq(tile_words(self._config, p))
-        wgt_next = _kept(m, wgt + words, "wgt_next")
         with m.If(~s.last_k):
-            m.d.sync += wgt.eq(wgt_next)
+            m.d.sync += wgt.eq(wgt + words)
             with m.If(~s.at_last["k3"]):
-                m.d.sync += [*step("k3"), act.eq(_kept(m, act + lp.act_k3, "act_k3_next"))]
+                m.d.sync += [*step("k3"), act.eq(act + lp.act_k3)]
             with m.Elif(~s.at_last["k2"]):
-                m.d.sync += [*restart("k3"), *step("k2"),
-                             act.eq(_kept(m, act + lp.act_k2, "act_k2_next")),
-                             ix.eq(_kept(m, ix + lp.ix_k2, "ix_k2_next"))]
+                m.d.sync += [*restart("k3"), *step("k2"), act.eq(act + lp.act_k2),
+                             ix.eq(ix + lp.ix_k2)]
             with m.Else():
                 m.d.sync += [*restart("k3"), *restart("k2"), *step("k1"),
-                             act.eq(_kept(m, act + lp.act_k1, "act_k1_next")),
-                             iy.eq(_kept(m, iy + lp.iy_k1, "iy_k1_next")),
-                             ix.eq(_kept(m, ix + lp.ix_k1, "ix_k1_next"))]
+                             act.eq(act + lp.act_k1), iy.eq(iy + lp.iy_k1),
+                             ix.eq(ix + lp.ix_k1)]
         with m.Else():
             m.d.sync += [*restart("k1"), *restart("k2"), *restart("k3"), s.acc.eq(~s.acc),
                          ix.eq(s.mm_t.ix0)]
             with m.If(~s.last_n):
-                act_n = _kept(m, act_mn + lp.act_n, "act_n_next")
-                m.d.sync += [*step("ni"), wgt.eq(wgt_next), act_mn.eq(act_n), act.eq(act_n),
-                             iy.eq(iy_m)]
+                m.d.sync += [*step("ni"), wgt.eq(wgt + words), act_mn.eq(act_mn + lp.act_n),
+                             act.eq(act_mn + lp.act_n), iy.eq(iy_m)]
             with m.Else():
-                act_m_next = _kept(m, act_m + lp.act_m, "act_m_next")
-                iy_m_next = _kept(m, iy_m + lp.iy_m, "iy_m_next")
                 m.d.sync += [*restart("ni"), *step("mi"), wgt.eq(s.mm_t.wgt_addr),
-                             act_m.eq(act_m_next), act_mn.eq(act_m_next), act.eq(act_m_next),
-                             iy_m.eq(iy_m_next), iy.eq(iy_m_next)]
+                             act_m.eq(act_m + lp.act_m), act_mn.eq(act_m + lp.act_m),
+                             act.eq(act_m + lp.act_m), iy_m.eq(iy_m + lp.iy_m),
+                             iy.eq(iy_m + lp.iy_m)]
 
     def _step_post(self, m, s):
         """Advance the POST side to the next output tile."""
@@ -285,17 +265,16 @@ class TileWalker(wiring.Component):
         par, lane, out_addr, out_m = s.par, s.lane, s.out_addr, s.out_m
         step, restart = self._counting(s)
         m.d.sync += s.p_acc.eq(~s.p_acc)
-        moved = _kept(m, lane + lp.lane_n, "lane_moved")
-        word_next = _kept(m, out_addr + lp.word_n, "out_addr_next")
+        moved = Signal(9)
+        m.d.comb += moved.eq(lane + lp.lane_n)
         with m.If(~s.at_last["pn"]):
-            m.d.sync += [*step("pn"), par.eq(_kept(m, par + lp.par_n, "par_next"))]
+            m.d.sync += [*step("pn"), par.eq(par + lp.par_n)]
             with m.If(moved >= rows):
-                m.d.sync += [lane.eq(_kept(m, moved - rows, "lane_wrapped")),
-                             out_addr.eq(_kept(m, word_next + 1, "out_addr_wrapped"))]
+                m.d.sync += [lane.eq(moved - rows), out_addr.eq(out_addr + lp.word_n + 1)]
             with m.Else():
-                m.d.sync += [lane.eq(moved), out_addr.eq(word_next)]
+                m.d.sync += [lane.eq(moved), out_addr.eq(out_addr + lp.word_n)]
         with m.Else():
-            out_m_next = _kept(m, out_m + lp.out_m, "out_m_next")
             m.d.sync += [*restart("pn"), *step("pm"), par.eq(po_t.par_addr),
-                         lane.eq(po_t.lane_off), out_m.eq(out_m_next), out_addr.eq(out_m_next)]
+                         lane.eq(po_t.lane_off),
+                         out_m.eq(out_m + lp.out_m), out_addr.eq(out_m + lp.out_m)]
 
