@@ -18,15 +18,17 @@ from ..hdl.loader import tile_words
 from ..isa import FIELDS, Op
 from .micro import MatMul, _layout
 
-__all__ = ["schedule_rows", "expand_rows", "rows_in_range"]
+__all__ = ["schedule_rows", "expand_rows", "rows_in_range", "COLUMN"]
 
-_COLUMN = {f.name: k for k, f in enumerate(FIELDS)}
+#: The column of each instruction field in a row of :func:`expand_rows` (``compiler/timing.py``
+#: reads the ones it times).
+COLUMN = {f.name: k for k, f in enumerate(FIELDS)}
 _LOW = np.array([f.min for f in FIELDS], dtype=np.int64)
 _HIGH = np.array([f.max for f in FIELDS], dtype=np.int64)
-_IN_ORDER = itemgetter(*_COLUMN)
+_IN_ORDER = itemgetter(*COLUMN)
 _MATMUL_NAMES = _layout(MatMul)[0]
 _MATMUL_GET = itemgetter(*_MATMUL_NAMES)
-_MATMUL_COLUMNS = [_COLUMN[name] for name in _MATMUL_NAMES]
+_MATMUL_COLUMNS = [COLUMN[name] for name in _MATMUL_NAMES]
 
 
 def rows_in_range(rows: np.ndarray) -> bool:
@@ -37,7 +39,7 @@ def rows_in_range(rows: np.ndarray) -> bool:
 
 def _normalized(instrs: "list[dict]") -> np.ndarray:
     """:func:`~.loops.normalized` of each of ``instrs``, as rows."""
-    unset = dict.fromkeys(_COLUMN, 0)
+    unset = dict.fromkeys(COLUMN, 0)
     return np.array([_IN_ORDER({**unset, **i}) for i in instrs], dtype=np.int64).reshape(
         len(instrs), len(FIELDS))
 
@@ -68,10 +70,10 @@ def _interleaved(matmuls: np.ndarray, loads: np.ndarray, posts: np.ndarray,
 
 def _loads(banks: np.ndarray, wgt: np.ndarray, wpack: np.ndarray) -> np.ndarray:
     loads = np.zeros((len(banks), len(FIELDS)), dtype=np.int64)
-    loads[:, _COLUMN["op"]] = Op.LOADW
-    loads[:, _COLUMN["bank"]] = banks
-    loads[:, _COLUMN["wgt_addr"]] = wgt
-    loads[:, _COLUMN["wpack"]] = wpack
+    loads[:, COLUMN["op"]] = Op.LOADW
+    loads[:, COLUMN["bank"]] = banks
+    loads[:, COLUMN["wgt_addr"]] = wgt
+    loads[:, COLUMN["wpack"]] = wpack
     return loads
 
 
@@ -87,8 +89,8 @@ def schedule_rows(tiles: list, bank: int) -> np.ndarray:
     matmuls = np.zeros((count, len(FIELDS)), dtype=np.int64)
     matmuls[:, _MATMUL_COLUMNS] = values
     banks = (bank + np.arange(count)) % 2
-    matmuls[:, _COLUMN["bank"]] = banks
-    loads = _loads(banks, matmuls[:, _COLUMN["wgt_addr"]], matmuls[:, _COLUMN["wpack"]])
+    matmuls[:, COLUMN["bank"]] = banks
+    loads = _loads(banks, matmuls[:, COLUMN["wgt_addr"]], matmuls[:, COLUMN["wpack"]])
     posts = _normalized([post.fields() for tile in tiles for post in tile.posts])
     return _interleaved(matmuls, loads, posts,
                         np.array([len(tile.posts) for tile in tiles], dtype=np.int64))
@@ -110,7 +112,7 @@ def expand_rows(setmm: dict, setpost: dict, loop: dict, config) -> np.ndarray:
     tile = m * N + n                                  # the output tile
     k3_steps, k2_steps = (k1 * K2 + k2) * (K3 - 1) + k3, k1 * (K2 - 1) + k2
     matmuls = np.tile(np.array(_normalized([setmm])[0]), (len(t), 1))
-    column = {name: matmuls[:, index] for name, index in _COLUMN.items()}
+    column = {name: matmuls[:, index] for name, index in COLUMN.items()}
     column["op"][:] = Op.MATMUL
     column["bank"][:] = loop["bank"] ^ (t & 1)
     column["wait"][:] = t == 0
@@ -137,7 +139,7 @@ def expand_rows(setmm: dict, setpost: dict, loop: dict, config) -> np.ndarray:
             out += loop["word_n"] + carry
     pm, pn = (axis.ravel() for axis in np.indices((M, N), dtype=np.int64))
     posts = np.tile(np.array(_normalized([setpost])[0]), (M * N, 1))
-    post = {name: posts[:, index] for name, index in _COLUMN.items()}
+    post = {name: posts[:, index] for name, index in COLUMN.items()}
     lane_of = np.array(lanes, dtype=np.int64)[pn]
     nt = np.where(pn == N - 1, loop["nt_last"], setpost["nt"])
     post["op"][:] = Op.POST
@@ -152,5 +154,5 @@ def expand_rows(setmm: dict, setpost: dict, loop: dict, config) -> np.ndarray:
     banks = loop["bank"] ^ (t & 1)
     loads = _loads(banks, wgt, np.full(len(t), wpack, dtype=np.int64))
     if len(t) > 1:
-        loads[1, _COLUMN["wgt_addr"]] = loop["w1"]
+        loads[1, COLUMN["wgt_addr"]] = loop["w1"]
     return _interleaved(matmuls, loads, posts, (k == K - 1).astype(np.int64))

@@ -22,7 +22,7 @@ from ..hdl.loader import load_cycles
 from ..hdl.post import post_latency
 from ..isa import Op, ext_words_per_instruction
 from ..memories import ExtTiming
-from .nest_rows import _COLUMN, expand_rows
+from .nest_rows import COLUMN, expand_rows
 
 if TYPE_CHECKING:
     from .program import Program
@@ -280,7 +280,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
 
 
 #: The columns of a walk's rows that :func:`_predict` reads.
-_TIMED = [_COLUMN[name] for name in ("op", "bank", "count", "acc_addr", "wait", "nw")]
+_TIMED = [COLUMN[name] for name in ("op", "bank", "count", "acc_addr", "wait", "nw")]
 
 
 # Each layer's share of the predicted timeline ------------------------------------------------
