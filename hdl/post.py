@@ -1,6 +1,6 @@
 """The POST engine: requantizes accumulators into int8 activations."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -11,8 +11,8 @@ from .fanout import held
 from .layouts import InstrLayout, ParamLayout, buffer_read, instr_stream
 from .rounding import ORT_LATENCY, OrtRounder
 
-__all__ = ["PostProcessor", "POST_LATENCY", "WIDE_MULT_BLOCKS", "round_stages", "clamp_stages",
-           "post_latency"]
+__all__ = ["PostProcessor", "POST_LATENCY", "WIDE_MULT_BLOCKS", "SHIFTED_BITS", "round_stages",
+           "clamp_stages", "post_latency", "narrow_shift", "round_narrow", "funnel"]
 
 #: Cycles from an accumulator read to the write of its activation word besides the multiply's
 #: (``ArchConfig.mul_stages``), the rounding shift's and the clamp's: accumulator read, its data
@@ -24,15 +24,85 @@ POST_LATENCY = 3
 WIDE_MULT_BLOCKS = 3
 
 
+#: Bits of the rounding shift's result ``p >> (shift - 1)`` that the post-processor keeps, with
+#: a flag for a result outside them (:func:`narrow_shift`). Ten are enough: a result outside
+#: them rounds to at least ``2**8`` in magnitude (:func:`round_narrow`), which any int8 zero
+#: point leaves outside int8 on the same side, so the clamp gives what the whole 64-bit result
+#: gives (proved for every product, shift, zero point and clamp, and that nine are not:
+#: ``tests/formal/test_formal_post.py``). The 64-bit barrel shifter, rounding add and zero-point
+#: add took 582 LUT4 and 67 adder cells in every column (a 16x16 post-processor: 12.0k LUT4
+#: and 2.7k adder cells, a fifth of a ULX3S-85F; with this and :meth:`PostProcessor._placement`
+#: 8.6k and 1.6k).
+SHIFTED_BITS = 10
+
+
+def funnel(m: Module, items: list, amount: Value, width: int, name: str) -> list:
+    """``items[amount:amount + width]`` (``amount`` unsigned), as a barrel shifter that only
+    carries what the remaining stages can still move into the result (the largest step first);
+    past the end of ``items`` its last item (an arithmetic shift's sign). Items are values of
+    one width."""
+    current = list(items)
+    for b in reversed(range(len(amount))):
+        step, kept = 1 << b, width + (1 << b) - 1
+        moved = []
+        for i in range(kept):
+            item = Signal.like(current[0], name=f"{name}_{b}_{i}")
+            m.d.comb += item.eq(Mux(amount[b], current[min(i + step, len(current) - 1)],
+                                    current[min(i, len(current) - 1)]))
+            moved.append(item)
+        current = moved
+    return current[:width]
+
+
+def narrow_shift(m: Module, p: Value, amount: Value, name: str,
+                 width: int = SHIFTED_BITS) -> "tuple[Value, Value]":
+    """``(h, outside)``: ``h`` is ``p >> amount`` (``p`` signed 64-bit, ``amount`` 6 bits) in
+    ``width`` signed bits, exact when ``outside`` is low; ``outside`` is high when the whole
+    shift is not in those bits (a bit of ``p`` at or above ``amount + width - 1`` differs from
+    its sign). The test reads ``p``'s bits in windows of 16 chosen by
+    ``amount``'s top two bits: the bits above the window, and those of the window at or above
+    the low four bits of ``amount``."""
+    h = Signal(signed(width), name=f"{name}_h")
+    m.d.comb += h.eq(Cat(*funnel(m, [p[i] for i in range(64)], amount, width, name)))
+    sign = p[63]
+    differs = [p[i] ^ sign for i in range(63)] + [Const(0)] * 48
+    window, fine = amount[4:6], amount[:4]
+    above = Signal(name=f"{name}_above")
+    with m.Switch(window):
+        for k in range(4):
+            with m.Case(k):
+                m.d.comb += above.eq(Cat(*differs[16 * k + width + 15:63]).any()
+                                     if 16 * k + width + 15 < 63 else 0)
+    inside_window = []
+    for j in range(16):
+        bit = Signal(name=f"{name}_w{j}")
+        with m.Switch(window):
+            for k in range(4):
+                with m.Case(k):
+                    m.d.comb += bit.eq(differs[16 * k + width - 1 + j])
+        inside_window.append(bit & (fine <= j))
+    outside = Signal(name=f"{name}_outside")
+    m.d.comb += outside.eq(above | Cat(*inside_window).any())
+    return h, outside
+
+
+def round_narrow(h: Value, outside: Value, negative: Value) -> Value:
+    """The rounding step after :func:`narrow_shift` (``((p >> (s - 1)) + 1) >> 1``): from
+    ``h`` when inside, else ``2**(len(h) - 2)`` with ``p``'s sign (``negative``), which any
+    int8 zero point leaves outside int8 (``len(h)`` at least :data:`SHIFTED_BITS`)."""
+    far = 1 << (len(h) - 2)
+    return Mux(outside, Mux(negative, -far, far), (h + 1) >> 1)
+
+
 def round_stages(config: ArchConfig) -> int:
-    """Stages of the rounding shift: the shift by ``shift - 1`` (a 64-bit barrel shifter),
-    then the rounding add and the last shift; both in one on the smallest devices
-    (``mul_stages`` 1), whose slow clock does not need the 65 flip-flops a column more."""
+    """Stages of the rounding shift: the shift by ``shift - 1`` (:func:`narrow_shift`), then
+    the rounding add and the last shift; both in one on the smallest devices (``mul_stages``
+    1), whose slow clock does not need the flip-flops a column more."""
     return 1 if config.compact else 2
 
 
 def clamp_stages(config: ArchConfig) -> int:
-    """Stages of the zero point and the clamp: the 65-bit zero-point add, the range flags
+    """Stages of the zero point and the clamp: the zero-point add, the range flags
     (:meth:`PostProcessor._range`), then the 8-bit comparisons and the choice (in one stage
     with the routing of the instruction's fields to every column, they held an ECP5 build at
     80 MHz; the flags and the choice in one, at 93 MHz); all in one on the smallest devices
@@ -183,7 +253,10 @@ class PostProcessor(wiring.Component):
             m.d.sync += biased[c].eq((acc[c] + par[c].bias)[:32])
 
         values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
-        levels = [Signal(signed(67), name=f"level_{c}") for c in range(cols)]
+        # The level before the clamp: the rounding unit's, or the narrow rounding shift's
+        # (SHIFTED_BITS, then the rounding) plus the int8 zero point.
+        level_shape = signed(67 if cfg.ort_rounding else SHIFTED_BITS + 1)
+        levels = [Signal(level_shape, name=f"level_{c}") for c in range(cols)]
         valids = [s1_valid, sa_valid, sb_valid]
         if cfg.ort_rounding:
             # Stages 3 to 6: the rounding unit, in either rounding (``rne``), instead of the
@@ -209,15 +282,21 @@ class PostProcessor(wiring.Component):
             products = [self._multiply(m, c, biased[c], par[c].mult, cfg.mul_stages)
                         for c in range(cols)]
             for c in range(cols):
-                # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1.
-                shr = (par[c].shift - 1)[:6]
-                halved = Signal(signed(64), name=f"halved_{c}")
-                rounded = Signal(signed(65), name=f"rounded_{c}")
+                # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1, in
+                # SHIFTED_BITS bits and a flag (narrow_shift).
+                shifted, outside = narrow_shift(m, products[c], (par[c].shift - 1)[:6],
+                                                f"shift_{c}")
+                halved = Signal(signed(SHIFTED_BITS), name=f"halved_{c}")
+                halved_out = Signal(name=f"halved_{c}_outside")
+                halved_neg = Signal(name=f"halved_{c}_negative")
+                shifting = [halved.eq(shifted), halved_out.eq(outside),
+                            halved_neg.eq(products[c][-1])]
                 if split:
-                    m.d.sync += halved.eq(products[c] >> shr)
+                    m.d.sync += shifting
                 else:
-                    m.d.comb += halved.eq(products[c] >> shr)
-                m.d.sync += rounded.eq((halved + 1) >> 1)
+                    m.d.comb += shifting
+                rounded = Signal(signed(SHIFTED_BITS), name=f"rounded_{c}")
+                m.d.sync += rounded.eq(round_narrow(halved, halved_out, halved_neg))
                 m.d.comb += levels[c].eq(rounded + own[c].zp)
 
         # Then (after the rounding shift or the rounding unit): zero point, clamp
@@ -228,7 +307,7 @@ class PostProcessor(wiring.Component):
             chain = stage("sz", *chain)
             valids.append(chain[0])
             for c in range(cols):
-                level = Signal(signed(67), name=f"level_reg_{c}")
+                level = Signal(level_shape, name=f"level_reg_{c}")
                 m.d.sync += level.eq(levels[c])
                 ranges[c] = self._range(level)
             chain = stage("sf", *chain)
@@ -238,6 +317,7 @@ class PostProcessor(wiring.Component):
                          Signal(name=f"negative_{c}"))
                 m.d.sync += [f.eq(v) for f, v in zip(flags, ranges[c])]
                 ranges[c] = flags
+        placed = self._placement(m, chain[2], cur.nt)
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
         for c in range(cols):
@@ -248,18 +328,20 @@ class PostProcessor(wiring.Component):
             s3_valid, s3_addr, s3_base = self._tables(m, own, values, (s3_valid, s3_addr,
                                                                        s3_base))
             valids.append(s3_valid)
+            later = [Signal.like(reg, name=f"{reg.name}_4") for reg in placed]
+            m.d.sync += [reg.eq(value) for reg, value in zip(later, placed)]
+            placed = later
 
-        # Last stage: route channels to lanes and write.
-        lanes = Array(values)
+        # Last stage: route channels to lanes and write. Lane l takes channel base + l, the
+        # values shifted by base (funnel: rows - 1 empty entries on each side), where that
+        # channel is in [0, min(nt, cols)): lanes first to end.
+        amount, first, end = placed
+        blank = [Const(0, signed(8))] * (rows - 1)
+        moved = funnel(m, blank + values + blank, amount, rows, "lanes")
         m.d.comb += self.out_addr.eq(s3_addr[:cfg.act_addr_bits])
         for lane in range(rows):
-            channel = Signal(signed(18), name=f"channel_{lane}")
-            m.d.comb += [
-                channel.eq(s3_base + lane),
-                self.out_data[lane].eq(lanes[channel[:max(1, (cols - 1).bit_length())]]),
-                self.out_we[lane].eq(s3_valid & (channel >= 0) & (channel < cur.nt)
-                                     & (channel < cols)),
-            ]
+            m.d.comb += [self.out_data[lane].eq(moved[lane]),
+                         self.out_we[lane].eq(s3_valid & (first <= lane) & (lane < end))]
         # ``idle`` (no step running, no stage holding a word) in a register, set from what the
         # stages hold now: they shift, ``valids[0]`` taking ``active``; so it is the
         # dispatcher's status from a flip-flop (the OR over the stages sat in its accept).
@@ -271,6 +353,24 @@ class PostProcessor(wiring.Component):
             m.d.sync += idle.eq(~take & ~active & ~Cat(*valids[:-1]).any())
             m.d.comb += self.idle.eq(idle)
         return m
+
+    def _placement(self, m, base, nt):
+        """``(amount, first, end)`` in registers, for the stage after the one whose channel of
+        lane 0 is ``base``: the lanes' shift of the values (``base + rows - 1``) and the
+        lanes written, ``first`` to ``end``, those whose channel ``base + lane`` lies in
+        ``[0, min(nt, cols))`` (an 18-bit add and three compares in every lane were a tenth
+        of a 16x16 post-processor)."""
+        rows, cols = self.config.rows, self.config.cols
+
+        def lanes(x):
+            return Mux(x <= 0, 0, Mux(x >= rows, rows, x))
+        limit = Mux(nt < cols, nt, cols)
+        amount = Signal((cols + rows - 2).bit_length() or 1, name="place_amount")
+        first = Signal(range(rows + 1), name="place_first")
+        end = Signal(range(rows + 1), name="place_end")
+        m.d.sync += [amount.eq(base + rows - 1), first.eq(lanes(-base)),
+                     end.eq(lanes(limit - base))]
+        return amount, first, end
 
     @staticmethod
     def _range(level):

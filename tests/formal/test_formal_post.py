@@ -6,13 +6,20 @@ written from docs/arithmetic.md.
   free 67-bit level) equal ``min(max(level, lo), hi)`` for every level and every int8
   ``lo <= hi``. For ``lo > hi`` (which the ISA can encode) they differ: a test keeps the
   counterexample.
-- The rounding shift: docs/arithmetic.md's hardware identity, the expression ``hdl/post.py``
-  computes (``((p >> (shift - 1)) + 1) >> 1``, copied here), equals the golden
+- The rounding shift: docs/arithmetic.md's hardware identity (``((p >> (shift - 1)) + 1) >>
+  1``, which ``hdl/post.py`` computes in fewer bits: the next proof) equals the golden
   ``(p + 2**(shift-1)) >> shift`` for every 64-bit product and every shift in [1, 63]; with
   the reference's rounding mutated (ties to even, ties down, the shift off by one) the proof
   fails.
 
-Both are combinational: a bounded model check of depth 1. The whole-requantization references
+- The narrow rounding shift: ``hdl/post.py``'s :func:`~hwonnx.hdl.post.narrow_shift` (the
+  result in :data:`~hwonnx.hdl.post.SHIFTED_BITS` bits and a flag) and
+  :func:`~hwonnx.hdl.post.round_narrow`, then the zero point and the clamp, give
+  ``clamp(round_half_up(p, shift) + zp, lo, hi)`` for every 64-bit product, shift in [1, 63],
+  int8 zero point and int8 ``lo <= hi``; without the flag, or with a bit fewer than
+  ``SHIFTED_BITS``, the proof fails.
+
+All are combinational: a bounded model check of depth 1. The whole-requantization references
 of :mod:`formal_specs` (half up and onnxruntime's rounding), which no proof here uses yet (the
 pipeline's proof did not finish: docs/testing.md), are checked against the golden model by
 simulation.
@@ -21,7 +28,7 @@ simulation.
 import pytest
 from amaranth.hdl import Assert, Assume, Module, Signal, signed, unsigned
 
-from hwonnx.hdl.post import PostProcessor
+from hwonnx.hdl.post import SHIFTED_BITS, PostProcessor, narrow_shift, round_narrow
 
 from formal_helpers import bmc, tools_missing
 from formal_specs import clamp, round_half_up
@@ -151,3 +158,34 @@ def test_requantize_references_match_golden():
         assert half_up == requantize(*args)[0], case
         assert ort == requantize(*args, rounding="ort")[0], case
     assert sum(h != o for h, o in got) == 5           # the ties whose even neighbour is lower
+
+
+def narrow_harness(mutation: str = ""):
+    """The post-processor's narrow path from the product to the clamped value, against the
+    reference on the whole product. ``mutation``: ``no_flag`` ignores the flag, ``narrower``
+    keeps a bit fewer of the shifted product."""
+    m = Module()
+    p, shift = Signal(signed(64)), Signal(unsigned(8))
+    zp, lo, hi = Signal(signed(8)), Signal(signed(8)), Signal(signed(8))
+    m.d.comb += [Assume((shift >= 1) & (shift <= 63)), Assume(lo <= hi)]
+    width = SHIFTED_BITS - (mutation == "narrower")
+    h, outside = narrow_shift(m, p, (shift - 1)[:6], "shift", width)
+    level = Signal(signed(SHIFTED_BITS + 1))
+    m.d.comb += level.eq(round_narrow(h, 0 if mutation == "no_flag" else outside, p[63]) + zp)
+    y = Signal(signed(8))
+    m.d.comb += y.eq(PostProcessor._choose(*PostProcessor._range(level), lo, hi))
+    m.d.comb += Assert(y == clamp(m, round_half_up(m, p, shift) + zp, lo, hi))
+    return m, [p, shift, zp, lo, hi]
+
+
+def test_narrow_rounding_proved(tmp_path):
+    m, ports = narrow_harness()
+    proof = bmc(m, ports, 1, tmp_path)
+    assert proof.passed, proof.log
+
+
+@pytest.mark.parametrize("mutation", ["no_flag", "narrower"])
+def test_narrow_rounding_mutation_fails(tmp_path, mutation):
+    m, ports = narrow_harness(mutation)
+    proof = bmc(m, ports, 1, tmp_path)
+    assert proof.status == "FAIL", proof.log
