@@ -11,7 +11,8 @@ from .dsp import MULT_LATENCY, RegisteredMultiplier
 from .fanout import held, per_lane, replicate
 from .layouts import EltwLayout, instr_stream
 
-__all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "eltwise_cycles"]
+__all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "MULTS_PER_LANE",
+           "eltwise_cycles"]
 
 #: Activation-buffer reads per word: A, then B, through the buffer's one read port.
 READS_PER_WORD = 2
@@ -20,6 +21,10 @@ READS_PER_WORD = 2
 #: (:data:`~hwonnx.hdl.dsp.MULT_LATENCY`: their operands, then the product), the products
 #: again in logic, their combination, then the write.
 ELTW_LATENCY = 7
+#: Multipliers of a lane: one, for both of a word's products in consecutive cycles (the engine
+#: reads a word in :data:`READS_PER_WORD` cycles: each multiplier would be idle every other
+#: cycle; two per lane took 32 of the ULX3S-85F's 156 DSP blocks beside a 16x16 array).
+MULTS_PER_LANE = 1
 
 
 def eltwise_cycles(count: int) -> int:
@@ -33,12 +38,15 @@ class EltwiseEngine(wiring.Component):
     reads operand A at ``a_addr + i a_stride`` (cycle ``t + 1 + 2i`` after a dispatch in
     ``t``) and operand B at ``b_addr + i b_stride`` (``t + 2 + 2i``), and writes accumulator
     word ``acc_addr + i`` in cycle ``t + 2 + ELTW_LATENCY + 2i``: lane ``c < rows`` gets
-    ``p = (a - za) * ((b - zb) if mul else ka)``, ``q = (b - zb) * kb`` combined as
-    ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows`` get 0.
+    ``p = (a - za) * ka``, ``q = (a - za) * (b - zb)`` if ``mul`` else ``(b - zb) * kb``,
+    combined as ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows``
+    get 0.
 
-    Pipeline: the port's word registered, A's latched, B's (zero points subtracted),
-    products, combination, write. The products are 9 x 18 bits (one 18 x 18 DSP multiplier
-    each), two per lane.
+    Pipeline: the port's word registered, A's zero point subtracted, B's, the products,
+    combination, write. The products are 9 x 18 bits, both of a word from one 18 x 18 DSP
+    multiplier per lane (:data:`MULTS_PER_LANE`): ``p`` as soon as A's difference is there,
+    ``q`` in the next cycle, with B's (which is why ``mul`` multiplies in ``q``: with the
+    quantizer's ``ka = kb = 0`` that is the product of the Mul).
 
     Members
     -------
@@ -105,22 +113,22 @@ class EltwiseEngine(wiring.Component):
         # critical path of the IC ResNet-8 ULX3S-85F build, 12.6 ns). In the cycle after the
         # B read it holds A's word; in the one after that, B's.
         word = Signal(data.ArrayLayout(signed(8), cfg.rows))
-        a_word = Signal(data.ArrayLayout(signed(8), cfg.rows))
         b_read, b_valid = Signal(), Signal()
         b_read_addr, b_addr = Signal(cfg.acc_addr_bits), Signal(cfg.acc_addr_bits)
         m.d.sync += [word.eq(self.act_data), b_read.eq(active & second),
                      b_read_addr.eq(acc_ptr), b_valid.eq(b_read), b_addr.eq(b_read_addr)]
-        with m.If(b_read):
-            m.d.sync += a_word.eq(word)
 
-        # Stage 1: zero points. Stages 2 and 3: the products, each a RegisteredMultiplier
-        # (its operands, then the product: on ECP5 in a DSP block's own registers; combinational
-        # between registers in logic, the routing into the block held a ULX3S-85F build at
-        # 83 MHz). Stage 4: the products in logic registers (from the block's output through
-        # the adder or comparison into the write data was 8.5 ns of routing alone: the
-        # critical path of a ULX3S-85F build at 88.5 MHz). Stage 5: their combination, in a
-        # register (the adder, the comparison and the mode's choice were one path with the
-        # accumulators' write data: the critical one at 83 MHz). Then it is written.
+        # The zero points: A's difference from the word while it holds A (``b_read``), B's in
+        # the next cycle. The products, from one RegisteredMultiplier per lane (its operands,
+        # then the product: on ECP5 in a DSP block's own registers; combinational between
+        # registers in logic, the routing into the block held a ULX3S-85F build at 83 MHz):
+        # ``p`` from A's difference and ``ka`` in the cycle B's is made (``turn``), ``q`` from
+        # B's in the next; ``p`` is held from the cycle its product is out until ``q``'s is.
+        # Then the products in logic registers (from the block's output through the adder or
+        # comparison into the write data was 8.5 ns of routing alone: the critical path of a
+        # ULX3S-85F build at 88.5 MHz), their combination in a register (the adder, the
+        # comparison and the mode's choice were one path with the accumulators' write data:
+        # the critical one at 83 MHz), then the write.
         assert MULT_LATENCY == 2
         stages = [(b_valid, b_addr)]
         for i in range(5):
@@ -130,19 +138,25 @@ class EltwiseEngine(wiring.Component):
             stages.append((valid, addr))
         _, s5_addr = stages[-1]
         # Each lane's copy of the fields it reads, so that no register of ``cur`` steers
-        # every lane.
+        # every lane; and of the two selects: ``turn`` (``p``'s operands) and ``p``'s load.
         copies = held(m, view, ("za", "zb", "ka", "kb", "mul", "mode"), self.idle,
                       1 if cfg.compact else lanes, "lane")
+        turns = replicate(m, b_read, 1 if cfg.compact else lanes, "eltw_turn")
+        loads = replicate(m, stages[1][0], 1 if cfg.compact else lanes, "eltw_p_load")
         for c in range(lanes):
             own = copies[c % len(copies)]
+            turn, load = turns[c % len(turns)], loads[c % len(loads)]
             da, db = Signal(signed(9), name=f"da_{c}"), Signal(signed(9), name=f"db_{c}")
-            m.d.sync += [da.eq(a_word[c] - own.za), db.eq(word[c] - own.zb)]
-            m.submodules[f"mul_p_{c}"] = mul_p = RegisteredMultiplier(9, 18)
-            m.submodules[f"mul_q_{c}"] = mul_q = RegisteredMultiplier(9, 18)
-            m.d.comb += [mul_p.a.eq(da), mul_p.b.eq(Mux(own.mul, db, own.ka)),
-                         mul_q.a.eq(db), mul_q.b.eq(own.kb)]
-            p, q = (Signal.like(mul_p.p, name=f"p_{c}"), Signal.like(mul_q.p, name=f"q_{c}"))
-            m.d.sync += [p.eq(mul_p.p), q.eq(mul_q.p)]
+            with m.If(b_read):
+                m.d.sync += da.eq(word[c] - own.za)
+            m.d.sync += db.eq(word[c] - own.zb)
+            m.submodules[f"mul_{c}"] = mul = RegisteredMultiplier(9, 18)
+            m.d.comb += [mul.a.eq(Mux(turn | own.mul, da, db)),
+                         mul.b.eq(Mux(turn, own.ka, Mux(own.mul, db, own.kb)))]
+            p, q = (Signal.like(mul.p, name=f"p_{c}"), Signal.like(mul.p, name=f"q_{c}"))
+            with m.If(load):
+                m.d.sync += p.eq(mul.p)
+            m.d.sync += q.eq(mul.p)
             with m.Switch(own.mode):
                 with m.Case(ELTW_MODES["max"]):
                     m.d.sync += self.acc_data[c].eq(Mux(p > q, p, q))

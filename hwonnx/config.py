@@ -60,7 +60,7 @@ class ArchConfig:
         It holds two instruction words and a LOOP (about 1,250 flip-flops); without it, as on
         the smallest iCE40 boards, every tile is stored.
     eltwise : the element-wise engine (``hdl/eltwise.py``) for Add/Sub/Mul/Max/Min of two
-        computed tensors: two 9x18 multipliers per lane (``min(rows, cols)`` lanes; the
+        computed tensors: a 9x18 multiplier per lane (``min(rows, cols)`` lanes; the
         compiler uses it only when ``cols >= rows``: ``eltwise_engine``). Without it a residual
         ``Add`` of two equal shapes is a ``QAdd`` on the array and the other such layers are
         refused.

@@ -215,7 +215,7 @@ ELTW_FIELDS: "tuple[Field, ...]" = (
     Field("op", OP_BITS),
     Field("wait", 1),        # start only when the post-processor is idle
     Field("mode", 2),        # ELTW_MODES: how the lane's two products are combined
-    Field("mul", 1),         # the first product is (a - za) * (b - zb) instead of * ka
+    Field("mul", 1),         # the second product is (a - za) * (b - zb) instead of (b - zb) * kb
     Field("count", 16),      # words (pixels)
     Field("acc_addr", 16),   # first accumulator word written
     Field("a_addr", 24),     # first word of operand A ...

@@ -250,8 +250,8 @@ def eltwise_acc(a: np.ndarray, b: np.ndarray, *, mode: str, mul: bool, ka: int, 
     if mode not in ELTWISE_MODES:
         raise ValueError(f"QEltwise mode {mode!r} is not one of {ELTWISE_MODES}")
     da, db = a.astype(np.int64) - za, b.astype(np.int64) - zb
-    p = da * (db if mul else ka)
-    q = np.broadcast_to(db * kb, p.shape)
+    p = da * ka
+    q = np.broadcast_to(da * db if mul else db * kb, p.shape)
     acc = p + q if mode == "sum" else np.maximum(p, q) if mode == "max" else np.minimum(p, q)
     if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
         raise OverflowError("int32 accumulator overflow: the quantizer's bound check failed")
@@ -266,11 +266,12 @@ def qeltwise(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, 
     (the element-wise engine, ``hdl/eltwise.py``), ``b`` broadcast against ``a`` (NumPy
     rules; the compiler maps equal shapes and ``b`` of shape ``[1, C, 1, 1]``):
 
-    ``p = (a - za) * ((b - zb) if mul else ka)``, ``q = (b - zb) * kb``, and the accumulator
-    ``p + q`` (``mode`` ``sum``), ``max(p, q)`` or ``min(p, q)``, requantized per channel
-    (axis 1) with bias 0. Add/Sub: ``sum`` with ``ka``, ``kb`` in the ratio of the input
-    scales (``kb < 0`` subtracts); Mul: ``sum`` with ``mul`` and ``kb = 0``; Max/Min: the
-    larger/smaller of the two rescaled inputs."""
+    ``p = (a - za) * ka``, ``q = (a - za) * (b - zb)`` if ``mul`` else ``(b - zb) * kb``, and
+    the accumulator ``p + q`` (``mode`` ``sum``), ``max(p, q)`` or ``min(p, q)``, requantized
+    per channel (axis 1) with bias 0. Add/Sub: ``sum`` with ``ka``, ``kb`` in the ratio of
+    the input scales (``kb < 0`` subtracts); Mul: ``sum`` with ``mul`` and ``ka = kb = 0``;
+    Max/Min: the larger/smaller of the two rescaled inputs. (The engine makes ``p`` a cycle
+    before ``b`` is read, so ``mul`` multiplies in ``q``.)"""
     acc = eltwise_acc(a, b, mode=mode, mul=mul, ka=ka, kb=kb, za=za, zb=zb)
     moved = np.moveaxis(acc, 1, -1)
     y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,

@@ -144,16 +144,16 @@ def test_icebreaker_program_is_loaded_at_run_time(tmp_path, calib):
 def test_fit_check_counts_dsp_per_family():
     """One DSP block per 8x8 product (Yosys does not pack two into one block), three per
     32x32 requantizer in five stages (its 18x18 multipliers; four as a tool maps the one-stage
-    multiply), one per 9x18 product of the element-wise engine (two per lane); Cyclone V packs
+    multiply), one per element-wise lane (its two 9x18 products in turn); Cyclone V packs
     three 9x9 products, or two 18x18, per block."""
     config = ArchConfig(rows=4, cols=4, eltwise=False)
     assert estimate(config, get_board("ulx3s-85f")).dsp == 16 + 4 * 3
     assert estimate(replace(config, mul_stages=1), get_board("ulx3s-85f")).dsp == 16 + 4 * 4
     assert estimate(config, get_board("de10-nano")).dsp == 6 + 4 * 2
-    assert estimate(ArchConfig(rows=4, cols=4), get_board("ulx3s-85f")).dsp == 16 + 4 * 3 + 8
-    assert estimate(ArchConfig(rows=4, cols=2), get_board("ulx3s-85f")).dsp == 8 + 2 * 3 + 4
+    assert estimate(ArchConfig(rows=4, cols=4), get_board("ulx3s-85f")).dsp == 16 + 4 * 3 + 4
+    assert estimate(ArchConfig(rows=4, cols=2), get_board("ulx3s-85f")).dsp == 8 + 2 * 3 + 2
     with pytest.raises(ResourceError, match=r"^The 16x16 accelerator does not fit board "
-                       r"'arty-a7-35': 336 DSP blocks .* but the device has 90; .*$"):
+                       r"'arty-a7-35': 320 DSP blocks .* but the device has 90; .*$"):
         check_fits(ArchConfig(rows=16, cols=16), get_board("arty-a7-35"))
 
 

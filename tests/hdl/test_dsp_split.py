@@ -26,11 +26,11 @@ def test_fit_counts_the_products_beyond_the_dsp_blocks():
     board = get_board("ulx3s-85f")              # 156 MULT18X18D
     base = board.default_config
     eight = estimate(base, board)
-    # 8x8: 64 PEs + 8 requantizers of 3 blocks + 8 element-wise lanes of 2 = 104, none spilt.
-    assert (eight.dsp, eight.logic_products) == (104, 0)
+    # 8x8: 64 PEs + 8 requantizers of 3 blocks + 8 element-wise lanes of 1 = 96, none spilt.
+    assert (eight.dsp, eight.logic_products) == (96, 0)
     sixteen = check_fits(replace(base, rows=16, cols=16), board)
-    # 16x16: the requantizers and lanes take 16 * 3 + 16 * 2 = 80, leaving 76 for 256 PEs.
-    assert (sixteen.dsp, sixteen.logic_products) == (156, 180)
+    # 16x16: the requantizers and lanes take 16 * 3 + 16 * 1 = 64, leaving 92 for 256 PEs.
+    assert (sixteen.dsp, sixteen.logic_products) == (156, 164)
     assert sixteen.luts - estimate(replace(base, rows=16, cols=16), get_board("ecpix5-85")) \
         .luts == 0                                   # the same device, the same estimate
     ice = get_board("icebreaker")                   # iCE40: every product from logic already
