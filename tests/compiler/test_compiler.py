@@ -260,8 +260,8 @@ def test_lower_chain(config, shape):
     assert program.input_placement.shape == graph.types["xq"].shape
     assert program.output_placement.shape == graph.types["dq"].shape
 
-    # it encodes, and decodes back to the same fields
-    for instr, word in zip(program.instructions, encode_program(program)):
+    # it encodes, one word per instruction, and decodes back to the same fields
+    for instr, word in zip(program.instructions, encode_program(program), strict=True):
         fields = instr.fields
         assert {k: v for k, v in decode(word).items() if k in fields} == fields
 
