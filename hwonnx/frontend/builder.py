@@ -15,7 +15,7 @@ from ..ir.graph import TensorType
 from .common import FLOAT_TYPES, MAX_RANK, count_text, domain_opset, elem_type_name
 
 __all__ = ["GraphBuilder", "NO_ACTIVATION", "node_attrs", "explicit_pads", "check_windows",
-           "check_per_channel", "input_4d", "unsupported"]
+           "check_per_channel", "check_unused", "input_4d", "unsupported"]
 
 
 class GraphBuilder:
@@ -204,6 +204,15 @@ def check_per_channel(b: GraphBuilder, node: onnx.NodeProto, index: int, role: s
     if shape != [count]:
         raise ModelError(f"{node.op_type} '{node.name}' has {role} '{name}' of shape {shape}; it "
                          f"must have shape [{count}] (one value per {unit})")
+
+
+def check_unused(b: GraphBuilder, node: onnx.NodeProto, what: str) -> None:
+    """Check that the outputs of ``node`` after its first (``what``: a training output) are
+    not read."""
+    extra = [value for value in node.output[1:] if value and value in b.used]
+    if extra:
+        raise ModelError(f"{node.op_type} '{node.name}' output '{extra[0]}' ({what}) must be "
+                         f"unused; hwonnx runs inference only")
 
 
 def input_4d(b: GraphBuilder, node: onnx.NodeProto, what: str

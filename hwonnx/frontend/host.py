@@ -39,7 +39,8 @@ from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import HOST, ir_ops, onnx_ops
 from .common import FLOAT_TYPES, domain_opset, elem_type_name, is_default_domain
 from .builder import NO_ACTIVATION, GraphBuilder, node_attrs
-from .convert import convert_softmax, mul_maps, transpose_is_reshape
+from .convert import convert_softmax, mul_maps
+from .layout import transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
            "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end",
