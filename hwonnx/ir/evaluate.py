@@ -251,7 +251,7 @@ def _conv_transpose(graph: Graph, node: Node, x, w, b=None):
 
 #: Elementwise functions of one value (float32, ONNX's definitions), by float IR op; the
 #: accelerator computes each as a 256-entry lookup table on the int8 value
-#: (:func:`hwonnx.quant.ptq.activation_table`). Derived from :data:`.tables.TABLE_OPS`, the
+#: (:func:`hwonnx.quant.tables.activation_table`). Derived from :data:`.tables.TABLE_OPS`, the
 #: one list of the table operators; ``attrs`` holds each operator's attributes.
 TABLE_FUNCTIONS: "dict[str, Callable[[np.ndarray, dict], np.ndarray]]" = {
     op: table.fn for op, table in TABLE_OPS.items()}

@@ -1,6 +1,6 @@
 """The table operators: every ONNX element-wise function of one value that the accelerator
 computes as a 256-entry int8 lookup table in the post-processor (the layer's output, quantized,
-is the table's index; :func:`hwonnx.quant.ptq.activation_table` builds the table).
+is the table's index; :func:`hwonnx.quant.tables.activation_table` builds the table).
 
 :data:`TABLE_OPS` is the one list of them: the frontend's supported operators and converters
 (:mod:`hwonnx.frontend.support`, :mod:`hwonnx.frontend.convert`), the float evaluator

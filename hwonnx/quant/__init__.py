@@ -5,7 +5,8 @@ from .data import load_samples, normalize_samples
 from .host import quantize_model
 from .ort_rounding import evaluate_onnxruntime, requantize_float32
 from .params import activation_params, requant_params
-from .ptq import CALIBRATION_METHOD, activation_table, quantize_graph
+from .ptq import CALIBRATION_METHOD, quantize_graph
+from .tables import activation_table
 from .residual import add_weights, adds_on_array
 
 __all__ = ["CALIBRATION_METHOD", "activation_params", "activation_table", "add_weights",

@@ -114,7 +114,7 @@ def test_constant_graph_output_is_refused():
 
 
 def test_table_activation_on_a_rank_1_input_is_refused():
-    """A ``Tanh`` straight on a graph input of shape [1] (an IndexError in quant/ptq.py's
+    """A ``Tanh`` straight on a graph input of shape [1] (an IndexError in quant/tables.py's
     table placement) is refused by name at build."""
     n = helper.make_node
     graph = helper.make_graph(

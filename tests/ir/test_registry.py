@@ -17,7 +17,7 @@ from hwonnx.ir.evaluate import FLOAT_OPS
 from hwonnx.ir.ops import (BOUNDARY, FUSED, HOST, IR_OPS, LAYER, LAYOUT, ONNX_OPS, TABLE,
                            integer_ops, ir_ops, onnx_ops)
 from hwonnx.ir.tables import TABLE_OPS
-from hwonnx.quant.ptq import QUANTIZERS
+from hwonnx.quant.layers import QUANTIZERS
 
 
 def test_every_mapped_onnx_operator_has_a_converter_and_no_other():
