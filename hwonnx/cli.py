@@ -1,227 +1,20 @@
-"""The ``hwonnx`` command line: a thin shell over :mod:`hwonnx.api`."""
+"""The ``hwonnx`` command line: a thin shell over :mod:`hwonnx.api` (its arguments in
+:mod:`.cli_parser`, its messages on the terminal in :mod:`.cli_output`)."""
 
-import argparse
 import contextlib
 import logging
-import math
 import os
-import re
 import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from .cli_output import LogHandler, Output
+from .cli_parser import build_parser
 from .errors import HwonnxError, UsageError
 
 __all__ = ["main", "build_parser"]
-
-
-def _shape_arg(text: str) -> "tuple[str, tuple[int, ...]]":
-    match = re.fullmatch(r"([^=]+)=(\d+(?:x\d+)*)", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected NAME=AxBxC, not {text!r}")
-    return match.group(1), tuple(int(d) for d in match.group(2).split("x"))
-
-
-def _seconds_arg(text: str) -> float:
-    """A positive, finite number of seconds: ``nan`` (which compares false with everything),
-    ``inf``, zero and negative numbers are refused."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, "
-                                         f"not {text!r}")
-    return value
-
-
-def _megahertz_arg(text: str) -> int:
-    """A clock in MHz, positive and finite, as whole hertz."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value < 1e6):
-        raise argparse.ArgumentTypeError(f"expected a clock in MHz, not {text!r}")
-    return round(value * 1e6)
-
-
-def _count_arg(text: str) -> int:
-    """A whole number from 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0, not {text!r}")
-    return value
-
-
-def _calibrate_arg(parser: argparse.ArgumentParser) -> None:
-    from .quant.calibrate import DEFAULT_METHOD, METHODS
-    parser.add_argument("--calibrate", choices=METHODS, default=DEFAULT_METHOD,
-                        help="how the calibration samples give each activation's int8 range: "
-                             "minmax, onnxruntime's percentile (99.999) or entropy, or the "
-                             "range of smallest quantization error (mse) (default: "
-                             "%(default)s)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .boards import BOARDS
-    from .memories import MEMORIES
-
-    parser = argparse.ArgumentParser(
-        prog="hwonnx", description="Compile ONNX models into int8 systolic-array accelerators "
-                                   "and prove them bit-exact in cycle-accurate simulation.")
-    parser.add_argument("-v", "--verbose", action="count", default=0)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    p = commands.add_parser("build", help="compile a model: Verilog, program, images, report")
-    p.add_argument("model", type=Path, help="the .onnx model, or the name of a bundled "
-                   "example (digits_mlp, digits_cnn: its calibration data is bundled too)")
-    p.add_argument("--board", default="sim", choices=sorted(BOARDS),
-                   help="target board (default: %(default)s)")
-    p.add_argument("-o", "--out", type=Path, required=True, help="build folder to write")
-    p.add_argument("--calib", type=Path,
-                   help="calibration samples: .npz keyed by input name, .npy (one input) or a "
-                        "folder of .npy files; first axis = samples")
-    _calibrate_arg(p)
-    p.add_argument("--bitstream", action="store_true",
-                   help="also build the bitstream (iCE40, ECP5, Gowin: with the YoWASP "
-                        "tools)")
-    p.add_argument("--rows", type=int, help="array rows (default: the board's)")
-    p.add_argument("--cols", type=int, help="array columns (default: the board's)")
-    for buffer in ("act", "wgt", "acc", "par", "prog"):
-        p.add_argument(f"--{buffer}-depth", type=int, metavar="WORDS",
-                       help=f"{buffer} buffer depth (default: the board's)")
-    for end in ("in", "out"):
-        p.add_argument(f"--stage-{end}-depth", type=int, metavar="WORDS",
-                       help=f"words of the {end}put staging buffer through which the tensors "
-                            f"in the external memory move (default: sized to the model)")
-    p.add_argument("--lut-tables", type=int, metavar="N",
-                   help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-63 "
-                        "(default: the board's)")
-    p.add_argument("--ext-memory", choices=sorted(MEMORIES),
-                   help="an external memory the weights that do not fit the weight buffer "
-                        "stream from: the board's own (its controller is built in), or any "
-                        "for --board sim (simulated with its timing)")
-    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
-                   metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
-    p.add_argument("--override-initializer", action="append", default=[],
-                   metavar="NAME=file.npy",
-                   help="use this value for an initializer that is also a graph input")
-    p.add_argument("--baud", type=int,
-                   help="the board's UART rate (default 115200; a faster one loads an "
-                        "external memory sooner: 1000000 at 25 MHz)")
-    p.add_argument("--clock", type=_megahertz_arg, metavar="MHZ",
-                   help="run the accelerator at this clock through the board's PLL (ECP5: "
-                        "the fastest it makes of at most MHZ; default: the board's clock, "
-                        "'hwonnx boards')")
-
-    p = commands.add_parser("inspect", help="show what the frontend reads from a model, where "
-                                            "each node runs, MACs and predicted cycles")
-    p.add_argument("model", type=Path, help="the .onnx model, or the name of a bundled "
-                   "example (digits_mlp, digits_cnn)")
-    p.add_argument("--board", default="sim", choices=sorted(BOARDS),
-                   help="target whose default array the prediction uses (default: %(default)s)")
-    p.add_argument("--rows", type=int, help="array rows (default: the board's)")
-    p.add_argument("--cols", type=int, help="array columns (default: the board's)")
-    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
-                   metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
-    p.add_argument("--override-initializer", action="append", default=[],
-                   metavar="NAME=file.npy",
-                   help="use this value for an initializer that is also a graph input")
-    p.add_argument("--plot", type=Path, metavar="OUT.png",
-                   help="also write the chart of where each layer's cycles go (a build's "
-                        "report.png) to this file")
-    p.add_argument("--calib", type=Path,
-                   help="calibration samples (as for build): also compare the calibration "
-                        "methods' output error and suggest the smallest's --calibrate")
-
-    p = commands.add_parser("sim", help="run a build on inputs (RTL on Verilator by default)")
-    p.add_argument("out", type=Path, help="a build folder written by 'hwonnx build'")
-    p.add_argument("--input", type=Path, required=True,
-                   help="input samples, same format as --calib")
-    p.add_argument("--output", type=Path, help="write outputs to this .npz")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--golden", action="store_true", help="evaluate the golden model instead")
-    mode.add_argument("--compare", action="store_true",
-                      help="run RTL and golden; fail on any difference in outputs or in "
-                           "cycles against the prediction")
-    p.add_argument("--max-cycles", type=int, metavar="N",
-                   help="stop a sample that runs longer than N cycles on the RTL and show "
-                        "the accelerator's state (default: twice the predicted cycles plus "
-                        "10,000)")
-    p.add_argument("--trace", type=Path, metavar="OUT.vcd|OUT.fst",
-                   help="dump the waveforms of the RTL run (every input sample: trace a few) "
-                        "into this file, VCD or FST by its suffix, with a GTKWave save file "
-                        "OUT.gtkw that groups the signals by engine and marks each layer")
-
-    p = commands.add_parser("demo", help="build and simulate the bundled trained examples")
-    p.add_argument("--model", default="all", choices=["all", "digits_mlp", "digits_cnn"])
-    p.add_argument("--rows", type=int, default=None)
-    p.add_argument("--cols", type=int, default=None)
-    p.add_argument("-o", "--out", type=Path, default=Path("hwonnx-demo"),
-                   help="folder for the build outputs (default: %(default)s)")
-    p.add_argument("--samples", type=_count_arg, default=0,
-                   help="test samples to simulate (default: all)")
-
-    p = commands.add_parser("run", help="run inputs on a board programmed with a build")
-    p.add_argument("out", type=Path, help="a folder written by 'hwonnx build --board B'")
-    p.add_argument("--port", required=True, help="serial port of the board, e.g. /dev/ttyUSB0")
-    p.add_argument("--input", type=Path, required=True, help="input samples (as for sim)")
-    p.add_argument("--output", type=Path, help="write outputs to this .npz")
-    p.add_argument("--baud", type=int, help="UART baud rate (default: the build's)")
-
-    p = commands.add_parser("bitstream", help="build the bitstream of a board build folder")
-    p.add_argument("out", type=Path, help="a folder written by 'hwonnx build --board B'")
-
-    p = commands.add_parser("explore", help="sweep array sizes of a model on a board (on "
-                                            "Dask): cycles, fit, latency, Pareto front")
-    p.add_argument("model", type=Path, help="the .onnx model, or the name of a bundled "
-                   "example (digits_mlp, digits_cnn: its calibration data is bundled too)")
-    p.add_argument("--board", required=True, choices=sorted(BOARDS), help="target board")
-    p.add_argument("--calib", type=Path, help="calibration samples (as for build)")
-    _calibrate_arg(p)
-    p.add_argument("--rows", default="4..16", metavar="SIZES",
-                   help="array rows to try: a list (4,8,12) and ranges of powers of two "
-                        "(4..16: 4, 8, 16) (default: %(default)s)")
-    p.add_argument("--cols", default="4..16", metavar="SIZES",
-                   help="array columns to try, as --rows (default: %(default)s)")
-    p.add_argument("--depths", default="auto", metavar="auto|BUF=WORDS,...",
-                   help="buffer depths: auto sizes them to the model (as build does); "
-                        "act=4096,wgt=2048 fixes those for every point (default: auto)")
-    p.add_argument("--bitstream", action="store_true",
-                   help="build each point's bitstream: Fmax and resources from nextpnr "
-                        "(minutes to an hour per point)")
-    p.add_argument("--sim", type=int, default=0, metavar="N",
-                   help="run N samples per point on the RTL and check them against the "
-                        "golden model (a Verilator build per point)")
-    p.add_argument("--input", type=Path,
-                   help="samples for --sim (default: the calibration samples)")
-    p.add_argument("-o", "--out", type=Path, default=Path("explore"),
-                   help="folder for explore.json/.md/.png and the points (default: "
-                        "%(default)s)")
-    p.add_argument("--resume", action="store_true",
-                   help="keep the points of the folder that finished (ok, does not fit); run "
-                        "the others")
-    p.add_argument("--timeout", type=_seconds_arg, metavar="SECONDS",
-                   help="stop a point after this long (default: 600; 1800 with --sim, 14400 "
-                        "with --bitstream)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="send the points to this Dask scheduler (tcp://host:8786) instead of "
-                        "a local cluster")
-    p.add_argument("--workers", type=int, metavar="N",
-                   help="workers of the local cluster (default: one per CPU, at most one per "
-                        "point)")
-    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[],
-                   metavar="NAME=AxBxC", help="bind an input's symbolic dimensions")
-
-    commands.add_parser("boards", help="list the known boards")
-    return parser
 
 
 def _save_outputs(path: Path, outputs: "dict[str, np.ndarray]") -> None:
@@ -271,85 +64,6 @@ def _rate(cycles_per_second: float) -> str:
     return f"{cycles_per_second:,.0f}"
 
 
-#: The step that follows a message, for the spinner: steps the code announces itself end in
-#: "..." ("Simulating 450 test images of digits_mlp on the RTL ..."); these are not announced.
-_NEXT_STEPS = (
-    ("Compiled ", "Generating Verilog ..."),                 # api.build
-    ("Built in ", "Simulating on the RTL ..."),              # after the Verilator build
-)
-
-
-class _Output:
-    """Where the commands' messages go: stderr, one line each (stdout holds the results).
-    On a terminal, :meth:`steps` also shows the running step under the lines, with a spinner
-    and its time: a message ending in "..." starts a step, and :data:`_NEXT_STEPS` names the
-    steps that the code does not announce."""
-
-    def __init__(self) -> None:
-        self._progress = None
-        self._task = None
-
-    def line(self, text: str) -> None:
-        if self._progress is None:
-            print(text, file=sys.stderr, flush=True)
-        else:
-            self._progress.console.print(text, markup=False, highlight=False, emoji=False,
-                                         soft_wrap=True)
-
-    def log(self, message: str) -> None:
-        """The ``log`` callback of :mod:`hwonnx.api`."""
-        self.line(message)
-        if self._progress is not None:
-            follows = next((step for prefix, step in _NEXT_STEPS if message.startswith(prefix)),
-                           None)
-            if message.endswith("...") or follows:
-                self._step(follows or message)
-
-    @contextmanager
-    def steps(self, first: "str | None" = None):
-        """Show the running step (``first``, then the announced ones) while the body runs,
-        if stderr is a terminal; elsewhere (CI, tests, a file) only the lines."""
-        if not sys.stderr.isatty():
-            yield
-            return
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        console = Console(stderr=True)
-        if not console.is_interactive:          # TERM=dumb, TTY_INTERACTIVE=0
-            yield
-            return
-        with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
-                      TimeElapsedColumn(), console=console, transient=True,
-                      redirect_stdout=False) as progress:
-            self._progress = progress
-            try:
-                if first:
-                    self._step(first)
-                yield
-            finally:
-                self._progress = self._task = None
-
-    def _step(self, text: str) -> None:
-        if self._task is not None:
-            self._progress.remove_task(self._task)
-        self._task = self._progress.add_task(text, total=None)
-
-
-class _LogHandler(logging.Handler):
-    """Log records as :class:`_Output` lines, so that they print above the spinner."""
-
-    def __init__(self, output: _Output, level: int) -> None:
-        super().__init__(level)
-        self.output = output
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.output.line(self.format(record))
-        except Exception:
-            self.handleError(record)
-
-
 def _model_path(model: Path) -> "tuple[Path, str | None]":
     """The model file of the ``model`` argument, and the bundled example it names (None for a
     file): a bundled example's name (``digits_mlp``) stands for its file, unless a file of
@@ -370,7 +84,7 @@ def _table(header: "list[str]", rows: "list[list[str]]", right: "set[int]") -> s
                      for row in [header, *rows])
 
 
-def _run(args, output: _Output) -> int:
+def _run(args, output: Output) -> int:
     from . import api
 
     log = output.log
@@ -519,10 +233,10 @@ def _run(args, output: _Output) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    output = _Output()
+    output = Output()
     # Tool chatter (cocotb's runner logs each command at INFO) shows only with -v.
     level = max(logging.DEBUG, logging.WARNING - 10 * args.verbose)
-    handler = _LogHandler(output, level)
+    handler = LogHandler(output, level)
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
     try:

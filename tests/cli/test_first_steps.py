@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx import api
 from hwonnx.boards import BOARDS
-from hwonnx.cli import _Output, main
+from hwonnx.cli import main
+from hwonnx.cli_output import Output
 from hwonnx.demo import ExampleRun, format_demo
 from hwonnx.errors import ModelError, UsageError
 from hwonnx.examples import EXAMPLES, example_path, load_digits_data
@@ -144,7 +145,7 @@ def test_progress_on_a_terminal_shows_each_step(monkeypatch):
     terminal, stdout = Terminal(), io.StringIO()
     monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.setattr(sys, "stdout", stdout)
-    output = _Output()
+    output = Output()
     with output.steps("Reading and compiling m.onnx ..."):
         output.log("Compiled 2 layer(s), 87 instructions, 2,368 MACs in 0.0 s")
         output.log("Wrote Verilog for the 8x8 array in 7.1 s")         # shown under: Generating
@@ -167,7 +168,7 @@ def test_progress_on_a_terminal_shows_each_step(monkeypatch):
 
 
 def test_progress_elsewhere_is_the_lines_alone(capsys):
-    output = _Output()
+    output = Output()
     with output.steps("Reading and compiling m.onnx ..."):
         output.log("Compiled 2 layer(s)")
         output.log("Simulating on the RTL ...")

@@ -1,5 +1,5 @@
 """Progress of the long steps: each announces itself with a message ending in "..." before it
-starts, which the CLI's spinner (``hwonnx.cli._Output``) shows until the next step: the
+starts, which the CLI's spinner (``hwonnx.cli_output.Output``) shows until the next step: the
 generation of the accelerator's Verilog, the Verilator build, the batches of a simulation and
 each tool of a bitstream build. The tools themselves are stand-ins here (Amaranth's Verilog,
 cocotb's runner, the YoWASP tools), so these tests take seconds."""
@@ -14,7 +14,7 @@ import pytest
 from hwonnx.api import build
 from hwonnx.boards import get_board
 from hwonnx.boards.build import YOWASP_TOOLS, build_bitstream
-from hwonnx.cli import _Output
+from hwonnx.cli_output import Output
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ToolchainError, UsageError
 from hwonnx.examples import example_path
@@ -84,7 +84,7 @@ def test_verilog_and_verilator_build_announce_themselves(fake_tools, monkeypatch
     """The Verilog is generated (announced) before the Verilator build is announced and run;
     the spinner shows each step while it runs, then the simulation."""
     logged, fake = fake_tools
-    terminal, output = as_terminal(monkeypatch), _Output()
+    terminal, output = as_terminal(monkeypatch), Output()
 
     def log(message):
         logged.append(message)
@@ -191,7 +191,7 @@ def test_bitstream_tools_announce_themselves(tmp_path, monkeypatch):
     build's announcement and its result (the YoWASP tools replaced by scripts on PATH)."""
     _fake_ice40_tools(tmp_path, monkeypatch, "echo \"Info: Max frequency for clock 'clk': "
                                              "50.00 MHz (PASS at 12.00 MHz)\" > hwonnx_top.tim")
-    terminal, output, logged = as_terminal(monkeypatch), _Output(), []
+    terminal, output, logged = as_terminal(monkeypatch), Output(), []
 
     def log(message):
         logged.append(message)
