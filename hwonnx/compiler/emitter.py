@@ -1,6 +1,7 @@
 """The tile emitter: the tiles, instructions and memory images of a program, emitted layer by
 layer (:class:`TileEmitter`). :func:`~.lower.lower` drives it; each op's lowering
-(:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call its methods."""
+(:mod:`.lowerings`), the tile orders (:func:`.tiling.emit_tiles`, :mod:`.depthwise`),
+:mod:`.eltwise` and :mod:`.spill` call its methods."""
 
 from typing import Callable
 
@@ -33,11 +34,11 @@ class TileEmitter:
     """Emits the tiles, instructions and memory images of a program, layer by layer.
 
     :func:`~.lower.lower` hands it each array layer (:meth:`layer`, :meth:`layer_parts`); the
-    lowerings (:mod:`.lowerings`), :mod:`.depthwise`, :mod:`.eltwise` and :mod:`.spill` call
-    its methods, and read it only through its properties. ``split``: layers whose weights
-    are too many to stream whole run in groups of output channels (:mod:`.split`). ``dry``:
-    the layers' memory images, parameters and checks without their tiles (no MATMUL or
-    POST is made: :attr:`dry`)."""
+    lowerings (:mod:`.lowerings`), the tile orders (:func:`.tiling.emit_tiles`,
+    :mod:`.depthwise`), :mod:`.eltwise` and :mod:`.spill` call its methods, and read it only
+    through its properties. ``split``: layers whose weights are too many to stream whole run
+    in groups of output channels (:mod:`.split`). ``dry``: the layers' memory images,
+    parameters and checks without their tiles (no MATMUL or POST is made: :attr:`dry`)."""
 
     def __init__(self, graph: Graph, config: ArchConfig, split: bool = False,
                  dry: bool = False, shared: "dict | None" = None):
@@ -55,7 +56,7 @@ class TileEmitter:
         # cache bounded to the latest _TILE_CACHE tiles.
         self._param_words: "dict[tuple, int]" = {}
         self._tile_words: "dict[tuple, list[int]]" = {}
-        # and a layer's weight tiles whole (:meth:`_weight_tiles`), the latest up to
+        # and a layer's weight tiles whole (:meth:`weight_tiles`), the latest up to
         # _TILE_CACHE tiles' words, its sums and packing, by its weights' digest: in
         # ``shared`` (a dictionary), for the emitters of the next lowerings of a sizing too
         # (:class:`~.replay.Lowerings`: ResNet-18's eleven, 4 s of the first's 5)
@@ -201,7 +202,7 @@ class TileEmitter:
         if depthwise.streams(spec, self._config):
             nest = depthwise.emit_depthwise(self, spec, folded, target, lut)
         else:
-            nest = self._emit(spec, folded, target, lut)
+            nest = tiling.emit_tiles(self, spec, folded, target, lut)
         self._layer_tiles.append(LayerTiles(self._tiles, nest))
         plan.tiles = len(self._tiles)
         return plan
@@ -292,7 +293,7 @@ class TileEmitter:
         self._wgt.extend(words)
         return address
 
-    def _weight_tiles(self, spec: LayerSpec, n_tiles: list) -> "tuple[dict, dict]":
+    def weight_tiles(self, spec: LayerSpec, n_tiles: list) -> "tuple[dict, dict]":
         """Store the weight tiles of the layer ``spec`` for its N tiles ``n_tiles``; returns
         each N tile's K tiles ``(source, ky, kx, block)`` and each tile's address.
 
@@ -359,67 +360,6 @@ class TileEmitter:
                 f"needs activation table {lut}, but the {self._config.name} architecture "
                 f"has {self._config.lut_tables} (lut_tables); {advice}")
         return lut
-
-    def _emit(self, spec: LayerSpec, folded: np.ndarray, target: Placement,
-              lut: int) -> "tuple[int, int, int, int, int] | None":
-        """Emit the tiles of a layer; returns their nest ``(M, N, K1, K2, K3)`` when every
-        N tile has the same K tiles in kernel-row, column (or source), block order."""
-        cfg, rows, cols = self._config, self._config.rows, self._config.cols
-        n_out, kh, kw = spec.phys.shape[:3]
-        oh, ow = spec.out_hw
-        sy, sx = spec.strides
-        dy, dx = spec.dilations
-        pt, pl = spec.pads[0], spec.pads[1]
-        n_tiles = tiling.n_tiles(n_out, rows, cols, spec.pool_max)
-        par_addr = self.params(spec, folded, n_tiles)
-        k_tiles, tile_addr = self._weight_tiles(spec, n_tiles)
-        first_of_layer = True
-        # M tiles of whole output rows where a row fits half the accumulators, so that
-        # every tile starts at column 0 (a nest steps its rows by a constant)
-        m_total = oh * ow
-        m_tile = min(m_total, cfg.acc_half if ow > cfg.acc_half else ow * tiling.tile_rows(
-            oh, ow, [len(k_tiles[n0]) for n0, _ in n_tiles], n_tiles, cfg))
-        if spec.scatter is not None and 1 < ow <= cfg.acc_half:
-            m_tile = ow        # a scattered row is one POST: one per tile keeps the nest
-        if self._dry:
-            return tiling.nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
-
-        def k_tile(n0: int, k_index: int, index: int, ky: int, kx: int, cb: int) -> tuple:
-            """A K tile's MATMUL with the fields that no M tile changes (each M tile's is a
-            copy of it with the others: :meth:`~.micro._Record.moved`, without the keyword
-            checks of ``MatMul.of`` on millions of tiles), its ``ixr``, its source, the row
-            of its first input pixel less the M tile's first output row times the stride,
-            and its channel block. Without padding no read is outside its source, and every
-            tile has the first source's ``zp`` (so that the sources of an Add form one
-            nest)."""
-            src, ixr = spec.sources[index], kx * dx - pl
-            template = MatMul.of(
-                first=int(k_index == 0), wgt_addr=tile_addr[n0, index, ky, kx, cb], ow=ow,
-                ih=src.ih, iw=src.iw, ixr=ixr, sy=sy, sx=sx, step_x=sx * src.cb,
-                step_y=sy * src.iw * src.cb,
-                zp=spec.padding(src if any(spec.pads) else spec.sources[0]),
-                pool_max=int(spec.pool_max), wpack=self._wpack)
-            return template, ixr, src, ky * dy - pt, cb
-
-        k_fields = {n0: [k_tile(n0, k_index, *k) for k_index, k in enumerate(k_tiles[n0])]
-                    for n0, _ in n_tiles}
-        for m0 in range(0, m_total, m_tile):
-            mt = min(m_tile, m_total - m0)
-            oy0, ox0 = divmod(m0, ow)
-            for n_index, (n0, nt) in enumerate(n_tiles):
-                acc_base = self.output_tile()
-                for template, ixr, src, iy_off, cb in k_fields[n0]:
-                    iy0, ix0 = oy0 * sy + iy_off, ox0 * sx + ixr
-                    matmul = template.moved(
-                        wait=int(first_of_layer), count=mt, acc_addr=acc_base,
-                        act_addr=src.base + (iy0 * src.iw + ix0) * src.cb + cb,
-                        act_row=src.base + (iy0 * src.iw + ixr) * src.cb + cb,
-                        ox0=ox0, iy0=iy0, ix0=ix0)
-                    first_of_layer = False
-                    self.add_tile(matmul, [])
-                self._tiles[-1].posts = self.posts(spec, target, acc_base, (m0, mt), (n0, nt),
-                                                   par_addr, n_index, lut)
-        return tiling.nest(k_tiles, -(-m_total // m_tile), len(n_tiles))
 
     def params(self, spec, folded: np.ndarray, n_tiles
                ) -> "dict[tuple[int, int | None], int]":
