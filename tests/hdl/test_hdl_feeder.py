@@ -165,14 +165,13 @@ def test_feeder_single_tile(geometry, conv):
 @pytest.mark.parametrize("geometry, conv", CASES, ids=CASE_IDS)
 def test_feeder_layer_back_to_back(geometry, conv):
     """Every tile of a layer, each dispatched as soon as ``pending`` is low: the reads of
-    consecutive tiles follow each other with no gap (except behind one-word tiles, which the
-    single pending slot cannot keep up with)."""
+    consecutive tiles follow each other with no gap, except behind a one-word tile, which the
+    single pending slot cannot keep up with: one cycle (3 of the 5 layers have such tiles)."""
     config = small_config(*geometry)
     tiles = conv_layer(config, *conv)
     times = run_feeder(config, tiles)
     gaps = [b[1] - a[2] for a, b in zip(times, times[1:])]
-    if all(instr["count"] > 1 for instr, _ in tiles):
-        assert gaps == [0] * len(gaps)
+    assert gaps == [0 if instr["count"] > 1 else 1 for instr, _ in tiles[:-1]]
 
 
 @pytest.mark.parametrize("waits", [(1, 0, 1), (0, 0, 1)])
