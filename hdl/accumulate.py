@@ -105,8 +105,17 @@ class Accumulators(wiring.Component):
         m.d.comb += [post.read.addr.eq(self.post_addr), self.post_data.eq(post.read.data)]
         for c in range(cfg.cols):
             added = Mux(self.first[c], 0, read[c]) + self.sums[c]
-            larger = Mux(self.first[c] | (self.sums[c] > read[c]), self.sums[c], read[c])
-            m.d.comb += value[c].eq(Mux(self.max[c], larger, added))
+            # The larger of the two by the sign of a 33-bit difference, the choice in a wire
+            # of its own (``keep``): with ``sums > read`` inside the muxes Yosys mapped each
+            # column to 84 LUT4, 64 PFUMX and 33 L6MUX more (ECP5, the accumulators of 8
+            # columns alone: 3,090 -> 2,416 LUT4, 823 -> 309 PFUMX, 266 -> 0 L6MUX).
+            below = Signal(signed(33), name=f"below_{c}", attrs={"keep": 1})
+            pick = Signal(name=f"pick_{c}", attrs={"keep": 1})
+            larger = Signal(signed(32), name=f"larger_{c}", attrs={"keep": 1})
+            m.d.comb += [below.eq(read[c] - self.sums[c]),
+                         pick.eq(self.first[c] | below[-1]),
+                         larger.eq(Mux(pick, self.sums[c], read[c])),
+                         value[c].eq(Mux(self.max[c], larger, added))]
             for port in writes:
                 m.d.comb += port.data[c].eq(Mux(self.ew_we[c], self.ew_data[c], summed[c]))
         return m
