@@ -358,8 +358,9 @@ class PostProcessor(wiring.Component):
         """``(amount, first, end)`` in registers, for the stage after the one whose channel of
         lane 0 is ``base``: the lanes' shift of the values (``base + rows - 1``) and the
         lanes written, ``first`` to ``end``, those whose channel ``base + lane`` lies in
-        ``[0, min(nt, cols))`` (an 18-bit add and three compares in every lane were a tenth
-        of a 16x16 post-processor)."""
+        ``[0, min(nt, cols))``. Each lane's 18-bit channel add, three compares and 16-way
+        choice took 2,211 LUT4 and 372 CCU2C of a 16x16 post-processor (ECP5; this, 596 and
+        40)."""
         rows, cols = self.config.rows, self.config.cols
 
         def lanes(x):

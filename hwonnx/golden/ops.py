@@ -270,8 +270,9 @@ def qeltwise(a: np.ndarray, b: np.ndarray, mult: np.ndarray, shift: np.ndarray, 
     the accumulator ``p + q`` (``mode`` ``sum``), ``max(p, q)`` or ``min(p, q)``, requantized
     per channel (axis 1) with bias 0. Add/Sub: ``sum`` with ``ka``, ``kb`` in the ratio of
     the input scales (``kb < 0`` subtracts); Mul: ``sum`` with ``mul`` and ``ka = kb = 0``;
-    Max/Min: the larger/smaller of the two rescaled inputs. (The engine makes ``p`` a cycle
-    before ``b`` is read, so ``mul`` multiplies in ``q``.)"""
+    Max/Min: the larger/smaller of the two rescaled inputs. (The engine has one multiplier
+    per lane: ``p`` goes in before ``b - zb`` is there, ``q`` a cycle later; so ``mul``
+    multiplies in ``q``.)"""
     acc = eltwise_acc(a, b, mode=mode, mul=mul, ka=ka, kb=kb, za=za, zb=zb)
     moved = np.moveaxis(acc, 1, -1)
     y = requantize(moved, np.zeros(moved.shape[-1], dtype=np.int32), mult, shift, out_zp, lo,
