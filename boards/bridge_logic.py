@@ -7,6 +7,7 @@ import operator
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 
+from ..hdl.bram import buffer_read_latency
 from .uart import UartRx, UartTx
 
 __all__ = ["BridgeLogic", "crc16_step"]
@@ -139,18 +140,21 @@ class BridgeLogic:
         :meth:`reply_states`).
 
         The address just advanced to is on the read port from a register in the next cycle,
-        its word on the read data in the one after and in ``act_word`` in the third: no byte
-        goes out meanwhile (``stale``, ``stale_d``, ``stale_d2``). The block RAM's output
-        drives only that register, not the lane select and the CRC (that path was the
-        critical one of a ULX3S-85F build, 62.7 MHz), and the address register drives the
-        activation buffer's blocks, not the frame's counters."""
+        its word on the read data the buffer's read latency
+        (:func:`~hwonnx.hdl.bram.buffer_read_latency`) after that and in ``act_word`` in the
+        cycle after: no byte goes out meanwhile (``stale`` and its delays, ``stale_chain``).
+        The block RAM's output drives only that register, not the lane select and the CRC
+        (that path was the critical one of a ULX3S-85F build, 62.7 MHz), and the address
+        register drives the activation buffer's blocks, not the frame's counters."""
         accel = self.bridge.accel
         self.stale = Signal()
-        self.stale_d = Signal()
-        self.stale_d2 = Signal()
+        self.stale_chain = [self.stale]
+        for stage in range(1 + buffer_read_latency(self.cfg)):
+            delayed = Signal(name=f"stale_d{stage + 1}")
+            self.m.d.sync += delayed.eq(self.stale_chain[-1])
+            self.stale_chain.append(delayed)
         self.act_word = Signal.like(accel.act_rdata)
-        self.m.d.sync += [self.stale_d.eq(self.stale), self.stale_d2.eq(self.stale_d),
-                          self.act_word.eq(accel.act_rdata)]
+        self.m.d.sync += self.act_word.eq(accel.act_rdata)
 
     def buffer_writes(self):
         """WRITE and LOAD's writes ("Commands", "Status codes": data is written as it
@@ -534,8 +538,7 @@ class BridgeLogic:
             with m.If(index == self.reply_len):
                 m.next = "CRC_HI_OUT"
             with m.Else():
-                reading = (self.kind == self.K_READ) & (self.stale | self.stale_d
-                                                        | self.stale_d2)
+                reading = (self.kind == self.K_READ) & Cat(*self.stale_chain).any()
                 m.d.comb += [self.utx.data.payload.eq(self.payload),
                              self.utx.data.valid.eq(~reading)]
                 if self.ext:                    # READX: a word must be read first

@@ -1,6 +1,6 @@
 """A block RAM whose read data leaves from a register: on ECP5, the block's own output register."""
 
-from amaranth.hdl import (Array, ClockSignal, Const, Instance, Module, Shape, ShapeCastable,
+from amaranth.hdl import (Array, Cat, ClockSignal, Const, Instance, Module, Shape, ShapeCastable,
                           Signal, Value)
 from amaranth.lib import memory, wiring
 from amaranth.lib.memory import Memory
@@ -8,15 +8,25 @@ from amaranth.lib.wiring import Out
 from amaranth.utils import ceil_log2
 
 __all__ = ["RegisteredRAM", "REGISTERED_READ_LATENCY", "BLOCK_DEPTH", "BLOCK_WIDTH",
-           "block_initvals"]
+           "block_initvals", "buffer_read_latency"]
 
 #: Cycles from a read's address to its word on ``read.data``: the block's read, then its
 #: output register.
 REGISTERED_READ_LATENCY = 2
 
+
+def buffer_read_latency(config) -> int:
+    """Cycles from an address to its word of a buffer read through a :class:`RegisteredRAM`
+    (the program memory, the activation buffer): a memory's read port (1) in the compact
+    datapath of the smallest devices, whose clock does not need the register."""
+    return 1 if config.compact else REGISTERED_READ_LATENCY
+
 #: One ECP5 DP16KD in its 1024 x 18 shape: the widest with two ports of their own (the
 #: 512 x 36 shape takes both ports' data pins for one port).
 BLOCK_DEPTH, BLOCK_WIDTH = 1024, 18
+
+#: Bits of a byte in that shape: a write's byte enables (``AD[1:0]``) cover bits 0-8 and 9-17.
+_BLOCK_BYTE = 9
 
 #: DP16KD's 16 kbit + parity as 64 ``INITVAL`` parameters of 320 bits: 16 words of 18 bits,
 #: each in 20 (as Yosys's ``brams_map_16kd.v`` lays them out).
@@ -53,7 +63,9 @@ class RegisteredRAM(wiring.Component):
     ``data`` :data:`REGISTERED_READ_LATENCY` cycles after its address, read in a cycle with
     ``en`` high (the word stays while ``en`` is low, as a memory's read port). A write is
     seen by a read whose address comes in a later cycle, not by one in the same cycle (that
-    read's word is unspecified on ECP5).
+    read's word is unspecified on ECP5). With a ``granularity`` (as a memory's
+    ``write_port``), the write port's ``en`` has a bit per part of the word; on ECP5 a part
+    is at most 9 bits, two to a block, each under one of the block's byte enables.
 
     A block RAM's output is slow: 5.6-5.8 ns from the clock on an ECP5 of speed grade 6,
     which with the routing to a flip-flop of the fabric was the whole of a 10.3 ns critical
@@ -68,14 +80,17 @@ class RegisteredRAM(wiring.Component):
     same cycles.
     """
 
-    def __init__(self, shape, depth: int, init=()):
+    def __init__(self, shape, depth: int, init=(), granularity: "int | None" = None):
         self._shape, self._depth = shape, depth
         self._width = Shape.cast(shape).width
         self._init = [_bits(shape, word) & (2 ** self._width - 1) for word in init]
         bits = ceil_log2(max(depth, 2))
+        write = memory.WritePort.Signature(addr_width=bits, shape=shape, granularity=granularity)
+        #: bits of a part of the word under one write enable
+        self._part = self._width // Shape.cast(write.members["en"].shape).width
         super().__init__({
             "read": Out(memory.ReadPort.Signature(addr_width=bits, shape=shape)),
-            "write": Out(memory.WritePort.Signature(addr_width=bits, shape=shape)),
+            "write": Out(write),
         })
 
     def elaborate(self, platform):
@@ -90,7 +105,7 @@ class RegisteredRAM(wiring.Component):
             words = self._init[b * BLOCK_DEPTH:(b + 1) * BLOCK_DEPTH]
             enable = self.write.en
             if banks > 1:
-                enable = self.write.en & (self.write.addr[low:] == b)
+                enable = self.write.en & (self.write.addr[low:] == b).replicate(len(enable))
             out = Signal(self._width, name=f"bank_{b}_data")
             (self._blocks if ecp5 else self._memory)(m, f"bank_{b}", depth, words, enable, out)
             outputs.append(out)
@@ -108,36 +123,58 @@ class RegisteredRAM(wiring.Component):
     def _memory(self, m, name, depth, words, enable, out):
         """A bank of the fabric: a memory, then a register."""
         m.submodules[name] = mem = Memory(shape=self._width, depth=depth, init=words)
-        write, read = mem.write_port(), mem.read_port()
+        write = mem.write_port(granularity=self._part if self._part < self._width else None)
+        read = mem.read_port()
         m.d.comb += [write.addr.eq(self.write.addr), write.en.eq(enable),
                      write.data.eq(Value.cast(self.write.data)), read.addr.eq(self.read.addr),
                      read.en.eq(self.read.en)]
         m.d.sync += out.eq(read.data)
 
     def _blocks(self, m, name, depth, words, enable, out):
-        """A bank of ECP5 DP16KD side by side, each ``BLOCK_WIDTH`` bits of the word."""
+        """A bank of ECP5 DP16KD side by side, each ``BLOCK_WIDTH`` bits of the word, or two
+        parts of at most :data:`_BLOCK_BYTE` bits under the block's two byte enables."""
         data_in = Value.cast(self.write.data)
-        for s in range(-(-self._width // BLOCK_WIDTH)):
+        parted = self._part < self._width
+        assert not parted or self._part <= _BLOCK_BYTE
+        # each block's bits of the word, as (bit of the word, bit of the block) pairs, and
+        # the write enables of its two bytes (both the port's one without parts)
+        if parted:
+            parts = -(-self._width // self._part)
+            slices = [[(p * self._part + i, j * _BLOCK_BYTE + i)
+                       for j, p in enumerate(range(s, min(s + 2, parts)))
+                       for i in range(self._part)] for s in range(0, parts, 2)]
+            byte_en = [[enable[p] if p < parts else 0 for p in (s, s + 1)]
+                       for s in range(0, parts, 2)]
+        else:
+            slices = [[(s * BLOCK_WIDTH + i, i) for i in range(BLOCK_WIDTH)
+                       if s * BLOCK_WIDTH + i < self._width]
+                      for s in range(-(-self._width // BLOCK_WIDTH))]
+            byte_en = [[1, 1]] * len(slices)         # (WEA is the port's enable)
+        for s, (pairs, (be0, be1)) in enumerate(zip(slices, byte_en)):
             ports = {}
             for i in range(14):                 # x18: the word's address on AD[13:4]; AD[1:0]
                 a = i - 4                       # the write's two byte enables
-                ports[f"i_ADA{i}"] = (1 if i < 2 else 0) if a < 0 else \
+                ports[f"i_ADA{i}"] = (be0, be1, 0, 0)[i] if a < 0 else \
                     (self.write.addr[a] if a < len(self.write.addr) else 0)
                 ports[f"i_ADB{i}"] = 0 if a < 0 or a >= len(self.read.addr) \
                     else self.read.addr[a]
             for i in range(BLOCK_WIDTH):
-                bit = s * BLOCK_WIDTH + i
-                ports[f"i_DIA{i}"] = data_in[bit] if bit < self._width else 0
+                ports[f"i_DIA{i}"] = 0
                 ports[f"i_DIB{i}"] = 0
-                if bit < self._width:
-                    ports[f"o_DOB{i}"] = out[bit]
+            block_words = [0] * len(words)
+            for bit, pin in pairs:
+                ports[f"i_DIA{pin}"] = data_in[bit]
+                ports[f"o_DOB{pin}"] = out[bit]
+                for w, word in enumerate(words):
+                    block_words[w] |= ((word >> bit) & 1) << pin
             m.submodules[f"{name}_block_{s}"] = Instance(
                 "DP16KD", p_DATA_WIDTH_A=BLOCK_WIDTH, p_DATA_WIDTH_B=BLOCK_WIDTH,
                 p_REGMODE_A="NOREG", p_REGMODE_B="OUTREG", p_RESETMODE="SYNC",
                 p_ASYNC_RESET_RELEASE="SYNC", p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
                 p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL", p_GSR="DISABLED",
-                **block_initvals([w >> (s * BLOCK_WIDTH) for w in words]),
-                i_CLKA=ClockSignal(), i_CEA=1, i_OCEA=1, i_WEA=enable, i_RSTA=0,
+                **block_initvals(block_words),
+                i_CLKA=ClockSignal(), i_CEA=1, i_OCEA=1,
+                i_WEA=Cat(be0, be1).any() if parted else enable, i_RSTA=0,
                 i_CSA0=0, i_CSA1=0, i_CSA2=0,
                 i_CLKB=ClockSignal(), i_CEB=self.read.en, i_OCEB=1, i_WEB=0, i_RSTB=0,
                 i_CSB0=0, i_CSB1=0, i_CSB2=0, **ports)

@@ -7,37 +7,45 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from ..isa import ELTW_MODES
+from .bram import buffer_read_latency
 from .dsp import MULT_LATENCY, RegisteredMultiplier
 from .fanout import held, per_lane, replicate
 from .layouts import EltwLayout, instr_stream
 
-__all__ = ["EltwiseEngine", "ELTW_LATENCY", "READS_PER_WORD", "MULTS_PER_LANE",
-           "eltwise_cycles"]
+__all__ = ["EltwiseEngine", "ELTW_STAGES", "READS_PER_WORD", "MULTS_PER_LANE",
+           "eltw_latency", "eltwise_cycles"]
 
 #: Activation-buffer reads per word: A, then B, through the buffer's one read port.
 READS_PER_WORD = 2
-#: Cycles from the read of a word's B operand to its accumulator write: the data (one cycle
-#: after the address), the data in a register, the zero points, the products
+#: Cycles from a word's B operand on the activation buffer's read data to its accumulator
+#: write: the data in a register, the zero points, the products
 #: (:data:`~hwonnx.hdl.dsp.MULT_LATENCY`: their operands, then the product), the products
 #: again in logic, their combination, then the write.
-ELTW_LATENCY = 7
+ELTW_STAGES = 6
 #: Multipliers of a lane: one, for both of a word's products in consecutive cycles (the engine
 #: reads a word in :data:`READS_PER_WORD` cycles: each multiplier would be idle every other
 #: cycle; two per lane took 32 of the ULX3S-85F's 156 DSP blocks beside a 16x16 array).
 MULTS_PER_LANE = 1
 
 
-def eltwise_cycles(count: int) -> int:
+def eltw_latency(config: ArchConfig) -> int:
+    """Cycles from the read of a word's B operand to its accumulator write: the activation
+    buffer's read (:func:`~hwonnx.hdl.bram.buffer_read_latency`), then
+    :data:`ELTW_STAGES`."""
+    return buffer_read_latency(config) + ELTW_STAGES
+
+
+def eltwise_cycles(config: ArchConfig, count: int) -> int:
     """Cycles from an ELTW's dispatch until the engine is idle again (its last accumulator
     write is in the cycle before)."""
-    return 1 + READS_PER_WORD * count + ELTW_LATENCY
+    return 1 + READS_PER_WORD * count + eltw_latency(config)
 
 
 class EltwiseEngine(wiring.Component):
     """Executes ELTW instructions (:data:`hwonnx.isa.ELTW_FIELDS`): for word ``i < count``,
     reads operand A at ``a_addr + i a_stride`` (cycle ``t + 1 + 2i`` after a dispatch in
     ``t``) and operand B at ``b_addr + i b_stride`` (``t + 2 + 2i``), and writes accumulator
-    word ``acc_addr + i`` in cycle ``t + 2 + ELTW_LATENCY + 2i``: lane ``c < rows`` gets
+    word ``acc_addr + i`` in cycle ``t + 2 + eltw_latency(config) + 2i``: lane ``c < rows`` gets
     ``p = (a - za) * ka``, ``q = (a - za) * (b - zb)`` if ``mul`` else ``(b - zb) * kb``,
     combined as ``p + q``, ``max(p, q)`` or ``min(p, q)`` (``mode``); lanes ``c >= rows``
     get 0.
@@ -52,7 +60,7 @@ class EltwiseEngine(wiring.Component):
     -------
     instr : ``In(instr_stream())``: an ELTW to start (ready when ``idle``); the payload is
         viewed as an ELTW.
-    idle : no read or write outstanding (from ``t + eltwise_cycles(count)`` on).
+    idle : no read or write outstanding (from ``t + eltwise_cycles(config, count)`` on).
     act_addr, act_en, act_data : activation-buffer read port (shared with the feeder, which
         is drained while the engine runs).
     acc_we, acc_addr, acc_data : accumulator write port; ``acc_we`` has a bit per column,
@@ -110,13 +118,20 @@ class EltwiseEngine(wiring.Component):
 
         # The port's word in a register first, so that the block RAMs' outputs and the mux
         # between them drive only it (into the zero points' subtraction they were the
-        # critical path of the IC ResNet-8 ULX3S-85F build, 12.6 ns). In the cycle after the
-        # B read it holds A's word; in the one after that, B's.
+        # critical path of the IC ResNet-8 ULX3S-85F build, 12.6 ns). ``b_read`` is high
+        # while B's word is on the port (the buffer's read latency after its address); then
+        # the register holds A's word, in the next cycle B's.
         word = Signal(data.ArrayLayout(signed(8), cfg.rows))
-        b_read, b_valid = Signal(), Signal()
-        b_read_addr, b_addr = Signal(cfg.acc_addr_bits), Signal(cfg.acc_addr_bits)
-        m.d.sync += [word.eq(self.act_data), b_read.eq(active & second),
-                     b_read_addr.eq(acc_ptr), b_valid.eq(b_read), b_addr.eq(b_read_addr)]
+        b_read, b_read_addr = active & second, acc_ptr
+        reads = []
+        for stage in range(buffer_read_latency(cfg)):
+            read, read_addr = (Signal(name=f"b_read_{stage}"),
+                               Signal(cfg.acc_addr_bits, name=f"b_read_addr_{stage}"))
+            m.d.sync += [read.eq(b_read), read_addr.eq(b_read_addr)]
+            b_read, b_read_addr = read, read_addr
+            reads.append(read)
+        b_valid, b_addr = Signal(), Signal(cfg.acc_addr_bits)
+        m.d.sync += [word.eq(self.act_data), b_valid.eq(b_read), b_addr.eq(b_read_addr)]
 
         # The zero points: A's difference from the word while it holds A (``b_read``), B's in
         # the next cycle. The products, from one RegisteredMultiplier per lane (its operands,
@@ -166,13 +181,13 @@ class EltwiseEngine(wiring.Component):
                     m.d.sync += self.acc_data[c].eq(p + q)
         write = replicate(m, stages[-2][0], 1 if cfg.compact else cfg.cols, "acc_we")
         # ``idle`` (no read, no stage holding a word) in a register, set from what the stages
-        # hold now (they shift: ``b_read`` takes ``active & second``, the first stage
-        # ``b_read``), so the dispatcher reads its status from a flip-flop. Running, the
+        # hold now (they shift: the first read stage takes ``active & second``, each stage
+        # the one before), so the dispatcher reads its status from a flip-flop. Running, the
         # engine is not idle in the next cycle (its last read is still a B read to come).
         idle = Signal(init=1)
         started = self.instr.valid & self.instr.ready & (view.count != 0)
-        m.d.sync += idle.eq(~active & ~started & ~b_read
-                            & ~Cat(*(v for v, _ in stages[:-1])).any())
+        m.d.sync += idle.eq(~active & ~started
+                            & ~Cat(*reads, *(v for v, _ in stages[:-1])).any())
         m.d.comb += [self.acc_we.eq(per_lane(write, cfg.cols)), self.acc_addr.eq(s5_addr),
                      self.idle.eq(idle)]
         return m

@@ -13,7 +13,7 @@ from .dma import DmaEngine
 from .extmem import ext_port
 from .eltwise import EltwiseEngine
 from .banks import BankedMemory
-from .bram import RegisteredRAM
+from .bram import RegisteredRAM, buffer_read_latency
 from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch, WideFetch
 from .program_ram import ProgramRAM
@@ -30,7 +30,8 @@ def host_port(config: ArchConfig) -> wiring.Signature:
     """The accelerator's port for its host (a board's host bridge, a simulation harness) as
     the host drives it: ``start`` runs the program; ``busy``, ``done`` and ``cycles``; the
     activation buffer written (``act_we``, ``act_addr``, ``act_data``) and read
-    (``act_raddr``; ``act_rdata`` one cycle later) while the accelerator is not busy; with a
+    (``act_raddr``; ``act_rdata`` :func:`~hwonnx.hdl.bram.buffer_read_latency` cycles later)
+    while the accelerator is not busy; with a
     program memory loaded at run time (``prog_width``), its words (``prog_we``,
     ``prog_addr``, ``prog_data``)."""
     members = {"start": Out(1), "busy": In(1), "done": In(1), "cycles": In(32),
@@ -161,7 +162,18 @@ class Accelerator(wiring.Component):
                            banked=not cfg.compact)
         m.submodules.wgt_buf = wgt
         par = registered("par", ParamLayout(cfg))
-        act = buffer("act", data.ArrayLayout(signed(8), cfg.rows))
+        # The activations through the block RAMs' output registers too (but in the compact
+        # datapath): from a block's output (5.6 ns from the clock on a ULX3S-85F) through the
+        # multiplexer between the blocks into the element-wise engine's register was the
+        # critical path of an IC ResNet-8 build (84.5 MHz, 11.8 ns).
+        act_word = data.ArrayLayout(signed(8), cfg.rows)
+        if cfg.compact:
+            act = buffer("act", act_word)
+        else:
+            depth, _ = self.buffer_shape(cfg, "act")
+            m.submodules.act_buf = act = RegisteredRAM(act_word, depth,
+                                                       init=self._init(act_word, "act"),
+                                                       granularity=1)
 
         m.submodules.array = array = SystolicArray(cfg, self._logic_products)
         m.submodules.feeder = feeder = Feeder(cfg)
@@ -191,10 +203,10 @@ class Accelerator(wiring.Component):
         running = Signal()
         engine_addr = Mux(eltw.act_en, eltw.act_addr, feeder.act_addr)
         engine_en = feeder.act_en | eltw.act_en
-        act_r = act.read_port()
+        act_r = act.read_port() if cfg.compact else act.read
         post_we, engine_data = self._staging(m, dma, post, engine_addr, engine_en,
                                              act_r.data)
-        act_w = act.write_port(granularity=1)
+        act_w = act.write_port(granularity=1) if cfg.compact else act.write
         with m.If(self.host.act_we):
             m.d.comb += [act_w.addr.eq(self.host.act_addr), act_w.data.eq(self.host.act_data),
                          act_w.en.eq(~0)]
@@ -204,9 +216,12 @@ class Accelerator(wiring.Component):
         # One read port: the feeder's or the element-wise engine's (never both at once: the
         # engine starts only when the feeder is drained) while the program runs, the host's
         # otherwise (a second port would double the buffer's block RAMs, its largest user on
-        # a board).
+        # a board). Behind the output registers it reads in every cycle: no reader keeps a
+        # word over a cycle without a read (a padding word is replaced, the engines' words
+        # are in registers of their own), and the enable into every block's CEB from the
+        # feeder's counters was the critical path of an ECPIX-5 build (142 MHz, 7.0 ns).
         m.d.comb += [act_r.addr.eq(Mux(running, engine_addr, self.host.act_raddr)),
-                     act_r.en.eq(~running | engine_en),
+                     act_r.en.eq(~running | engine_en if cfg.compact else 1),
                      self.host.act_rdata.eq(act_r.data), eltw.act_data.eq(engine_data)]
 
         # Weight tiles into the array.
@@ -215,10 +230,10 @@ class Accelerator(wiring.Component):
                      array.wload_bank.eq(loader.wload_bank),
                      array.wload_data.eq(loader.wload_data)]
 
-        # Activations into the array through feed_delay - 1 registers (none: straight from
-        # the buffer); padding reads as the zero point.
+        # Activations into the array through feed_delay - (the buffer's read latency)
+        # registers (none: straight from the buffer); padding reads as the zero point.
         feed_word = engine_data
-        for stage in range(feed_delay(cfg) - 1):
+        for stage in range(feed_delay(cfg) - buffer_read_latency(cfg)):
             registered = Signal(data.ArrayLayout(signed(8), cfg.rows), name=f"feed_word_{stage}")
             m.d.sync += registered.eq(feed_word)
             feed_word = registered
@@ -335,6 +350,12 @@ class Accelerator(wiring.Component):
         staged = Signal()               # the last enabled engine read was the input stage's
         with m.If(engine_en):
             m.d.sync += staged.eq(engine_addr >= in_base)
+        in_data = in_r.data
+        for stage in range(buffer_read_latency(cfg) - 1):   # as the activation buffer's
+            staged_d = Signal(name=f"staged_{stage}")
+            in_data_d = Signal.like(in_r.data, name=f"stage_in_data_{stage}")
+            m.d.sync += [staged_d.eq(staged), in_data_d.eq(in_data)]
+            staged, in_data = staged_d, in_data_d
         post_staged = post.out_addr >= out_base
         m.d.comb += [in_r.addr.eq(engine_addr - in_base), in_r.en.eq(engine_en),
                      in_w.addr.eq(dma.act_waddr - in_base), in_w.data.eq(dma.act_wdata),
@@ -343,7 +364,7 @@ class Accelerator(wiring.Component):
                      dma.act_rdata.eq(out_r.data),
                      out_w.addr.eq(post.out_addr - out_base), out_w.data.eq(post.out_data),
                      out_w.en.eq(Mux(post_staged, post.out_we, 0))]
-        return Mux(post_staged, 0, post.out_we), word(Mux(staged, in_r.data, act_data))
+        return Mux(post_staged, 0, post.out_we), word(Mux(staged, in_data, act_data))
 
     def _paging(self, m, dma):
         """A paged program's signals (``prog_page``; otherwise constants): ``fresh`` is high

@@ -2,6 +2,7 @@
 batch of samples without waking Python on any clock edge."""
 
 from ..config import ArchConfig
+from ..hdl.bram import buffer_read_latency
 from ..hdl.top import Accelerator
 
 __all__ = ["harness_verilog", "extmem_verilog", "control_file", "HARNESS_TOP", "ACCEL_TOP",
@@ -116,14 +117,18 @@ module {harness}(output reg finished);
              S_OUT = 6, S_DONE = 7, S_LUT = 8, S_EXT = 9, S_INX = 10, S_OUTX = 11;
   reg [3:0] state;
   integer i, sample, waited;
-  reg read_valid, read_valid_d, dump_valid, dump_valid_d;
-  integer read_index, read_index_d, dump_index, dump_index_d;
+  // the activation buffer's read latency (hdl/bram.py: buffer_read_latency), 1 or 2
+  localparam ACT_LATENCY = {act_latency};
+  reg read_valid, read_valid_d, read_valid_d2, dump_valid, dump_valid_d;
+  integer read_index, read_index_d, read_index_d2, dump_index, dump_index_d;
 
   always @(posedge clk) begin
     host_prog_we <= 0; host_wgt_we <= 0; host_par_we <= 0; host_lut_we <= 0;
     host_act_we <= 0; start <= 0; ext_load_we <= 0;
     read_valid <= 0; read_valid_d <= read_valid; read_index_d <= read_index;
-    if (read_valid_d) out_img[read_index_d] <= host_act_rdata;
+    read_valid_d2 <= read_valid_d; read_index_d2 <= read_index_d;
+    if (ACT_LATENCY == 1 ? read_valid_d : read_valid_d2)
+      out_img[ACT_LATENCY == 1 ? read_index_d : read_index_d2] <= host_act_rdata;
     dump_valid <= 0; dump_valid_d <= dump_valid; dump_index_d <= dump_index;
     if (dump_valid_d) outx_img[dump_index_d] <= ext_dump_data;
     total_cycles <= total_cycles + 1;
@@ -173,7 +178,8 @@ module {harness}(output reg finished);
           sample <= sample + 1; i <= 0;
           state <= (sample + 1 < samples) ? S_IN : S_DONE;
         end
-      S_DONE: if (!finished && !read_valid && !read_valid_d && !dump_valid && !dump_valid_d)
+      S_DONE: if (!finished && !read_valid && !read_valid_d && !read_valid_d2 && !dump_valid
+                  && !dump_valid_d)
         begin
           if (out_words > 0 && status_img[0] == 0)
             $writememh({{dir, "/output.hex"}}, out_img, 0, samples * out_words - 1);
@@ -255,7 +261,8 @@ def harness_verilog(config: ArchConfig) -> str:
         pw=shapes["prog"][1], ww=shapes["wgt"][1], qw=shapes["par"][1], aw=shapes["act"][1],
         prog_depth=config.prog_words, wgt_depth=config.wgt_depth, par_depth=config.par_depth,
         prog_bits=config.prog_addr_bits, wgt_bits=config.wgt_addr_bits,
-        par_bits=config.par_addr_bits, act_bits=config.act_addr_bits)
+        par_bits=config.par_addr_bits, act_bits=config.act_addr_bits,
+        act_latency=buffer_read_latency(config))
 
 
 def control_file() -> str:

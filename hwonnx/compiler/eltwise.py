@@ -80,7 +80,7 @@ def emit_eltwise(emitter, node: Node, sources: "list[Placement]", target: Placem
     # A tile's POST runs while the next tile's ELTW reads, so only the last tile's POST is
     # exposed, and each tile costs the engine's turnaround: up to four M tiles (explicit
     # records), as many as that pays for.
-    turnaround = eltwise_cycles(0) + 1
+    turnaround = eltwise_cycles(cfg, 0) + 1
     tiles = min(range(1, 5), key=lambda n: n * cb * turnaround + -(-pixels // n))
     m_tile = min(pixels, cfg.acc_half, -(-pixels // tiles))
     for m0 in range(0, pixels, m_tile):

@@ -193,7 +193,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
                              instr["bank"], last_write(instr, config, acc_words))
         elif op == Op.ELTW:
             t = max(t, eltw_idle, drained, post_idle if instr.get("wait") else 0)
-            eltw_idle = t + handoff + eltwise_cycles(instr["count"])
+            eltw_idle = t + handoff + eltwise_cycles(config, instr["count"])
             finish = eltw_idle - 1
         elif op == Op.POST:
             t, finish = post(t, instr["count"], instr["nw"])

@@ -21,6 +21,7 @@ from hwonnx.isa import Op, encode
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 from hwonnx.hdl import Accelerator
+from hwonnx.hdl.bram import buffer_read_latency
 from hwonnx.boards.bridge import HostBridge, crc16_step
 
 from tests.boards.test_uart import UartDecoder, uart_levels
@@ -34,8 +35,9 @@ def bridge_config(rows: int) -> ArchConfig:
 
 
 class FakeAccelerator:
-    """The accelerator's host side: a synchronous-read activation memory, and a run that
-    raises ``done`` ``run_cycles`` cycles after ``start``."""
+    """The accelerator's host side: an activation memory whose word is on ``act_rdata`` the
+    buffer's read latency after its address (``hdl/bram.py``), and a run that raises ``done``
+    ``run_cycles`` cycles after ``start``."""
 
     def __init__(self, config: ArchConfig, run_cycles: int, rng):
         self.rows, self.run_cycles = config.rows, run_cycles
@@ -43,6 +45,7 @@ class FakeAccelerator:
                     for _ in range(config.act_depth)]
         self.busy = self.done = self.cycles = self.remaining = 0
         self.rdata = 0
+        self._pipe = [0] * (buffer_read_latency(config) - 1)  # the words read, not yet out
         self.writes, self.starts, self.done_cycles = [], [], []
 
     def word(self, addr: int) -> bytes:
@@ -55,7 +58,8 @@ class FakeAccelerator:
 
     def sample(self, ctx, dut, cycle):
         raddr = ctx.get(dut.accel.act_raddr)     # reads past the end are harmless, undefined
-        self.rdata = self.mem[raddr] if raddr < len(self.mem) else 0
+        self._pipe.append(self.mem[raddr] if raddr < len(self.mem) else 0)
+        self.rdata = self._pipe.pop(0)
         if ctx.get(dut.accel.act_we):
             addr = ctx.get(dut.accel.act_addr)
             self.mem[addr] = ctx.get(dut.accel.act_data)

@@ -447,12 +447,13 @@ def test_eltw_accept_rules():
     # dispatched in t in t + 1, the hand-off)
     # MATMUL dispatched 3, taken 4, starts 5, issues 6..10: drained 10 + 16 = 26
     # POST dispatched 4 into its slot, leaves it at 26, taken 27: idle at 27 + 1 + 14 + 3 = 45
-    # ELTW (wait) at 45, taken 46: idle 46 + 1 + 6 + 7 = 60 (ELTW_LATENCY 7)
-    # POST at 60: idle 79; ELTW at 61 (beside the POST): idle 76; POST at 79: idle 98
-    # ELTW at 80 (no wait): idle 95; END at 98
-    assert timing.dispatch == [3, 4, 45, 60, 61, 79, 80, 98]
-    assert timing.done[2] == 59 and timing.total == 98
-    assert predict([dict(eltw, count=1), END], config).total == 3 + 1 + 1 + 2 + 7
+    # ELTW (wait) at 45, taken 46: idle 46 + 1 + 6 + 8 = 61 (from its last B read, the
+    # activation buffer's two cycles through the output registers and 6 stages)
+    # POST at 61: idle 80; ELTW at 62 (beside the POST): idle 77; POST at 80: idle 99
+    # ELTW at 81 (no wait): idle 96; END at 99
+    assert timing.dispatch == [3, 4, 45, 61, 62, 80, 81, 99]
+    assert timing.done[2] == 60 and timing.total == 99
+    assert predict([dict(eltw, count=1), END], config).total == 3 + 1 + 1 + 2 + 8
 
 
 def test_post_waits_in_its_slot_while_the_next_tile_issues():

@@ -1,9 +1,10 @@
 """Formal proof of the element-wise engine's per-lane arithmetic (``hdl/eltwise.py``) for every
 input (SymbiYosys + Yices, :mod:`formal_helpers`): one ELTW of one word dispatched in cycle 0
-to a 1x1 engine, operand A's word on the read port in cycle 2 and B's from cycle 3, and every
-operand a free constant of the run (``a``, ``b``, the zero points ``za``, ``zb``, the 18-bit
-weights ``ka``, ``kb``). By a bounded model check of depth 12 the accumulator word is written
-exactly once, in cycle 9 (``2 + ELTW_LATENCY``), with the golden ``eltwise_acc``
+to a 1x1 engine, operand A's word on the read port in cycle 3 and B's from cycle 4 (the
+activation buffer's read latency, 2, after the reads in cycles 1 and 2), and every operand a
+free constant of the run (``a``, ``b``, the zero points ``za``, ``zb``, the 18-bit weights
+``ka``, ``kb``). By a bounded model check of depth 13 the accumulator word is written exactly
+once, in cycle 10 (``2 + eltw_latency``, the cycle model's), with the golden ``eltwise_acc``
 (docs/arithmetic.md, "Element-wise operators"): ``A = a - za``, ``B = b - zb``,
 ``p = A * (B if mul else ka)``, ``q = B * kb``, then ``p + q``, ``max(p, q)`` or
 ``min(p, q)``, one proof per ``mode``, with ``mul`` 0 (Add, Sub, Mean, Max, Min). Not proved:
@@ -14,7 +15,8 @@ import pytest
 from amaranth.hdl import Assert, Assume, Module, Mux, Signal, signed
 
 from hwonnx.config import ArchConfig
-from hwonnx.hdl.eltwise import ELTW_LATENCY, EltwiseEngine
+from hwonnx.hdl.bram import buffer_read_latency
+from hwonnx.hdl.eltwise import EltwiseEngine, eltw_latency
 from hwonnx.hdl.layouts import EltwLayout
 from hwonnx.isa import ELTW_MODES, Op
 
@@ -26,13 +28,14 @@ def _formal_tools():
     if tools_missing():
         pytest.fail(f"the proofs need {', '.join(tools_missing())}: pip install -e '.[test]'")
 
-WRITE = 2 + ELTW_LATENCY
+CONFIG = ArchConfig(rows=1, cols=1, act_depth=64, wgt_depth=32, acc_depth=16, par_depth=4,
+                    prog_depth=16, lut_tables=0)
+WRITE = 2 + eltw_latency(CONFIG)
 DEPTH = WRITE + 3
 
 
 def eltwise_harness(mode: str, mul: int, wrong: bool = False):
-    config = ArchConfig(rows=1, cols=1, act_depth=64, wgt_depth=32, acc_depth=16,
-                        par_depth=4, prog_depth=16, lut_tables=0)
+    config = CONFIG
     m = Module()
     m.submodules.dut = dut = EltwiseEngine(config)
     cycle = cycle_counter(m, DEPTH)
@@ -45,7 +48,7 @@ def eltwise_harness(mode: str, mul: int, wrong: bool = False):
                  instr.kb.eq(kb),
                  dut.instr.payload.as_value()[:len(instr.as_value())].eq(instr),
                  dut.instr.valid.eq(cycle == 0),
-                 dut.act_data[0].eq(Mux(cycle == 2, a, b))]
+                 dut.act_data[0].eq(Mux(cycle == 1 + buffer_read_latency(config), a, b))]
     if wrong:            # a reference that forgets B's zero point where A's is zero
         m.d.comb += Assume(za == 0)
     # (a - za, b - zb in [-255, 255]: 9 bits; the products 27 bits, as the multipliers')

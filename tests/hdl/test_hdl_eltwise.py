@@ -1,7 +1,11 @@
 """EltwiseEngine: bit-exact accumulators against ``hwonnx.golden.ops.eltwise_acc`` in every
 mode (sum, product, maximum, minimum) with extreme weights and zero points, the read
 addresses and their cycles (A then B, strides, the broadcast ``b_stride = 0``), the write
-cycles and the ``idle`` timing the cycle model relies on (``eltwise_cycles``)."""
+cycles and the ``idle`` timing the cycle model relies on (``eltwise_cycles``), behind an
+activation buffer read in one cycle (the compact datapath) and in two (the block RAMs' output
+registers)."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -32,21 +36,23 @@ def _instrs(rng, depth):
     return out
 
 
-@pytest.mark.parametrize("rows, cols", [(4, 4), (3, 5), (1, 1)])
-def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
+@pytest.mark.parametrize("rows, cols, latency", [(4, 4, 2), (3, 5, 2), (1, 1, 2), (4, 4, 1)])
+def test_engine_matches_golden_and_the_cycle_rule(rows, cols, latency):
     cfg = small_config(rows, cols)
+    if latency == 1:                            # the compact datapath's plain memory
+        cfg = replace(cfg, mul_stages=1)
     rng = np.random.default_rng(rows * 10 + cols)
     act = rng.integers(-128, 128, (cfg.act_depth, rows))
     act[0], act[1] = -128, 127                  # extreme operands
     instrs = _instrs(rng, cfg.act_depth)
     dut = EltwiseEngine(cfg)
     memory = SyncReadMemory([[int(v) for v in word] for word in act], dut.act_addr,
-                            dut.act_data, en=dut.act_en)
+                            dut.act_data, en=dut.act_en, latency=latency)
     # dispatch each in the cycle the engine is predicted idle again
     dispatch, t = [], 1
     for instr in instrs:
         dispatch.append(t)
-        t += eltwise_cycles(instr["count"])
+        t += eltwise_cycles(cfg, instr["count"])
     expected_reads, expected_writes = [], {}
     for t0, instr in zip(dispatch, instrs):
         mode = {v: k for k, v in ELTW_MODES.items()}[instr["mode"]]
@@ -58,9 +64,10 @@ def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
             acc = eltwise_acc(a, b, mode=mode, mul=bool(instr["mul"]), ka=instr["ka"],
                               kb=instr["kb"], za=instr["za"], zb=instr["zb"])
             lanes = [int(v) for v in acc[:min(rows, cols)]] + [0] * max(cols - rows, 0)
-            # B read in t0 + 2 + 2i: its data, the data in a register, zero points, the
-            # products' operands, the products, the products in logic, combination, write
-            expected_writes[t0 + 9 + 2 * i] = (instr["acc_addr"] + i, lanes)
+            # B read in t0 + 2 + 2i: its data (``latency`` cycles), the data in a register,
+            # zero points, the products' operands, the products, the products in logic,
+            # combination, write
+            expected_writes[t0 + 2 + 2 * i + latency + 6] = (instr["acc_addr"] + i, lanes)
     writes, idle = {}, []
 
     def step(ctx, cycle):
@@ -79,5 +86,5 @@ def test_engine_matches_golden_and_the_cycle_rule(rows, cols):
     assert writes == expected_writes
     assert memory.reads == expected_reads
     busy = {c for t0, i in zip(dispatch, instrs) for c in range(t0 + 1, t0 +
-                                                                  eltwise_cycles(i["count"]))}
+                                                                  eltwise_cycles(cfg, i["count"]))}
     assert [c for c, v in enumerate(idle) if not v] == sorted(busy)
