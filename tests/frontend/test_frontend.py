@@ -2,12 +2,13 @@
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.frontend import load_model
-from hwonnx.ir.evaluate import evaluate_float
+
+from spec_helpers import check_against_ort as spec_check_against_ort
+from spec_helpers import make_model
 
 RNG = np.random.default_rng(1234)
 
@@ -16,31 +17,10 @@ def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def make_model(nodes, inputs, outputs, inits=None, opset=17, elem=TensorProto.FLOAT, **kw):
-    """``inputs``/``outputs`` map names to shapes (``None`` entries are unknown dims)."""
-    graph = helper.make_graph(
-        nodes, "test",
-        [helper.make_tensor_value_info(n, elem, s) for n, s in inputs.items()],
-        [helper.make_tensor_value_info(n, elem, s) for n, s in outputs.items()],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                             ir_version=8, **kw)
-
-
 def check_against_ort(model, **load_args):
-    """Load ``model``, evaluate it and compare every output with onnxruntime."""
-    graph = load_model(model, **load_args)
-    feeds = {name: rand(*graph.types[name].shape) for name in graph.inputs}
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-    ort_feeds = {i.name: feeds[i.name].astype(np.float64 if "double" in i.type else np.float32)
-                 for i in session.get_inputs() if i.name in feeds}
-    expected = session.run(None, ort_feeds)
-    got = evaluate_float(graph, feeds)
-    assert [o.name for o in session.get_outputs()] == list(graph.outputs)
-    for name, value in zip(graph.outputs, expected):
-        np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5)
-    return graph
+    """Load ``model``, evaluate it and compare every output with onnxruntime (to 1e-4
+    relative, 1e-5 absolute)."""
+    return spec_check_against_ort(model, rtol=1e-4, atol=1e-5, **load_args)
 
 
 def ops(graph):
