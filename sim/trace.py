@@ -25,11 +25,11 @@ from pathlib import Path
 from ..errors import ToolchainError, UsageError
 
 __all__ = ["trace_kind", "check_trace_path", "BUILD_ARGS", "traced_sources",
-           "check_fst_toolchain", "run_options", "discard", "finish", "STARTS_FILE"]
+           "check_fst_toolchain", "run_args", "discard", "finish", "STARTS_FILE"]
 
 #: The trace formats by file suffix.
 _SUFFIXES = {".vcd": "vcd", ".fst": "fst"}
-#: Verilator's options of a traced build, besides the ``--trace`` cocotb's runner adds.
+#: Verilator's options of a traced build, besides ``--trace``.
 BUILD_ARGS = {"vcd": (), "fst": ("--trace-fst",)}
 #: Written by a traced harness into its +IMAGES folder: one line per sample, the time in ns
 #: of the rising clock edge at which the accelerator takes ``start``.
@@ -110,11 +110,12 @@ def _partial(trace: Path) -> Path:
     return trace.absolute().with_name(f".{trace.name}.{os.getpid()}.tmp")
 
 
-def run_options(trace: "Path | None") -> dict:
-    """The options of cocotb's ``runner.test`` that dump ``trace`` (none for None)."""
+def run_args(trace: "Path | None") -> "list[str]":
+    """The simulator's arguments that dump ``trace`` (none for None; its main,
+    :data:`hwonnx.sim.harness.SIM_MAIN`, reads ``--trace-file``)."""
     if trace is None:
-        return {}
-    return {"waves": True, "test_args": ["--trace-file", str(_partial(trace))]}
+        return []
+    return ["--trace-file", str(_partial(trace))]
 
 
 def discard(trace: "Path | None") -> None:

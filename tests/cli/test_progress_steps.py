@@ -2,7 +2,7 @@
 starts, which the CLI's spinner (``hwonnx.cli_output.Output``) shows until the next step: the
 generation of the accelerator's Verilog, the Verilator build, the batches of a simulation and
 each tool of a bitstream build. The tools themselves are stand-ins here (Amaranth's Verilog,
-cocotb's runner, the YoWASP tools), so these tests take seconds."""
+the Verilator build, the YoWASP tools), so these tests take seconds."""
 
 import io
 import re
@@ -46,24 +46,25 @@ def spinner_steps(text: str) -> "list[str]":
     return list(dict.fromkeys(shown))
 
 
-class FakeRunner:
-    """cocotb's Verilator runner, building nothing: ``build`` notes what had been logged when
-    it was called and leaves the simulator binary where the real build would."""
+class FakeBuild:
+    """The Verilator build (``runner._verilator_build``), building nothing: it notes what had
+    been logged when it was called and leaves the simulator binary where the real build
+    would."""
 
     def __init__(self, logged: "list[str]"):
         self.logged, self.calls = logged, []
 
-    def build(self, *, build_dir, log_file, waves=False, sources=(), **options):
-        self.calls.append({"logged": list(self.logged), "waves": waves,
-                           "harness": sources[2].read_text()})
-        build_dir.mkdir(parents=True)
-        (build_dir / HARNESS_TOP).write_text("")
+    def __call__(self, config, obj, main, sources, trace_args, log_file):
+        self.calls.append({"logged": list(self.logged), "waves": "--trace" in trace_args,
+                           "harness": sources[1].read_text()})
+        obj.mkdir(parents=True)
+        (obj / HARNESS_TOP).write_text("")
         log_file.write_text("")
 
 
 @pytest.fixture
 def fake_tools(monkeypatch, tmp_path):
-    """An empty build cache, Amaranth's Verilog generation and cocotb's runner replaced."""
+    """An empty build cache, Amaranth's Verilog generation and the Verilator build replaced."""
     monkeypatch.setenv("HWONNX_CACHE", str(tmp_path / "cache"))
     def verilog(component, name):
         component._MustUse__silence = True          # not elaborated: no warning for it
@@ -71,8 +72,8 @@ def fake_tools(monkeypatch, tmp_path):
 
     monkeypatch.setattr("hwonnx.hdl.convert.verilog", verilog)
     logged: "list[str]" = []
-    fake = FakeRunner(logged)
-    monkeypatch.setattr("cocotb_tools.runner.get_runner", lambda name: fake)
+    fake = FakeBuild(logged)
+    monkeypatch.setattr("hwonnx.sim.runner._verilator_build", fake)
     return logged, fake
 
 

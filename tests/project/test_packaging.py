@@ -31,7 +31,7 @@ def test_wheel_contents_and_import_outside_the_repository(tmp_path):
     assert tops == {"hwonnx", next(t for t in tops if t.endswith(".dist-info"))}
     for package in _packages():
         assert f"{package}/__init__.py" in names, f"package {package} missing from the wheel"
-    for required in ("hwonnx/sim/tb_accel.py", "hwonnx/examples/digits_mlp.onnx",
+    for required in ("hwonnx/sim/tb_system.py", "hwonnx/examples/digits_mlp.onnx",
                      "hwonnx/examples/digits_cnn.onnx", "hwonnx/examples/digits_data.npz"):
         assert required in names, required
 

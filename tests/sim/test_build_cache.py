@@ -79,10 +79,10 @@ def test_an_entry_another_process_is_building_stays(cache):
 @pytest.mark.rtl
 def test_a_verilator_build_keeps_its_binary_and_sources_only():
     """Verilator's objects and precompiled headers (about 150 MB) are not kept: the entry is
-    the binary, the Verilog it was built from, the control file and the build log."""
+    the binary, the Verilog and the C++ main it was built from and the build log."""
     entry = rtl_build(ArchConfig())          # the default configuration: built by the suite
     files = {path.name: path.stat().st_size for path in entry.iterdir()}
-    assert set(files) == {HARNESS_TOP, "accel.v", "harness.v", "public.vlt", "build.log"}
+    assert set(files) == {HARNESS_TOP, "accel.v", "harness.v", "main.cpp", "build.log"}
     assert sum(files.values()) < 5 * MB, files
 
 
