@@ -8,30 +8,24 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .bram import REGISTERED_READ_LATENCY
+from .bram import buffer_read_latency
 from .layouts import DecodedLayout, InstrLayout, buffer_read, decoded, instr_stream
 
 __all__ = ["WideFetch", "NarrowFetch", "fetch_latency", "fetch_queue"]
 
 
-def program_read_latency(config: ArchConfig) -> int:
-    """Cycles from a program memory's address to its word: through the block RAM's output
-    register (``hdl/bram.py``), but in the compact datapath."""
-    return 1 if config.compact else REGISTERED_READ_LATENCY
-
-
 def fetch_latency(config: ArchConfig) -> int:
     """A program memory of whole instructions: cycles from the read of an instruction into
     the empty queue (at ``start``, and at a page's first instruction) until the dispatcher can
-    take it: the read (:func:`program_read_latency`), then its capture."""
-    return program_read_latency(config) + 1
+    take it: the read (:func:`buffer_read_latency`), then its capture."""
+    return buffer_read_latency(config) + 1
 
 
 def fetch_queue(config: ArchConfig) -> int:
     """Instructions :class:`WideFetch` holds read ahead: with reads decided a cycle late (from
     the queue's registered fill level, never from the dispatcher's decision in the same
     cycle), one more than the reads in flight keeps one instruction per cycle flowing."""
-    return program_read_latency(config) + 2
+    return buffer_read_latency(config) + 2
 
 
 class WideFetch(wiring.Component):
@@ -60,7 +54,7 @@ class WideFetch(wiring.Component):
     decoded : ``Out(DecodedLayout())``: it decoded (:func:`~hwonnx.hdl.layouts.decoded`), kept
         in registers beside the queue (decoded as the word is written into it).
     prog : ``Out(buffer_read(prog_depth, InstrLayout()))``: the program memory's read port,
-        its word :func:`program_read_latency` cycles after the address (the block RAM's
+        its word :func:`buffer_read_latency` cycles after the address (the block RAM's
         output drives the queue and the decode from a register: from the block RAM's output
         into the decoded registers was the 93.25 MHz ULX3S-85F build's critical path,
         10.72 ns).
@@ -78,7 +72,7 @@ class WideFetch(wiring.Component):
         m = Module()
         cfg = self._config
         page = cfg.prog_page
-        depth, flight = fetch_queue(cfg), program_read_latency(cfg)
+        depth, flight = fetch_queue(cfg), buffer_read_latency(cfg)
         queue = SyncFIFO(width=InstrLayout().size, depth=depth)
         m.submodules.queue = ResetInserter(self.start)(queue)
         ptr = Signal(range(cfg.prog_depth))     # the next instruction to read
@@ -116,7 +110,7 @@ class WideFetch(wiring.Component):
                 m.d.sync += entry.eq(flags[i + 1] if i + 1 < len(flags) else 0)
         m.d.sync += nonempty.eq(push | Mux(pop, queue.level >= 2, nonempty))
         # fetch_latency: the read in one cycle (at start, of instruction 0), on the port
-        # program_read_latency later, captured then; on offer in the cycle after.
+        # buffer_read_latency later, captured then; on offer in the cycle after.
         with m.If(self.start):
             m.d.sync += [ptr.eq(0 if page else 1), flying[0].eq(not page),
                          waiting.eq(bool(page)), nonempty.eq(0)]

@@ -20,7 +20,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hwonnx.hdl.fetch import NarrowFetch, WideFetch, fetch_latency, program_read_latency
+from hwonnx.hdl.bram import buffer_read_latency
+from hwonnx.hdl.fetch import NarrowFetch, WideFetch, fetch_latency
 from hwonnx.isa import Op, encode, fields_of
 
 from hdl_helpers import SyncReadMemory, decoded_value, run_cycles, small_config
@@ -42,7 +43,7 @@ def simulate_wide(config, contents, cycles, ready, fresh=lambda cycle: True, sta
     """Returns the instructions offered (``{cycle: word}``) and taken (``[(cycle, word)]``)."""
     dut = WideFetch(config)
     memory = SyncReadMemory(contents, dut.prog.addr, dut.prog.data.as_value(), en=dut.prog.en,
-                            latency=program_read_latency(config))
+                            latency=buffer_read_latency(config))
     offered, taken = {}, []
 
     def step(ctx, cycle):
@@ -66,7 +67,7 @@ def simulate_wide(config, contents, cycles, ready, fresh=lambda cycle: True, sta
 
 
 #: The compact datapath's program memory reads in one cycle, the others' through the block
-#: RAM's output register in two (``program_read_latency``).
+#: RAM's output register in two (``buffer_read_latency``).
 DATAPATHS = pytest.mark.parametrize("mul_stages", [1, 5], ids=["compact", "pipelined"])
 
 
@@ -127,7 +128,7 @@ def test_wide_ready_without_valid_takes_nothing(mul_stages):
     program = random_program(np.random.default_rng(4), 64)
     dut = WideFetch(config)
     memory = SyncReadMemory(program, dut.prog.addr, dut.prog.data.as_value(), en=dut.prog.en,
-                            latency=program_read_latency(config))
+                            latency=buffer_read_latency(config))
     taken = []
 
     def step(ctx, cycle):
