@@ -120,6 +120,7 @@ class HostBridge(CheckedComponent):
         if logic.ext:
             logic.external_writes()
             logic.external_reads()
+        logic.payload_fields()
         logic.shift_data()
         logic.reply_payload()
         with m.FSM():

@@ -60,14 +60,22 @@ class BridgeLogic:
 
     def _uarts(self):
         """The physical layer (``docs/protocol.md``, "Physical layer"): a UART each way on the
-        bridge's pins; ``byte`` is the received byte and ``got`` is high when it is taken."""
+        bridge's pins; ``byte`` is the received byte and ``got`` is high when it is taken.
+
+        A byte is taken in every state but while the payload's length is checked
+        (:meth:`length_states`), which ``pause``, a register, says: the receiver's ``ready``
+        decoded from the state machine's state fed every register that takes a byte (the
+        critical path of a ULX3S-85F build, 86.01 MHz: ``fsm_state`` -> ``got`` -> ``addr``,
+        11.63 ns, 8.65 of it routing)."""
         m, bridge = self.m, self.bridge
         m.submodules.uart_rx = self.urx = UartRx(bridge._divisor)
         m.submodules.uart_tx = self.utx = UartTx(bridge._divisor)
         m.d.comb += [self.urx.rx.eq(bridge.rx), bridge.tx.eq(self.utx.tx)]
         self.byte = self.urx.data.payload
+        self.pause = Signal()
         self.got = Signal()
-        m.d.comb += self.got.eq(self.urx.data.valid & self.urx.data.ready)
+        m.d.comb += [self.urx.data.ready.eq(~self.pause),
+                     self.got.eq(self.urx.data.valid & ~self.pause)]
 
     def _frame_registers(self):
         """The registers of the frame being received ("Frames"), and what its command is
@@ -98,14 +106,19 @@ class BridgeLogic:
         self.head = Signal(3)                   # address bytes before the data
         self.writes = Signal()                  # WRITE, LOAD or WRITEX
         self.known = Signal()
-        self.data_byte = Signal()               # a data byte of WRITE, LOAD or WRITEX arrives
+        # A payload byte is handled in the cycle after it is taken, from registers: ``took``,
+        # ``took_byte`` and ``took_index`` (:meth:`payload_fields`, :meth:`shift_data`).
+        self.took = Signal()
+        self.took_byte = Signal(8)
+        self.took_index = Signal(16)
+        self.data_byte = Signal()               # a data byte of WRITE, LOAD or WRITEX arrived
         # silent == (timer == timeout), kept in a register beside the timer so that the state
         # machine does not decide on the timer's compare (the state machine's own paths were
         # the critical one of a ULX3S-85F build, 85.49 MHz: 11.7 ns, 7.99 routing).
         self.timer = Signal(range(self.timeout + 1))
         self.silent = Signal()
         self.crc_in = crc16_step(self.rcrc, self.byte, self.p.CRC16_POLY)
-        self.count_in = Cat(self.count[:8], self.byte)      # count, its high byte arriving
+        self.count_in = Cat(self.count[:8], self.took_byte)     # count, with its high byte
         self.reply_bytes = self.count_in * self.rows        # READ's reply length
 
     def _reply_registers(self):
@@ -167,7 +180,7 @@ class BridgeLogic:
         beside the write address."""
         m, accel, rows, pbytes = self.m, self.bridge.accel, self.rows, self.pbytes
         self.word_done = Signal()
-        self.shifted = shifted = Cat(self.wbuf[8:], self.byte)  # the word, this byte its last
+        self.shifted = shifted = Cat(self.wbuf[8:], self.took_byte)     # this byte its last
         m.d.comb += self.word_done.eq(self.data_byte & (self.lane == self.unit - 1)
                                       & (self.err == 0))
         m.d.sync += [accel.act_raddr.eq(self.addr),
@@ -284,10 +297,9 @@ class BridgeLogic:
         resynchronization), and get the frame's registers ready for the next one."""
         m, p = self.m, self.p
         with m.State("IDLE"):
-            m.d.comb += self.urx.data.ready.eq(1)
             m.d.sync += [self.rcrc.eq(p.CRC16_INIT), self.err.eq(0), self.timer.eq(0),
-                         self.silent.eq(0), self.index.eq(0),
-                         self.lane.eq(0)]
+                         self.silent.eq(0), self.index.eq(0), self.lane.eq(0),
+                         self.pause.eq(0)]
             if self.ext:                        # WRITEX sets the upper address bytes
                 m.d.sync += self.addr.eq(0)
             with m.If(self.got & (self.byte == p.FRAME_SYNC)):
@@ -302,11 +314,12 @@ class BridgeLogic:
                                     ("LEN_HI", self.length[8:], "HEADER"),
                                     ("CRC_HI", None, "CHECK")):
             with m.State(state):
-                m.d.comb += self.urx.data.ready.eq(1)
                 with m.If(self.got):
                     m.d.sync += self.rcrc.eq(self.crc_in)
                     if field is not None:
                         m.d.sync += field.eq(self.byte)
+                    if after == "HEADER":       # no byte is taken until the length is checked
+                        m.d.sync += self.pause.eq(1)
                     m.next = after
                 self._receiving()
 
@@ -342,25 +355,35 @@ class BridgeLogic:
         with m.State("DIVIDED"):
             with m.If(self.writes & (rem != 0)):
                 self._fail(St.BAD_LENGTH)
+            m.d.sync += self.pause.eq(0)
             m.next = "PAYLOAD"
             with m.If(length == 0):
                 m.next = "CRC_HI"
             self._receiving()
 
+    def payload_fields(self):
+        """The payload byte taken in the cycle before (``took``, ``took_byte`` at
+        ``took_index``; the next one is a byte time away): the address and count bytes into
+        ``addr`` and ``count`` (:meth:`_address_bytes`, :meth:`_external_count_bytes`), and
+        data bytes to :meth:`shift_data`. The last one is handled while the CRC's first byte
+        arrives, long before the frame is checked (:meth:`check_state`)."""
+        m = self.m
+        m.d.sync += self.took.eq(0)
+        with m.If(self.took):
+            with m.Switch(self.took_index):
+                self._address_bytes()
+                if self.ext:                    # READX, SUMX: the count after the address
+                    self._external_count_bytes()
+        m.d.comb += self.data_byte.eq(self.took & self.writes & (self.took_index >= self.head))
+
     def payload_state(self):
-        """The frame's payload ("Commands", request payloads): the address and count bytes
-        into ``addr`` and ``count`` (:meth:`_address_bytes`, :meth:`_external_count_bytes`),
-        and data bytes to :meth:`shift_data`."""
+        """The frame's payload ("Commands", request payloads): each byte into the received CRC
+        and into ``took_byte`` for :meth:`payload_fields`."""
         m, index = self.m, self.index
         with m.State("PAYLOAD"):
-            m.d.comb += self.urx.data.ready.eq(1)
             with m.If(self.got):
-                m.d.sync += [self.rcrc.eq(self.crc_in), index.eq(index + 1)]
-                with m.Switch(index):
-                    self._address_bytes()
-                    if self.ext:                # READX, SUMX: the count after the address
-                        self._external_count_bytes()
-                m.d.comb += self.data_byte.eq(self.writes & (index >= self.head))
+                m.d.sync += [self.rcrc.eq(self.crc_in), index.eq(index + 1), self.took.eq(1),
+                             self.took_byte.eq(self.byte), self.took_index.eq(index)]
                 with m.If(index == self.length - 1):
                     m.next = "CRC_HI"
             self._receiving()
@@ -371,7 +394,7 @@ class BridgeLogic:
         length are checked as soon as their last byte arrives ("Status codes": ADDRESS_RANGE,
         BAD_LENGTH), before any data byte."""
         m, p, cfg, St = self.m, self.p, self.cfg, self.p.Status
-        addr, count, byte, words = self.addr, self.count, self.byte, self.words
+        addr, count, byte, words = self.addr, self.count, self.took_byte, self.words
         with m.Case(0):
             m.d.sync += addr[:8].eq(byte)
         with m.Case(1):
@@ -401,7 +424,7 @@ class BridgeLogic:
         """Payload bytes 4 and 5 of READX and SUMX: the count, then their address range and
         READX's reply length ("Status codes": ADDRESS_RANGE, BAD_LENGTH)."""
         m, p, cfg, St = self.m, self.p, self.cfg, self.p.Status
-        count, byte, count_in = self.count, self.byte, self.count_in
+        count, byte, count_in = self.count, self.took_byte, self.count_in
         with m.Case(4):
             with m.If(self.is_readx | self.is_sumx):
                 m.d.sync += count[:8].eq(byte)
@@ -424,7 +447,6 @@ class BridgeLogic:
         (:meth:`_execute`)."""
         m, St = self.m, self.p.Status
         with m.State("CHECK"):
-            m.d.comb += self.urx.data.ready.eq(1)
             with m.If(self.got):
                 with m.If(self.crc_in != 0):    # the CRC of the body and its CRC is 0
                     m.d.sync += self.status.eq(St.BAD_CRC)
@@ -474,8 +496,7 @@ class BridgeLogic:
         add each to the sums, then reply with them."""
         m, ext = self.m, self.bridge.ext
         with m.State("SUM"):
-            m.d.comb += [self.urx.data.ready.eq(1),
-                         ext.cmd_valid.eq(~self.xhave & ~self.xasked & (self.count != 0))]
+            m.d.comb += [ext.cmd_valid.eq(~self.xhave & ~self.xasked & (self.count != 0))]
             with m.If(self.xhave):
                 m.d.sync += [self.sum_a.eq(self.next_a), self.sum_b.eq(self.next_b),
                              self.xhave.eq(0), self.addr.eq(self.addr + 1),
@@ -488,11 +509,9 @@ class BridgeLogic:
         reply with the accelerator's cycles."""
         m, accel = self.m, self.bridge.accel
         with m.State("START"):                  # start is a register, high in this state
-            m.d.comb += self.urx.data.ready.eq(1)
             m.d.sync += accel.start.eq(0)
             m.next = "WAIT"
         with m.State("WAIT"):                   # done is low from the cycle after start
-            m.d.comb += self.urx.data.ready.eq(1)
             with m.If(accel.done):
                 m.d.sync += self.cyc.eq(accel.cycles)
                 self._reply(self.K_RUN, 4)
@@ -519,8 +538,7 @@ class BridgeLogic:
         reply's CRC (``crc_out``) unless ``crc`` is false, and the sync byte starts it."""
         m = self.m
         with m.State(state):
-            m.d.comb += [self.urx.data.ready.eq(1), self.utx.data.payload.eq(value),
-                         self.utx.data.valid.eq(1)]
+            m.d.comb += [self.utx.data.payload.eq(value), self.utx.data.valid.eq(1)]
             with m.If(self.sent):
                 m.next = after
                 if state == "SYNC":             # the CRC covers the bytes after it
@@ -534,7 +552,6 @@ class BridgeLogic:
         external memory before its first byte is sent."""
         m, lane, addr, index = self.m, self.lane, self.addr, self.index
         with m.State("PAYLOAD_OUT"):
-            m.d.comb += self.urx.data.ready.eq(1)
             with m.If(index == self.reply_len):
                 m.next = "CRC_HI_OUT"
             with m.Else():
