@@ -26,9 +26,9 @@ class Family:
     are kept for the requantizers, the products go through Yosys's ``booth`` pass);
     ``spill_luts``: logic cells of one 8x8 product built from adders
     (:func:`~hwonnx.hdl.dsp.logic_product`) for a PE beyond the DSP blocks the requantizers
-    and element-wise lanes leave (ECP5: 65 LUT4 and 36 CCU2C of two cells each, measured with
-    Yosys; the open flow maps the rest of the products to MULT18X18D); 0: the fit check
-    refuses such an array;
+    and element-wise lanes leave (ECP5: 37 CCU2C of two cells each and no LUT4, measured with
+    Yosys, ``tests/hdl/test_dsp_split.py``; the open flow maps the rest of the products to
+    MULT18X18D); 0: the fit check refuses such an array;
     ``huge_bits``, ``huge_width``: one single-port RAM block (iCE40 UltraPlus SPRAM) that a
     program memory loaded at run time (``ArchConfig.prog_width``) maps onto.
     """
@@ -51,7 +51,7 @@ FAMILIES = {f.name: f for f in [
     Family("ice40", "Yosys + nextpnr-ice40 (YoWASP)", 1, 4, 4096, (16, 8, 4, 2), 60, 3600, True,
            luts_per_mult=150, huge_bits=262144, huge_width=16),
     Family("ecp5", "Yosys + nextpnr-ecp5 (YoWASP)", 1, 4, 18432, (36, 18, 9), 70, 4000, True,
-           spill_luts=137),
+           spill_luts=74),
     Family("xilinx7", "Vivado", 1, 4, 36864, (72, 36, 18, 9), 45, 3000, False),
     Family("cyclonev", "Quartus", 3, 2, 10240, (40, 20, 10), 45, 3000, False),
     Family("gowin", "Yosys + nextpnr-himbaechel + Apicula (YoWASP)", 1, 4, 18432, (36, 18, 9),

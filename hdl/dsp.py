@@ -1,11 +1,12 @@
 """A multiplier with its operands and its product in registers, in a DSP block's own registers
 where the board's family has them."""
 
-from amaranth.hdl import ClockSignal, Instance, Module, Mux, Signal, signed
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["RegisteredMultiplier", "MULT_LATENCY", "PIPELINED_MULT_LATENCY", "logic_product"]
+__all__ = ["RegisteredMultiplier", "MULT_LATENCY", "PIPELINED_MULT_LATENCY", "logic_product",
+           "bit_pair_sum", "ecp5_bit_pair_sum"]
 
 #: Cycles from the operands to their product: the operand registers, then the product's.
 MULT_LATENCY = 2
@@ -78,7 +79,8 @@ class RegisteredMultiplier(wiring.Component):
         m.d.sync += [a.eq(self.a), b.eq(self.b)]
         middle = self._latency == PIPELINED_MULT_LATENCY
         if self._in_logic:
-            product = logic_product(m, a, b, middle=middle)
+            product = logic_product(m, a, b, middle=middle,
+                                    ecp5=getattr(platform, "family", None) == "ecp5")
         elif middle:
             product = Signal.like(self.p, name="middle")
             m.d.sync += product.eq(a * b)
@@ -88,35 +90,90 @@ class RegisteredMultiplier(wiring.Component):
         return m
 
 
-def logic_product(m: Module, a, b, middle: bool = False):
-    """``a * b`` (both signed) as a sum of partial products with no ``$mul`` for a synthesis
-    tool to put into a DSP block: ``a`` times each bit of ``b`` in a tree of adders, the sign
-    bit's term subtracted. Each sum is a wire marked ``keep``, so that Yosys maps every adder
-    to a carry chain instead of merging the tree into one ``$macc`` of plain gates (an 8x8
-    product on ECP5: 36 CCU2C and 65 LUT4, where the merged tree took 311 LUT4 and Yosys's
-    ``booth`` pass on a ``$mul`` 170 LUT4 and 8 CCU2C; and 180 ``booth`` products in a 16x16
-    board top tripped an assertion of Yosys 0.70's ABC9 reintegration).
+def logic_product(m: Module, a, b, middle: bool = False, ecp5: bool = False):
+    """``a * b`` (both signed, ``b`` of an even number of bits) as a sum of partial products
+    with no ``$mul`` for a synthesis tool to put into a DSP block: ``a`` times each bit of
+    ``b``, summed a pair of bits at a time (:func:`bit_pair_sum`: ``b``'s sign bit's term
+    subtracted), then in a tree of adders. Each sum is a wire marked ``keep``, so that Yosys
+    maps every adder to a carry chain instead of merging the tree into one ``$macc`` of plain
+    gates (which took 311 LUT4 for an 8x8 product on ECP5, and Yosys's ``booth`` pass on a
+    ``$mul`` 170 LUT4 and 8 CCU2C; 180 ``booth`` products in a 16x16 board top tripped an
+    assertion of Yosys 0.70's ABC9 reintegration).
 
-    ``middle``: the sums of the tree's first two levels and the sign bit's term go into
-    registers (the result is a cycle later), so that no path runs through more than two of
-    the four carry chains in series."""
-    terms = [Mux(b[i], a, 0) << i for i in range(len(b) - 1)]
-    sign = Mux(b[-1], a, 0) << (len(b) - 1)
+    ``ecp5``: the pairs' sums are carry chains of CCU2C cells that form the partial products
+    themselves (:func:`ecp5_bit_pair_sum`): an 8x8 product takes 20 + 20 adder cells and no
+    other logic, where the same tree with the partial products in LUT4s took 36 CCU2C and 65
+    LUT4.
+
+    ``middle``: the tree's second level of sums goes into registers (the result is a cycle
+    later), so that no path runs through more than two carry chains in series."""
+    n = len(b)
+    if n % 2 or n < 2:
+        raise ValueError(f"logic_product takes a multiplier of an even number of bits, not {n}")
+    pair_sum = ecp5_bit_pair_sum if ecp5 else bit_pair_sum
+    terms = [(pair_sum(m, a, b[i], b[i + 1], subtract=i + 2 == n, name=f"pair_{i // 2}"), i)
+             for i in range(0, n, 2)]
     if middle and len(terms) < 3:
-        raise ValueError(f"logic_product splits a tree of at least two levels, not {len(b)} bits")
-    level = 0
+        raise ValueError(f"logic_product splits a tree of at least two levels, not {n} bits")
+    level = 1
     while len(terms) > 1:
         summed = []
         for i in range(0, len(terms) - 1, 2):
-            total = terms[i] + terms[i + 1]
+            (low, at), (high, high_at) = terms[i], terms[i + 1]
+            total = low + (high << (high_at - at))
             wire = Signal(total.shape(), name=f"partial_{level}_{i // 2}", attrs={"keep": 1})
             m.d.comb += wire.eq(total)
-            summed.append(wire)
+            summed.append((wire, at))
         terms = summed + terms[len(terms) - len(terms) % 2:]
+        if middle and level == 1:
+            held = [(Signal(term.shape(), name=f"middle_{i}"), at)
+                    for i, (term, at) in enumerate(terms)]
+            m.d.sync += [reg.eq(term) for (reg, _), (term, _) in zip(held, terms)]
+            terms = held
         level += 1
-        if middle and level == 2:
-            held = [Signal(term.shape(), name=f"middle_{i}") for i, term in
-                    enumerate(terms + [sign])]
-            m.d.sync += [reg.eq(term) for reg, term in zip(held, terms + [sign])]
-            terms, sign = held[:-1], held[-1]
-    return terms[0] - sign
+    return terms[0][0]
+
+
+def bit_pair_sum(m: Module, a, x_bit, y_bit, subtract: bool, name: str):
+    """``a * x_bit + 2 * a * y_bit`` (``a`` signed; minus the second term with ``subtract``),
+    ``len(a) + 2`` bits signed: the partial products of two neighbouring multiplier bits,
+    summed."""
+    x, y = Mux(x_bit, a, 0), Mux(y_bit, a, 0)
+    total = (x - (y << 1)) if subtract else (x + (y << 1))
+    wire = Signal(signed(len(a) + 2), name=name, attrs={"keep": 1})
+    m.d.comb += wire.eq(total)
+    return wire
+
+
+def ecp5_bit_pair_sum(m: Module, a, x_bit, y_bit, subtract: bool, name: str):
+    """:func:`bit_pair_sum` as one carry chain of ECP5 CCU2C cells, each bit's partial
+    products formed in the cell's own LUT4 (Yosys's model, ``+/ecp5/ccu2c_sim.vh``): the
+    propagate is ``(A & B) ^ (C & D)`` (its complement with ``subtract``), ``A & B`` the
+    second term's bit (``a`` one place lower, times ``y_bit``) and ``C & D`` the first's
+    (``a`` times ``x_bit``); the generate, the same LUT with C and D low, is then the second
+    term's bit (its complement), which is the carry whenever the propagate is low. With
+    ``subtract`` the chain adds the complement and a carry in of 1."""
+    width = len(a) + 2
+    sign = len(a) - 1
+    out = Signal(signed(width), name=name)
+    carry = Const(int(subtract), 1)
+
+    def init(invert: bool) -> int:
+        return sum(1 << i for i in range(16)
+                   if ((i & 1) & (i >> 1 & 1)) ^ invert ^ ((i >> 2 & 1) & (i >> 3 & 1)))
+
+    for j in range(0, width, 2):
+        ports = {}
+        for half, bit in ((0, j), (1, j + 1)):
+            # The second term's bit j is a's bit j - 1 (none below bit 1): A low makes it 0.
+            ports[f"i_A{half}"] = a[min(bit - 1, sign)] if bit else Const(0, 1)
+            ports[f"i_B{half}"] = y_bit
+            ports[f"i_C{half}"] = a[min(bit, sign)]
+            ports[f"i_D{half}"] = x_bit
+            ports[f"o_S{half}"] = out[bit]
+            ports[f"p_INIT{half}"] = Const(init(subtract), 16)
+        cout = Signal(name=f"{name}_carry_{j // 2}")
+        m.submodules[f"{name}_{j // 2}"] = Instance(
+            "CCU2C", p_INJECT1_0="NO", p_INJECT1_1="NO", i_CIN=carry, o_COUT=cout, **ports)
+        carry = cout
+    return out

@@ -248,9 +248,9 @@ def test_sweep_records_every_point(sweep):
     assert files == sorted(f"{r['key']}.json" for r in stored["points"])
     unfit = points["16x32"]
     # 512 PEs, 468 products beyond the DSP blocks (156 less 32 x 3 requantizer and 16
-    # element-wise ones) at 137 cells each (hdl/dsp.logic_product; 133,440 with booth's 170:
-    # 468 x 33 fewer; 120,188 with two multipliers per element-wise lane: 16 x 137 more)
-    assert re.search(r"The 16x32 accelerator does not fit board 'ulx3s-85f': about 117996 "
+    # element-wise ones) at 74 cells each (hdl/dsp.logic_product: 37 CCU2C; 117,996 with the
+    # partial products in LUT4s, 137 cells: 468 x 63 more)
+    assert re.search(r"The 16x32 accelerator does not fit board 'ulx3s-85f': about 88512 "
                      r"logic cells but the device has 83640", unfit["reason"])
     assert unfit["estimate"]["dsp"] == 156 and unfit["predicted_cycles"] > 0
     board = get_board(BOARD)

