@@ -24,6 +24,7 @@ from hwonnx.compiler import folder as build_folder
 from hwonnx.compiler.folder import MANIFEST, folder_lock, verify_build_folder
 from hwonnx.errors import ModelError, UsageError
 from hwonnx.examples import example_path
+from cli_helpers import assert_user_error, run
 
 MLP = str(example_path("digits_mlp"))
 
@@ -45,21 +46,6 @@ def files(tmp_path, digits):
 def build(out, digits, **options):
     options.setdefault("verilog", False)
     return api.build(MLP, out, calib={"image": digits["calib"]}, log=quiet, **options)
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(result, message):
-    """Exit status 2, nothing on stdout, and stderr ending in exactly one line ``hwonnx:
-    error: <message>`` (after the progress lines), with no traceback."""
-    code, out, err = result
-    assert (code, out) == (2, ""), err
-    assert "Traceback" not in err
-    assert re.fullmatch(r"(?s)(.*\n)?hwonnx: error: " + message + r"\n", err), err
 
 
 def leftovers(parent, *keep):

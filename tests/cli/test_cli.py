@@ -11,26 +11,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 from spec_helpers import SUPPORTED
 
+from cli_helpers import assert_only_error, run
+
 from hwonnx.cli import build_parser, main
 from hwonnx.demo import evaluate_example
 from hwonnx.errors import UsageError
 from hwonnx.examples import example_path
 
 MLP = str(example_path("digits_mlp"))
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(code, out, err, message):
-    """Exit status 2, nothing on stdout, exactly ``hwonnx: error: <message>`` on stderr."""
-    assert code == 2
-    assert out == ""
-    assert re.fullmatch(r"hwonnx: error: " + message + r"\n", err), err
-    assert "Traceback" not in err
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +76,14 @@ def test_sim_golden_without_output_file(mlp_build, digits, capsys):
 def test_sim_missing_input(mlp_build, capsys):
     folder, out, _, _, _ = mlp_build
     missing = folder / "missing.npy"
-    assert_user_error(*run(capsys, "sim", out, "--input", missing, "--golden"),
+    assert_only_error(run(capsys, "sim", out, "--input", missing, "--golden"),
                       re.escape(f"Input file '{missing}' does not exist"))
 
 
 def test_sim_input_of_the_wrong_shape(mlp_build, capsys):
     folder, out, _, _, _ = mlp_build
     np.save(folder / "bad.npy", np.zeros((4, 8, 8), np.float32))
-    assert_user_error(*run(capsys, "sim", out, "--input", folder / "bad.npy", "--golden"),
+    assert_only_error(run(capsys, "sim", out, "--input", folder / "bad.npy", "--golden"),
                       re.escape(f"Input file '{folder / 'bad.npy'}': array 'image' has shape "
                                 f"(4, 8, 8), but samples of input 'image' (1, 64) need shape "
                                 f"(S, 1, 64) or (S, 64)"))
@@ -103,14 +91,14 @@ def test_sim_input_of_the_wrong_shape(mlp_build, capsys):
 
 def test_sim_not_a_build_folder(tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.zeros((1, 64), np.float32))
-    assert_user_error(*run(capsys, "sim", tmp_path, "--input", tmp_path / "x.npy", "--golden"),
+    assert_only_error(run(capsys, "sim", tmp_path, "--input", tmp_path / "x.npy", "--golden"),
                       re.escape(f"'{tmp_path}' is not an hwonnx build folder (no "
                                 f"program.json); run 'hwonnx build MODEL -o {tmp_path}' "
                                 f"first"))
 
 
 def test_build_without_calib(tmp_path, capsys):
-    assert_user_error(*run(capsys, "build", MLP, "-o", tmp_path / "out"), re.escape(
+    assert_only_error(run(capsys, "build", MLP, "-o", tmp_path / "out"), re.escape(
         "Calibration data is required to quantize a float model: pass --calib samples.npz "
         "(one array per input, first axis = samples) or an .npy for a single-input model"))
     assert not (tmp_path / "out").exists()
@@ -118,7 +106,7 @@ def test_build_without_calib(tmp_path, capsys):
 
 def test_build_missing_model(tmp_path, capsys):
     model = tmp_path / "nowhere" / "model.onnx"
-    assert_user_error(*run(capsys, "build", model, "-o", tmp_path / "out"),
+    assert_only_error(run(capsys, "build", model, "-o", tmp_path / "out"),
                       re.escape(f"Cannot read model '{model}': No such file or directory"))
 
 
@@ -136,9 +124,9 @@ def test_build_unsupported_operators(tmp_path, capsys):
     model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
     save(model, tmp_path / "m.onnx")
     np.save(tmp_path / "calib.npy", np.zeros((3, 4), np.float32))
-    assert_user_error(
-        *run(capsys, "build", tmp_path / "m.onnx", "-o", tmp_path / "out", "--calib",
-             tmp_path / "calib.npy"),
+    assert_only_error(
+        run(capsys, "build", tmp_path / "m.onnx", "-o", tmp_path / "out", "--calib",
+            tmp_path / "calib.npy"),
         re.escape(f"2 unsupported node(s): node 'act' Sin (domain 'ai.onnx', opset 17); "
                   f"node 'probs' Expand (domain 'ai.onnx', opset 17) (Expand 'probs' is folded "
                   f"away, so its inputs must be constants, but 's' is computed at run time); "
@@ -147,15 +135,15 @@ def test_build_unsupported_operators(tmp_path, capsys):
 
 def test_build_calib_of_the_wrong_shape(tmp_path, capsys, digits):
     np.save(tmp_path / "calib.npy", digits["calib"].reshape(-1, 8, 8))
-    assert_user_error(
-        *run(capsys, "build", MLP, "-o", tmp_path / "out", "--calib", tmp_path / "calib.npy"),
+    assert_only_error(
+        run(capsys, "build", MLP, "-o", tmp_path / "out", "--calib", tmp_path / "calib.npy"),
         re.escape(f"Calibration file '{tmp_path / 'calib.npy'}': array 'image' has shape "
                   f"(200, 8, 8), but samples of input 'image' (1, 64) need shape (S, 1, 64) "
                   f"or (S, 64)"))
 
 
 def test_build_invalid_architecture(tmp_path, capsys):
-    assert_user_error(*run(capsys, "build", MLP, "-o", tmp_path / "out", "--rows", "0"),
+    assert_only_error(run(capsys, "build", MLP, "-o", tmp_path / "out", "--rows", "0"),
                       re.escape("Invalid architecture: ArchConfig.rows must be a positive "
                                 "integer, not 0"))
 
@@ -167,7 +155,7 @@ def test_resource_error_advice_can_be_followed(tmp_path, capsys, digits):
     argv = ["build", MLP, "-o", tmp_path / "out", "--calib", tmp_path / "calib.npy",
             "--rows", "1", "--cols", "1"]
     code, out, err = run(capsys, *argv, "--prog-depth", "4")
-    assert_user_error(code, out, err, r"The model needs \d+ words of the prog buffer, but the "
+    assert_only_error((code, out, err), r"The model needs \d+ words of the prog buffer, but the "
                                       r"1x1 architecture has 4; raise --prog-depth or use a "
                                       r"larger board")
     needed = int(re.search(r"needs (\d+) words", err).group(1))

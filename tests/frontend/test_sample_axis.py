@@ -15,12 +15,12 @@ import pytest
 from onnx import helper
 
 from hwonnx import api
-from hwonnx.cli import main
 from hwonnx.frontend import load_model
 from hwonnx.golden import evaluate
 from hwonnx.golden.ops import flatten, reshape
 from hwonnx.ir.evaluate import evaluate_float
 from spec_helpers import make_model, rand
+from cli_helpers import run
 
 SAMPLES = 8
 
@@ -45,12 +45,6 @@ def onnxruntime_per_sample(model, xs: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     return np.concatenate([session.run(None, {"x": x})[0] for x in xs])
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("spatial", [[6, 6], [12]], ids=["conv2d", "conv1d"])

@@ -12,7 +12,6 @@ import pytest
 from numpy.lib import format as npy_format
 
 from hwonnx import api
-from hwonnx.cli import main
 from hwonnx.compiler.artifact import load_program, save_program
 from hwonnx.compiler.folder import MANIFEST, write_manifest
 from hwonnx.compiler.program import encode_program
@@ -20,6 +19,7 @@ from hwonnx.isa import Op
 from hwonnx.errors import MismatchError, ModelError, QuantizationError, SimulationError, UsageError
 from hwonnx.examples import example_path
 from hwonnx.quant.data import MAX_SAMPLE_VALUES
+from cli_helpers import assert_user_error, run
 
 MLP = str(example_path("digits_mlp"))
 
@@ -42,19 +42,6 @@ def copy(golden_build, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(golden_build[0], out)
     return out
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(result, message):
-    code, out, err = result
-    assert (code, out) == (2, ""), err
-    assert "Traceback" not in err
-    assert re.fullmatch(r"(?s)(.*\n)?hwonnx: error: " + message + r"\n", err), err
 
 
 def x(digits, count=2):
