@@ -25,12 +25,9 @@ from hwonnx.compiler.folder import MANIFEST, folder_lock, verify_build_folder
 from hwonnx.errors import ModelError, UsageError
 from hwonnx.examples import example_path
 from cli_helpers import assert_user_error, run
+from helpers import quiet
 
 MLP = str(example_path("digits_mlp"))
-
-
-def quiet(message):
-    pass
 
 
 @pytest.fixture

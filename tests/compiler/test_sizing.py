@@ -16,12 +16,9 @@ from hwonnx.examples import example_path, load_digits_data
 from hwonnx.zoo import MLPERF_TINY, random_inputs
 
 from rtl_helpers import looped_ops
+from helpers import quiet
 
 BOARDS = ["ulx3s-85f", "ecpix5-85", "arty-a7-100", "de10-nano"]
-
-
-def quiet(message):
-    pass
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,7 @@ from hwonnx.report import placement
 
 from multi_io_models import MODELS, samples, two_heads, two_images_concat
 from ort_reference import reference_outputs
-
-
-def quiet(*_):
-    pass
+from helpers import quiet
 
 
 VARIANTS = {**MODELS, "two_images_concat_host": lambda rng: two_images_concat(rng, host=True),

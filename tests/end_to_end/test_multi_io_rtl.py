@@ -15,6 +15,7 @@ from hwonnx.config import ArchConfig
 
 from multi_io_models import (MODELS, inputs_added, map_and_flattened, samples,
                              two_images_concat)
+from helpers import quiet
 
 pytestmark = pytest.mark.rtl
 
@@ -27,10 +28,6 @@ CONFIGS = {
 }
 VARIANTS = {**MODELS, "two_images_concat_host": lambda rng: two_images_concat(rng, host=True),
             "inputs_added": inputs_added, "map_and_flattened": map_and_flattened}
-
-
-def quiet(*_):
-    pass
 
 
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))

@@ -10,12 +10,9 @@ from hwonnx import api
 from hwonnx.compiler.program import encode_program
 from hwonnx.examples import example_path
 from hwonnx.pipeline import BUILD_STEPS, BuildState, build_request, run_steps
+from helpers import quiet
 
 MLP = str(example_path("digits_mlp"))
-
-
-def quiet(message):
-    pass
 
 
 def test_the_build_is_one_list_of_named_steps():

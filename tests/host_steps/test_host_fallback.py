@@ -11,7 +11,7 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from helpers import raises
+from helpers import quiet, raises
 from spec_helpers import SUPPORTED, ort_outputs
 
 from hwonnx import api
@@ -24,10 +24,6 @@ from hwonnx.report import placement
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 START = "at the start of the graph, before the accelerator's input"
 END = "at the end of the graph, after the accelerator's output"
-
-
-def quiet(message):
-    pass
 
 
 def make(nodes, inputs, outputs, inits=None, opset=17):

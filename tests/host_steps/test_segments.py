@@ -26,6 +26,7 @@ from hwonnx.errors import MismatchError, UsageError
 
 from ort_reference import reference_outputs
 from rtl_helpers import CONFIGS, he_weight
+from helpers import quiet
 
 
 def _model(nodes, inits, inputs, outputs, extra_outputs=()) -> onnx.ModelProto:
@@ -107,10 +108,6 @@ MODELS = {"softmax_middle": softmax_middle, "div_computed": div_computed,
 #: Host steps between segments, and segments, of each model.
 MIDDLE = {"softmax_middle": (["softmax"], 2), "div_computed": (["add_one", "div"], 2),
           "skip_across": (["softmax"], 2), "three_segments": (["softmax", "logsoftmax"], 3)}
-
-
-def quiet(*_):
-    pass
 
 
 def _setup(name, tmp_path, config=None, count=4):

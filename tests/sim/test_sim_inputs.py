@@ -20,12 +20,9 @@ from hwonnx.errors import MismatchError, ModelError, QuantizationError, Simulati
 from hwonnx.examples import example_path
 from hwonnx.quant.data import MAX_SAMPLE_VALUES
 from cli_helpers import assert_user_error, run
+from helpers import quiet
 
 MLP = str(example_path("digits_mlp"))
-
-
-def quiet(message):
-    pass
 
 
 @pytest.fixture(scope="module")
