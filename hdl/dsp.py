@@ -101,9 +101,9 @@ def logic_product(m: Module, a, b, middle: bool = False, ecp5: bool = False):
     assertion of Yosys 0.70's ABC9 reintegration).
 
     ``ecp5``: the pairs' sums are carry chains of CCU2C cells that form the partial products
-    themselves (:func:`ecp5_bit_pair_sum`): an 8x8 product takes 20 + 20 adder cells and no
-    other logic, where the same tree with the partial products in LUT4s took 36 CCU2C and 65
-    LUT4.
+    themselves (:func:`ecp5_bit_pair_sum`): an 8x8 product takes 37 CCU2C (20 of them in the
+    pairs' chains) and no other logic, where the same tree with the partial products in LUT4s
+    took 36 CCU2C and 65 LUT4.
 
     ``middle``: the tree's second level of sums goes into registers (the result is a cycle
     later), so that no path runs through more than two carry chains in series."""
@@ -170,7 +170,7 @@ def ecp5_bit_pair_sum(m: Module, a, x_bit, y_bit, subtract: bool, name: str):
             ports[f"i_B{half}"] = y_bit
             ports[f"i_C{half}"] = a[min(bit, sign)]
             ports[f"i_D{half}"] = x_bit
-            ports[f"o_S{half}"] = out[bit]
+            ports[f"o_S{half}"] = out[bit] if bit < width else Signal(name=f"{name}_unused")
             ports[f"p_INIT{half}"] = Const(init(subtract), 16)
         cout = Signal(name=f"{name}_carry_{j // 2}")
         m.submodules[f"{name}_{j // 2}"] = Instance(
