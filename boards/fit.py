@@ -10,7 +10,6 @@ from ..errors import ResourceError
 from ..hdl.banks import BANK_DEPTH
 from ..hdl.eltwise import MULTS_PER_LANE
 from ..hdl.post import WIDE_MULT_BLOCKS
-from ..hdl.top import Accelerator
 from .litedram import CONTROLLERS
 from .registry import Board
 
@@ -73,7 +72,7 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
         spill = min(pes, max(0, pe_dsp - max(0, board.dsp - other_dsp)))
         pe_dsp -= spill
     dsp = pe_dsp + other_dsp
-    shapes = {name: Accelerator.buffer_shape(config, name) for name in ("prog", "wgt", "par",
+    shapes = {name: config.buffer_shape(name) for name in ("prog", "wgt", "par",
                                                                         "act")}
     shapes["acc"] = (config.acc_depth, config.cols * config.acc_width)
     huge = 0

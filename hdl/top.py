@@ -17,7 +17,7 @@ from .bram import RegisteredRAM, buffer_read_latency
 from .feeder import Feeder, feed_delay
 from .fetch import NarrowFetch, WideFetch
 from .program_ram import ProgramRAM
-from .layouts import PARAM_BITS, InstrLayout, ParamLayout
+from .layouts import InstrLayout, ParamLayout
 from .loader import WeightLoader
 from .post import PostProcessor
 from .walker import TileWalker
@@ -54,9 +54,6 @@ class _NoEltwise:
         self.acc_data = [Const(0, 32)] * config.cols
         self.act_data = Signal(data.ArrayLayout(signed(8), config.rows))
 
-_BUFFERS = ("prog", "wgt", "par", "act", "lut")
-
-
 class Accelerator(wiring.Component):
     """The whole accelerator for one :class:`~hwonnx.config.ArchConfig`.
 
@@ -90,17 +87,17 @@ class Accelerator(wiring.Component):
         self._config = config
         self._images = dict(images or {})
         self._logic_products = logic_products       # hdl/array.py: for a board build
-        unknown = set(self._images) - set(self.buffers(config))
+        unknown = set(self._images) - set(config.buffers)
         if unknown:
             raise ValueError(f"Unknown buffer images {sorted(unknown)}")
         if config.runtime_program and "prog" in self._images:
             raise ValueError("A narrow program memory (prog_width) has no initial contents: "
                              "the host loads the program at run time")
         members = {"host": In(host_port(config))}
-        for name in self.buffers(config):
+        for name in config.buffers:
             if name == "act" or (name == "prog" and config.runtime_program):
                 continue                # through ``host``
-            depth, width = self.buffer_shape(config, name)
+            depth, width = config.buffer_shape(name)
             members[f"host_{name}_we"] = In(1)
             members[f"host_{name}_addr"] = In(range(depth))
             members[f"host_{name}_data"] = In(width)
@@ -109,24 +106,6 @@ class Accelerator(wiring.Component):
         if config.ext_memory:           # the external memory's port (hdl/extmem.py)
             members["ext"] = Out(ext_port(config.cols * 8, config.ext_timing.burst))
         super().__init__(members)
-
-    @staticmethod
-    def buffers(config: ArchConfig) -> "tuple[str, ...]":
-        """The host-writable buffers of ``config``."""
-        return _BUFFERS if config.lut_tables else _BUFFERS[:-1]
-
-    @staticmethod
-    def buffer_shape(config: ArchConfig, name: str) -> "tuple[int, int]":
-        """Depth and word width in bits of buffer ``name`` (``ext``: the external memory,
-        which is not part of the accelerator)."""
-        return {
-            "prog": (config.prog_words, config.prog_word_bits),
-            "wgt": (config.wgt_depth, config.cols * 8),
-            "par": (config.par_depth, config.cols * PARAM_BITS),
-            "act": (config.act_depth, config.rows * 8),
-            "lut": (config.lut_depth, 8),
-            "ext": (config.ext_depth, config.cols * 8),    # the external memory's words
-        }[name]
 
     @property
     def config(self) -> ArchConfig:
@@ -141,13 +120,13 @@ class Accelerator(wiring.Component):
         cfg = self.config
 
         def buffer(name, shape):
-            depth, _ = self.buffer_shape(cfg, name)
+            depth, _ = cfg.buffer_shape(name)
             mem = Memory(shape=shape, depth=depth, init=self._init(shape, name))
             m.submodules[f"{name}_buf"] = mem
             return mem
 
         def registered(name, shape):
-            depth, _ = self.buffer_shape(cfg, name)
+            depth, _ = cfg.buffer_shape(name)
             mem = RegisteredRAM(shape, depth, init=self._init(shape, name))
             m.submodules[f"{name}_buf"] = mem
             return mem
@@ -170,7 +149,7 @@ class Accelerator(wiring.Component):
         if cfg.compact:
             act = buffer("act", act_word)
         else:
-            depth, _ = self.buffer_shape(cfg, "act")
+            depth, _ = cfg.buffer_shape("act")
             m.submodules.act_buf = act = RegisteredRAM(act_word, depth,
                                                        init=self._init(act_word, "act"),
                                                        granularity=1)

@@ -4,7 +4,8 @@ simulator and the board fit check."""
 import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
-from .isa import MAX_LUT_TABLES, addressable, ext_words_per_instruction, instruction_width
+from .isa import (MAX_LUT_TABLES, PARAM_BITS, addressable, ext_words_per_instruction,
+                  instruction_width)
 from .memories import MEMORIES, ExtTiming
 
 __all__ = ["ArchConfig", "PRESETS"]
@@ -17,6 +18,10 @@ def _bits(depth: int) -> int:
 def _max_page(cols: int) -> int:
     """The largest ``prog_page`` whose two pages one LOADP copies."""
     return 1 << ((((1 << 16) - 1) // (2 * ext_words_per_instruction(cols))).bit_length() - 1)
+
+
+#: The host-writable buffers, in the order the accelerator declares them.
+_BUFFERS = ("prog", "wgt", "par", "act", "lut")
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,24 @@ class ArchConfig:
     def acc_half(self) -> int:
         """Accumulator words available to one output tile."""
         return self.acc_depth // 2
+
+    @property
+    def buffers(self) -> "tuple[str, ...]":
+        """The accelerator's host-writable buffers (the activation tables only with
+        ``lut_tables``)."""
+        return _BUFFERS if self.lut_tables else _BUFFERS[:-1]
+
+    def buffer_shape(self, name: str) -> "tuple[int, int]":
+        """Depth and word width in bits of buffer ``name`` (``ext``: the external memory,
+        which is not part of the accelerator)."""
+        return {
+            "prog": (self.prog_words, self.prog_word_bits),
+            "wgt": (self.wgt_depth, self.cols * 8),
+            "par": (self.par_depth, self.cols * PARAM_BITS),
+            "act": (self.act_depth, self.rows * 8),
+            "lut": (self.lut_depth, 8),
+            "ext": (self.ext_depth, self.cols * 8),    # the external memory's words
+        }[name]
 
     # Serialization --------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -3,7 +3,6 @@ batch of samples, clocked by a C++ main (no Python, no VPI, no --timing)."""
 
 from ..config import ArchConfig
 from ..hdl.bram import buffer_read_latency
-from ..hdl.top import Accelerator
 
 __all__ = ["harness_verilog", "extmem_verilog", "HARNESS_TOP", "ACCEL_TOP", "EXTMEM_TOP",
            "STAGE_DEPTH", "SIM_MAIN", "WALL_FILE", "HALF_PERIOD_PS"]
@@ -235,7 +234,7 @@ def extmem_verilog(config: ArchConfig) -> str:
 def harness_verilog(config: ArchConfig) -> str:
     """Verilog source of the harness for ``config`` (instantiates :data:`ACCEL_TOP`, and
     :data:`EXTMEM_TOP` for an external memory)."""
-    shapes = {name: Accelerator.buffer_shape(config, name)
+    shapes = {name: config.buffer_shape(name)
               for name in ("prog", "wgt", "par", "act")}
     lut_ports = ""
     if config.lut_tables:

@@ -328,13 +328,12 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
         def describe(index):
             return f"#{index}"
 
-    from ..hdl.top import Accelerator
 
     trace = None if trace is None else Path(trace)
     build_dir = rtl_build(config, log=log, trace=trace and _trace.trace_kind(trace))
     with tempfile.TemporaryDirectory(prefix="hwonnx-sim-") as tmp:
         tmp = Path(tmp)
-        widths = {name: Accelerator.buffer_shape(config, name)[1]
+        widths = {name: config.buffer_shape(name)[1]
                   for name in ("prog", "wgt", "par", "act", "lut")}
         widths["ext"] = widths["wgt"]
         if images.get("ext") and len(images["ext"]) > config.ext_depth:

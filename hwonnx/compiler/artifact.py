@@ -11,7 +11,6 @@ import numpy as np
 
 from ..config import ArchConfig
 from ..errors import HwonnxError, ModelError
-from ..hdl.top import Accelerator
 from ..isa import Op, fields_of
 from .layout import Placement
 from .paging import ext_pages, pages_words
@@ -52,7 +51,7 @@ def save_program(program: Program, folder: Path) -> None:
     timing = program_timing(program)
     spans = _spans(program, timing)         # (over every issued instruction: once)
     for name, words in images.items():
-        write_hex(folder / f"{name}.hex", words, Accelerator.buffer_shape(cfg, name)[1])
+        write_hex(folder / f"{name}.hex", words, cfg.buffer_shape(name)[1])
     doc = {
         "arch": cfg.to_dict(), "images": sorted(program.images),
         "inputs": [asdict(port) for port in program.inputs],
@@ -249,9 +248,9 @@ def load_program(folder: Path) -> Program:
                  "program.json was compiled for")
         with open(folder / "placements.npz", "rb") as stream, np.load(stream) as npz:
             logical = [npz[f"p{i}"] for i in range(len(doc["placements"]))]
-        images = {name: _read_image(folder / f"{name}.hex", *Accelerator.buffer_shape(cfg, name))
+        images = {name: _read_image(folder / f"{name}.hex", *cfg.buffer_shape(name))
                   for name in doc["images"]}
-        prog = _read_image(folder / "prog.hex", *Accelerator.buffer_shape(cfg, "prog"))
+        prog = _read_image(folder / "prog.hex", *cfg.buffer_shape("prog"))
     except _Invalid as error:
         raise ModelError(f"'{folder}' is not a consistent hwonnx build folder: {error}; "
                          f"rebuild it") from error
