@@ -127,14 +127,14 @@ class Feeder(wiring.Component):
         # Running tile state.
         running = Signal()
         cur = Signal(InstrLayout())
-        remaining = Signal(16)
+        remaining = Signal(InstrLayout()["count"].shape)
         addr = Signal(signed(26))
         row_addr = Signal(signed(26))
-        ox = Signal(16)
+        ox = Signal(InstrLayout()["ow"].shape)
         ix = Signal(signed(18))
         iy = Signal(signed(18))
         acc_addr = Signal(cfg.acc_addr_bits)
-        phase = Signal(8)                    # ox mod vstride (depthwise streaming)
+        phase = Signal(InstrLayout()["vstride"].shape)     # ox mod vstride (depthwise)
         # ``remaining == 1`` and ``ox == ow - 1`` in registers of their own, set as the counters
         # step, so that no compare of a counter steers ``start`` (the enable of ``cur``) or
         # the address registers' multiplexers; the compares themselves in the compact

@@ -3,7 +3,7 @@ POST micro-instructions the engines execute, one per dispatch."""
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -95,7 +95,11 @@ class TileWalker(wiring.Component):
             m.d.sync += po_t.eq(word)
 
         phase = Signal(_Phase)
-        mi, ni, k1, k2, k3, pm, pn = (Signal(16, name=n) for n in
+        # Each counter as wide as the LOOP field it counts to, each address as its field.
+        limit = {"mi": "m_count", "ni": "n_count", "k1": "k1", "k2": "k2", "k3": "k3",
+                 "pm": "m_count", "pn": "n_count"}
+        loop, fields = LoopLayout(), InstrLayout()
+        mi, ni, k1, k2, k3, pm, pn = (Signal(loop[limit[n]].shape, name=n) for n in
                                       ("mi", "ni", "k1", "k2", "k3", "pm", "pn"))
         first_tile, bank, acc, p_acc, post_due = (Signal(name=n) for n in
                                                   ("first_tile", "bank", "acc", "p_acc",
@@ -105,13 +109,13 @@ class TileWalker(wiring.Component):
         # was the 90.56 MHz board build's critical path).
         at_last = {n: Signal(name=f"{n}_at_last") for n in ("mi", "ni", "k1", "k2", "k3",
                                                             "pm", "pn")}
-        limit = {"mi": "m_count", "ni": "n_count", "k1": "k1", "k2": "k2", "k3": "k3",
-                 "pm": "m_count", "pn": "n_count"}
-        wgt = Signal(16)
-        act, act_mn, act_m = (Signal(signed(24), name=n) for n in ("act", "act_mn", "act_m"))
-        iy, iy_m, ix = (Signal(signed(17), name=n) for n in ("iy", "iy_m", "ix"))
-        par, lane = Signal(16), Signal(8)
-        out_addr, out_m = Signal(24), Signal(24)
+        wgt = Signal(fields["wgt_addr"].shape)
+        act, act_mn, act_m = (Signal(fields["act_addr"].shape, name=n)
+                              for n in ("act", "act_mn", "act_m"))
+        iy, iy_m = (Signal(fields["iy0"].shape, name=n) for n in ("iy", "iy_m"))
+        ix = Signal(fields["ix0"].shape)
+        par, lane = Signal(fields["par_addr"].shape), Signal(fields["lane_off"].shape)
+        out_addr, out_m = (Signal(fields["out_addr"].shape, name=n) for n in ("out_addr", "out_m"))
 
         with m.If(idle):       # a LOOP on offer starts from here: tile 0's LOADW is written
             single_new = ((new.m_count == 1) & (new.n_count == 1) & (new.k1 == 1)
