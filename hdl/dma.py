@@ -95,17 +95,19 @@ class DmaEngine(wiring.Component):
             m.d.sync += [waiting.eq(offered), waiting_valid.eq(1)]
         with m.Elif(free):
             m.d.sync += waiting_valid.eq(0)
-        to_ask = Signal(24)          # words not yet asked for
-        to_get = Signal(24)          # words not yet arrived
-        to_put = Signal(24)          # words not yet written (STOREA)
+        # As wide as the widest count (ACTX's): words not yet asked for, not yet arrived, not
+        # yet written (STOREA).
+        to_ask, to_get, to_put = (Signal(ActxLayout()["count"].shape, name=n)
+                                  for n in ("to_ask", "to_get", "to_put"))
         have = Signal()              # the word at ``local`` is on the activation read port
         to_act = Signal()            # the words read go to the input staging buffer
         to_prog = Signal()           # ... to the program memory (LOADP)
         to_par = Signal()            # ... to the parameter buffer (a LOADX's parameters)
         par_next = Signal()          # a LOADX's parameters are read after its weights
-        par_count, par_ext = Signal(16), Signal(32)
+        par_count = Signal(LoadxLayout()["par_count"].shape)
+        par_ext = Signal(LoadxLayout()["par_ext"].shape)
         par_addr = Signal(self._config.par_addr_bits)
-        ext = Signal(32)
+        ext = Signal(LoadxLayout()["ext_addr"].shape)
         local = Signal(max(self._config.wgt_addr_bits, self._config.act_addr_bits,
                            self._config.prog_addr_bits, self._config.par_addr_bits))
         through = Signal()           # the running read is through

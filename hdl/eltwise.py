@@ -94,7 +94,7 @@ class EltwiseEngine(wiring.Component):
         cur = Signal(layout)
         active = Signal()
         second = Signal()                    # this cycle reads operand B
-        remaining = Signal(16)
+        remaining = Signal(layout["count"].shape)
         a_ptr, b_ptr = Signal(26), Signal(26)
         acc_ptr = Signal(cfg.acc_addr_bits)
         # The instruction is taken in every cycle the engine is ready (see ``instr_stream``):
