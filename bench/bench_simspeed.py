@@ -131,9 +131,9 @@ def _make(**changes) -> tuple:
 def _adopted() -> FlagSet:
     """sim/runner.py's flags and sim/harness.py's harness and main now."""
     from hwonnx.sim import runner
-    make = tuple(tuple(item.split("=", 1)) for item in runner._MAKEFLAGS.split())
+    make = tuple(tuple(item.split("=", 1)) for item in runner.MAKEFLAGS.split())
     return FlagSet("adopted", "sim/runner.py + sim/harness.py now: " + " ".join(
-        runner._ACCEL_ARGS[1:]) + ", the clock from its C++ main", tuple(runner._ACCEL_ARGS),
+        runner.ACCEL_ARGS[1:]) + ", the clock from its C++ main", tuple(runner.ACCEL_ARGS),
         make, "input", "cxx")
 
 
@@ -174,9 +174,9 @@ def flag_sets() -> "list[FlagSet]":
                 cxx_args, harness="input", main="gpiclock", long_samples=short),
         FlagSet("cocotb + --timing", "hwonnx before the C++ main: always #5 under --timing in "
                 "cocotb's Verilator main, the counter reset, " + " ".join(
-                    runner._BUILD_ARGS[1:]), tuple(runner._BUILD_ARGS), make, "counter"),
+                    runner.BUILD_ARGS[1:]), tuple(runner.BUILD_ARGS), make, "counter"),
         FlagSet("C++ main + --timing", "always #5 under --timing, a plain C++ main (no VPI, "
-                "no cocotb): the timing scheduler's share", tuple(runner._BUILD_ARGS), make,
+                "no cocotb): the timing scheduler's share", tuple(runner.BUILD_ARGS), make,
                 "counter", "cxxtiming"),
         adopted,
         FlagSet("adopted --noassert", "adopted + --noassert",
@@ -295,12 +295,12 @@ def build(flags: FlagSet, config, accel: str, cache: Path, prof: bool = False) -
 
 def _simulator(flags: FlagSet, run=None):
     """What :func:`hwonnx.sim.runner.run_rtl` calls to run a build of ``flags``
-    (``runner._run_simulator``): a C++ main's binary as hwonnx runs it (``run``: another way),
+    (``runner.run_simulator``): a C++ main's binary as hwonnx runs it (``run``: another way),
     a cocotb build with this module's testbench."""
     from hwonnx.sim import runner
 
     if flags.main in ("cxx", "cxxtiming"):
-        return run or runner._run_simulator
+        return run or runner.run_simulator
     clock = {"gpiclock": "gpi", "pyclock": "python", "cocotb": "none"}[flags.main]
 
     def cocotb_run(build_dir, args, folder, log_file):
@@ -324,13 +324,13 @@ def using(flags: FlagSet, folder: Path, run=None):
     """Make :func:`hwonnx.sim.execute_rtl` run ``folder``'s build of ``flags``."""
     from hwonnx.sim import runner
 
-    saved = runner.rtl_build, runner._run_simulator
+    saved = runner.rtl_build, runner.run_simulator
     runner.rtl_build = lambda *args, **kwargs: folder
-    runner._run_simulator = _simulator(flags, run)
+    runner.run_simulator = _simulator(flags, run)
     try:
         yield
     finally:
-        runner.rtl_build, runner._run_simulator = saved
+        runner.rtl_build, runner.run_simulator = saved
 
 
 @dataclass

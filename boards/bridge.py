@@ -10,7 +10,7 @@ from ..hdl.extmem import ext_port
 from ..hdl.top import host_port
 from . import protocol
 from .bridge_logic import BridgeLogic, crc16_step
-from .uart import CheckedComponent, _check_divisor
+from .uart import CheckedComponent, check_divisor
 
 __all__ = ["HostBridge", "crc16_step"]
 
@@ -72,7 +72,7 @@ class HostBridge(CheckedComponent):
     @staticmethod
     def check(config: ArchConfig, divisor: int, build_id: int, *,
               timeout_bits: int = 1 << 16) -> None:
-        _check_divisor(divisor)
+        check_divisor(divisor)
         if config.act_depth > 0xFFFF:
             raise ResourceError(f"Activation buffer must have at most 65535 words to be reached "
                                 f"over the host link, not {config.act_depth}")

@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["UartTx", "UartRx", "CheckedComponent"]
+__all__ = ["UartTx", "UartRx", "CheckedComponent", "check_divisor"]
 
 
 class CheckedComponent(wiring.Component):
@@ -23,7 +23,7 @@ class CheckedComponent(wiring.Component):
         return super().__new__(cls, src_loc_at=1)
 
 
-def _check_divisor(divisor) -> None:
+def check_divisor(divisor) -> None:
     if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor < 4:
         raise ValueError(f"UART divisor must be an integer of at least 4 clock cycles per bit, "
                          f"not {divisor!r}")
@@ -34,7 +34,7 @@ class _Uart(CheckedComponent):
 
     @staticmethod
     def check(divisor, *args) -> None:
-        _check_divisor(divisor)
+        check_divisor(divisor)
 
     def __init__(self, divisor: int, members: dict):
         self._divisor = divisor

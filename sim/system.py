@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from ..compiler.program import Program, encode_program
 from ..errors import SimulationError, ToolchainError
 from .cache import build_lock, cache_root, install_build, mark_used
-from .runner import _BUILD_ARGS, _MAKEFLAGS, cocotb_runner, setup_verilator, toolchain_fingerprint
+from .runner import BUILD_ARGS, MAKEFLAGS, cocotb_runner, setup_verilator, toolchain_fingerprint
 
 __all__ = ["SYSTEM_TOP", "run_system"]
 
@@ -25,7 +25,7 @@ SYSTEM_TOP = "hwonnx_system"
 def _system_build(verilog: str, log=print) -> Path:
     setup_verilator()
     # The make flags (the model's C++ optimization) are part of the build too.
-    key = hashlib.sha256((verilog + " ".join(_BUILD_ARGS) + _MAKEFLAGS
+    key = hashlib.sha256((verilog + " ".join(BUILD_ARGS) + MAKEFLAGS
                           + toolchain_fingerprint()).encode()).hexdigest()[:16]
     build_dir = cache_root() / "system" / key
     # A complete build appears at once (a rename), so a binary that exists is whole.
@@ -53,7 +53,7 @@ def _build_system(verilog: str, build_dir: Path, log) -> None:
         with cocotb_runner() as runner:
             runner.build(
                 sources=[work / "public.vlt", work / "system.v"], hdl_toplevel=SYSTEM_TOP,
-                build_dir=work / "obj", build_args=_BUILD_ARGS, timescale=("1ns", "1ps"),
+                build_dir=work / "obj", build_args=BUILD_ARGS, timescale=("1ns", "1ps"),
                 log_file=work / "build.log")
     except (SystemExit, Exception) as error:
         raise ToolchainError(f"Verilator build of the system design failed; see "

@@ -10,7 +10,7 @@ from dataclasses import MISSING, dataclass, fields as dataclass_fields
 
 from ..isa import Op
 
-__all__ = ["LoadW", "MatMul", "Post", "Eltw", "Transfer", "LoadX"]
+__all__ = ["LoadW", "MatMul", "Post", "Eltw", "Transfer", "LoadX", "layout"]
 
 _Int = "int | None"
 
@@ -23,7 +23,7 @@ class _Record:
         """``cls(**values)``, the fields stored at once (the frozen dataclass's ``__init__``
         sets them one ``object.__setattr__`` each: 2-3x slower, on the millions of tiles
         the emitter makes)."""
-        names, defaults, required = _layout(cls)
+        names, defaults, required = layout(cls)
         record = object.__new__(cls)
         record.__dict__.update(defaults, **values)
         if len(record.__dict__) > len(names) or (required and any(
@@ -43,14 +43,14 @@ class _Record:
 
     def fields(self) -> "dict[str, int]":
         values = self.__dict__
-        return {name: values[name] for name in _layout(type(self))[0]
+        return {name: values[name] for name in layout(type(self))[0]
                 if values[name] is not None}
 
 
 _REQUIRED = object()        # a field without a default
 
 
-def _layout(cls: type) -> "tuple[tuple[str, ...], dict[str, object], tuple[str, ...]]":
+def layout(cls: type) -> "tuple[tuple[str, ...], dict[str, object], tuple[str, ...]]":
     """The field names of record class ``cls`` in declaration order, each field's default
     (:data:`_REQUIRED`: none) and the fields without one, looked up once."""
     layout = _LAYOUTS.get(cls)

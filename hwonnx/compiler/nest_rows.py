@@ -16,7 +16,7 @@ import numpy as np
 
 from ..hdl.loader import tile_words
 from ..isa import FIELDS, Op
-from .micro import MatMul, _layout
+from .micro import MatMul, layout
 
 __all__ = ["schedule_rows", "expand_rows", "rows_in_range", "COLUMN"]
 
@@ -26,7 +26,7 @@ COLUMN = {f.name: k for k, f in enumerate(FIELDS)}
 _LOW = np.array([f.min for f in FIELDS], dtype=np.int64)
 _HIGH = np.array([f.max for f in FIELDS], dtype=np.int64)
 _IN_ORDER = itemgetter(*COLUMN)
-_MATMUL_NAMES = _layout(MatMul)[0]
+_MATMUL_NAMES = layout(MatMul)[0]
 _MATMUL_GET = itemgetter(*_MATMUL_NAMES)
 _MATMUL_COLUMNS = [COLUMN[name] for name in _MATMUL_NAMES]
 
