@@ -5,11 +5,9 @@ running the same quantized model (int8 outputs, LSB of the output scale, top-1).
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                      quantize_static)
+from onnxruntime.quantization import QuantFormat, quantize_static
 
 from hwonnx import api
 from hwonnx.config import ArchConfig
@@ -19,124 +17,10 @@ from hwonnx.golden import quantize
 from hwonnx.quant import add_weights, evaluate_onnxruntime
 
 from helpers import raises
-from ort_reference import optimized_outputs, reference_outputs
+from prequantized_helpers import (SAMPLES, Reader, dims, float_model, onnx_model,
+                                  onnxruntime_outputs, quantized)
 
-SAMPLES = 64
 F = TensorProto.FLOAT
-ort.set_default_logger_severity(3)
-
-
-def _model(nodes, inits, shape, out_shape, inputs=(), out_type=F):
-    graph = helper.make_graph(
-        nodes, "m", [helper.make_tensor_value_info(n, F, s) for n, s in (("x", shape),
-                                                                         *inputs)],
-        [helper.make_tensor_value_info("y", out_type, out_shape)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 13)])
-
-
-def _float_model(kind: str, rng) -> onnx.ModelProto:
-    """Small float models: Conv+Relu, a residual Conv+Add, Gemm, a CNN (Conv, Relu, Add,
-    GlobalAveragePool, Flatten, Gemm), a CNN with a BatchNormalization between Conv and Relu,
-    an MLP with a separate bias Add and a CNN with LeakyRelu, MaxPool and Sigmoid
-    (QLinearLeakyRelu, int8 MaxPool, QLinearSigmoid in QOperator form)."""
-    def w(*shape, s=0.3):
-        return rng.normal(0, s, shape).astype(np.float32)
-    conv = lambda i, o, name: helper.make_node("Conv", [i, f"{name}_w", f"{name}_b"], [o],  # noqa
-                                               pads=[1, 1, 1, 1], name=name)
-    if kind == "gemm":
-        return _model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc")],
-                      {"w": w(10, 24), "b": w(10, s=0.1)}, [1, 24], [1, 10])
-    if kind == "mlp_bias":
-        nodes = [helper.make_node("MatMul", ["x", "w1"], ["m"], name="mm1"),
-                 helper.make_node("Add", ["m", "b1"], ["a"], name="bias1"),
-                 helper.make_node("Relu", ["a"], ["r"], name="relu1"),
-                 helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
-        return _model(nodes, {"w1": w(16, 12), "b1": w(12, s=0.2), "w2": w(12, 10, s=0.6)},
-                      [1, 16], [1, 10])
-    inits = {"c1_w": w(8, 3, 3, 3), "c1_b": w(8, s=0.1), "c2_w": w(8, 8, 3, 3, s=0.2),
-             "c2_b": w(8, s=0.1)}
-    if kind == "pool_act":
-        nodes = [conv("x", "c1", "c1"),
-                 helper.make_node("LeakyRelu", ["c1"], ["l1"], alpha=0.1, name="leaky"),
-                 helper.make_node("MaxPool", ["l1"], ["p1"], kernel_shape=[2, 2],
-                                  strides=[2, 2], name="pool"),
-                 conv("p1", "c2", "c2"), helper.make_node("Sigmoid", ["c2"], ["s2"], name="sig"),
-                 helper.make_node("GlobalAveragePool", ["s2"], ["g"], name="gap"),
-                 helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-                 helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1, name="fc")]
-        return _model(nodes, {**inits, "fc_w": w(10, 8, s=1.0), "fc_b": w(10, s=0.1)},
-                      [1, 3, 8, 8], [1, 10])
-    if kind == "cnn_bn":
-        inits.update(bn_scale=rng.uniform(0.5, 1.5, 8).astype(np.float32),
-                     bn_bias=w(8, s=0.1), bn_mean=w(8, s=0.1),
-                     bn_var=rng.uniform(0.5, 2, 8).astype(np.float32))
-        nodes = [conv("x", "c1", "c1"),
-                 helper.make_node("BatchNormalization", ["c1", "bn_scale", "bn_bias",
-                                                         "bn_mean", "bn_var"], ["n1"],
-                                  name="bn"),
-                 helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
-                 conv("r1", "c2", "c2"), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-                 helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
-                 helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-                 helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1, name="fc")]
-        return _model(nodes, {**inits, "fc_w": w(10, 8, s=1.0), "fc_b": w(10, s=0.1)},
-                      [1, 3, 8, 8], [1, 10])
-    nodes = [conv("x", "c1", "c1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1")]
-    if kind == "conv_relu":
-        nodes[-1] = helper.make_node("Relu", ["c1"], ["y"], name="relu1")
-        return _model(nodes, {k: inits[k] for k in ("c1_w", "c1_b")}, [1, 3, 8, 8],
-                      [1, 8, 8, 8])
-    nodes += [conv("r1", "c2", "c2"), helper.make_node("Add", ["c2", "r1"], ["a"], name="add")]
-    if kind == "residual":
-        nodes.append(helper.make_node("Relu", ["a"], ["y"], name="relu2"))
-        return _model(nodes, inits, [1, 3, 8, 8], [1, 8, 8, 8])
-    nodes += [helper.make_node("Relu", ["a"], ["r2"], name="relu2"),
-              helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
-              helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-              helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1, name="fc")]
-    return _model(nodes, {**inits, "fc_w": w(10, 8, s=1.0), "fc_b": w(10, s=0.1)},
-                  [1, 3, 8, 8], [1, 10])
-
-
-class _Reader(CalibrationDataReader):
-    def __init__(self, shape, seed):
-        rng = np.random.default_rng(seed)
-        self.data = iter([{"x": rng.normal(0, 1, shape).astype(np.float32)} for _ in range(32)])
-
-    def get_next(self):
-        return next(self.data, None)
-
-
-def _dims(path, output=False) -> "tuple[int, ...]":
-    graph = onnx.load(str(path)).graph
-    value = graph.output[0] if output else graph.input[0]
-    return tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
-
-
-def _quantized(tmp_path, kind, fmt, per_channel, act_type):
-    float_path = tmp_path / f"{kind}.onnx"
-    onnx.save(_float_model(kind, np.random.default_rng(7)), float_path)
-    path = tmp_path / f"{kind}_{fmt}_{int(per_channel)}_{act_type}.onnx"
-    act_type, _, symmetric = act_type.partition("-")
-    quantize_static(str(float_path), str(path), _Reader(_dims(float_path), 3),
-                    quant_format=getattr(QuantFormat, fmt), per_channel=per_channel,
-                    activation_type=getattr(QuantType, act_type), weight_type=QuantType.QInt8,
-                    extra_options={"ActivationSymmetric": bool(symmetric)})
-    return path
-
-
-def _onnxruntime(path, x, reference=True):
-    """onnxruntime's float output, int8 codes (uint8 - 128) and output DequantizeLinear scale:
-    from the CPU-independent reference (``ort_reference``), or from onnxruntime's default
-    session (optimized kernels, CPU-dependent) when ``reference`` is false."""
-    model = onnx.load(str(path))
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    last = [n for n in model.graph.node if n.op_type == "DequantizeLinear"][-1]  # (+ Relu)
-    scale, zp = np.float32(inits[last.input[1]]), inits[last.input[2]]
-    y = (reference_outputs if reference else optimized_outputs)(model, {"x": x})[0]
-    q = np.rint(y / scale).astype(np.int64) + int(zp) - (128 if zp.dtype == np.uint8 else 0)
-    return y.reshape(len(x), -1), q.reshape(len(x), -1), float(scale)
 
 
 def compare(path, seed=11, config=None, samples=SAMPLES, reference=None):
@@ -147,10 +31,10 @@ def compare(path, seed=11, config=None, samples=SAMPLES, reference=None):
     from :func:`evaluate_onnxruntime`)."""
     result = api.build(path, None, calib=None, config=config, verilog=False,
                        log=lambda *_: None)
-    x = np.random.default_rng(seed).normal(0, 1, (samples, *_dims(path)[1:])).astype(
+    x = np.random.default_rng(seed).normal(0, 1, (samples, *dims(path)[1:])).astype(
         np.float32)
     sim = api.simulate(result, {"x": x}, mode="golden")
-    y_ort, q_ort, scale = _onnxruntime(reference or path, x)
+    y_ort, q_ort, scale = onnxruntime_outputs(reference or path, x)
     y = sim.outputs["y"].reshape(y_ort.shape)
     q = sim.int_outputs.reshape(q_ort.shape).astype(np.int64)
     max_lsb = int(np.rint(np.abs(y - y_ort) / scale).max())
@@ -165,10 +49,10 @@ def compare(path, seed=11, config=None, samples=SAMPLES, reference=None):
 def optimized_difference(path, seed=11) -> str:
     """How far onnxruntime's default session (its CPU-dependent optimized kernels) is from
     the reference on this machine: reported, never asserted."""
-    x = np.random.default_rng(seed).normal(0, 1, (SAMPLES, *_dims(path)[1:])).astype(
+    x = np.random.default_rng(seed).normal(0, 1, (SAMPLES, *dims(path)[1:])).astype(
         np.float32)
-    _, q_ref, _ = _onnxruntime(path, x)
-    _, q_opt, _ = _onnxruntime(path, x, reference=False)
+    _, q_ref, _ = onnxruntime_outputs(path, x)
+    _, q_opt, _ = onnxruntime_outputs(path, x, reference=False)
     lsb = np.abs(q_opt - q_ref)
     return (f"onnxruntime's optimized kernels on this CPU: {np.count_nonzero(lsb)} values "
             f"differ from the reference, max {lsb.max()} LSB")
@@ -182,9 +66,9 @@ def optimized_difference(path, seed=11) -> str:
 @pytest.mark.parametrize("kind", ["conv_relu", "residual", "gemm", "cnn", "cnn_bn",
                                   "mlp_bias", "pool_act"])
 def test_matches_onnxruntime(tmp_path, kind, fmt, per_channel, act_type):
-    path = _quantized(tmp_path, kind, fmt, per_channel, act_type)
+    path = quantized(tmp_path, kind, fmt, per_channel, act_type)
     differing, max_lsb, top1, emulated = compare(path)
-    print(f"{path.name}: {differing} of {SAMPLES} x {np.prod(_dims(path, True))} int8 values "
+    print(f"{path.name}: {differing} of {SAMPLES} x {np.prod(dims(path, True))} int8 values "
           f"differ from the reference, max {max_lsb} LSB, top-1 {top1:.0%}; with onnxruntime's "
           f"rounding {emulated} differ; {optimized_difference(path)}")
     assert max_lsb <= 1
@@ -207,8 +91,8 @@ def test_onnxruntime_rounding_mode(tmp_path, kind, fmt):
     half up (see docs/arithmetic.md). The QDQ model is held to the exact reference of its
     QOperator twin (the same quantize_static parameters): its own reference path computes the
     Conv in float, which differs from any integer accumulation near rounding boundaries."""
-    path = _quantized(tmp_path, kind, fmt, True, "QInt8")
-    twin = _quantized(tmp_path, kind, "QOperator", True, "QInt8")
+    path = quantized(tmp_path, kind, fmt, True, "QInt8")
+    twin = quantized(tmp_path, kind, "QOperator", True, "QInt8")
     default = compare(path, reference=twin)
     exact = compare(path, config=ArchConfig(ort_rounding=True), reference=twin)
     print(f"{path.name}: {default[0]} values differ from the exact reference with half-up "
@@ -226,7 +110,7 @@ def _initializers(path) -> dict:
 
 
 def test_annotations_are_the_models_integers(tmp_path):
-    path = _quantized(tmp_path, "cnn", "QDQ", True, "QUInt8")
+    path = quantized(tmp_path, "cnn", "QDQ", True, "QUInt8")
     inits = _initializers(path)
     graph = load_model(path)
     quant = graph.meta["quantization"]
@@ -253,7 +137,7 @@ def test_annotations_are_the_models_integers(tmp_path):
 
 
 def test_integer_graph_uses_the_models_parameters(tmp_path):
-    path = _quantized(tmp_path, "residual", "QOperator", True, "QInt8")
+    path = quantized(tmp_path, "residual", "QOperator", True, "QInt8")
     inits = _initializers(path)
     graph, _ = api.compile_model(path, None, config=ArchConfig(), log=lambda *_: None)
     conv = next(n for n in graph.nodes if n.name.startswith("c1"))
@@ -273,7 +157,7 @@ def test_integer_graph_uses_the_models_parameters(tmp_path):
 
 
 def test_float_model_still_needs_calibration_data(tmp_path):
-    onnx.save(_float_model("gemm", np.random.default_rng(0)), tmp_path / "gemm.onnx")
+    onnx.save(float_model("gemm", np.random.default_rng(0)), tmp_path / "gemm.onnx")
     with raises(QuantizationError, "Calibration data is required to quantize a float model: "
                 "pass --calib samples.npz (one array per input, first axis = samples) or an "
                 ".npy for a single-input model"):
@@ -282,9 +166,9 @@ def test_float_model_still_needs_calibration_data(tmp_path):
 
 
 def test_values_without_parameters_are_calibrated(tmp_path):
-    onnx.save(_float_model("cnn", np.random.default_rng(7)), tmp_path / "cnn.onnx")
+    onnx.save(float_model("cnn", np.random.default_rng(7)), tmp_path / "cnn.onnx")
     path = tmp_path / "partial.onnx"
-    quantize_static(str(tmp_path / "cnn.onnx"), str(path), _Reader((1, 3, 8, 8), 3),
+    quantize_static(str(tmp_path / "cnn.onnx"), str(path), Reader((1, 3, 8, 8), 3),
                     quant_format=QuantFormat.QDQ, nodes_to_exclude=["fc"])
     with raises(QuantizationError, "Calibration data is required: the model gives no "
                 "quantization parameters for 1 value(s) ('y'); pass --calib samples.npz (one "
@@ -328,7 +212,7 @@ def _integer_model(conv: bool, rng):
              helper.make_node("DequantizeLinear", ["aq", "y_scale", "y_zp"], ["y"], name="dq")]
     inits.update(x_scale=x_scale, x_zp=np.uint8(128), w=w, y_zp=np.int8(0),
                  bias=inits["bias"].astype(np.float32))
-    return _model(nodes, inits, shape, [1, channels, 8, 8] if conv else [1, channels])
+    return onnx_model(nodes, inits, shape, [1, channels, 8, 8] if conv else [1, channels])
 
 
 @pytest.mark.parametrize("conv", [False, True], ids=["MatMulInteger", "ConvInteger"])
@@ -339,7 +223,7 @@ def test_integer_operators_match_onnxruntime(tmp_path, conv):
     assert [n.op for n in graph.nodes] == ["Conv" if conv else "Dense"]
     differing, max_lsb, top1, _ = compare(path)
     print(f"{'ConvInteger' if conv else 'MatMulInteger'}: {differing} of {SAMPLES} x "
-          f"{np.prod(_dims(path, True))} int8 values differ from onnxruntime, max {max_lsb} "
+          f"{np.prod(dims(path, True))} int8 values differ from onnxruntime, max {max_lsb} "
           f"LSB, top-1 {top1:.0%}")
     assert max_lsb <= 1 and top1 == 1.0
 
@@ -354,7 +238,7 @@ def _qdq_conv(w_q: np.ndarray, w_zp: int):
              helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"], name="dqy")]
     inits = {"xs": np.float32(4 / 255), "xz": np.uint8(128), "wq": w_q, "ws": np.float32(0.01),
              "wz": np.uint8(w_zp), "ys": np.float32(0.05), "yz": np.uint8(128)}
-    return _model(nodes, inits, [1, 2, 6, 6], [1, 4, 6, 6])
+    return onnx_model(nodes, inits, [1, 2, 6, 6], [1, 4, 6, 6])
 
 
 def test_weight_zero_point_is_folded(tmp_path):
@@ -381,7 +265,7 @@ def test_weight_zero_point_outside_int8_is_refused(tmp_path):
 # refusals ----------------------------------------------------------------------------------------
 
 def _qdq(nodes, inits, inputs=(), out_type=F):
-    return _model(nodes, inits, [1, 4], [1, 4], inputs, out_type)
+    return onnx_model(nodes, inits, [1, 4], [1, 4], inputs, out_type)
 
 
 _S, _Z = np.float32(0.02), np.int8(3)
@@ -429,7 +313,7 @@ def test_import_refusals(model, message):
 
 
 def test_qgemm_alpha_is_refused(tmp_path):
-    path = _quantized(tmp_path, "gemm", "QOperator", False, "QInt8")
+    path = quantized(tmp_path, "gemm", "QOperator", False, "QInt8")
     model = onnx.load(str(path))
     gemm = next(n for n in model.graph.node if n.op_type == "QGemm")
     gemm.attribute.append(helper.make_attribute("alpha", 0.5))
@@ -439,7 +323,7 @@ def test_qgemm_alpha_is_refused(tmp_path):
 
 
 def test_layout_op_cannot_requantize(tmp_path):
-    path = _quantized(tmp_path, "cnn", "QDQ", False, "QInt8")
+    path = quantized(tmp_path, "cnn", "QDQ", False, "QInt8")
     model = onnx.load(str(path))
     model.graph.initializer.append(numpy_helper.from_array(np.float32(0.5), "f_scale"))
     for node in model.graph.node:
@@ -480,11 +364,11 @@ def test_prequantized_models_on_rtl(tmp_path, kind, fmt):
     the issue's bound."""
     from tests.end_to_end.test_ort_rounding_rtl import ORT_CONFIG
 
-    path = _quantized(tmp_path, kind, fmt, True, "QUInt8")
+    path = quantized(tmp_path, kind, fmt, True, "QUInt8")
     result = api.build(path, None, calib=None, config=ORT_CONFIG, verilog=False,
                        log=lambda *_: None)
     assert any(i.get("rne") for i in result.program.expanded())
-    x = np.random.default_rng(3).normal(0, 1, (16, *_dims(path)[1:])).astype(np.float32)
+    x = np.random.default_rng(3).normal(0, 1, (16, *dims(path)[1:])).astype(np.float32)
     golden = api.simulate(result, {"x": x}, mode="golden")
     rtl = api.simulate(result, {"x": x}, mode="rtl", log=lambda *_: None)
     np.testing.assert_array_equal(rtl.int_outputs, golden.int_outputs)

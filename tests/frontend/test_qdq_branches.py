@@ -23,7 +23,7 @@ from hwonnx.golden import evaluate
 from hwonnx.isa import Op
 
 from ort_reference import reference_session
-from tests.frontend.test_prequantized import _Reader
+from prequantized_helpers import Reader
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 #: Largest difference of the Gemm's int8 logits from the reference (measured: 2 LSB per
@@ -66,7 +66,7 @@ def _float_model(rng) -> onnx.ModelProto:
 def _quantized(tmp_path, per_channel: bool):
     float_path, path = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
     onnx.save(_float_model(np.random.default_rng(0)), float_path)
-    quantize_static(str(float_path), str(path), _Reader((1, 3, 8, 8), 3),
+    quantize_static(str(float_path), str(path), Reader((1, 3, 8, 8), 3),
                     quant_format=QuantFormat.QDQ, per_channel=per_channel,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return path

@@ -12,7 +12,7 @@ import ort_reference
 from ort_reference import (INTEGER_OPS, OptimizedInt8Session, guard_optimized_int8_sessions,
                            optimized_outputs, qoperator_reference, reference_outputs,
                            reference_session)
-from tests.frontend.test_prequantized import SAMPLES, _dims, _onnxruntime, _quantized
+from prequantized_helpers import SAMPLES, dims, onnxruntime_outputs, quantized
 
 U8, I8, F = TensorProto.UINT8, TensorProto.INT8, TensorProto.FLOAT
 
@@ -104,11 +104,11 @@ def test_exact_reference_follows_the_qdq_reference_path(tmp_path, kind, per_chan
     ops between DequantizeLinear and QuantizeLinear) agree within 1 LSB, with the same top-1.
     (Not cnn_bn: its QDQ form quantizes the BatchNormalization scale to int8, its QOperator
     form keeps it float, so the two are different models.)"""
-    qop = _quantized(tmp_path, kind, "QOperator", per_channel, act_type)
-    qdq = _quantized(tmp_path, kind, "QDQ", per_channel, act_type)
-    x = np.random.default_rng(11).normal(0, 1, (SAMPLES, *_dims(qdq)[1:])).astype(np.float32)
-    y_qop, q_qop, _ = _onnxruntime(qop, x)
-    y_qdq, q_qdq, _ = _onnxruntime(qdq, x)
+    qop = quantized(tmp_path, kind, "QOperator", per_channel, act_type)
+    qdq = quantized(tmp_path, kind, "QDQ", per_channel, act_type)
+    x = np.random.default_rng(11).normal(0, 1, (SAMPLES, *dims(qdq)[1:])).astype(np.float32)
+    y_qop, q_qop, _ = onnxruntime_outputs(qop, x)
+    y_qdq, q_qdq, _ = onnxruntime_outputs(qdq, x)
     lsb = np.abs(q_qop - q_qdq)
     print(f"{kind} per_channel={per_channel} {act_type}: {np.count_nonzero(lsb)} of "
           f"{lsb.size} values differ, max {lsb.max()} LSB")
@@ -120,8 +120,8 @@ def test_references_never_run_optimized_integer_kernels(tmp_path, monkeypatch):
     """Independent of the CPU by construction: the reference path disables every graph
     optimization (no QDQ group becomes an integer kernel), and a model with integer operators
     is evaluated without onnxruntime at all."""
-    qdq = _quantized(tmp_path, "cnn", "QDQ", True, "QUInt8")
-    qop = _quantized(tmp_path, "cnn", "QOperator", True, "QUInt8")
+    qdq = quantized(tmp_path, "cnn", "QDQ", True, "QUInt8")
+    qop = quantized(tmp_path, "cnn", "QOperator", True, "QUInt8")
     assert reference_session(qdq).get_session_options().graph_optimization_level == \
         ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     assert any(n.op_type in INTEGER_OPS for n in onnx.load(str(qop)).graph.node)
@@ -140,8 +140,8 @@ def test_guard_refuses_optimized_sessions_on_quantized_models(tmp_path, monkeypa
     """The guard every test runs under (tests/conftest.py): a default session on a QDQ or
     QOperator model raises, the reference path, float models and optimized_outputs do not."""
     guard_optimized_int8_sessions(monkeypatch)
-    qdq = _quantized(tmp_path, "gemm", "QDQ", False, "QInt8")
-    qop = _quantized(tmp_path, "gemm", "QOperator", False, "QInt8")
+    qdq = quantized(tmp_path, "gemm", "QDQ", False, "QInt8")
+    qop = quantized(tmp_path, "gemm", "QOperator", False, "QInt8")
     for model in (qdq, qop):
         with pytest.raises(OptimizedInt8Session, match=r"^onnxruntime's optimized session on "
                            r"a quantized model \((\w+, )*QuantizeLinear(, \w+)*\): its int8 "
