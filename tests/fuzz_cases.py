@@ -1,6 +1,7 @@
 """The cases of ``test_fuzz_build``: small buildable seed models (a CNN, an MLP, a residual
 block, a QDQ model) and the Hypothesis strategy of their mutations (``CASES``: a seed and one
-to three mutations of protobuf fields), applied by :func:`mutated`."""
+to three mutations of protobuf fields), applied by :func:`mutated`; and the random inputs a
+mutated model runs on (:func:`random_feeds`, also in ``test_fuzz_regressions``)."""
 
 import warnings
 
@@ -9,7 +10,7 @@ import onnx
 from hypothesis import strategies as st
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-__all__ = ["CASES", "SEEDS", "mutated"]
+__all__ = ["CASES", "SEEDS", "mutated", "random_feeds", "MAX_FEED_ELEMENTS"]
 
 
 # Seed models: small, valid and buildable, covering the operators and host steps ----------
@@ -455,3 +456,34 @@ def mutated(seed_name: str, mutations) -> bytes:
             continue
         model = copy
     return model.SerializeToString()
+
+
+# Inputs of a mutated model ---------------------------------------------------------------
+
+MAX_FEED_ELEMENTS = 1 << 18         # larger inputs are not evaluated (build without calib)
+
+
+def random_feeds(graph, rng, samples: int = 1) -> "dict[str, np.ndarray] | None":
+    """Random samples ``[samples, *shape]`` of every graph input in its type; None if an
+    input is too large, or of a type that is not a number."""
+    feeds = {}
+    for name in graph.inputs:
+        shape = tuple(graph.types[name].shape)
+        try:
+            dtype = np.dtype(graph.types[name].dtype)
+        except TypeError:
+            return None
+        if np.prod(shape, dtype=float) > MAX_FEED_ELEMENTS:
+            return None
+        shape = (samples,) + shape
+        if np.issubdtype(dtype, np.inexact):
+            feeds[name] = rng.uniform(-1, 1, shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
+        elif np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            feeds[name] = rng.integers(max(info.min, -128), min(info.max, 127) + 1,
+                                       shape).astype(dtype)
+        else:
+            return None
+    return feeds

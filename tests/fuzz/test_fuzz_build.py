@@ -49,11 +49,10 @@ from hwonnx.errors import HwonnxError
 from hwonnx.frontend import load_model
 from hwonnx.ir.evaluate import evaluate_float
 
-from fuzz_cases import CASES, SEEDS, mutated
+from fuzz_cases import CASES, SEEDS, mutated, random_feeds
 
 PER_CASE_SECONDS = 10
 MEMORY_HEADROOM = 4 << 30           # the address space may grow by this much during a test
-MAX_FEED_ELEMENTS = 1 << 18         # larger inputs are not evaluated (build without calib)
 SMOKE = (300, 1)                    # (cases per block, blocks)
 SLOW = (2000, 32)
 HWONNX = str(Path(__import__("hwonnx").__file__).resolve().parent)
@@ -78,32 +77,6 @@ def _quiet(message):
     pass
 
 
-def _feeds(graph, rng, samples: int = 1) -> "dict[str, np.ndarray] | None":
-    """Random samples ``[samples, *shape]`` of every graph input in its type; None if an
-    input is too large, or of a type that is not a number."""
-    feeds = {}
-    for name in graph.inputs:
-        shape = tuple(graph.types[name].shape)
-        try:
-            dtype = np.dtype(graph.types[name].dtype)
-        except TypeError:
-            return None
-        if np.prod(shape, dtype=float) > MAX_FEED_ELEMENTS:
-            return None
-        shape = (samples,) + shape
-        if np.issubdtype(dtype, np.inexact):
-            feeds[name] = rng.uniform(-1, 1, shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
-        elif np.issubdtype(dtype, np.integer):
-            info = np.iinfo(dtype)
-            feeds[name] = rng.integers(max(info.min, -128), min(info.max, 127) + 1,
-                                       shape).astype(dtype)
-        else:
-            return None
-    return feeds
-
-
 def run_case(data: bytes) -> str:
     """Load, evaluate and build one model; returns the outcome (``refused at load``,
     ``refused at build``, ``built``, ...). Raises WrongResult or whatever hwonnx raised
@@ -113,7 +86,7 @@ def run_case(data: bytes) -> str:
         graph = load_model(data)
     except HwonnxError:
         return "refused at load"
-    one = _feeds(graph, rng)
+    one = random_feeds(graph, rng)
     if one is not None:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")       # a float model may overflow: not a failure
@@ -129,7 +102,7 @@ def run_case(data: bytes) -> str:
                 raise WrongResult("an output's shape is not the declared one",
                                   f"output '{name}' has shape {got}, the graph declares "
                                   f"{graph.types[name].shape}")
-    calib = _feeds(graph, rng, 4)
+    calib = random_feeds(graph, rng, 4)
     try:
         result = build(data, None, calib=calib, verilog=False, log=_quiet)
     except HwonnxError:
@@ -137,7 +110,7 @@ def run_case(data: bytes) -> str:
     encode_program(result.program)
     if calib is None:
         return "built (input too large to run)"
-    golden = run_golden(result, _feeds(graph, rng, 2))
+    golden = run_golden(result, random_feeds(graph, rng, 2))
     for name, value in golden.outputs.items():
         if np.issubdtype(np.asarray(value).dtype, np.inexact) and not np.isfinite(value).all():
             raise WrongResult("the golden output is not finite",

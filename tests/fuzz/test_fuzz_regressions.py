@@ -6,11 +6,13 @@ are errors in the suite) and no other exception."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from tests.fuzz.test_fuzz_build import _feeds, classify, mutated
+from tests.fuzz.test_fuzz_build import classify
 
 from hwonnx.api import build
 from hwonnx.errors import HwonnxError, ModelError, QuantizationError, UnsupportedOperatorError
 from hwonnx.frontend import load_model
+
+from fuzz_cases import mutated, random_feeds
 
 # (seed, mutations, outcome, error type, words the message names)
 CASES = {
@@ -77,7 +79,7 @@ def _error(data: bytes) -> HwonnxError:
     """The hwonnx error loading or building ``data`` raises (with calibration data)."""
     try:
         graph = load_model(data)
-        build(data, None, calib=_feeds(graph, np.random.default_rng(0), 4), verilog=False,
+        build(data, None, calib=random_feeds(graph, np.random.default_rng(0), 4), verilog=False,
               log=lambda message: None)
     except HwonnxError as error:
         return error
