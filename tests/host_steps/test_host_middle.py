@@ -15,7 +15,8 @@ from hwonnx.errors import UnsupportedOperatorError
 
 from ort_reference import reference_outputs
 from rtl_helpers import he_weight
-from tests.host_steps.test_segments import _conv, _model, _scale_of, quiet, softmax_middle
+from helpers import quiet
+from host_steps_helpers import conv_node, onnx_model, scale_of, softmax_middle
 
 
 def test_what_neither_side_runs_is_still_refused():
@@ -26,7 +27,7 @@ def test_what_neither_side_runs_is_still_refused():
     from hwonnx.frontend import load_model
 
     rng = np.random.default_rng(0)
-    nodes = [_conv("conv", "x", "w", "c"),
+    nodes = [conv_node("conv", "x", "w", "c"),
              helper.make_node("ArgMax", ["c"], ["i"], name="argmax", axis=1),
              helper.make_node("Flatten", ["i"], ["fi"], name="flat"),
              helper.make_node("Relu", ["fi"], ["r"], name="relu"),
@@ -34,8 +35,8 @@ def test_what_neither_side_runs_is_still_refused():
              helper.make_node("Relu", ["j"], ["rj"], name="relu2"),
              helper.make_node("Cast", ["r"], ["y"], name="tofloat", to=TensorProto.FLOAT),
              helper.make_node("Cast", ["rj"], ["z"], name="tofloat2", to=TensorProto.FLOAT)]
-    model = _model(nodes, {"w": he_weight(rng, 4, 3, 1, 1)}, {"x": [1, 3, 4, 4]},
-                   {"y": [1, 16], "z": [1, 4, 1, 4]})
+    model = onnx_model(nodes, {"w": he_weight(rng, 4, 3, 1, 1)}, {"x": [1, 3, 4, 4]},
+                       {"y": [1, 16], "z": [1, 4, 1, 4]})
     model.opset_import[0].version = 14              # Relu of int64
     with pytest.raises(UnsupportedOperatorError) as error:
         load_model(model)
@@ -47,11 +48,11 @@ def test_what_neither_side_runs_is_still_refused():
         "indices; Relu 'relu2' runs on neither: it reads the int64 indices 'j' of ArgMax "
         "'argmax2', but the accelerator reads only float values (a Cast to float before it "
         "would do) and the host runs only Cast and layout nodes on indices)")
-    nodes = [_conv("conv", "x", "w", "c"), helper.make_node("Hardmax", ["c"], ["h"], name="hm",
-                                                            axis=1),
-             _conv("conv2", "h", "w2", "y")]
-    model = _model(nodes, {"w": he_weight(rng, 4, 3, 1, 1), "w2": he_weight(rng, 2, 4, 1, 1)},
-                   {"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]})
+    nodes = [conv_node("conv", "x", "w", "c"), helper.make_node("Hardmax", ["c"], ["h"], name="hm",
+                                                                axis=1),
+             conv_node("conv2", "h", "w2", "y")]
+    model = onnx_model(nodes, {"w": he_weight(rng, 4, 3, 1, 1), "w2": he_weight(rng, 2, 4, 1, 1)},
+                       {"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]})
     with pytest.raises(UnsupportedOperatorError, match=r"^1 unsupported node\(s\): node 'hm' "
                                                        r"Hardmax"):
         load_model(model)
@@ -60,12 +61,12 @@ def test_what_neither_side_runs_is_still_refused():
 def argmax_feeds_on(rng):
     """The index of the largest of 6 channels at each pixel (ArgMax, int64), cast to float,
     through a 1x1 Conv."""
-    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
+    nodes = [conv_node("conv1", "x", "w1", "c1", pads=[1] * 4),
              helper.make_node("ArgMax", ["c1"], ["i"], name="argmax", axis=1),
              helper.make_node("Cast", ["i"], ["f"], name="tofloat", to=TensorProto.FLOAT),
-             _conv("conv2", "f", "w2", "y")]
-    return _model(nodes, {"w1": he_weight(rng, 6, 3, 3, 3), "w2": he_weight(rng, 2, 1, 1, 1)},
-                  {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
+             conv_node("conv2", "f", "w2", "y")]
+    return onnx_model(nodes, {"w1": he_weight(rng, 6, 3, 3, 3), "w2": he_weight(rng, 2, 1, 1, 1)},
+                      {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
 
 
 def topk_feeds_on(rng):
@@ -75,8 +76,8 @@ def topk_feeds_on(rng):
              helper.make_node("TopK", ["h", "k"], ["v", "idx"], name="topk", axis=1),
              helper.make_node("Gemm", ["v", "w2"], ["y"], name="fc2")]
     inits = {"w1": he_weight(rng, 6, 8).T.copy(), "w2": he_weight(rng, 2, 3).T.copy()}
-    model = _model(nodes, inits, {"x": [1, 8]}, {"y": [1, 2]},
-                   [helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 3])])
+    model = onnx_model(nodes, inits, {"x": [1, 8]}, {"y": [1, 2]},
+                       [helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 3])])
     model.graph.initializer.append(numpy_helper.from_array(np.array([3], np.int64), "k"))
     return model
 
@@ -132,14 +133,14 @@ def two_inputs_around(rng):
     inits = {"mean": np.float32(0.5), "w1": he_weight(rng, 4, 3, 3, 3),
              "wz": he_weight(rng, 4, 2, 1, 1), "w2": he_weight(rng, 4, 4, 1, 1, gain=4.0)}
     nodes = [helper.make_node("Sub", ["x", "mean"], ["xn"], name="norm"),
-             _conv("conv1", "xn", "w1", "c1", pads=[1] * 4),
+             conv_node("conv1", "xn", "w1", "c1", pads=[1] * 4),
              helper.make_node("Softmax", ["c1"], ["s"], name="softmax", axis=1),
-             _conv("convz", "z", "wz", "cz"),
-             _conv("conv2", "s", "w2", "c2"),
+             conv_node("convz", "z", "wz", "cz"),
+             conv_node("conv2", "s", "w2", "c2"),
              helper.make_node("Add", ["c2", "cz"], ["y"], name="add"),
              helper.make_node("ArgMax", ["y"], ["cls"], name="argmax", axis=1)]
-    return _model(nodes, inits, {"x": [1, 3, 6, 6], "z": [1, 2, 6, 6]}, {"y": [1, 4, 6, 6]},
-                  [helper.make_tensor_value_info("cls", TensorProto.INT64, [1, 1, 6, 6])])
+    return onnx_model(nodes, inits, {"x": [1, 3, 6, 6], "z": [1, 2, 6, 6]}, {"y": [1, 4, 6, 6]},
+                      [helper.make_tensor_value_info("cls", TensorProto.INT64, [1, 1, 6, 6])])
 
 
 @pytest.mark.rtl
@@ -160,7 +161,7 @@ def test_start_middle_and_end_host_steps_with_two_inputs(tmp_path):
     assert result.graph.meta["host_steps"]["argmax"]["at"] == "end"
     golden = simulate(result, calib, mode="golden")
     want_y, _ = reference_outputs(model, calib)
-    lsb = np.abs(golden.outputs["y"] - want_y) / _scale_of(result.graph, "y")
+    lsb = np.abs(golden.outputs["y"] - want_y) / scale_of(result.graph, "y")
     assert lsb.max() <= 3 and lsb.mean() < 0.6, (lsb.max(), lsb.mean())
     np.testing.assert_array_equal(golden.outputs["cls"],
                                   np.argmax(golden.outputs["y"], axis=1)[:, None])
@@ -210,19 +211,19 @@ def test_a_host_result_constant_on_the_calibration_data_is_quantized(tmp_path):
     result is not the user's to vary), and the golden output equals onnxruntime's reference
     path within 3 LSB (the second Conv sees an exact 1: 255 steps of 1/255)."""
     rng = np.random.default_rng(3)
-    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
+    nodes = [conv_node("conv1", "x", "w1", "c1", pads=[1] * 4),
              helper.make_node("Softmax", ["c1"], ["s"], name="softmax", axis=1),
              helper.make_node("Mul", ["s", "c1"], ["m"], name="gate"),
-             _conv("conv2", "m", "w2", "y")]
-    model = _model(nodes, {"w1": he_weight(rng, 1, 3, 3, 3), "w2": he_weight(rng, 2, 1, 1, 1)},
-                   {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
+             conv_node("conv2", "m", "w2", "y")]
+    model = onnx_model(nodes, {"w1": he_weight(rng, 1, 3, 3, 3), "w2": he_weight(rng, 2, 1, 1, 1)},
+                       {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
     calib = rng.uniform(-1, 1, (32, 3, 5, 5)).astype(np.float32)
     result = build(model, tmp_path / "out", calib={"x": calib}, log=quiet, verilog=False)
     [node] = [n for n in result.graph.nodes if n.op == "Quantize" and n.inputs[0] == "s"]
     assert (node.attrs["scale"], node.attrs["zero_point"]) == (pytest.approx(1 / 255), -128)
     golden = simulate(result, {"x": calib}, mode="golden")
     [want] = reference_outputs(model, {"x": calib})
-    lsb = np.abs(golden.outputs["y"] - want) / _scale_of(result.graph, "y")
+    lsb = np.abs(golden.outputs["y"] - want) / scale_of(result.graph, "y")
     assert lsb.max() <= 3, lsb.max()
 
 
@@ -234,15 +235,15 @@ def test_a_mul_by_a_constant_the_array_cannot_scale_by_is_a_host_step(tmp_path):
     inits = {"w1": he_weight(rng, 4, 3, 3, 3),
              "pos": rng.uniform(0.5, 1.5, (1, 4, 5, 5)).astype(np.float32),
              "w2": he_weight(rng, 2, 4, 1, 1)}
-    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
+    nodes = [conv_node("conv1", "x", "w1", "c1", pads=[1] * 4),
              helper.make_node("Mul", ["c1", "pos"], ["m"], name="scale"),
-             _conv("conv2", "m", "w2", "y")]
-    model = _model(nodes, inits, {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
+             conv_node("conv2", "m", "w2", "y")]
+    model = onnx_model(nodes, inits, {"x": [1, 3, 5, 5]}, {"y": [1, 2, 5, 5]})
     calib = {"x": rng.uniform(-1, 1, (32, 3, 5, 5)).astype(np.float32)}
     result = build(model, tmp_path / "out", calib=calib, log=quiet, verilog=False)
     assert len(result.segments) == 2
     assert result.graph.meta["host_steps"]["scale"]["at"] == "middle"
     golden = simulate(result, calib, mode="golden")
     [want] = reference_outputs(model, calib)
-    lsb = np.abs(golden.outputs["y"] - want) / _scale_of(result.graph, "y")
+    lsb = np.abs(golden.outputs["y"] - want) / scale_of(result.graph, "y")
     assert lsb.max() <= 3 and lsb.mean() < 0.6, (lsb.max(), lsb.mean())

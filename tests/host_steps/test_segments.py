@@ -17,7 +17,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from hwonnx.api import build, first_difference, load_build, simulate
 from hwonnx.cli import main
@@ -25,104 +25,15 @@ from hwonnx.compiler.timing import predict
 from hwonnx.errors import MismatchError, UsageError
 
 from ort_reference import reference_outputs
-from rtl_helpers import CONFIGS, he_weight
+from rtl_helpers import CONFIGS
 from helpers import quiet
+from host_steps_helpers import (MODELS, conv_node, onnx_model, scale_of, segmented_build,
+                                softmax_middle, three_segments)
 
 
-def _model(nodes, inits, inputs, outputs, extra_outputs=()) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "segments",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()],
-        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
-    graph.output.extend(extra_outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
-
-
-def _conv(name, x, w, y, bias=None, **attrs):
-    return helper.make_node("Conv", [x, w] + ([bias] if bias else []), [y], name=name, **attrs)
-
-
-def softmax_middle(rng):
-    """``x`` [1, 3, 8, 8] -> Conv + Relu ``f1`` -> Softmax over channels ``s`` -> Conv ``y``."""
-    inits = {"w1": he_weight(rng, 8, 3, 3, 3), "b1": rng.normal(0, 0.1, 8),
-             "w2": he_weight(rng, 4, 8, 3, 3, gain=4.0)}
-    nodes = [_conv("conv1", "x", "w1", "c1", "b1", pads=[1] * 4),
-             helper.make_node("Relu", ["c1"], ["f1"], name="relu1"),
-             helper.make_node("Softmax", ["f1"], ["s"], name="softmax", axis=1),
-             _conv("conv2", "s", "w2", "y", pads=[1] * 4)]
-    return _model(nodes, inits, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 8, 8]})
-
-
-def div_computed(rng):
-    """``q = a / (relu(b) + 1)`` of two convolutions of ``x`` [1, 3, 6, 6], then a 1x1 Conv."""
-    inits = {"wa": he_weight(rng, 4, 3, 3, 3), "wb": he_weight(rng, 4, 3, 1, 1),
-             "one": np.float32(1.0), "wy": he_weight(rng, 2, 4, 1, 1)}
-    nodes = [_conv("conv_a", "x", "wa", "a", pads=[1] * 4),
-             _conv("conv_b", "x", "wb", "b"),
-             helper.make_node("Relu", ["b"], ["rb"], name="relu_b"),
-             helper.make_node("Add", ["rb", "one"], ["d"], name="add_one"),
-             helper.make_node("Div", ["a", "d"], ["q"], name="div"),
-             _conv("conv_y", "q", "wy", "y")]
-    return _model(nodes, inits, {"x": [1, 3, 6, 6]}, {"y": [1, 2, 6, 6]})
-
-
-def skip_across(rng):
-    """A residual Add of ``f1`` (made before a Softmax) and ``g`` (made after it): ``f1``
-    crosses the boundary, read back after segment 1 and written again into segment 2."""
-    inits = {"w1": he_weight(rng, 8, 3, 3, 3), "w2": he_weight(rng, 8, 8, 3, 3, gain=4.0)}
-    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
-             helper.make_node("Relu", ["c1"], ["f1"], name="relu1"),
-             helper.make_node("Softmax", ["f1"], ["s"], name="softmax", axis=1),
-             _conv("conv2", "s", "w2", "g", pads=[1] * 4),
-             helper.make_node("Add", ["g", "f1"], ["y"], name="residual")]
-    return _model(nodes, inits, {"x": [1, 3, 6, 6]}, {"y": [1, 8, 6, 6]})
-
-
-def three_segments(rng):
-    """Three segments, two outputs: ``f1`` (segment 1's Conv + Relu, also read by the host's
-    Softmax) and ``probs``, a Softmax at the end of Gemm logits after a LogSoftmax and a
-    Conv, global pooling and Flatten."""
-    inits = {"w1": he_weight(rng, 6, 3, 3, 3), "w2": he_weight(rng, 6, 6, 3, 3, gain=4.0),
-             "w3": he_weight(rng, 4, 6, 1, 1), "wc": he_weight(rng, 3, 4).T.copy(),
-             "bc": rng.normal(0, 0.1, 3)}
-    nodes = [_conv("conv1", "x", "w1", "c1", pads=[1] * 4),
-             helper.make_node("Relu", ["c1"], ["f1"], name="relu1"),
-             helper.make_node("Softmax", ["f1"], ["s"], name="softmax", axis=1),
-             _conv("conv2", "s", "w2", "c2", pads=[1] * 4),
-             helper.make_node("Relu", ["c2"], ["g"], name="relu2"),
-             helper.make_node("LogSoftmax", ["g"], ["l"], name="logsoftmax", axis=1),
-             _conv("conv3", "l", "w3", "h"),
-             helper.make_node("GlobalAveragePool", ["h"], ["p"], name="pool"),
-             helper.make_node("Flatten", ["p"], ["flat"], name="flatten"),
-             helper.make_node("Gemm", ["flat", "wc", "bc"], ["logits"], name="fc"),
-             helper.make_node("Softmax", ["logits"], ["probs"], name="final", axis=1)]
-    return _model(nodes, inits, {"x": [1, 3, 6, 6]},
-                  {"f1": [1, 6, 6, 6], "probs": [1, 3]})
-
-
-MODELS = {"softmax_middle": softmax_middle, "div_computed": div_computed,
-          "skip_across": skip_across, "three_segments": three_segments}
 #: Host steps between segments, and segments, of each model.
 MIDDLE = {"softmax_middle": (["softmax"], 2), "div_computed": (["add_one", "div"], 2),
           "skip_across": (["softmax"], 2), "three_segments": (["softmax", "logsoftmax"], 3)}
-
-
-def _setup(name, tmp_path, config=None, count=4):
-    rng = np.random.default_rng(sorted(MODELS).index(name))
-    model = MODELS[name](rng)
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    calib = rng.uniform(-1, 1, (64, *shape[1:])).astype(np.float32)
-    result = build(model, tmp_path / name, calib={"x": calib}, config=config, log=quiet,
-                   verilog=False)
-    return model, result, {"x": calib[:count]}
-
-
-def _scale_of(graph, value: str) -> float:
-    node = next(n for n in graph.nodes if n.op == "Dequantize" and n.outputs[0] == value)
-    return float(node.attrs["scale"])
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -133,7 +44,7 @@ def test_golden_within_bounds_of_onnxruntime_reference(name, tmp_path):
     under 0.6 LSB; measured: at most 2.0, mean at most 0.46), the final Softmax's
     probabilities within 0.01 (measured 0.0016). The int8 outputs are float over int8
     programs and float host steps: a host round trip adds the error of one requantization."""
-    model, result, x = _setup(name, tmp_path, count=64)
+    model, result, x = segmented_build(name, tmp_path, count=64)
     golden = simulate(result, x, mode="golden")
     names = [o.name for o in model.graph.output]
     for output, want in zip(names, reference_outputs(model, x)):
@@ -141,7 +52,7 @@ def test_golden_within_bounds_of_onnxruntime_reference(name, tmp_path):
         if output == "probs":
             assert np.abs(got - want).max() <= 0.01
             continue
-        lsb = np.abs(got - want) / _scale_of(result.graph, output)
+        lsb = np.abs(got - want) / scale_of(result.graph, output)
         assert lsb.max() <= 3 and lsb.mean() < 0.6, (output, lsb.max(), lsb.mean())
 
 
@@ -151,10 +62,10 @@ def _node_model(node, graph) -> onnx.ModelProto:
     inputs = [v for v in node.inputs if v not in graph.constants]
     attrs = {"axis": node.attrs["axis"]} if "axis" in node.attrs else {}
     onnx_node = helper.make_node(node.op, list(node.inputs), ["out"], **attrs)
-    return _model([onnx_node], {v: graph.constants[v] for v in node.inputs
-                                if v in graph.constants},
-                  {v: list(graph.types[v].shape) for v in inputs},
-                  {"out": list(graph.types[node.outputs[0]].shape)})
+    return onnx_model([onnx_node], {v: graph.constants[v] for v in node.inputs
+                                    if v in graph.constants},
+                      {v: list(graph.types[v].shape) for v in inputs},
+                      {"out": list(graph.types[node.outputs[0]].shape)})
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -165,7 +76,7 @@ def test_host_steps_equal_onnxruntime_on_their_inputs(name, tmp_path):
     relative; Div, Add: exact)."""
     from hwonnx.golden import evaluate
 
-    _, result, x = _setup(name, tmp_path)
+    _, result, x = segmented_build(name, tmp_path)
     graph = result.graph
     env = evaluate(graph, {"x": x["x"].reshape((-1,) + graph.types["x"].shape[1:])},
                    keep_all=True)
@@ -191,9 +102,9 @@ def test_host_results_are_calibrated_on_their_float_values(name, tmp_path):
     """The Quantize of a host step's result takes the min-max parameters of the float value
     it has in the float model (onnxruntime's reference path on the calibration data):
     scale = (max(hi, 0) - min(lo, 0)) / 255, zero point round(-128 - min(lo, 0) / scale)."""
-    model, result, _ = _setup(name, tmp_path)
+    model, result, _ = segmented_build(name, tmp_path)
     rng = np.random.default_rng(sorted(MODELS).index(name))
-    MODELS[name](rng)            # the same generator state as _setup's calibration data
+    MODELS[name](rng)            # the same generator state as segmented_build's calib data
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     calib = rng.uniform(-1, 1, (64, *shape[1:])).astype(np.float32)
     probe = onnx.ModelProto()
@@ -217,7 +128,7 @@ def test_rtl_equals_golden_per_segment_in_predicted_cycles(name, config_name, tm
     back equals golden, every output too, every segment takes its predicted cycles
     (``predict`` of its program) in every sample, and every layer of every segment equals
     golden (truncated programs)."""
-    _, result, x = _setup(name, tmp_path, config=CONFIGS[config_name])
+    _, result, x = segmented_build(name, tmp_path, config=CONFIGS[config_name])
     steps, count = MIDDLE[name]
     assert len(result.segments) == count
     rtl = simulate(result, x, mode="compare", log=quiet)
@@ -241,7 +152,7 @@ def test_mismatch_names_the_segment_and_layer(tmp_path):
     changed): compare mode fails naming segment 2 of 2 and that layer, not segment 1."""
     from dataclasses import replace
 
-    _, result, x = _setup("softmax_middle", tmp_path)
+    _, result, x = segmented_build("softmax_middle", tmp_path)
     graph = result.graph
     bias = np.array(graph.constants["conv2:bias"])
     bias[0] += 1 << 20
@@ -262,7 +173,7 @@ def test_report_lists_segments_and_round_trip_bytes(tmp_path):
     frame, a 2-byte address, 512 bytes; an 8-byte reply) and one READ (7 + 4 bytes; a reply
     of 8 + 512 bytes): 1,060 bytes of 10 bits. div_computed: two values of [1, 4, 6, 6]
     (36 words each) read in two READs, one of 36 words written: 2 * 307 + 305 bytes."""
-    _, result, _ = _setup("softmax_middle", tmp_path)
+    _, result, _ = segmented_build("softmax_middle", tmp_path)
     report = json.loads((tmp_path / "softmax_middle" / "report.json").read_text())
     programs = result.segments
     assert [(s["index"], s["host_steps_before"], s["layers"], s["inputs"], s["outputs"])
@@ -282,7 +193,7 @@ def test_report_lists_segments_and_round_trip_bytes(tmp_path):
     assert "| 2 | softmax | conv2 | s:q | y:q |" in text
     assert "| 1 | softmax | f1:q | 512 | 512 | 1,060 | 92.0 ms at 115,200 baud |" in text
     assert "| input | s (segment 2) | 1x8x8x8 |" in text
-    _, _, _ = _setup("div_computed", tmp_path)
+    _, _, _ = segmented_build("div_computed", tmp_path)
     report = json.loads((tmp_path / "div_computed" / "report.json").read_text())
     [trip] = report["round_trips"]
     assert (trip["host_steps"], trip["read_bytes"], trip["written_bytes"],
@@ -310,7 +221,7 @@ def test_segmented_build_folder(tmp_path):
     format) with segments.json and one program folder per segment; load_build reads it back,
     and its golden run equals the in-memory build's. An unsegmented build keeps format 3
     and its program at the top."""
-    _, result, x = _setup("three_segments", tmp_path)
+    _, result, x = segmented_build("three_segments", tmp_path)
     out = tmp_path / "three_segments"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == 4
@@ -325,8 +236,8 @@ def test_segmented_build_folder(tmp_path):
     again, first = simulate(out, x, mode="golden"), simulate(result, x, mode="golden")
     for name in ("f1", "probs"):
         np.testing.assert_array_equal(again.outputs[name], first.outputs[name])
-    plain = build(_model([_conv("conv", "x", "w", "y")], {"w": np.ones((2, 3, 1, 1))},
-                         {"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]}), tmp_path / "plain",
+    plain = build(onnx_model([conv_node("conv", "x", "w", "y")], {"w": np.ones((2, 3, 1, 1))},
+                             {"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]}), tmp_path / "plain",
                   calib={"x": x["x"][:, :, :4, :4]}, log=quiet, verilog=False)
     assert not plain.segments
     assert json.loads((tmp_path / "plain" / "manifest.json").read_text())["format"] == 3
@@ -350,7 +261,7 @@ def test_board_build_of_a_segmented_model_is_refused(tmp_path):
 def test_cli_sim_compare_prints_each_segment(tmp_path, capsys):
     """``hwonnx sim --compare`` on a segmented build folder runs the segments and prints the
     cycles of each against its prediction."""
-    _, result, x = _setup("softmax_middle", tmp_path, count=2)
+    _, result, x = segmented_build("softmax_middle", tmp_path, count=2)
     np.savez(tmp_path / "x.npz", x=x["x"])
     assert main(["sim", str(tmp_path / "softmax_middle"), "--input", str(tmp_path / "x.npz"),
                  "--compare"]) == 0
@@ -365,7 +276,7 @@ def test_a_value_crossing_a_boundary_is_written_again_unchanged(tmp_path):
     """skip_across: segment 2 reads f1:q, the int8 value segment 1 wrote, with its scale and
     zero point (no second Quantize of f1: the round trip is exact); three_segments: f1 is a
     graph output and read by the host's Softmax, so it is dequantized once."""
-    _, result, _ = _setup("skip_across", tmp_path)
+    _, result, _ = segmented_build("skip_across", tmp_path)
     first, second = result.segments
     assert [p.value for p in first.outputs] == ["f1:q"]
     assert sorted(p.value for p in second.inputs) == ["f1:q", "s:q"]
@@ -375,7 +286,7 @@ def test_a_value_crossing_a_boundary_is_written_again_unchanged(tmp_path):
     [crossing] = [p for p in graph.meta["segments"][1]["inputs"] if p[1] == "f1:q"]
     [made] = [p for p in graph.meta["segments"][0]["outputs"] if p[0] == "f1:q"]
     assert crossing[2:] == made[2:]
-    _, result, _ = _setup("three_segments", tmp_path)
+    _, result, _ = segmented_build("three_segments", tmp_path)
     assert [n.name for n in result.graph.nodes if n.op == "Dequantize"] == [
         "dequantize_f1", "dequantize_g", "dequantize_logits"]
 
@@ -384,14 +295,14 @@ def test_hwonnx_run_refuses_a_segmented_folder(tmp_path):
     """``hwonnx run`` (a board) refuses a segmented simulation build before opening a port."""
     from hwonnx.api import run_board
 
-    _, _, x = _setup("softmax_middle", tmp_path)
+    _, _, x = segmented_build("softmax_middle", tmp_path)
     with pytest.raises(UsageError, match=r"is a segmented simulation build; run it with "
                                          r"'hwonnx sim'"):
         run_board(tmp_path / "softmax_middle", "/dev/null-port", x, log=quiet)
 
 
 def test_cli_sim_golden_prints_each_segments_prediction(tmp_path, capsys):
-    _, result, x = _setup("three_segments", tmp_path, count=2)
+    _, result, x = segmented_build("three_segments", tmp_path, count=2)
     np.savez(tmp_path / "x.npz", x=x["x"])
     assert main(["sim", str(tmp_path / "three_segments"), "--input", str(tmp_path / "x.npz"),
                  "--golden"]) == 0

@@ -27,7 +27,7 @@ from hwonnx.sim.gtkw import ENGINES, declared_signals, save_groups
 from hwonnx.sim.harness import extmem_verilog, harness_verilog
 from hwonnx.sim.runner import accelerator_verilog
 from hwonnx.sim.trace import check_fst_toolchain
-from tests.host_steps.test_segments import _setup
+from host_steps_helpers import segmented_build
 from vcd_reader import read_vcd
 
 ACCEL = "hwonnx_harness.accel"
@@ -320,8 +320,8 @@ def test_fst_without_its_libraries(monkeypatch):
 
 def test_a_segmented_build_is_not_traced(tmp_path):
     """A segmented build runs several programs with host steps between them; --trace, which
-    records one run, refuses it in one line (the build of tests/host_steps/test_segments.py)."""
-    _, result, x = _setup("softmax_middle", tmp_path)
+    records one run, refuses it in one line (host_steps_helpers.segmented_build)."""
+    _, result, x = segmented_build("softmax_middle", tmp_path)
     with pytest.raises(UsageError, match=re.escape(
             f"--trace records one program's run, and '{tmp_path / 'softmax_middle'}' is a "
             f"segmented build (2 programs with host steps between them)").join("^$")):
