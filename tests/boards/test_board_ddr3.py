@@ -21,7 +21,7 @@ from hwonnx.boards.litedram import (DFII, generate_controller, handover_writes, 
                                     read_leveling)
 
 from hdl_helpers import run_cycles
-from tests.boards.test_board_dram import _NativePort, _bios_writes
+from boards_helpers import NativePort, bios_writes
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_litedram_generates_the_ecpix5_ddr3_controller(core):
 
 
 def test_ddr3_init_writes_are_litedram_bios_init_sequence(core):
-    bios, csr, bits = _bios_writes(core.verilog.parent)
+    bios, csr, bits = bios_writes(core.verilog.parent)
     assert len(bios) == 2 * 3 + 5 * 4    # reset released, CKE high, then five commands
     assert init_writes(core, handover=False) == bios
     assert handover_writes(core, error=True) == [
@@ -196,7 +196,7 @@ def test_litedram_generates_the_arty_ddr3_controller(arty):
     lv = read_leveling(arty)
     assert (lv.modules, lv.nphases, lv.phase_bits, lv.rdphase, lv.wrphase, lv.bitslips,
             lv.delays, lv.burst_detect) == (2, 4, 32, 2, 3, 8, 32, False)
-    bios, csr, _ = _bios_writes(arty.verilog.parent)
+    bios, csr, _ = bios_writes(arty.verilog.parent)
     # The BIOS's sdram_init() pulses the PHY's reset before init_sequence().
     assert init_writes(arty, handover=False) == [
         (csr["ddrphy_rst"], 1, 1000), (csr["ddrphy_rst"], 0, 1000)] + bios
@@ -235,7 +235,7 @@ def test_the_crossing_carries_writes_and_bursts_between_the_clocks(dram_period):
     rng = np.random.default_rng(7)
     dut = _Crossing()
     bridge = dut.bridge
-    port = _NativePort(SimpleNamespace(port=dut.cdc.down), rng, stall=200)
+    port = NativePort(SimpleNamespace(port=dut.cdc.down), rng, stall=200)
     words = {int(a): int(rng.integers(0, 1 << 63)) for a in rng.choice(300, 40, replace=False)}
     to_write = list(words.items())
     reads = [(int(a), 16) for a in rng.integers(0, 280, 16)] + [(5, 3), (90, 1)]

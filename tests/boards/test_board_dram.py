@@ -14,6 +14,7 @@ from hwonnx.boards.dram_init import DramInit
 from hwonnx.boards.litedram import generate_controller, init_writes
 
 from hdl_helpers import run_cycles
+from boards_helpers import NativePort, bios_writes
 
 
 @pytest.fixture(scope="module")
@@ -34,36 +35,8 @@ def test_litedram_generates_the_ulx3s_controller(core):
     assert (core.port_addr_bits, core.port_data_bits) == (22, 64)
 
 
-def _bios_writes(folder):
-    """The control-bus writes of ``init_sequence()`` in LiteDRAM's generated C header, with
-    the register addresses of its generated ``csr.h``."""
-    generated = folder / "litex" / "software" / "include" / "generated"
-    csr = {name.lower(): int(value, 16) // 4 for name, value in re.findall(
-        r"#define CSR_(\w+)_ADDR \(CSR_BASE \+ (0x[0-9a-f]+)L\)", (generated / "csr.h")
-        .read_text())}
-    header = (generated / "sdram_phy.h").read_text()
-    bits = {name: int(value, 16) for name, value in re.findall(
-        r"#define (DFII_\w+) (0x[0-9a-f]+)", header)}
-    body = header[header.index("static inline void init_sequence(void)"):]
-    body = body[:body.index("\n}\n")]
-    writes = []
-    for call, argument in re.findall(r"(\w+)\(([^)]*)\);", body):
-        if call == "cdelay":
-            adr, data, _ = writes[-1]
-            writes[-1] = (adr, data, int(argument))
-            continue
-        value = sum(bits[n] for n in argument.split("|")) if "DFII" in argument \
-            else int(argument, 0)
-        if call == "command_p0":
-            writes += [(csr["sdram_dfii_pi0_command"], value, 0),
-                       (csr["sdram_dfii_pi0_command_issue"], 1, 0)]
-        else:
-            writes.append((csr[call.removesuffix("_write")], value, 0))
-    return writes, csr, bits
-
-
 def test_init_writes_are_litedram_bios_init_sequence(core):
-    bios, csr, bits = _bios_writes(core.verilog.parent)
+    bios, csr, bits = bios_writes(core.verilog.parent)
     assert len(bios) == 3 + 6 * 4        # CKE high, then six commands
     assert init_writes(core) == bios + [(csr["sdram_dfii_control"], bits["DFII_CONTROL_SEL"], 0),
                                         (csr["ddrctrl_init_done"], 1, 0)]
@@ -96,51 +69,13 @@ def test_the_sequencer_performs_the_writes_and_waits():
     assert state["done"] is not None and state["done"] > state["last_ack"]
 
 
-class _NativePort:
-    """A native port at random speed: commands taken when its ``ready`` is high (random), a
-    write's data after its command, in command order (LiteDRAM raises ``wdata.ready`` only for
-    a write command it took), read data returned in command order 2 to 6 cycles later, one per
-    cycle, none in the first ``stall`` cycles of every 400 (a refresh, long enough for
-    commands to pile up)."""
-
-    def __init__(self, bridge, rng, stall: int = 0):
-        self.b, self.rng, self.stall = bridge, rng, stall
-        self.memory, self.pending, self.writes = {}, [], []
-        self.write_addrs = []
-
-    def step(self, ctx, cycle):
-        b, rng = self.b, self.rng
-        cmd_ready = int(rng.random() < 0.6)
-        wdata_ready = int(rng.random() < 0.6 and bool(self.write_addrs))
-        ctx.set(b.port.cmd_ready, cmd_ready)
-        ctx.set(b.port.wdata_ready, wdata_ready)
-        ctx.set(b.port.rdata_valid, 0)
-        if self.pending and self.pending[0][0] <= cycle and cycle % 400 >= self.stall:
-            _, addr = self.pending.pop(0)
-            ctx.set(b.port.rdata_valid, 1)
-            ctx.set(b.port.rdata_data, self.memory.get(addr, 0))
-            assert ctx.get(b.port.rdata_ready)
-        if ctx.get(b.port.cmd_valid) and cmd_ready:
-            addr = ctx.get(b.port.cmd_addr)
-            if ctx.get(b.port.cmd_we):
-                self.write_addrs.append(addr)
-            else:
-                last = self.pending[-1][0] if self.pending else cycle
-                self.pending.append((max(last + 1, cycle + int(rng.integers(2, 7))), addr))
-        if ctx.get(b.port.wdata_valid) and wdata_ready:
-            assert ctx.get(b.port.wdata_we) == 0xFF
-            addr = self.write_addrs.pop(0)
-            self.memory[addr] = ctx.get(b.port.wdata_data)
-            self.writes.append(addr)
-
-
 @pytest.mark.parametrize("width", [64, 48])
 def test_the_bridge_writes_words_and_reads_bursts_in_order(width):
     """On a 64-bit port; 48-bit words (a 6-column array) are zero-extended on the way in and
     truncated on the way out."""
     rng = np.random.default_rng(11)
     bridge = NativeBridge(width, 22, burst=16, port_width=64)
-    port = _NativePort(bridge, rng)
+    port = NativePort(bridge, rng)
     words = {int(a): int(rng.integers(0, 1 << 63)) >> (64 - width)
              for a in rng.choice(200, 40, replace=False)}
     to_write = list(words.items())
