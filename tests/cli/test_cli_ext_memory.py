@@ -20,8 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hwonnx.cli import main
 
+from compiler_helpers import spilled_model
 from rtl_helpers import he_weight
-from tests.compiler.test_spilled_activations import _model as _residual_model
 
 #: The buffers of the streamed, spilled and segmented builds: 300 activation words (the
 #: tensors of 16 channels move out), 512 weight words (the residual model's weights stream).
@@ -112,7 +112,7 @@ def test_streamed_weights_and_fenced_transfers_simulate_bit_exact(tmp_path, caps
     stream (LOADX), its largest tensors move through the staging buffers (LOADA, STOREA), the
     first LOADA of a band a fence. The folder check refused it ('instruction 2 must hold an
     op, its layer and instruction fields, all integers')."""
-    out = _build(tmp_path, capsys, _residual_model(), SMALL)
+    out = _build(tmp_path, capsys, spilled_model(), SMALL)
     arch, instructions = _program(out)
     names = {i["name"] for i in instructions}
     assert {"LOADX", "LOADA", "STOREA", "ELTW"} <= names

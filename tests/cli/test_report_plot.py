@@ -12,7 +12,6 @@ import json
 import re
 
 import numpy as np
-import onnx
 import pytest
 from matplotlib.image import imread
 
@@ -24,6 +23,8 @@ from hwonnx.config import ArchConfig
 from hwonnx.isa import Op
 from hwonnx.plots import MAX_BARS, chart_rows, cycle_figure, write_cycle_chart
 from hwonnx.report import CYCLE_CATEGORIES, layer_cycles
+
+from compiler_helpers import streamed_model
 
 #: The colours of the chart's categories (hwonnx.plots): compute, weight loads, boundaries,
 #: host.
@@ -220,17 +221,11 @@ STREAMED = ArchConfig(act_depth=1024, wgt_depth=1280, acc_depth=256, par_depth=6
                       prog_depth=256, ext_memory="ulx3s-sdram", ext_depth=4096)
 
 
-def _streamed_model() -> onnx.ModelProto:
-    """The model of tests/compiler/test_external_weights.py, whose weights stream."""
-    from tests.compiler.test_external_weights import _model
-    return _model()
-
-
 def test_streamed_weights_count_as_weight_loads():
     """With weights streamed over the DMA, a layer's LOADX time not hidden behind the
     computation is weight loading; the split still adds up to each layer's cycles."""
     calib = {"x": np.random.default_rng(1).random((8, 8, 6, 6)).astype(np.float32)}
-    result = build(_streamed_model(), None, config=STREAMED, calib=calib, log=lambda m: None)
+    result = build(streamed_model(), None, config=STREAMED, calib=calib, log=lambda m: None)
     program = result.program
     assert any(i.op == Op.LOADX for i in program.expanded())
     layers = result.report["layers"]

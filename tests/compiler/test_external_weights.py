@@ -18,6 +18,7 @@ from hwonnx.compiler.timing import predict
 from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 
+from compiler_helpers import check_fences, streamed_model, streamed_samples
 from rtl_helpers import he_weight, rtl_matches_golden
 
 #: 8x8 array whose weight buffer is too small for the model's 1,824 weight words.
@@ -25,43 +26,12 @@ CONFIG = ArchConfig(act_depth=1024, wgt_depth=1280, acc_depth=256, par_depth=64,
                     prog_depth=256, ext_memory="ulx3s-sdram", ext_depth=4096)
 
 
-def _model() -> onnx.ModelProto:
-    """x [1, 8, 6, 6] -> Conv 3x3 8->64 + Relu -> Conv 1x1 64->64 + Relu (twice) -> global
-    average pool -> Gemm 64->10."""
-    rng = np.random.default_rng(5)
-    inits = [numpy_helper.from_array(he_weight(rng, 64, 8, 3, 3), "w0"),
-             numpy_helper.from_array(he_weight(rng, 64, 64, 1, 1), "w1"),
-             numpy_helper.from_array(he_weight(rng, 64, 64, 1, 1), "w2"),
-             numpy_helper.from_array(he_weight(rng, 10, 64), "wf"),
-             numpy_helper.from_array(rng.normal(0, 0.1, 10).astype(np.float32), "bf")]
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="conv0"),
-             helper.make_node("Relu", ["c0"], ["r0"]),
-             helper.make_node("Conv", ["r0", "w1"], ["c1"], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "streamed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
-def _samples(count: int) -> "dict[str, np.ndarray]":
-    return {"x": np.random.default_rng(1).random((count, 8, 6, 6)).astype(np.float32)
-            .reshape(count, 1, 8, 6, 6)[:, 0]}
-
-
 def _quiet(message):
     pass
 
 
 def test_streamed_layers_run_bit_exact_in_the_predicted_cycles():
-    result = build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet)
+    result = build(streamed_model(), None, config=CONFIG, calib=streamed_samples(8), log=_quiet)
     program = result.program
     words = {layer.name: layer.wgt_words for layer in program.layers}
     assert words == {"conv0": 576, "conv1": 512, "conv2": 512, "pool": 96, "fc": 128}
@@ -87,8 +57,8 @@ def test_streamed_layers_run_bit_exact_in_the_predicted_cycles():
                      # fc into slot 1 once conv1 is done
                      (2, 128, slots[1], 1600, params[3], par_slots[1], at + 216),
                      (3, 0, 0, 0, 0, 0, 0)]        # the fence before fc's LOADWs and POSTs
-    _check_fences(program)
-    rtl_matches_golden(result, _samples(3), 3)
+    check_fences(program)
+    rtl_matches_golden(result, streamed_samples(3), 3)
 
 
 @pytest.mark.parametrize("memory", ["ecpix5-ddr3", "arty-ddr3"])
@@ -97,9 +67,9 @@ def test_the_ddr3_memory_models_run_bit_exact_in_the_predicted_cycles(memory):
     periods than the SDRAM's) behind the same program: the RTL with each memory's model
     equals golden, in the cycles predicted with that memory's timing."""
     config = replace(CONFIG, ext_memory=memory)
-    result = build(_model(), None, config=config, calib=_samples(8), log=_quiet)
+    result = build(streamed_model(), None, config=config, calib=streamed_samples(8), log=_quiet)
     assert result.program.config.ext_timing.beats(config.cols) == 1
-    rtl_matches_golden(result, _samples(2), 2)
+    rtl_matches_golden(result, streamed_samples(2), 2)
 
 
 def test_the_cycle_model_takes_another_memory_timing():
@@ -107,7 +77,8 @@ def test_the_cycle_model_takes_another_memory_timing():
     engine (bench/bench_imagenet.py's memory-bound share): the memory's own timing gives the
     prediction, one that delivers a word every cycle with the shortest latency and no refresh
     fewer cycles, a slower one more."""
-    program = build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet).program
+    program = build(streamed_model(), None, config=CONFIG, calib=streamed_samples(8),
+                    log=_quiet).program
     config, expanded = program.config, program.expanded()
     own = predict(expanded, config).total
     assert predict(expanded, config, memory_timing=config.ext_timing).total == own
@@ -119,32 +90,11 @@ def test_the_cycle_model_takes_another_memory_timing():
     assert predict(expanded, config, memory_timing=slow).total > own
 
 
-def _check_fences(program) -> None:
-    """Every LOADW that reads words a LOADX wrote, and every POST that reads parameter words
-    a LOADX wrote, comes after a later LOADX (accepted only once the DMA is idle): the RTL
-    may not show a missing fence when the copy happens to finish early, so the program is
-    checked on its own."""
-    copies = {"wgt": [], "par": []}          # [first word, end, fenced]
-    for instr in program.expanded():
-        if instr.op == Op.LOADX:
-            for copy in copies["wgt"] + copies["par"]:
-                copy[2] = True
-            copies["wgt"].append([instr["wgt_addr"], instr["wgt_addr"] + instr["count"], False])
-            words = instr.get("par_count", 0) // 9
-            copies["par"].append([instr.get("par_addr", 0), instr.get("par_addr", 0) + words,
-                                  False])
-        elif instr.op in (Op.LOADW, Op.POST):
-            buffer = "wgt" if instr.op == Op.LOADW else "par"
-            address = instr[f"{buffer}_addr"]
-            writers = [c for c in copies[buffer] if c[0] <= address < c[1]]
-            assert not writers or writers[-1][2], f"{buffer} word {address} read unfenced"
-
-
 def test_without_the_external_memory_the_weights_do_not_fit():
     on_chip = ArchConfig(**{**CONFIG.to_dict(), "ext_memory": "", "ext_depth": 0})
     with pytest.raises(ResourceError, match=r"needs 1824 words of the wgt buffer, but the 8x8 "
                                             r"architecture has 1280"):
-        build(_model(), None, config=on_chip, calib=_samples(8), log=_quiet)
+        build(streamed_model(), None, config=on_chip, calib=streamed_samples(8), log=_quiet)
 
 
 def test_a_layer_larger_than_half_the_buffer_is_refused_by_name():
@@ -153,7 +103,7 @@ def test_a_layer_larger_than_half_the_buffer_is_refused_by_name():
     small = ArchConfig(**{**CONFIG.to_dict(), "wgt_depth": 128})
     with pytest.raises(ResourceError, match=r"^Layer 'pool' has 96 weight words; streaming "
                                             r"it from the external memory takes two slots"):
-        build(_model(), None, config=small, calib=_samples(8), log=_quiet)
+        build(streamed_model(), None, config=small, calib=streamed_samples(8), log=_quiet)
 
 
 def test_a_sized_build_doubles_a_weight_buffer_too_small_for_two_slots():
@@ -167,7 +117,7 @@ def test_a_sized_build_doubles_a_weight_buffer_too_small_for_two_slots():
     from hwonnx.compiler.stream import SlotTooSmall
 
     small = ArchConfig(**{**CONFIG.to_dict(), "wgt_depth": 128})
-    graph, program = compile_model(_model(), _samples(8), config=small, size="sim",
+    graph, program = compile_model(streamed_model(), streamed_samples(8), config=small, size="sim",
                                    log=_quiet)
     depth = program.config.wgt_depth
     assert depth in (256, 512, 1024) and any(layer.ext_words for layer in program.layers)
@@ -207,9 +157,9 @@ def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
     """``hwonnx build --ext-memory``: the weight buffer keeps the depth given and the memory
     model is sized to the streamed words; ``hwonnx sim --compare`` runs the build folder on the
     RTL with the memory model and compares it with golden."""
-    onnx.save(_model(), tmp_path / "model.onnx")
-    np.savez(tmp_path / "calib.npz", **_samples(8))
-    np.savez(tmp_path / "x.npz", **_samples(2))
+    onnx.save(streamed_model(), tmp_path / "model.onnx")
+    np.savez(tmp_path / "calib.npz", **streamed_samples(8))
+    np.savez(tmp_path / "x.npz", **streamed_samples(2))
     out = tmp_path / "build"
     code = main(["build", str(tmp_path / "model.onnx"), "-o", str(out), "--calib",
                  str(tmp_path / "calib.npz"), "--ext-memory", "ulx3s-sdram", "--wgt-depth",
@@ -231,7 +181,7 @@ def test_the_command_line_streams_and_simulates_bit_exact(tmp_path, capsys):
 
 
 def test_the_command_line_refuses_a_memory_the_board_does_not_have(tmp_path, capsys):
-    onnx.save(_model(), tmp_path / "model.onnx")
+    onnx.save(streamed_model(), tmp_path / "model.onnx")
     code = main(["build", str(tmp_path / "model.onnx"), "-o", str(tmp_path / "out"),
                  "--board", "ecpix5-85", "--ext-memory", "ulx3s-sdram"])
     captured = capsys.readouterr()
@@ -246,8 +196,8 @@ def test_board_sources_carry_the_litedram_controller(tmp_path):
     the SDRAM pins with its init sequencer; the bitstream of this build is in
     bench/results/boards.md."""
     out = tmp_path / "out"
-    result = build(_model(), out, board="ulx3s-85f", ext_memory="ulx3s-sdram", wgt_depth=1280,
-                   calib=_samples(8), log=_quiet)
+    result = build(streamed_model(), out, board="ulx3s-85f", ext_memory="ulx3s-sdram",
+                   wgt_depth=1280, calib=streamed_samples(8), log=_quiet)
     assert result.program.config.ext_depth == (32 << 20) // 8       # the whole SDRAM
     # weights and parameters (9 external words for each 8 channels)
     assert [layer.ext_words for layer in result.program.layers] == [576 + 72, 512 + 72,
@@ -275,7 +225,7 @@ def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
     """The system top (accelerator, UART host bridge) with the memory model outside: the host
     loads the streamed weights with WRITEX, then runs samples; outputs equal golden and the
     board counts the predicted cycles."""
-    result = build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet)
+    result = build(streamed_model(), None, config=CONFIG, calib=streamed_samples(8), log=_quiet)
     # 11,318 cycles: 11,315 before the product register of #40.1 plus 3 x 1. The three conv
     # layers wait for their weights streamed from the SDRAM, which arrive after the previous
     # layer's POSTs are done: the longer drain is hidden there. At the three points that
@@ -313,16 +263,16 @@ def test_the_board_design_loads_the_memory_and_runs_over_the_uart():
 
 
 def board_top_cycles(result, x: "dict | None" = None) -> "list[int]":
-    """Run two samples of ``result`` (``x``, default: :func:`_samples`) on its system top over
-    the UART with the memory model; checks the outputs against golden and the board's cycle
-    counts against the prediction, and returns those counts."""
+    """Run two samples of ``result`` (``x``, default: :func:`streamed_samples`) on its system
+    top over the UART with the memory model; checks the outputs against golden and the board's
+    cycle counts against the prediction, and returns those counts."""
     from hwonnx.api import simulate
     from hwonnx.boards.build import build_id
     from hwonnx.golden import quantize
     from hwonnx.sim.system import run_system
 
     program = result.program
-    x = _samples(2) if x is None else x
+    x = streamed_samples(2) if x is None else x
     quantizer = next(n for n in result.graph.nodes if n.op == "Quantize")
     q_in = {program.input_value: quantize(x["x"], **dict(quantizer.attrs))}
     outputs, cycles = run_system(program, q_in, divisor=4, build_id=build_id(program),
@@ -340,8 +290,8 @@ def test_ecpix5_board_sources_carry_the_ddr3_controller_across_clocks(tmp_path):
     accelerator's PLL, its sequencer (init and read leveling) and the crossing in the
     controller's clock; the bitstream of this build is in bench/results/boards.md."""
     out = tmp_path / "out"
-    result = build(_model(), out, board="ecpix5-85", ext_memory="ecpix5-ddr3", wgt_depth=1280,
-                   calib=_samples(8), log=_quiet)
+    result = build(streamed_model(), out, board="ecpix5-85", ext_memory="ecpix5-ddr3",
+                   wgt_depth=1280, calib=streamed_samples(8), log=_quiet)
     assert result.program.config.ext_depth == (512 << 20) // 8      # the whole DDR3
     # weights and parameters (9 external words for each 8 channels)
     assert [layer.ext_words for layer in result.program.layers] == [576 + 72, 512 + 72,
@@ -370,8 +320,8 @@ def test_arty_board_sources_carry_the_ddr3_controller_for_vivado(tmp_path):
     differential pairs, chip select and reset on the board's pins, the bank's reference
     voltage set."""
     out = tmp_path / "out"
-    result = build(_model(), out, board="arty-a7-35", ext_memory="arty-ddr3", wgt_depth=2560,
-                   calib=_samples(8), log=_quiet)
+    result = build(streamed_model(), out, board="arty-a7-35", ext_memory="arty-ddr3",
+                   wgt_depth=2560, calib=streamed_samples(8), log=_quiet)
     assert result.program.config.ext_depth == (256 << 20) // 8      # 6-byte words, 8 each
     assert any(layer.ext_words for layer in result.program.layers)
     board = out / "board"

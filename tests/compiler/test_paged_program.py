@@ -17,8 +17,10 @@ from hwonnx.config import ArchConfig
 from hwonnx.errors import ModelError
 from hwonnx.isa import decode, ext_words_per_instruction, fields_of
 
+from compiler_helpers import streamed_model, streamed_samples
+from helpers import quiet
 from rtl_helpers import rtl_matches_golden
-from tests.compiler.test_external_weights import CONFIG, _model, _quiet, _samples, board_top_cycles
+from tests.compiler.test_external_weights import CONFIG, board_top_cycles
 from tests.compiler.test_loops import timed_as_expanded
 
 #: The streamed model's 21 instructions in pages of 4: seven pages, five LOADPs.
@@ -27,12 +29,12 @@ PAGED = replace(CONFIG, prog_page=4, prog_depth=8)
 
 @pytest.fixture(scope="module")
 def result():
-    return build(_model(), None, config=PAGED, calib=_samples(8), log=_quiet)
+    return build(streamed_model(), None, config=PAGED, calib=streamed_samples(8), log=quiet)
 
 
 @pytest.fixture(scope="module")
 def plain():
-    return build(_model(), None, config=CONFIG, calib=_samples(8), log=_quiet)
+    return build(streamed_model(), None, config=CONFIG, calib=streamed_samples(8), log=quiet)
 
 
 def test_page_lengths_fill_every_page_but_the_last():
@@ -152,7 +154,7 @@ def test_a_paged_configuration_is_checked(changes, why):
 
 @pytest.mark.rtl
 def test_a_paged_program_runs_bit_exact_in_the_predicted_cycles(result):
-    rtl_matches_golden(result, _samples(2), 2)          # two runs: each boots its pages
+    rtl_matches_golden(result, streamed_samples(2), 2)          # two runs: each boots its pages
 
 
 @pytest.mark.rtl

@@ -10,7 +10,8 @@ import re
 from hwonnx.api import build
 from hwonnx.errors import ResourceError
 
-from tests.compiler.test_spilled_activations import _config, _model, _quiet, _samples
+from compiler_helpers import spilled_config, spilled_model, spilled_samples
+from helpers import quiet
 
 
 def test_sizing_replays_earlier_lowerings_to_the_same_program(monkeypatch):
@@ -34,8 +35,8 @@ def test_sizing_replays_earlier_lowerings_to_the_same_program(monkeypatch):
 
     def built():
         emitted.clear()
-        result = build(_model(), None, board="sim", ext_memory="ulx3s-sdram", act_depth=400,
-                       calib=_samples(8), log=_quiet)
+        result = build(spilled_model(), None, board="sim", ext_memory="ulx3s-sdram", act_depth=400,
+                       calib=spilled_samples(8), log=quiet)
         return result.program, len(emitted)
 
     monkeypatch.setattr(lowering, "_lower_once", counted)
@@ -69,8 +70,8 @@ def _outcome(graph, config, external, split, dry: bool):
     return outcome, emitter.table_count if emitter else None, emitted.get("streaming")
 
 
-#: Architectures (of :func:`_config`) on which the lowerings of :func:`_model` fail for each
-#: reason, or not.
+#: Architectures (of :func:`spilled_config`) on which the lowerings of :func:`spilled_model`
+#: fail for each reason, or not.
 DRY_CASES = (dict(act_depth=400), dict(act_depth=300, stage=64), dict(act_depth=200, stage=48),
              dict(act_depth=1200, wgt_depth=512), dict(act_depth=400, wgt_depth=256),
              dict(act_depth=300, wgt_depth=128, stage=96), dict(act_depth=400, wgt_depth=64))
@@ -87,11 +88,11 @@ def test_a_dry_lowering_fails_as_the_lowering_does():
     from hwonnx.api import compile_model
     from hwonnx.compiler.spill import spill_attempts
 
-    graph, _ = compile_model(_model(), _samples(4), config=_config(act_depth=4096),
-                             log=_quiet)
+    graph, _ = compile_model(spilled_model(), spilled_samples(4),
+                             config=spilled_config(act_depth=4096), log=quiet)
     seen = set()
     for changes in DRY_CASES:
-        config = _config(**changes)
+        config = spilled_config(**changes)
         for external in [frozenset()] + spill_attempts(graph, config):
             for split in (False, True):
                 dry, tables, streaming = _outcome(graph, config, external, split, True)

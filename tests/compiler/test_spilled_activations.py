@@ -6,69 +6,16 @@ RTL bit-exact with golden in exactly the predicted cycles."""
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from hwonnx.api import build
 from hwonnx.compiler import Op
 from hwonnx.compiler.paging import truncated
-from hwonnx.config import ArchConfig
 from hwonnx.errors import ResourceError
 
+from compiler_helpers import (SPILLED_H as H, SPILLED_W as W, check_fences, onnx_model,
+                              spilled_config, spilled_model, spilled_samples)
 from rtl_helpers import he_weight, rtl_matches_golden
-
-H, W = 20, 16
-
-
-def _config(act_depth: int = 400, stage: int = 256, **changes) -> ArchConfig:
-    """The architecture with ``stage`` words in each staging buffer."""
-    fields = dict(act_depth=act_depth, wgt_depth=4096, acc_depth=256, par_depth=64,
-                  prog_depth=512, ext_memory="ulx3s-sdram", ext_depth=1 << 14,
-                  stage_in_depth=stage, stage_out_depth=stage)
-    return ArchConfig(**{**fields, **changes})
-
-
-def _onnx(nodes, name: str, x_shape: list, y_shape: list, inits) -> onnx.ModelProto:
-    """The model of ``nodes`` from float input ``x`` to float output ``y``."""
-    graph = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
-def _model() -> onnx.ModelProto:
-    """x [1, 8, 20, 16] -> Conv 3x3 8->16 + Relu -> MaxPool 3x3 stride 2 pad 1 -> Conv 3x3 +
-    Relu -> Conv 3x3 -> Add (the pool's output) + Relu -> depthwise Conv 3x3 stride 2 + Relu ->
-    global average pool -> Gemm 16->10."""
-    rng = np.random.default_rng(5)
-    inits = [numpy_helper.from_array(he_weight(rng, 16, 8, 3, 3), "w0"),
-             numpy_helper.from_array(he_weight(rng, 16, 16, 3, 3), "w1"),
-             numpy_helper.from_array(he_weight(rng, 16, 16, 3, 3), "w2"),
-             numpy_helper.from_array(he_weight(rng, 16, 1, 3, 3), "wd"),
-             numpy_helper.from_array(he_weight(rng, 10, 16), "wf"),
-             numpy_helper.from_array(rng.normal(0, 0.1, 10).astype(np.float32), "bf")]
-    same = dict(pads=[1, 1, 1, 1])
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", **same),
-             helper.make_node("Relu", ["c0"], ["r0"]),
-             helper.make_node("MaxPool", ["r0"], ["m0"], kernel_shape=[3, 3], strides=[2, 2],
-                              name="pool0", **same),
-             helper.make_node("Conv", ["m0", "w1"], ["c1"], name="conv1", **same),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", **same),
-             helper.make_node("Add", ["c2", "m0"], ["a"], name="add"),
-             helper.make_node("Relu", ["a"], ["ra"]),
-             helper.make_node("Conv", ["ra", "wd"], ["d"], strides=[2, 2], group=16,
-                              name="dw", **same),
-             helper.make_node("Relu", ["d"], ["rd"]),
-             helper.make_node("GlobalAveragePool", ["rd"], ["p"], name="gap"),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
-    return _onnx(nodes, "spilled", [1, 8, H, W], [1, 10], inits)
-
-
-def _samples(count: int) -> "dict[str, np.ndarray]":
-    return {"x": np.random.default_rng(1).random((count, 8, H, W)).astype(np.float32)}
 
 
 def _quiet(message):
@@ -87,8 +34,8 @@ def test_the_largest_tensor_moves_out_in_bands_of_rows():
     words) from addresses 700 (in) and 1404 (out), slot 1 at each one's end: conv0 writes its
     output in two bands, the pool reads it back in two, each band's rows with the kernel's
     halo, the next band's while the one before computes."""
-    program = build(_model(), None, config=_config(700, stage=704), calib=_samples(8),
-                    log=_quiet).program
+    program = build(spilled_model(), None, config=spilled_config(700, stage=704),
+                    calib=spilled_samples(8), log=_quiet).program
     names = [layer.name for layer in program.layers]
     assert names[:4] == ["conv0 [rows 0-10]", "conv0 [rows 11-19]", "pool0 [rows 0-4]",
                          "pool0 [rows 5-9]"]
@@ -142,10 +89,10 @@ def test_staging_buffers_are_sized_to_the_bands_of_one_row():
                                             r"buffers in bands of one row: they need 0 and 32 "
                                             r"words \(stage_in_depth, stage_out_depth\), the "
                                             r"architecture has 0 and 0"):
-        build(_model(), None, config=_config(400, stage=0), calib=_samples(4),
+        build(spilled_model(), None, config=spilled_config(400, stage=0), calib=spilled_samples(4),
               log=_quiet)
-    result = build(_model(), None, board="sim", ext_memory="ulx3s-sdram", act_depth=400,
-                   calib=_samples(8), log=_quiet)
+    result = build(spilled_model(), None, board="sim", ext_memory="ulx3s-sdram", act_depth=400,
+                   calib=spilled_samples(8), log=_quiet)
     program = result.program
     config = program.config
     assert (config.act_depth, config.stage_in_depth, config.stage_out_depth) == (400, 128, 128)
@@ -155,7 +102,7 @@ def test_staging_buffers_are_sized_to_the_bands_of_one_row():
     # (its output row, 8 pixels of 2 words, lives outside too: its STOREA at 400 + 128)
     assert pool == [(Op.LOADA, 3 * 2 * W, 400, 0), (Op.LOADA, 0, 400, 1),
                     (Op.STOREA, 2 * 8, 528, 1)]
-    rtl_matches_golden(result, _samples(2), 2)
+    rtl_matches_golden(result, spilled_samples(2), 2)
 
 
 def test_a_board_build_grows_the_staging_buffers():
@@ -168,8 +115,8 @@ def test_a_board_build_grows_the_staging_buffers():
     from hwonnx.boards import check_fits, get_board
     from hwonnx.fitting import STAGE_SHARE, _grown_stage
 
-    result = build(_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram", act_depth=400,
-                   calib=_samples(4), log=_quiet, verilog=False)
+    result = build(spilled_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram",
+                   act_depth=400, calib=spilled_samples(4), log=_quiet, verilog=False)
     program = result.program
     config = program.config
     assert (config.act_depth, config.stage_in_depth, config.stage_out_depth) == (400, 1536, 1536)
@@ -209,8 +156,8 @@ def test_a_board_build_keeps_the_staging_it_was_sized_with_when_grown_ones_need_
         return grown[-1]
 
     monkeypatch.setattr(fitting, "_grown_stage", too_small)
-    result = build(_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram", act_depth=400,
-                   calib=_samples(4), log=_quiet, verilog=False)
+    result = build(spilled_model(), None, board="ulx3s-85f", ext_memory="ulx3s-sdram",
+                   act_depth=400, calib=spilled_samples(4), log=_quiet, verilog=False)
     config = result.program.config
     assert len(grown) == 1 and config.par_depth > 1 and config.stage_in_depth < 2048
     assert config == replace(grown[0], par_depth=config.par_depth,
@@ -225,8 +172,8 @@ def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles(memory):
     the SDRAM (4 cycles a word) the transfers set the pace; on the DDR3 (a word a cycle) the
     computation does, and a transfer waits for the engines before it to be done with its
     staging slot."""
-    result = build(_model(), None, config=_config(400, ext_memory=memory), calib=_samples(8),
-                   log=_quiet)
+    result = build(spilled_model(), None, config=spilled_config(400, ext_memory=memory),
+                   calib=spilled_samples(8), log=_quiet)
     program = result.program
     transfers = _transfers(program)
     loaded = {layer for op, layer, _, _ in transfers if op == "LOADA"}
@@ -236,7 +183,7 @@ def test_spilled_tensors_run_bit_exact_in_the_predicted_cycles(memory):
     assert sum(1 for op, layer, _, _ in transfers if op == "LOADA" and "add" in layer) \
         == 2 * sum(1 for name in (layer.name for layer in program.layers) if "add" in name)
     assert program.words["act"] <= 400
-    rtl_matches_golden(result, _samples(3), 3)
+    rtl_matches_golden(result, spilled_samples(3), 3)
 
 
 def _through_the_memory() -> onnx.ModelProto:
@@ -256,7 +203,7 @@ def _through_the_memory() -> onnx.ModelProto:
              helper.make_node("GlobalAveragePool", ["r1"], ["p"], name="gap"),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "wf"], ["y"], transB=1, name="fc")]
-    return _onnx(nodes, "through", [1, 8, 10, 8], [1, 4], inits)
+    return onnx_model(nodes, "through", [1, 8, 10, 8], [1, 4], inits)
 
 
 def test_transfers_wait_for_the_engines_that_use_their_slots():
@@ -270,7 +217,7 @@ def test_transfers_wait_for_the_engines_that_use_their_slots():
 
     xs = np.random.default_rng(2).random((4, 8, 10, 8)).astype(np.float32)
     result = build(_through_the_memory(), None,
-                   config=_config(120, stage=96, ext_memory="ecpix5-ddr3"),
+                   config=spilled_config(120, stage=96, ext_memory="ecpix5-ddr3"),
                    calib={"x": xs}, log=_quiet)
     program = result.program
     names = [layer.name for layer in program.layers]
@@ -292,13 +239,14 @@ def test_a_window_that_does_not_fit_is_refused():
     once): the error names the layer."""
     with pytest.raises(ResourceError, match="Layer 'pool0' moves its rows through the staging "
                                             "buffers in bands of one row: they need 96 "):
-        build(_model(), None, config=_config(400, stage=64), calib=_samples(4),
-              log=_quiet)
+        build(spilled_model(), None, config=spilled_config(400, stage=64),
+              calib=spilled_samples(4), log=_quiet)
 
 
 def test_activations_in_the_external_memory_need_a_square_array():
     with pytest.raises(ResourceError, match="only with a square array"):
-        build(_model(), None, config=_config(400, cols=16), calib=_samples(4), log=_quiet)
+        build(spilled_model(), None, config=spilled_config(400, cols=16),
+              calib=spilled_samples(4), log=_quiet)
 
 
 def _fully_convolutional() -> onnx.ModelProto:
@@ -311,12 +259,12 @@ def _fully_convolutional() -> onnx.ModelProto:
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", **same),
              helper.make_node("Relu", ["c0"], ["r0"]),
              helper.make_node("Conv", ["r0", "w1"], ["y"], name="conv1", **same)]
-    return _onnx(nodes, "fcn", [1, 8, H, W], [1, 8, H, W], inits)
+    return onnx_model(nodes, "fcn", [1, 8, H, W], [1, 8, H, W], inits)
 
 
 #: 300 activation words, 512 weight words, staging buffers of 192: the 320-word input lives
-#: in the external memory; :func:`_model`'s convolutions' weights do not stream whole (two
-#: slots of 288 words and the resident ones exceed 512), so they run in parts of 8 output
+#: in the external memory; :func:`spilled_model`'s convolutions' weights do not stream whole
+#: (two slots of 288 words and the resident ones exceed 512), so they run in parts of 8 output
 #: channels; a band's part streams a copy of the first band's weights, unless no other
 #: streamed layer runs in between.
 SMALL = dict(act_depth=300, wgt_depth=512, stage=192)
@@ -329,7 +277,8 @@ def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     (only resident layers run between them); conv1's bands alternate its two streamed parts,
     so the second band's parts stream copies of the first's. Bit-exact, in the predicted
     cycles."""
-    result = build(_model(), None, config=_config(**SMALL), calib=_samples(8), log=_quiet)
+    result = build(spilled_model(), None, config=spilled_config(**SMALL),
+                   calib=spilled_samples(8), log=_quiet)
     program = result.program
     x = program.placements["x:q"]
     assert (x.memory, x.words) == ("ext", 320)
@@ -354,19 +303,18 @@ def test_inputs_outputs_and_weights_split_every_way_run_bit_exact():
     assert min(loads[index[first.name]]) == slot and max(loads[index[first.name]]) < slot + 72
     copy = layers["conv1 [rows 5-9] [channels 0-7]"]
     assert (copy.ext_words, copy.wgt_words) == (144 + 9, 0)
-    from tests.compiler.test_external_weights import _check_fences
-    _check_fences(program)      # each band's LOADWs and POSTs after the fence of its copy
-    rtl_matches_golden(result, _samples(2), 2)
+    check_fences(program)      # each band's LOADWs and POSTs after the fence of its copy
+    rtl_matches_golden(result, spilled_samples(2), 2)
 
 
 def test_an_output_in_the_external_memory_is_read_back_bit_exact():
     """Input and output (320 words each) both live in the external memory: the harness writes
     the one and reads the other there."""
-    result = build(_fully_convolutional(), None, config=_config(**SMALL), calib=_samples(8),
-                   log=_quiet)
+    result = build(_fully_convolutional(), None, config=spilled_config(**SMALL),
+                   calib=spilled_samples(8), log=_quiet)
     program = result.program
     assert [program.placements[v].memory for v in ("x:q", "y:q")] == ["ext", "ext"]
-    rtl_matches_golden(result, _samples(2), 2)
+    rtl_matches_golden(result, spilled_samples(2), 2)
 
 
 @pytest.mark.rtl
@@ -376,11 +324,11 @@ def test_the_board_link_writes_and_reads_ports_in_the_external_memory():
     bit-exact with golden in the predicted cycles."""
     from tests.compiler.test_external_weights import board_top_cycles
 
-    result = build(_fully_convolutional(), None, config=_config(**SMALL), calib=_samples(4),
-                   log=_quiet)
+    result = build(_fully_convolutional(), None, config=spilled_config(**SMALL),
+                   calib=spilled_samples(4), log=_quiet)
     program = result.program
     assert [program.placements[v].memory for v in ("x:q", "y:q")] == ["ext", "ext"]
-    board_top_cycles(result, _samples(2))
+    board_top_cycles(result, spilled_samples(2))
 
 
 @pytest.mark.parametrize("prog_width", [0, 32], ids=["wide", "narrow-fetch"])
@@ -392,8 +340,8 @@ def test_per_layer_cycles_are_those_of_the_truncated_programs(prog_width):
     from hwonnx.compiler.timing import predict
     from hwonnx.report import layer_cycles
 
-    program = build(_model(), None, config=_config(**SMALL, prog_width=prog_width),
-                    calib=_samples(4), log=_quiet).program
+    program = build(spilled_model(), None, config=spilled_config(**SMALL, prog_width=prog_width),
+                    calib=spilled_samples(4), log=_quiet).program
     ops = {instr.op for instr in program.instructions}
     assert {Op.LOADX, Op.LOADA, Op.STOREA} <= ops
     totals = [predict(truncated(program, i).expanded(), program.config).total
@@ -419,7 +367,7 @@ def _upsampling(kernel: int, pads: int, output_padding: int) -> onnx.ModelProto:
                               pads=[pads] * 4, output_padding=[output_padding] * 2),
              helper.make_node("Relu", ["t"], ["rt"]),
              helper.make_node("Conv", ["rt", "w1"], ["y"], name="conv1", **same)]
-    return _onnx(nodes, "up", [1, 8, 10, 8], [1, 8, H, W], inits)
+    return onnx_model(nodes, "up", [1, 8, 10, 8], [1, 8, H, W], inits)
 
 
 @pytest.mark.parametrize("kernel, pads, output_padding", [(2, 0, 0), (3, 1, 1)],
@@ -431,7 +379,7 @@ def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_p
     model = _upsampling(kernel, pads, output_padding)
     xs = {"x": np.random.default_rng(1).random((8, 8, 10, 8)).astype(np.float32)}
     # staging buffers of 160 words: bands of 5 rows of 16 words, so that some start odd
-    result = build(model, None, config=_config(**{**SMALL, "stage": 160}), calib=xs,
+    result = build(model, None, config=spilled_config(**{**SMALL, "stage": 160}), calib=xs,
                    log=_quiet)
     program = result.program
     assert program.placements["y:q"].memory == "ext"
@@ -444,11 +392,12 @@ def test_a_transposed_convolution_runs_in_bands_bit_exact(kernel, pads, output_p
     # bands of one row (48 words: the next layer's three input rows) have the phases of
     # their row only, those of even rows and of odd rows in turn; each reads the words of
     # its phases emitted once: as many weight and parameter words as the layer whole on chip
-    rows = build(model, None, config=_config(**{**SMALL, "stage": 48}), calib=xs, log=_quiet)
+    rows = build(model, None, config=spilled_config(**{**SMALL, "stage": 48}), calib=xs,
+                 log=_quiet)
     bands = [layer.name for layer in rows.program.layers if layer.name.startswith("up [rows")]
     assert {name.split("] [")[0] for name in bands} == {f"up [rows {r}-{r}"
                                                         for r in range(H)}
-    whole = build(model, None, config=_config(act_depth=4096), calib=xs, log=_quiet).program
+    whole = build(model, None, config=spilled_config(act_depth=4096), calib=xs, log=_quiet).program
     assert not any(instr.op in Op.ACTX for instr in whole.instructions)
     assert ((rows.program.words["wgt"], rows.program.words["par"])
             == (whole.words["wgt"], whole.words["par"]))
@@ -469,7 +418,7 @@ def _global_pooled(pool: str) -> onnx.ModelProto:
              helper.make_node(pool, ["r0"], ["p"], name="gap"),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
-    return _onnx(nodes, "pooled", [1, 8, H, W], [1, 10], inits)
+    return onnx_model(nodes, "pooled", [1, 8, H, W], [1, 10], inits)
 
 
 @pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
@@ -478,8 +427,8 @@ def test_a_global_pool_runs_in_groups_of_channel_blocks(pool, stage, slots):
     """A global pool whose input (320 words) does not fit the input staging buffer runs in
     groups of its 4 channel blocks, one LOADA per pixel each: with 192 words, one block
     (80 words) twice over; with 96, one block once. Bit-exact, in the predicted cycles."""
-    xs = _samples(8)
-    result = build(_global_pooled(pool), None, config=_config(act_depth=300, stage=stage),
+    xs = spilled_samples(8)
+    result = build(_global_pooled(pool), None, config=spilled_config(act_depth=300, stage=stage),
                    calib=xs, log=_quiet)
     program = result.program
     names = [layer.name for layer in program.layers if layer.name.startswith("gap")]
@@ -501,11 +450,11 @@ def test_a_layer_in_parts_takes_one_band_where_it_fits_once():
     buffered, each part streams its weights once, where two double-buffered bands (7 and 3
     rows) streamed them twice; as few weight words as with 320 words, where the whole layer
     fits twice. Bit-exact, in the predicted cycles."""
-    xs = _samples(8)
-    result = build(_model(), None, config=_config(**{**SMALL, "stage": 256}), calib=xs,
-                   log=_quiet)
-    roomy = build(_model(), None, config=_config(**{**SMALL, "stage": 320}), calib=xs,
-                  log=_quiet).program
+    xs = spilled_samples(8)
+    result = build(spilled_model(), None, config=spilled_config(**{**SMALL, "stage": 256}),
+                   calib=xs, log=_quiet)
+    roomy = build(spilled_model(), None, config=spilled_config(**{**SMALL, "stage": 320}),
+                  calib=xs, log=_quiet).program
     program = result.program
     for name in ("conv1", "conv2"):
         assert [layer.name for layer in program.layers if layer.name.startswith(name)] == [
@@ -523,5 +472,6 @@ def test_a_global_pool_too_large_for_one_channel_block_is_refused():
                                             r"staging buffer one channel block at a time: it "
                                             r"needs 80 words \(stage_in_depth\), the "
                                             r"architecture has 64"):
-        build(_global_pooled("GlobalAveragePool"), None, config=_config(act_depth=300, stage=64),
-              calib=_samples(4), log=_quiet)
+        build(_global_pooled("GlobalAveragePool"), None,
+              config=spilled_config(act_depth=300, stage=64), calib=spilled_samples(4),
+              log=_quiet)
