@@ -27,7 +27,7 @@ class Family:
     ``spill_luts``: logic cells of one 8x8 product built from adders
     (:func:`~hwonnx.hdl.dsp.logic_product`) for a PE beyond the DSP blocks the requantizers
     and element-wise lanes leave (ECP5: 37 CCU2C of two cells each and no LUT4, measured with
-    Yosys, ``tests/hdl/test_dsp_split.py``; the open flow maps the rest of the products to
+    Yosys, ``tests/hdl/test_hdl_dsp_split.py``; the open flow maps the rest of the products to
     MULT18X18D); 0: the fit check refuses such an array;
     ``huge_bits``, ``huge_width``: one single-port RAM block (iCE40 UltraPlus SPRAM) that a
     program memory loaded at run time (``ArchConfig.prog_width``) maps onto.

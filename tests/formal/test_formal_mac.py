@@ -9,7 +9,7 @@ cycle :data:`SETTLED` to the end of the bounded model check (depth :data:`DEPTH`
 sum is ``a0 w0 + a1 w1``, exactly, with each PE's product from a ``$mul`` (a DSP block). Not
 proved here: the PEs whose products come from logic (``hdl/dsp.py``'s ``logic_product``):
 that a tree of partial products equals a ``$mul`` did not finish in four minutes in the
-array; the product alone is proved in ``tests/hdl/test_dsp_split.py``.
+array; the product alone is proved in ``tests/hdl/test_hdl_dsp_split.py``.
 """
 
 import pytest

