@@ -10,9 +10,13 @@ from .fanout import replicate
 
 __all__ = ["BankedMemory", "BANK_DEPTH", "BANKED_READ_LATENCY", "BANKS_PER_ADDRESS"]
 
-#: Words of one bank: one ECP5 DP16KD deep in its 512 x 36 shape (a bank of any width maps to
-#: blocks side by side, with no multiplexer between blocks of different depths).
-BANK_DEPTH = 512
+#: Words of one bank: one ECP5 DP16KD deep in its 2048 x 9 shape (a bank of any width maps to
+#: blocks side by side, with no multiplexer between blocks of different depths). Each bank's
+#: read data crosses the die to its register and the multiplexer: in 512-word banks the 16x16
+#: array's weight buffer (5,120 words of 128 bits, 10 banks) sent 1,280 such wires, the most
+#: congested nets of its place and route (nextpnr's router2 heatmap); in 2048-word banks, 3
+#: banks and 384 wires, in 38 blocks rather than 40.
+BANK_DEPTH = 2048
 
 #: Cycles from a read's address to its word on ``read.data``: the address in registers (a copy
 #: for each group of :data:`BANKS_PER_ADDRESS` banks), the block RAM's read, then each bank's
@@ -20,9 +24,9 @@ BANK_DEPTH = 512
 BANKED_READ_LATENCY = 3
 
 #: Banks that share one copy of the read address: a copy drives the address pins of its
-#: banks' block RAMs only (two ECP5 DP16KD per bank of an 8-column array), not those of every
-#: block across the die.
-BANKS_PER_ADDRESS = 2
+#: banks' block RAMs only (8 ECP5 DP16KD per bank of an 8-column array, 15 of a 16-column
+#: one), not those of every block across the die.
+BANKS_PER_ADDRESS = 1
 
 
 class BankedMemory(wiring.Component):
