@@ -66,7 +66,7 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
     # post-processor's own 18x18 multipliers (fewer where one DSP block holds two of them).
     wide = (family.dsps_per_wide_mult if config.compact
             else min(family.dsps_per_wide_mult, WIDE_MULT_BLOCKS))
-    other_dsp = config.cols * wide + MULTS_PER_LANE * lanes     # 9x18: one DSP
+    other_dsp = config.post_lanes_used * wide + MULTS_PER_LANE * lanes     # 9x18: one DSP
     spill = 0
     if family.spill_luts:            # the products beyond the DSP blocks, from logic
         spill = min(pes, max(0, pe_dsp - max(0, board.dsp - other_dsp)))

@@ -1,6 +1,6 @@
 """The POST engine: requantizes accumulators into int8 activations."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -185,6 +185,10 @@ class PostProcessor(wiring.Component):
         m = Module()
         cfg = self.config
         rows, cols = cfg.rows, cfg.cols
+        # ``lanes`` requantizers, each serving ``passes`` columns, one per cycle (the column
+        # ``g * lanes + k`` in lane k in pass g): every accumulator word takes ``passes``
+        # cycles per activation word.
+        lanes, passes = cfg.post_lanes_used, cfg.post_passes
 
         cur = Signal(InstrLayout())
         active = Signal()
@@ -211,14 +215,25 @@ class PostProcessor(wiring.Component):
         # Each column's copy of the fields its lane reads (zero point, clamp, rounding mode,
         # table), so that no register of ``cur`` steers every lane.
         fields = ("zp", "lo", "hi", "rne") + (("lut",) if cfg.lut_tables else ())
-        copies = held(m, instr, fields, self.idle, 1 if cfg.compact else cols, "lane")
-        own = [copies[c % len(copies)] for c in range(cols)]
+        copies = held(m, instr, fields, self.idle, 1 if cfg.compact else lanes, "lane")
+        own = [copies[c % len(copies)] for c in range(lanes)]
         # ``take`` needs ``idle``, which implies ``~active``: the counters step under
         # ``active`` alone, not under ``~take`` (the 82 MHz ULX3S-85F build's critical path
         # ended in ``word`` through ``take``).
         with m.If(take):
             m.d.sync += active.eq(1)
-        with m.If(active):
+        advance = active        # the counters step: in the last pass of a step
+        group = Const(0)        # the pass
+        if passes > 1:
+            group = Signal(range(passes), name="group")
+            group_last = Signal(name="group_last")
+            with m.If(self.idle):
+                m.d.sync += [group.eq(0), group_last.eq(0)]
+            with m.If(active):
+                m.d.sync += [group.eq(Mux(group_last, 0, group + 1)),
+                             group_last.eq(~group_last & (group == passes - 2))]
+            advance = active & group_last
+        with m.If(advance):
             with m.If(last):
                 m.d.sync += [word.eq(0), acc_addr.eq(acc_addr + 1), remaining.eq(remaining - 1),
                              pix_addr.eq(pix_addr + cur.out_stride), last.eq(cur.nw == 1)]
@@ -228,15 +243,33 @@ class PostProcessor(wiring.Component):
                 m.d.sync += [word.eq(word + 1), last.eq(word + 2 == cur.nw)]
         m.d.comb += self.acc_addr.eq(acc_addr)
 
-        # Each stage carries (valid, word address, channel of lane 0) along with its data.
-        stages = []
+        # Each stage carries (valid, word address, channel of lane 0) along with its data,
+        # and with more than one pass the pass (``groups``, by stage).
+        stages, groups = [], {}
 
         def stage(name, valid, addr, base):
             regs = (Signal(name=f"{name}_valid"), Signal(26, name=f"{name}_addr"),
                     Signal(signed(18), name=f"{name}_base"))
             m.d.sync += [regs[0].eq(valid), regs[1].eq(addr), regs[2].eq(base)]
             stages.append(regs)
+            if passes > 1:          # the first stage's from the counter
+                after = Signal.like(group, name=f"{name}_group")
+                m.d.sync += after.eq(groups.get(id(valid), group))
+                groups[id(regs[0])] = after
             return regs
+
+        def pass_of(regs):
+            """The pass of the word in stage ``regs``."""
+            return groups[id(regs[0])] if passes > 1 else Const(0)
+
+        def column(values, regs):
+            """Per lane, the item of ``values`` (one per column) of its column in the pass
+            of the word in stage ``regs``."""
+            if passes == 1:
+                return list(values)
+            chosen = pass_of(regs)
+            return [Array(values[g * lanes + k] for g in range(passes))[chosen]
+                    for k in range(lanes)]
 
         # The parameter word, from the buffer's output register
         # (:class:`~hwonnx.hdl.bram.RegisteredRAM`): read in cycle t + 1 (dispatch in t), on
@@ -246,22 +279,26 @@ class PostProcessor(wiring.Component):
 
         # Stage 1: the accumulator word in the buffer's output register (``acc_data``, two
         # cycles after its address).
-        s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word,
-                                           word * rows - cur.lane_off)
+        first_base = word * rows - cur.lane_off
+        if passes > 1:          # lane 0 holds column group * lanes
+            first_base = first_base - group * lanes
+        s1_valid, s1_addr, s1_base = stage("s1", active, pix_addr + word, first_base)
         acc = self.acc_data
         # Stage 2: add the bias.
-        sa_valid, sa_addr, sa_base = stage("sa", s1_valid, s1_addr, s1_base)
-        sb_valid, sb_addr, sb_base = stage("sb", sa_valid, sa_addr, sa_base)
-        biased = [Signal(signed(32), name=f"biased_{c}") for c in range(cols)]
-        for c in range(cols):
+        sa_valid, sa_addr, sa_base = sa = stage("sa", s1_valid, s1_addr, s1_base)
+        sb_valid, sb_addr, sb_base = sb = stage("sb", sa_valid, sa_addr, sa_base)
+        biased = [Signal(signed(32), name=f"biased_{c}") for c in range(lanes)]
+        lane_acc = column(list(acc), sa)
+        lane_bias = column([par[c].bias for c in range(cols)], sa)
+        for c in range(lanes):
             # int32 wrap-around, as in the golden model's accumulator.
-            m.d.sync += biased[c].eq((acc[c] + par[c].bias)[:32])
+            m.d.sync += biased[c].eq((lane_acc[c] + lane_bias[c])[:32])
 
-        values = [Signal(signed(8), name=f"value_{c}") for c in range(cols)]
+        values = [Signal(signed(8), name=f"value_{c}") for c in range(lanes)]
         # The level before the clamp: the rounding unit's, or the narrow rounding shift's
         # (SHIFTED_BITS, then the rounding) plus the int8 zero point.
         level_shape = signed(67 if cfg.ort_rounding else SHIFTED_BITS + 1)
-        levels = [Signal(level_shape, name=f"level_{c}") for c in range(cols)]
+        levels = [Signal(level_shape, name=f"level_{c}") for c in range(lanes)]
         valids = [s1_valid, sa_valid, sb_valid]
         if cfg.ort_rounding:
             # Stages 3 to 6: the rounding unit, in either rounding (``rne``), instead of the
@@ -270,7 +307,7 @@ class PostProcessor(wiring.Component):
             for i in range(ORT_LATENCY):
                 chain = stage(f"r{i}", *chain)
                 valids.append(chain[0])
-            for c in range(cols):
+            for c in range(lanes):      # (one pass: ArchConfig.post_lanes)
                 m.submodules[f"round_{c}"] = rounder = OrtRounder()
                 m.d.comb += [rounder.v.eq(biased[c]), rounder.even.eq(own[c].rne),
                              rounder.mult.eq(par[c].mult),
@@ -280,16 +317,21 @@ class PostProcessor(wiring.Component):
             # Stages 3 to 2 + mul_stages: the multiply. Then the rounding shift (round_stages).
             split = round_stages(cfg) == 2
             chain = (sb_valid, sb_addr, sb_base)
+            named = {}
             for name in ("m0", "m1", "m2", "m3")[:cfg.mul_stages - 1] + ("s2",) + \
                     ("sh",) * split + ("sr",):
-                chain = stage(name, *chain)
+                chain = named[name] = stage(name, *chain)
                 valids.append(chain[0])
-            products = [self._multiply(m, c, biased[c], par[c].mult, cfg.mul_stages)
-                        for c in range(cols)]
-            for c in range(cols):
+            # The multiplier's operands in the cycle after the bias add, the shift in the
+            # product's (post_latency_by_hand in tests/hdl/test_hdl_post.py).
+            lane_mult = column([par[c].mult for c in range(cols)], sb)
+            lane_shift = column([par[c].shift for c in range(cols)], named["s2"])
+            products = [self._multiply(m, c, biased[c], lane_mult[c], cfg.mul_stages)
+                        for c in range(lanes)]
+            for c in range(lanes):
                 # round(p / 2**s) half up == ((p >> (s - 1)) + 1) >> 1 for s >= 1, in
                 # SHIFTED_BITS bits and a flag (narrow_shift).
-                shifted, outside = narrow_shift(m, products[c], (par[c].shift - 1)[:6],
+                shifted, outside = narrow_shift(m, products[c], (lane_shift[c] - 1)[:6],
                                                 f"shift_{c}")
                 halved = Signal(signed(SHIFTED_BITS), name=f"halved_{c}")
                 halved_out = Signal(name=f"halved_{c}_outside")
@@ -311,22 +353,25 @@ class PostProcessor(wiring.Component):
         if clamp_stages(cfg) == 3:
             chain = stage("sz", *chain)
             valids.append(chain[0])
-            for c in range(cols):
+            for c in range(lanes):
                 level = Signal(level_shape, name=f"level_reg_{c}")
                 m.d.sync += level.eq(levels[c])
                 ranges[c] = self._range(level)
             chain = stage("sf", *chain)
             valids.append(chain[0])
-            for c in range(cols):
+            for c in range(lanes):
                 flags = (Signal(name=f"inside_{c}"), Signal(signed(8), name=f"low_{c}"),
                          Signal(name=f"negative_{c}"))
                 m.d.sync += [f.eq(v) for f, v in zip(flags, ranges[c])]
                 ranges[c] = flags
         assert stages[-1] is chain
-        placed = self._placement(m, stages[-2][2], cur.nt)
+        nt = cur.nt
+        if passes > 1:          # the channels of the pass, from group * lanes: in the limit's
+            nt = cur.nt - pass_of(stages[-3]) * lanes   # register a stage before the base's
+        placed = self._placement(m, stages[-2][2], nt)
         s3_valid, s3_addr, s3_base = stage("s3", *chain)
         valids.append(s3_valid)
-        for c in range(cols):
+        for c in range(lanes):
             m.d.sync += values[c].eq(self._choose(*ranges[c], own[c].lo, own[c].hi))
 
         if cfg.lut_tables:
@@ -364,17 +409,20 @@ class PostProcessor(wiring.Component):
         """``(amount, first, end)`` in registers, two stages after the one whose channel of
         lane 0 is ``base``: the lanes' shift of the values (``base + rows - 1``) and the
         lanes written, ``first`` to ``end``, those whose channel ``base + lane`` lies in
-        ``[0, min(nt, cols))``. Each lane's 18-bit channel add, three compares and 16-way
-        choice took 2,211 LUT4 and 372 CCU2C of a 16x16 post-processor (ECP5; this, 596 and
-        40). The differences in one stage, their clamps in the next (from ``cur`` through
-        ``nt``'s compare, the subtraction and the clamp was the critical path of a ULX3S-85F
-        build at 93.8 MHz: 10.66 ns); ``min(nt, cols)`` in a register of its own (``nt`` is
-        the instruction's, constant while a word is in the stages)."""
-        rows, cols = self.config.rows, self.config.cols
+        ``[0, min(nt, lanes))`` (``lanes``: the requantizers, ``ArchConfig.post_lanes``;
+        ``nt`` and ``base`` less the pass's first column). Each lane's 18-bit channel add,
+        three compares and 16-way choice took 2,211 LUT4 and 372 CCU2C of a 16x16
+        post-processor (ECP5; this, 596 and 40). The differences in one stage, their clamps in
+        the next (from ``cur`` through ``nt``'s compare, the subtraction and the clamp was the
+        critical path of a ULX3S-85F build at 93.8 MHz: 10.66 ns); ``min(nt, lanes)`` in a
+        register of its own, a stage earlier: ``nt`` is the instruction's, less the pass's
+        first column of the word a stage before ``base``'s."""
+        rows, cols = self.config.rows, self.config.post_lanes_used
 
         def lanes(x):
             return Mux(x <= 0, 0, Mux(x >= rows, rows, x))
-        limit = Signal(range(cols + 1), name="place_limit")
+        limit = Signal(range(-cols if self.config.post_passes > 1 else 0, cols + 1),
+                       name="place_limit")
         m.d.sync += limit.eq(Mux(nt < cols, nt, cols))
         shift = Signal(signed(19), name="place_shift")
         before = Signal(signed(19), name="place_before")

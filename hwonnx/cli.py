@@ -92,6 +92,7 @@ def _run(args, output: Output) -> int:
         depths = {f"{b}_depth": getattr(args, f"{b}_depth")
                   for b in ("act", "wgt", "acc", "par", "prog", "stage_in", "stage_out")}
         depths["lut_tables"] = args.lut_tables
+        depths["post_lanes"] = args.post_lanes
         from .examples import example_calibration
         from .frontend import read_overrides
         model, example = _model_path(args.model)

@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lut-tables", type=int, metavar="N",
                    help="activation tables (LeakyRelu, Sigmoid, ...) the array holds, 0-63 "
                         "(default: the board's)")
+    p.add_argument("--post-lanes", type=int, metavar="N",
+                   help="requantizers of the post-processor, a divisor of the columns: each "
+                        "serves cols/N columns, one per cycle, and leaves its multipliers to "
+                        "the array (default: the board's, one per column)")
     p.add_argument("--ext-memory", choices=sorted(MEMORIES),
                    help="an external memory the weights that do not fit the weight buffer "
                         "stream from: the board's own (its controller is built in), or any "

@@ -80,6 +80,13 @@ class ArchConfig:
         whose clock does not need it: ``hdl/post.py``). With 1 the datapath is the compact
         one throughout: the rounding shift in one stage (``post.round_stages``) and the
         activation word straight from its block RAM into the array (``feeder.feed_delay``).
+    post_lanes : requantizers of the post-processor (``hdl/post.py``): 0 (the default) for
+        one per column, or a divisor of ``cols``: each then requantizes ``cols / post_lanes``
+        columns, one per cycle, so that a POST takes that many cycles per accumulator word and
+        activation word (``post_passes``), and the 32x32 multipliers (three 18x18 blocks a
+        lane) and about 1,000 logic cells a lane are left to the array (the 16x16 array on an
+        85k-LUT ECP5). The pipelined datapath only (``mul_stages`` 5), without
+        ``ort_rounding``.
     stage_in_depth, stage_out_depth : with an external memory, words of the two staging
         buffers through which tensors too large for the activation buffer move (0 and 0, the
         default: none). The input staging buffer takes activation addresses ``[act_depth,
@@ -109,6 +116,7 @@ class ArchConfig:
     stage_in_depth: int = 0
     stage_out_depth: int = 0
     mul_stages: int = 5
+    post_lanes: int = 0
 
     def __post_init__(self):
         for name in ("rows", "cols", "act_depth", "wgt_depth", "acc_depth", "par_depth",
@@ -133,6 +141,13 @@ class ArchConfig:
                              f"{self.lut_tables!r}")
         if self.mul_stages not in (1, 5) or isinstance(self.mul_stages, bool):
             raise ValueError(f"ArchConfig.mul_stages must be 1 or 5, not {self.mul_stages!r}")
+        if not isinstance(self.post_lanes, int) or isinstance(self.post_lanes, bool) \
+                or self.post_lanes < 0 or (self.post_lanes and self.cols % self.post_lanes):
+            raise ValueError(f"ArchConfig.post_lanes must be 0 or a divisor of cols "
+                             f"({self.cols}), not {self.post_lanes!r}")
+        if self.post_passes > 1 and (self.mul_stages != 5 or self.ort_rounding):
+            raise ValueError("ArchConfig.post_lanes fewer than cols needs mul_stages 5 and no "
+                             "ort_rounding")
         if self.prog_width < 0 or self.prog_width % 8 or self.prog_width > instruction_width():
             raise ValueError(f"ArchConfig.prog_width must be 0 or a multiple of 8 up to "
                              f"{instruction_width()}, not {self.prog_width!r}")
@@ -278,6 +293,17 @@ class ArchConfig:
         if unknown:
             raise ValueError(f"ArchConfig JSON has unknown fields {sorted(unknown)}")
         return cls(**data)
+
+    @property
+    def post_lanes_used(self) -> int:
+        """The post-processor's requantizers (``post_lanes``, or one per column)."""
+        return self.post_lanes or self.cols
+
+    @property
+    def post_passes(self) -> int:
+        """Cycles of a POST per accumulator word and activation word: the columns each
+        requantizer serves."""
+        return self.cols // self.post_lanes_used
 
     @property
     def compact(self) -> bool:

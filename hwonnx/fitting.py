@@ -216,7 +216,7 @@ def fit_board(graph: Graph, program: Program, target, fixed, choose_array: bool 
         for rows, cols in FALLBACK_ARRAYS:
             if rows * cols >= start.rows * start.cols:
                 continue
-            config = replace(start, rows=rows, cols=cols)
+            config = replace(start, rows=rows, cols=cols, post_lanes=0)
             try:
                 try:
                     other = _lower_sized(graph, config, target.name, fixed, target=target)

@@ -284,7 +284,8 @@ def build_request(model, out_dir, *, board: str = "sim", calib=None,
                   calibrate: str = DEFAULT_METHOD, **depths: int) -> BuildRequest:
     """The options of :func:`build`, checked before anything is compiled or written."""
     stages = ("stage_in", "stage_out")      # the buffers but the tables: <name>_depth
-    unknown = set(depths) - {f"{b}_depth" for b in (*BUFFERS[:-1], *stages)} - {"lut_tables"}
+    unknown = set(depths) - {f"{b}_depth" for b in (*BUFFERS[:-1], *stages)} \
+        - {"lut_tables", "post_lanes"}
     if unknown:
         raise TypeError(f"build() got unexpected keyword argument(s) {sorted(unknown)}")
     target = get_board(board)

@@ -108,6 +108,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
               if config.ext_memory else None)
     total = 0
     latency = post_latency(config)
+    passes = config.post_passes     # cycles per step of a POST (hdl/post.py)
     handoff = handoff_latency(config)   # an engine takes what is dispatched in t in t + this
     loader, release, drain = load_cycles(config), bank_release(config), drain_cycles(config)
     words = config.fetch_words if config.runtime_program else 0
@@ -164,7 +165,7 @@ def _predict(instructions, config: ArchConfig, stops, memory_timing, walk: bool)
         nonlocal post_idle        # accepted once the previous POST is done; starts once
         t = max(t, post_idle, eltw_idle)        # the MATMULs before it are drained
         start = max(t, drained)
-        post_idle = start + handoff + 1 + latency + count * nw
+        post_idle = start + handoff + 1 + latency + count * nw * passes
         return t, post_idle - 1
 
     if page:                      # the LOADP of the first two pages, in cycle 1 (hdl/top.py)

@@ -255,6 +255,15 @@ def test_inspect_and_build_refuse_an_invalid_array_alike(command, tmp_path, caps
                                        "must be at most 64x64, not 100x8\n")
 
 
+@pytest.mark.parametrize("lanes, why", [
+    ("3", "ArchConfig.post_lanes must be 0 or a divisor of cols (8), not 3"),
+    ("-2", "ArchConfig.post_lanes must be 0 or a divisor of cols (8), not -2")])
+def test_build_refuses_post_lanes_that_do_not_divide_the_columns(lanes, why, tmp_path, capsys):
+    assert main(["build", MLP, "--post-lanes", lanes, "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr() == ("", f"hwonnx: error: Invalid architecture: {why}\n")
+    assert not (tmp_path / "out").exists()
+
+
 # 7. ``hwonnx boards``: columns that line up; every board and subpackage in the README ------
 
 def test_boards_columns_line_up(capsys):

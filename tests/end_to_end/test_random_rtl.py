@@ -1,10 +1,10 @@
 """Randomized RTL tier: random layers and random networks, drawn by Hypothesis
-(``random_graphs.layer_cases`` / ``graph_cases``), compiled for the three architectures of
+(``random_graphs.layer_cases`` / ``graph_cases``), compiled for the four architectures of
 ``test_rtl.py`` and run on Verilator. Every case asserts that the RTL output equals the golden
 model's bit for bit and that every sample took exactly the predicted cycles.
 
-Tiers: the default run draws a small seeded sample (30 cases); ``pytest -m slow`` runs 1,080
-cases (600 single layers, 480 networks of 2-6 layers) in 48 test items (seed blocks) that
+Tiers: the default run draws a small seeded sample (40 cases); ``pytest -m slow`` runs 1,440
+cases (800 single layers, 640 networks of 2-6 layers) in 64 test items (seed blocks) that
 pytest-xdist spreads over its workers. Each seed block is one Hypothesis run with an explicit
 seed and no example database, so every run draws the same cases; a failure is shrunk to a
 minimal case, printed with a snippet that rebuilds its graph.
@@ -38,8 +38,8 @@ from tests.end_to_end.test_rtl import CONFIGS
 pytestmark = pytest.mark.rtl
 
 SAMPLES = 3                 # per case, in one simulation run
-#: (cases per block, blocks per configuration) of each kind and tier. 3 configurations:
-#: default 3 x (2 x 3 + 2 x 2) = 30 cases; slow 3 x (8 x 25 + 8 x 20) = 1,080 cases.
+#: (cases per block, blocks per configuration) of each kind and tier. 4 configurations:
+#: default 4 x (2 x 3 + 2 x 2) = 40 cases; slow 4 x (8 x 25 + 8 x 20) = 1,440 cases.
 DEFAULT = {"layer": (3, 2), "graph": (2, 2)}
 SLOW = {"layer": (25, 8), "graph": (20, 8)}
 

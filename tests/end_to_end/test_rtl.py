@@ -25,6 +25,9 @@ CONFIGS = {
     # A narrow program memory: 8 words of 56 bits per instruction (hdl/fetch.py).
     "3x5": ArchConfig(rows=3, cols=5, act_depth=2048, wgt_depth=1024, acc_depth=64,
                       par_depth=64, prog_depth=2048, prog_width=56),
+    # Two requantizers for six columns: each accumulator word in three passes (hdl/post.py).
+    "4x6": ArchConfig(rows=4, cols=6, act_depth=2048, wgt_depth=1024, acc_depth=64,
+                      par_depth=64, prog_depth=2048, post_lanes=2),
 }
 
 
@@ -236,8 +239,8 @@ def test_depthwise_streaming_applies_several_kernel_rows_per_pass(config):
               for layer in range(5)]
     # on 4 and 3 rows the dilated layer's two passes cost what its two taps cost, and on 4x4
     # (8 accumulators a half) the pool's 3 passes what its 9 taps cost: not streamed
-    assert passes == {8: [2, 1, 2, 1, 2], 4: [3, 2, 2, None, None],
-                      3: [3, 2, 2, None, 3]}[config.rows]
+    assert passes == {"8x8": [2, 1, 2, 1, 2], "4x4": [3, 2, 2, None, None],
+                      "3x5": [3, 2, 2, None, 3], "4x6": [3, 2, 2, None, 3]}[config.name]
 
 
 def test_looped_and_explicit_programs_agree(config):

@@ -12,6 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
+from hwonnx.config import ArchConfig
 from hwonnx.isa import Op
 from hwonnx.golden import requantize
 from hwonnx.golden.ops import lookup
@@ -19,6 +20,7 @@ from hwonnx.hdl.bram import REGISTERED_READ_LATENCY
 from hwonnx.hdl.post import POST_LATENCY, PostProcessor, post_latency
 
 from hdl_helpers import SyncReadMemory, run_cycles, set_instr, small_config
+from helpers import raises
 
 INT32 = (-(1 << 31), 1 << 31)
 
@@ -51,18 +53,21 @@ def tile_instr(config, n0, nt, n_out, count, acc_addr, par_addr, base, zp, lo, h
 
 
 def expected_writes(config, instr, y):
-    """Per step (accumulator word i, activation word j): (address, lane mask, lane values)."""
-    rows = config.rows
+    """Per step (accumulator word i, activation word j, pass g of ``post_passes``):
+    (address, lane mask, lane values); pass g writes the channels its requantizers hold,
+    ``g * post_lanes`` to ``(g + 1) * post_lanes``."""
+    rows, width = config.rows, config.post_lanes_used
     steps = []
     for i in range(instr["count"]):
         for j in range(instr["nw"]):
-            mask, lanes = 0, [None] * rows
-            for lane in range(rows):
-                channel = j * rows + lane - instr["lane_off"]
-                if 0 <= channel < instr["nt"]:
-                    mask |= 1 << lane
-                    lanes[lane] = int(y[i, channel])
-            steps.append((instr["out_addr"] + i * instr["out_stride"] + j, mask, lanes))
+            for g in range(config.post_passes):
+                mask, lanes = 0, [None] * rows
+                for lane in range(rows):
+                    channel = j * rows + lane - instr["lane_off"]
+                    if 0 <= channel < instr["nt"] and channel // width == g:
+                        mask |= 1 << lane
+                        lanes[lane] = int(y[i, channel])
+                steps.append((instr["out_addr"] + i * instr["out_stride"] + j, mask, lanes))
     return steps
 
 
@@ -72,6 +77,9 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
     ``tables`` are the activation tables' initial contents (``lut`` of an instruction)."""
     rows = config.rows
     latency = post_latency(config)
+
+    def steps(instr):
+        return instr["count"] * instr["nw"] * config.post_passes
     dut = PostProcessor(config, [v & 0xFF for table in tables for v in table])
     # both buffers read through the block RAM's output register (hdl/bram.py)
     acc_mem = SyncReadMemory([[int(v) for v in word] for word in acc], dut.acc_addr,
@@ -81,8 +89,8 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
     par_mem = SyncReadMemory(par_words, dut.par.addr, dut.par.data, en=dut.par.en,
                              latency=REGISTERED_READ_LATENCY)
 
-    # The cycle model: dispatch in cycle t -> writes in t+1+L .. t+L+count*nw, idle at
-    # t+1+L+n, with L = post_latency(config).
+    # The cycle model: dispatch in cycle t -> writes in t+1+L .. t+L+n, idle at t+1+L+n, with
+    # L = post_latency(config), n = count*nw*post_passes.
     dispatch, writes, t = {}, {}, 1
     for instr in instrs:
         bias, mult, shift = (np.asarray(a) for a in params[instr["par_addr"]])
@@ -95,8 +103,8 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
         dispatch[t] = instr
         for k, write in enumerate(expected_writes(config, instr, y)):
             writes[t + 1 + latency + k] = write
-        t += 1 + latency + instr["count"] * instr["nw"]
-    busy_until = {s: s + 1 + latency + i["count"] * i["nw"] for s, i in dispatch.items()}
+        t += 1 + latency + steps(instr)
+    busy_until = {s: s + 1 + latency + steps(i) for s, i in dispatch.items()}
     act = [list(word) for word in act_init]
 
     def step(ctx, cycle):
@@ -123,10 +131,10 @@ def run_post(config, instrs, acc, params, act_init, tables=()):
             assert we == 0, f"out_we={we:#x} in cycle {cycle}, no write expected"
 
     run_cycles(dut, t + 3, step, memories=(acc_mem, par_mem))
-    # Reads: accumulator word i of each instruction, nw times, from the cycle after dispatch.
-    expected_reads = [(s + 1 + k, instr["acc_addr"] + k // instr["nw"])
-                      for s, instr in dispatch.items()
-                      for k in range(instr["count"] * instr["nw"])]
+    # Reads: accumulator word i of each instruction, nw * passes times, from the cycle after
+    # dispatch.
+    expected_reads = [(s + 1 + k, instr["acc_addr"] + k // (steps(instr) // instr["count"]))
+                      for s, instr in dispatch.items() for k in range(steps(instr))]
     assert set(expected_reads) <= set(acc_mem.reads)
     # The parameter word: read once, in the cycle after dispatch (from the instruction
     # register, not the dispatcher's decode).
@@ -144,6 +152,37 @@ def test_post_matches_golden_requantize(rows, cols, n_out, mul_stages):
     """Random requantizations (the "wide" parameters reach int32's extremes) equal golden,
     with the multiply in five stages or in one."""
     config = dataclasses.replace(small_config(rows, cols), mul_stages=mul_stages)
+    requantize_tiles(config, n_out)
+
+
+# (rows, cols, post_lanes, n_out): passes of 2 to 6 requantizers' columns, output tiles that
+# straddle activation words, a last tile narrower than one pass.
+PASSES = [(4, 4, 2, 6), (2, 4, 1, 9), (3, 6, 2, 13), (4, 8, 4, 19), (8, 4, 2, 7), (2, 6, 3, 8)]
+
+
+@pytest.mark.parametrize("rows, cols, lanes, n_out", PASSES)
+def test_post_in_passes_matches_golden_requantize(rows, cols, lanes, n_out):
+    """With fewer requantizers than columns (``post_lanes``), each accumulator word in
+    ``cols / post_lanes`` passes, each writing the lanes of its columns: the same words as
+    golden, the writes and ``idle`` when the cycle model says."""
+    config = dataclasses.replace(small_config(rows, cols), post_lanes=lanes)
+    assert config.post_passes == cols // lanes > 1
+    requantize_tiles(config, n_out)
+
+
+def test_passes_need_the_pipelined_datapath_without_ort_rounding():
+    """The passes are built in the pipelined datapath's stages only; one pass is any."""
+    for changes in (dict(mul_stages=1), dict(ort_rounding=True)):
+        with raises(ValueError, "ArchConfig.post_lanes fewer than cols needs mul_stages 5 and "
+                                "no ort_rounding"):
+            ArchConfig(rows=4, cols=4, post_lanes=2, **changes)
+        assert ArchConfig(rows=4, cols=4, post_lanes=4, **changes).post_passes == 1
+
+
+def requantize_tiles(config, n_out):
+    """The output tiles of a 4-pixel layer with ``n_out`` channels through the
+    post-processor of ``config``, against golden."""
+    rows, cols = config.rows, config.cols
     rng = np.random.default_rng(rows * 100 + cols * 10 + n_out)
     acc = rng.integers(*INT32, (config.acc_depth, cols))
     acc[:4] = 2 * rng.integers(-150, 150, (4, cols))      # even: v / 4 is a tie half the time
@@ -215,11 +254,13 @@ def test_post_idle_rises_14_plus_count_times_nw_after_dispatch(count, nw):
              np.zeros((config.act_depth, 3), dtype=np.int64))
 
 
-@pytest.mark.parametrize("rows, cols, tables", [(3, 2, 3), (4, 4, 1), (2, 5, 15)])
-def test_post_activation_tables(rows, cols, tables):
+@pytest.mark.parametrize("rows, cols, tables, lanes", [(3, 2, 3, 0), (4, 4, 1, 0),
+                                                      (2, 5, 15, 0), (4, 6, 2, 3)])
+def test_post_activation_tables(rows, cols, tables, lanes):
     """Each value goes through table ``lut - 1`` (random tables: every entry matters), or
-    passes unchanged with ``lut = 0``; the table stage is one more cycle of latency."""
-    config = small_config(rows, cols, lut_tables=tables)
+    passes unchanged with ``lut = 0``; the table stage is one more cycle of latency (also
+    with the columns in passes, ``post_lanes``)."""
+    config = dataclasses.replace(small_config(rows, cols, lut_tables=tables), post_lanes=lanes)
     assert post_latency(config) == 13 + 1
     rng = np.random.default_rng(rows * 10 + tables)
     contents = [tuple(int(v) for v in rng.integers(-128, 128, 256)) for _ in range(tables)]
