@@ -9,7 +9,9 @@ one build at a time (two at once were 2.5-3x slower each on these machines).
 largest layer (the most streaming the compiler allows: the LiteDRAM controller is in the
 bitstream; rows named ``<model>+<memory>``).
 ``--array RxC``: that array instead of the board's default (rows keyed by board, model and
-array). Each row keeps nextpnr's critical path (``boards/build.critical_path``).
+array); ``--post-lanes N``: that many requantizers (``ArchConfig.post_lanes``; the row's array
+reads ``16x16 (8 post lanes)``). Each row keeps nextpnr's critical path
+(``boards/build.critical_path``).
 ``python bench/bench_boards.py --boards ulx3s-85f --models ic_resnet8 --array 16x16``.
 """
 
@@ -65,7 +67,8 @@ def _streaming(board, source, calib) -> dict:
 
 
 def measure(board_name: str, model: str, streamed: bool = False,
-            array: "tuple[int, int] | None" = None, clock_hz: "int | None" = None) -> dict:
+            array: "tuple[int, int] | None" = None, clock_hz: "int | None" = None,
+            post_lanes: "int | None" = None) -> dict:
     board = get_board(board_name)
     source, calib = _model_and_calib(model)
     options = _streaming(board, source, calib) if streamed else {}
@@ -73,6 +76,8 @@ def measure(board_name: str, model: str, streamed: bool = False,
         options.update(rows=array[0], cols=array[1])
     if clock_hz:
         options.update(clock_hz=clock_hz)
+    if post_lanes:
+        options.update(post_lanes=post_lanes)
     commit = measured_commit()      # the tree the design is read from, before the long build
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
@@ -86,7 +91,9 @@ def measure(board_name: str, model: str, streamed: bool = False,
     cycles = result.report["total"]["predicted_cycles"]
     if streamed:
         model = f"{model}+{board.ext_memory}"
-    return {"board": board_name, "model": model, "array": config.name,
+    array_name = config.name + (f" ({config.post_lanes} post lanes)"
+                                 if config.post_passes > 1 else "")
+    return {"board": board_name, "model": model, "array": array_name,
             "depths": {b: getattr(config, f"{b}_depth") for b in ("act", "wgt", "par", "prog",
                                                                    "acc")},
             "instructions": len(result.program.instructions),
@@ -193,6 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--streamed", action="store_true",
                         help="stream the weights from the board's external memory")
     parser.add_argument("--array", help="RxC: this array instead of the board's default")
+    parser.add_argument("--post-lanes", type=int, metavar="N",
+                        help="the post-processor's requantizers (build --post-lanes)")
     parser.add_argument("--clock", type=float, metavar="MHZ",
                         help="the accelerator's clock through the board's PLL (build --clock)")
     args = parser.parse_args(argv)
@@ -202,7 +211,7 @@ def main(argv=None) -> int:
     for board in args.boards:
         for model in args.models:       # written after each build: a long run keeps its rows
             row = measure(board, model, args.streamed, array,
-                          round(args.clock * 1e6) if args.clock else None)
+                          round(args.clock * 1e6) if args.clock else None, args.post_lanes)
             results = json.loads(previous.read_text()) if previous.exists() else []
             key = (board, row["model"], row["array"])
             results = [r for r in results if (r["board"], r["model"], r["array"]) != key]
