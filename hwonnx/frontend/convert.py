@@ -28,8 +28,15 @@ __all__ = ["CONVERTERS", "convert_graph", "convert_softmax"]
 
 
 def _dense_input(b: GraphBuilder, node: onnx.NodeProto) -> str:
+    """The ``[1, K]`` run-time input of a ``Gemm`` or ``MatMul`` (a ``MatMul`` of tokens
+    ``[1, ..., T, K]`` is a 1x1 ``Conv`` by now: :mod:`.tokens`)."""
     x = b.value(node.input[0])
     if len(b.shape(x)) != 2 or b.shape(x)[0] != 1:
+        if node.op_type == "MatMul":
+            raise ModelError(f"MatMul '{node.name}' must read a [1, K] row or [1, ..., T, K] "
+                             f"tokens (every axis before the last two of size 1), not "
+                             f"{list(b.shape(x))}; a row maps to Dense, tokens to a 1x1 Conv "
+                             f"over the T tokens")
         raise ModelError(f"{node.op_type} '{node.name}' must read a [1, K] input, not "
                          f"{list(b.shape(x))}; it maps to Dense, which computes one row")
     return x
@@ -62,10 +69,10 @@ def _gemm(b: GraphBuilder, node: onnx.NodeProto) -> Node:
 
 
 def _matmul(b: GraphBuilder, node: onnx.NodeProto) -> Node:
-    x = _dense_input(b, node)
     if b.onnx_constants[node.input[1]].ndim != 2:
         raise ModelError(f"MatMul '{node.name}' must have a 2-D second operand, not "
                          f"{list(b.onnx_constants[node.input[1]].shape)}")
+    x = _dense_input(b, node)
     return Node(node.name, "Dense", (x, b.constant(node, node.input[1])),
                 (b.value(node.output[0]),), dict(NO_ACTIVATION))
 

@@ -178,15 +178,17 @@ def _missing_mapping(node: onnx.NodeProto, chain: "list[onnx.NodeProto]", consta
 
 
 def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
-               views: "frozenset[str]" = frozenset()) -> "dict[str, dict]":
+               views: "dict[str, str] | None" = None) -> "dict[str, dict]":
     """Decide which of the folded ``nodes`` run on the host.
 
     Returns ``node name -> {"at": "start" | "middle" | "end", "why": reason}`` for every host
     step (see
     the module docstring for the rule); ``constants`` and ``types`` are the folded constants
-    and the inferred ``(elem_type, shape)`` of every value. ``views`` names the ``Reshape``
-    nodes that view a 1-D value as an image of height 1 (:mod:`.onedim`): in the leading
-    chain they have no hardware mapping (the array reads no rank-3 input)."""
+    and the inferred ``(elem_type, shape)`` of every value. ``views`` maps the nodes that
+    view a value as an image (a 1-D value as one of height 1, :mod:`.onedim`; tokens as
+    pixels, :mod:`.tokens`) to what they do: in the leading chain they have no hardware
+    mapping (the array reads no rank-3 input)."""
+    views = views or {}
     graph = model.graph
     outputs = {value.name for value in graph.output}
     steps: "dict[str, dict]" = {}
@@ -204,8 +206,7 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
         last = max((i for i, node in enumerate(chain) if not maps[node.name]), default=-1)
         for node in chain[:last + 1]:
             if node.name in views:
-                why = (f"{node.op_type} views the 1-D input as an image of height 1, which the "
-                       f"array reads; {_START}")
+                why = f"{views[node.name]}; {_START}"
             elif maps[node.name]:
                 why = (f"{node.op_type} could map to the array, but {chain[last].op_type} "
                        f"'{chain[last].name}' after it cannot; {_START}")
@@ -218,7 +219,9 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
         if not at_end(node, end):
             continue
         detail = _missing_mapping(node, [], constants, types, {})
-        if detail is not None and (node.op_type in HOST_ONLY_OPS or _per_sample(node, types)):
+        if detail is not None and node.name in views:
+            why = f"{views[node.name]}; {_END}"
+        elif detail is not None and (node.op_type in HOST_ONLY_OPS or _per_sample(node, types)):
             why = f"{node.op_type} has no hardware mapping{detail}; {_END}"
         elif node.input[0] in host_values:
             why = f"{node.op_type} reads the host value '{node.input[0]}'; {_END}"
@@ -260,6 +263,7 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
             out = node.output[0 if node.op_type == "ArgMax" else 1]
             if out:
                 indices[out] = f"{node.op_type} '{node.name}'"
+    _views_beside_the_host(nodes, views, steps, {v.name for v in graph.input})
     if neither:
         error = UnsupportedOperatorError([(n.name, n.op_type, n.domain,
                                            domain_opset(model, n.domain)) for n, _ in neither])
@@ -267,6 +271,33 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
         error.args = (f"{error} ({reasons})",)
         raise error
     return steps
+
+
+def _views_beside_the_host(nodes, views: "dict[str, str]", steps: dict,
+                           inputs: "set[str]") -> None:
+    """Make the views (``views``) beside the host host steps between segments, in ``steps``:
+    a view reading a graph input or a host step's result, and a view whose results only host
+    steps read (a ``LayerNormalization`` between token layers): the host changes the layout
+    of the values it writes or reads anyway, where the array would copy them, and the array
+    reads and writes no rank-3 value."""
+    host = set(inputs) | {v for node in nodes if node.name in steps for v in node.output if v}
+    for node in nodes:
+        if node.name in views and node.name not in steps and node.input[0] in host:
+            steps[node.name] = {"at": "middle", "why": (
+                f"{views[node.name]} (it reads the host value '{node.input[0]}'); {_MIDDLE}")}
+            host.update(v for v in node.output if v)
+    readers: "dict[str, list[str]]" = {}
+    for node in nodes:
+        for value in node.input:
+            if value:
+                readers.setdefault(value, []).append(node.name)
+    for node in reversed(list(nodes)):
+        outputs = [v for v in node.output if v]
+        if node.name in views and node.name not in steps and outputs \
+                and all(readers.get(v) and all(r in steps for r in readers[v])
+                        for v in outputs):
+            steps[node.name] = {"at": "middle", "why": (
+                f"{views[node.name]} (only host steps read it); {_MIDDLE}")}
 
 
 def check_host_steps(graph: Graph, opset: int) -> None:

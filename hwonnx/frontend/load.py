@@ -29,6 +29,7 @@ from .read import read_model
 from .shapes import (apply_overrides, bind_input_shapes, infer_folded_shapes, infer_shapes,
                      value_types)
 from .sparse import densify_sparse
+from .tokens import view_tokens
 from .support import check_fused, check_support
 from .validate import resolve_operators, validate_model
 
@@ -60,7 +61,8 @@ def load_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     processing, so that every unsupported node is reported at once) and against operator
     signatures, converted to a supported opset if older, its symbolic dimensions are bound,
     shapes are inferred, constant subgraphs are folded, 1-D convolution and pooling are
-    viewed as 2-D of height 1 (:mod:`.onedim`), and the result is converted to the
+    viewed as 2-D of height 1 (:mod:`.onedim`) and token-wise MatMuls as 1x1 convolutions
+    over the tokens (:mod:`.tokens`), and the result is converted to the
     float vocabulary of :mod:`hwonnx.ir.graph` and run through
     :data:`hwonnx.passes.FLOAT_PIPELINE`; a ``Clip`` the pipeline could not fuse into the
     layer before it is then refused. A model already quantized by onnxruntime (QDQ or
@@ -166,6 +168,11 @@ def import_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     live = None
     nodes, views = view_1d(nodes, constants, types, domain_opset(model, ""), outputs,
                            annotations)
+    nodes, token_views, renamed = view_tokens(nodes, constants, types, outputs, inner,
+                                              annotations)
+    views = {**views, **token_views}
+    patterns = {last: replace(fused, x=renamed.get(fused.x, fused.x))
+                for last, fused in patterns.items()}
     steps = {name: step for name, step in host_steps(model, nodes, constants, types,
                                                      views).items() if name not in inner}
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,

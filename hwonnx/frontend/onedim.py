@@ -129,13 +129,13 @@ def _with_height(shape) -> "tuple[int, ...]":
 
 def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: int,
             graph_outputs: "set[str]", annotations=None
-            ) -> "tuple[list[onnx.NodeProto], frozenset[str]]":
+            ) -> "tuple[list[onnx.NodeProto], dict[str, str]]":
     """Rewrite the 1-D regions of ``nodes`` as 2-D (see the module docstring); ``constants``
     and ``types`` (``name -> (elem_type, shape)``) are updated in place, and so are the
     :class:`.annotate.Annotations` of a pre-quantized model (a reshaped weight keeps its
     integers, a view its tensor's parameters). Returns the nodes and the names of the
-    ``Reshape`` nodes that view a region's rank-3 input as an image (the host runs the one
-    at the accelerator's input).
+    ``Reshape`` nodes that view a region's rank-3 input as an image, with what they do (the
+    host runs the one at the accelerator's input).
 
     Raises
     ------
@@ -159,7 +159,7 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
     spatial = {n.name for n in candidates if n.op_type in SPATIAL_OPS}
     region = _regions(candidates, spatial)
     if not region:
-        return nodes, frozenset()
+        return nodes, {}
     inside = {v for n in nodes if n.name in region for v in n.output if v}
     taken = set(types) | set(constants) | {n.name for n in nodes}
 
@@ -211,7 +211,8 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
                     params = given[0] or given[1]
                     for v in (node.input[0], node.output[0]):
                         annotations.activations.setdefault(v, params)
-    return result, frozenset(views)
+    return result, {name: "Reshape views the 1-D input as an image of height 1, which the "
+                          "array reads" for name in sorted(views)}
 
 
 def _reshape(source: str, target: str, types, constants, fresh, views) -> onnx.NodeProto:

@@ -10,10 +10,14 @@ GELU is written three ways: the Erf form exactly as the DeiT-tiny export has it 
 the opset-20 ``Gelu`` node in both modes. Each is one table fused into the first layer's
 post-processor, and the residual Add is a ``QEltwise`` sum on the element-wise engine.
 
-The export reads ``x`` as ``[1, T, D]`` (T tokens): hwonnx maps a MatMul only onto one
-``[1, K]`` row, so that model is refused at its first MatMul (pinned below). The tokens do not
-mix in this block, so the tests compile its per-token twin, the same nodes on ``[1, D]``, with
-the tokens as samples, and compare it with onnxruntime running the ``[1, T, D]`` export.
+The export reads ``x`` as ``[1, T, D]`` (T tokens): hwonnx views the block's tokens as the
+pixels of an image ``[1, D, T, 1]`` (hwonnx/frontend/tokens.py), so each MatMul is a 1x1
+convolution over the T tokens, GELU its table and the residual Add a sum on the engine, with
+the views of ``x`` and ``y`` on the host. The tokens do not mix in this block, so its per-token
+twin, the same nodes on ``[1, D]`` with the tokens as samples, computes the same function: the
+tests below run both (``SHAPES``) against onnxruntime on the ``[1, T, D]`` export, and the
+export's golden model equals the twin's token by token, bit for bit. The attention's MatMuls of
+two computed tensors (Q K^T, softmax V) stay refused by name.
 
 Bounds, per element, each for one stage on the values that stage reads (docs/arithmetic.md):
 
@@ -36,16 +40,18 @@ Bounds, per element, each for one stage on the values that stage reads (docs/ari
 """
 
 import math
+import re
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import quiet, raises
+from helpers import quiet
 from hwonnx.api import build
-from hwonnx.errors import ModelError
+from hwonnx.errors import UnsupportedOperatorError
 from hwonnx.frontend import load_model
+from hwonnx.ir.evaluate import evaluate_float
 from hwonnx.golden import evaluate
 from hwonnx.ir.tables import TABLE_OPS
 from ort_reference import reference_session
@@ -61,6 +67,9 @@ FORMS = ("erf", "tanh", "gelu-none", "gelu-tanh")
 L = TABLE_OPS["Gelu"].slope({"approximate": "none"})
 #: float32 arithmetic (onnxruntime's sums, the multipliers' 2**-31) in steps of the output
 SLACK = 1e-3
+#: the block as exported (``x`` of [1, T, D]: 1x1 convolutions over the tokens) and its
+#: per-token twin (``x`` of [1, D]: dense layers, a token per sample)
+SHAPES = {"tokens": T, "per-token": None}
 
 
 def _constant(name: str, value: float) -> onnx.NodeProto:
@@ -157,18 +166,25 @@ def token_rows(rng, count: int, dim: int = D) -> np.ndarray:
 CALIB = token_rows(np.random.default_rng(0), 16 * T)
 
 
-def compiled(form: str):
-    return build(mlp_block(form, tokens=None), None, calib={"x": CALIB}, verilog=False,
-                 log=quiet)
+def feeds(graph, x: np.ndarray) -> "dict[str, np.ndarray]":
+    """The tokens ``x`` ([S, D]) as the block's ``graph`` (float or integer) reads them: a
+    token per sample, or ``T`` per sample ([S / T, T, D])."""
+    return {"x": x.reshape(-1, *graph.types["x"].shape[1:])}
+
+
+def compiled(form: str, shape: str = "tokens"):
+    model = mlp_block(form, tokens=SHAPES[shape])
+    return build(model, None, calib=feeds(load_model(model), CALIB), verilog=False, log=quiet)
 
 
 def stages(result):
     """The integer graph's layers and each value's (scale, zero point): ``x`` (input), ``h``
     (the GELU table's input: the first layer's own output parameters), ``g`` (GELU), ``f``
     (the second layer), ``y``."""
-    quantize, fc1, fc2, add = [n for n in result.graph.nodes if n.op != "Dequantize"]
-    assert [n.op for n in (quantize, fc1, fc2, add)] == ["Quantize", "QDense", "QDense",
-                                                         "QEltwise"]
+    quantize, fc1, fc2, add = [n for n in result.graph.nodes
+                               if n.op in ("Quantize", "QDense", "QConv", "QEltwise")]
+    layer = "QConv" if len(result.graph.types["x"].shape) == 3 else "QDense"
+    assert [n.op for n in (quantize, fc1, fc2, add)] == ["Quantize", layer, layer, "QEltwise"]
     params = {"x": (quantize.attrs["scale"], quantize.attrs["zero_point"]),
               "h": (fc1.attrs["out_scale"], fc1.attrs["out_zp"]),
               "g": (fc2.attrs["in_scale"], fc2.attrs["in_zp"]),
@@ -186,15 +202,26 @@ def integer_weights(result, layer, name: str) -> "tuple[np.ndarray, np.ndarray, 
     w = block_weights()[name].astype(F32).astype(np.float64)
     scale = np.abs(w).max(axis=0) / 127
     wq = result.graph.constants[layer.inputs[1]]
+    if layer.op == "QConv":                                     # [M, K, 1, 1]
+        wq = wq.reshape(len(wq), -1).T
     np.testing.assert_array_equal(wq, np.clip(np.rint(w / scale), -127, 127))
     return wq.astype(np.int64), result.graph.constants[layer.inputs[2]].astype(np.int64), scale
 
 
+def as_rows(value: np.ndarray) -> np.ndarray:
+    """A golden value as one row per token: ``[S, K]``, or ``[S, K, T, 1]`` images (the
+    tokens as pixels) as ``[S T, K]``."""
+    if value.ndim == 4:
+        value = value[..., 0].transpose(0, 2, 1)
+    return value.reshape(-1, value.shape[-1])
+
+
 def golden_values(result, x: np.ndarray) -> "dict[str, np.ndarray]":
-    """The golden model's int8 ``x``, ``g``, ``f``, ``y`` on the tokens ``x`` ([S, D])."""
+    """The golden model's int8 ``x``, ``g``, ``f``, ``y`` on the tokens ``x`` ([S, D]), a row
+    per token."""
     (fc1, fc2, add), _ = stages(result)
-    env = evaluate(result.graph, {"x": x}, keep_all=True)
-    return {k: env[v].reshape(len(x), -1).astype(np.int64)
+    env = evaluate(result.graph, feeds(result.graph, x), keep_all=True)
+    return {k: as_rows(env[v]).astype(np.int64)
             for k, v in (("x", fc1.inputs[0]), ("g", fc1.outputs[0]), ("f", fc2.outputs[0]),
                          ("y", add.outputs[0]))}
 
@@ -204,32 +231,108 @@ def _dq(q, params):
     return (q - zp) * scale
 
 
-def test_exporter_shaped_block_is_refused_at_its_first_token_matmul():
-    """What hwonnx says of the block as torch.onnx exports it: a MatMul over T tokens has no
-    mapping yet (a Dense computes one row); the support check passes it, the converter
-    refuses it by name. (DeiT-tiny's 48 qkv, proj, fc1 and fc2 MatMuls are of this form.)"""
-    with raises(ModelError, f"MatMul '{MLP}/fc1/MatMul' must read a [1, K] input, not "
-                            f"[1, {T}, {D}]; it maps to Dense, which computes one row"):
-        load_model(mlp_block("erf"))
-
-
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("form", FORMS)
-def test_block_is_two_layers_with_a_gelu_table_and_a_residual_sum(form):
+def test_block_is_two_layers_with_a_gelu_table_and_a_residual_sum(form, shape):
     """The GELU nodes are one Gelu of the right mode, its table fused into the first layer
-    (named after the pattern's last node); the residual Add a QEltwise sum on the engine."""
-    model = mlp_block(form, tokens=None)
+    (named after the pattern's last node); the residual Add a QEltwise sum on the engine.
+    The export's MatMuls are 1x1 convolutions (the weight transposed, [4D, D, 1, 1]) over the
+    image [1, D, T, 1] of the tokens, which the host makes of ``x`` and turns back into
+    ``y``'s tokens."""
+    model = mlp_block(form, tokens=SHAPES[shape])
     graph = load_model(model)
-    act = next(n.name for n in model.graph.node if n.output[0] == graph.nodes[1].outputs[0])
-    assert [(n.op, n.name) for n in graph.nodes] == [
-        ("Dense", f"{MLP}/fc1/MatMul"), ("Gelu", act), ("Dense", f"{MLP}/fc2/MatMul"),
+    gelu = next(n for n in graph.nodes if n.op == "Gelu")
+    act = next(n.name for n in model.graph.node if n.output[0] == gelu.outputs[0])
+    layer = "Conv" if shape == "tokens" else "Dense"
+    ops = [(n.op, n.name) for n in graph.nodes]
+    views = [(op, name) for op, name in ops if name.endswith("_view")]
+    assert [x for x in ops if x not in views] == [
+        (layer, f"{MLP}/fc1/MatMul"), ("Gelu", act), (layer, f"{MLP}/fc2/MatMul"),
         ("Add", f"{BLOCK}/Add_1")]
     mode = "tanh" if form.endswith("tanh") else "none"
-    assert dict(graph.nodes[1].attrs) == {"approximate": mode}
-    (fc1, fc2, add), _ = stages(compiled(form))
+    assert dict(gelu.attrs) == {"approximate": mode}
+    if shape == "tokens":
+        assert views == [("Reshape", "x_rows_view"), ("Transpose", "x_image_view"),
+                         ("Transpose", "y_rows_view"), ("Reshape", "y_view")]
+        assert {name: graph.meta["host_steps"][name]["at"] for _, name in views} == {
+            "x_rows_view": "start", "x_image_view": "start", "y_rows_view": "end",
+            "y_view": "end"}
+        fc1 = graph.nodes[2]
+        assert graph.types[fc1.inputs[0]].shape == (1, D, T, 1)
+        assert (fc1.attrs["strides"], fc1.attrs["pads"], fc1.attrs["group"]) == (
+            (1, 1), (0, 0, 0, 0), 1)
+        np.testing.assert_array_equal(graph.constants[fc1.inputs[1]][:, :, 0, 0],
+                                      block_weights()["w1"].astype(F32).T)
+    else:
+        assert views == []
+    (fc1, fc2, add), _ = stages(compiled(form, shape))
     assert (fc1.attrs["activation"], fc1.attrs["table_node"], len(fc1.attrs["table"])) == (
         "Gelu", act, 256)
     assert "table" not in fc2.attrs
     assert (add.attrs["kind"], add.attrs["mode"], add.attrs["mul"]) == ("add", "sum", False)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_token_block_is_its_per_token_twin_on_every_token(form):
+    """The [1, T, D] export, calibrated on the same tokens as its per-token twin: the float
+    graph computes the export's function (onnxruntime), and the integer graph is the twin's
+    (the same int8 weights, int32 biases, scales and zero points, the same table), so its
+    golden output equals the twin's on every token, bit for bit."""
+    model = mlp_block(form)
+    x = token_rows(np.random.default_rng(3), 4 * T)
+    session = reference_session(model)
+    want = np.concatenate([session.run(None, {"x": seq[None]})[0] for seq in
+                           x.reshape(-1, T, D)])
+    got = evaluate_float(load_model(model), {"x": x.reshape(-1, T, D)})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    tokens, twin = compiled(form, "tokens"), compiled(form, "per-token")
+    layers = [stages(r)[0] for r in (tokens, twin)]
+    for mine, theirs in zip(*layers):
+        assert {k: v for k, v in mine.attrs.items() if k not in (
+            "strides", "pads", "dilations", "group", "kernel")} == dict(theirs.attrs)
+    for index, name in ((0, "w1"), (1, "w2")):
+        for mine, theirs in zip(integer_weights(tokens, layers[0][index], name),
+                                integer_weights(twin, layers[1][index], name)):
+            np.testing.assert_array_equal(mine, theirs)
+    mine, theirs = golden_values(tokens, x), golden_values(twin, x)
+    for key in theirs:
+        np.testing.assert_array_equal(mine[key], theirs[key])
+
+
+def attention_scores() -> onnx.ModelProto:
+    """The core of a DeiT attention head as torch.onnx writes it: q = x Wq and k = x Wk (token
+    MatMuls by constants), then ``q k^T`` (MatMul of two computed tensors), Softmax, and the
+    probabilities times v = x Wv (another)."""
+    rng = np.random.default_rng(7)
+    attn = f"{BLOCK}/attn"
+    nodes = [helper.make_node("MatMul", ["x", f"w{n}"], [n], name=f"{attn}/{n}/MatMul")
+             for n in "qkv"]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], name=f"{attn}/Transpose_1",
+                               perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q", "kt"], ["s"], name=f"{attn}/MatMul"),
+              helper.make_node("Softmax", ["s"], ["p"], name=f"{attn}/Softmax", axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"], name=f"{attn}/MatMul_1")]
+    graph = helper.make_graph(
+        nodes, "main_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])],
+        [numpy_helper.from_array(rng.normal(0, 0.02, (D, D)).astype(F32), f"w{n}")
+         for n in "qkv"])
+    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_attention_matmuls_of_two_computed_tensors_are_refused():
+    """Attention's Q K^T and softmax-times-V multiply two tensors computed at run time: no
+    mapping (the array holds one operand as constant weights), refused by name with why; the
+    token MatMuls by constant weights around them pass."""
+    attn = f"{BLOCK}/attn"
+    message = (f"2 unsupported node(s): node '{attn}/MatMul' MatMul (domain 'ai.onnx', opset "
+               f"17); node '{attn}/MatMul_1' MatMul (domain 'ai.onnx', opset 17) (MatMul "
+               f"'{attn}/MatMul' needs a constant second operand, but 'kt' is computed at run "
+               f"time; MatMul "
+               f"'{attn}/MatMul_1' needs a constant second operand, but 'v' is computed at "
+               f"run time); supported operators are ")
+    with pytest.raises(UnsupportedOperatorError, match="^" + re.escape(message)):
+        load_model(attention_scores())
 
 
 def reference_stages(form: str, result) -> onnx.ModelProto:
@@ -289,22 +392,23 @@ def reference_stages(form: str, result) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("form", FORMS)
-def test_golden_within_one_rounding_of_onnxruntimes_reference_path(form):
+def test_golden_within_one_rounding_of_onnxruntimes_reference_path(form, shape):
     """On new tokens, each stage of the golden model against onnxruntime's reference path on
     the golden model's own int8 inputs of that stage: the input equal, GELU within
     ``floor(L s_h / s_g) + 1`` LSB, the second layer and the residual sum within 1 LSB
     (module docstring)."""
-    result = compiled(form)
+    result = compiled(form, shape)
     _, params = stages(result)
     x = token_rows(np.random.default_rng(1), 8 * T)
     golden = golden_values(result, x)
     session = reference_session(reference_stages(form, result))
     want = {k: [] for k in ("x", "g", "f", "y")}
     for row, g, f in zip(x, golden["g"], golden["f"]):
-        feeds = {"x": row[None], "g_in": _dq(g, params["g"]).astype(F32)[None],
-                 "f_in": _dq(f, params["f"]).astype(F32)[None]}
-        for key, value in zip(want, session.run(None, feeds)):
+        stage_inputs = {"x": row[None], "g_in": _dq(g, params["g"]).astype(F32)[None],
+                        "f_in": _dq(f, params["f"]).astype(F32)[None]}
+        for key, value in zip(want, session.run(None, stage_inputs)):
             want[key].append(value[0].astype(np.int64))
     bounds = {"x": 0, "g": math.floor(L * params["h"][0] / params["g"][0]) + 1, "f": 1, "y": 1}
     report = []
@@ -313,15 +417,16 @@ def test_golden_within_one_rounding_of_onnxruntimes_reference_path(form):
         report.append(f"{key} {diff.max()} LSB (bound {bound}, {np.count_nonzero(diff)} of "
                       f"{diff.size} differ)")
         assert diff.max() <= bound, report[-1]
-    print(f"\n{form}: golden - onnxruntime's reference path: " + "; ".join(report))
+    print(f"\n{form} {shape}: golden - onnxruntime's reference path: " + "; ".join(report))
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("form", FORMS)
-def test_golden_within_each_stages_rounding_of_the_float_model(form):
+def test_golden_within_each_stages_rounding_of_the_float_model(form, shape):
     """On the calibration tokens (their ranges cover every value), the golden model against
     onnxruntime on the float ``[1, T, D]`` export, stage by stage within the bounds of the
     module docstring; the per-token twin computes the export's function."""
-    result = compiled(form)
+    result = compiled(form, shape)
     (fc1, fc2, _), params = stages(result)
     export = mlp_block(form)
     for value in (f"{MLP}/fc1/Add_output_0", fc2.inputs[0].removesuffix(":q"),
@@ -357,16 +462,22 @@ def test_golden_within_each_stages_rounding_of_the_float_model(form):
                       f" LSB at most; error/bound {(errors[key] / bound).max():.2f} at most)")
         assert np.all(errors[key] <= bound + SLACK * step), report[-1]
     branch = y - x
-    print(f"\n{form}: golden - float model: " + "; ".join(report) + f"; the MLP branch y - x: "
-          f"std {branch.std() / s_y:.2f} LSB of y, its golden value off by "
+    print(f"\n{form} {shape}: golden - float model: " + "; ".join(report) + f"; the MLP "
+          f"branch y - x: std {branch.std() / s_y:.2f} LSB of y, its golden value off by "
           f"{np.abs(got['y'] - got['x'] - branch).max() / s_y:.2f} LSB at most")
 
 
 @pytest.mark.rtl
-def test_block_on_rtl(tmp_path):
-    """The Erf form on the 8x8 RTL, a token per sample: every layer equal to golden bit for
-    bit, every sample in the predicted cycles."""
-    result = build(mlp_block("erf", tokens=None), tmp_path / "build", calib={"x": CALIB},
-                   log=quiet)
-    rtl = rtl_matches_golden(result, {"x": token_rows(np.random.default_rng(2), 4)}, 4)
-    print(f"\nRTL: {rtl.cycles[0]} cycles per token (predicted {rtl.predicted_cycles})")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_block_on_rtl(tmp_path, shape):
+    """The Erf form on the 8x8 RTL, 2 T tokens: ``T`` per sample (the export: two samples),
+    or one (its twin: the first four tokens); every layer equal to golden bit for bit, every
+    sample in the predicted cycles."""
+    model = mlp_block("erf", tokens=SHAPES[shape])
+    result = build(model, tmp_path / "build", calib=feeds(load_model(model), CALIB), log=quiet)
+    count = 2 * T if shape == "tokens" else 4
+    x = feeds(result.graph, token_rows(np.random.default_rng(2), count))
+    rtl = rtl_matches_golden(result, x, len(x["x"]))
+    per = T if shape == "tokens" else 1
+    print(f"\nRTL, {shape}: {rtl.cycles[0]} cycles per sample of {per} token(s) (predicted "
+          f"{rtl.predicted_cycles}), {rtl.cycles[0] / per:.0f} per token")

@@ -308,11 +308,14 @@ def test_gemm_c_shape_is_checked():
         load_model(model)
 
 
-def test_dense_input_must_be_one_row():
+def test_dense_input_must_be_one_row_or_tokens():
+    """A MatMul of [1, 2, 4, 3] (two rows of 4 tokens) is neither a row nor tokens (the
+    [1, 4, 3] tokens are a 1x1 Conv: tests/frontend/test_tokens.py)."""
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
-                       {"x": [1, 4, 3]}, {"y": [1, 4, 2]}, {"w": rand(3, 2)})
-    with raises(ModelError, "MatMul 'mm' must read a [1, K] input, not [1, 4, 3]; it maps to "
-                "Dense, which computes one row"):
+                       {"x": [1, 2, 4, 3]}, {"y": [1, 2, 4, 2]}, {"w": rand(3, 2)})
+    with raises(ModelError, "MatMul 'mm' must read a [1, K] row or [1, ..., T, K] tokens "
+                "(every axis before the last two of size 1), not [1, 2, 4, 3]; a row maps to "
+                "Dense, tokens to a 1x1 Conv over the T tokens"):
         load_model(model)
 
 
