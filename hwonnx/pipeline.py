@@ -244,8 +244,8 @@ def build(model, out_dir, *, board: str = "sim", calib=None, config: "ArchConfig
           **depths: int) -> BuildResult:
     """Compile ``model`` for ``board`` and write the build folder ``out_dir``: Verilog, program
     and memory images, architecture config (JSON), integer graph and report. ``rows``,
-    ``cols``, ``<buffer>_depth`` (``stage_in_depth`` too) and ``lut_tables`` keywords override
-    the board's default configuration; ``ext_memory`` adds an external memory
+    ``cols``, ``<buffer>_depth`` (``stage_in_depth`` too), ``lut_tables`` and ``post_lanes``
+    keywords override the board's default configuration; ``ext_memory`` adds an external memory
     (:data:`hwonnx.memories.MEMORIES`) from which the weights that do not fit stream;
     ``baud`` sets a board build's UART rate (default 115,200: ``hwonnx run`` loads an external
     memory's image over it); ``clock_hz`` a board build's clock, made by its PLL (the fastest
