@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["Placement", "natural_placement", "pack_words", "unpack_words"]
+__all__ = ["Placement", "natural_placement", "layout_view", "pack_words", "unpack_words"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,22 @@ def natural_placement(base: int, shape: "tuple[int, ...]", rows: int) -> Placeme
     else:
         raise ValueError(f"Cannot place a tensor of shape {shape}")
     return Placement(base, h, w, -(-c // rows), tuple(shape), _natural_index(c, h, w, rows))
+
+
+def layout_view(placement: Placement, shape: "tuple[int, ...]", rows: int) -> Placement:
+    """The placement of a ``Reshape``/``Flatten`` of ``placement`` to ``shape``: the same words
+    with the new logical shape, and, where the new shape is a ``[1, C, H, W]`` image whose
+    natural layout holds every element in the lane it is in (a ``[1, C, h, w]`` image
+    relabelled ``[1, C, h w, 1]``, the pixels in the same order: a vision transformer's patch
+    tokens), that image's placement: a free view the layers read as the image it is."""
+    view = placement.with_shape(shape)
+    if len(shape) != 4 or placement.packed or placement.memory != "act" \
+            or view.is_natural_image(rows):
+        return view
+    natural = natural_placement(placement.base, shape, rows)
+    if natural.words == placement.words and np.array_equal(natural.logical, placement.logical):
+        return replace(natural, fill=placement.fill)
+    return view
 
 
 def pack_words(values: np.ndarray, placement: Placement, rows: int) -> "list[int]":

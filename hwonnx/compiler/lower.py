@@ -13,7 +13,7 @@ from ..ir.ops import LAYER, LAYOUT, integer_ops
 from ..isa import addressable
 from .alloc import ActAllocator, ActivationBufferFull
 from .emitter import TileEmitter
-from .layout import Placement, natural_placement
+from .layout import Placement, layout_view, natural_placement
 from .paging import paged
 from .program import Port, Program, mark_layers
 from .replay import Lowerings
@@ -245,7 +245,7 @@ def _lower_once(graph: Graph, config: ArchConfig, loops: bool, packed: "dict[str
             continue
         source = placements[node.inputs[0]]
         if node.op in _LAYOUT:
-            placements[out] = source.with_shape(graph.types[out].shape)
+            placements[out] = layout_view(source, graph.types[out].shape, rows)
             alloc.alias(out, node.inputs[0])
         else:
             target = place_output(node, index)

@@ -201,3 +201,28 @@ def test_dead_activations_are_freed_in_time_linear_in_the_layers():
     assert alloc.high_water == 16                   # two tensors live at a time
     assert list(alloc.regions) == [f"o{layers - 1}"]
     assert last_use.reads <= 10 * layers, last_use.reads
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+def test_a_reshape_that_keeps_the_channels_is_a_free_view_of_the_image(rows):
+    """A Reshape of a [1, C, h, w] image to [1, C, h', w'] with h' w' = h w (a ViT's patch
+    tokens: [1, C, h w, 1]) keeps every element in its lane and word: its placement is that
+    image's natural one, at the same words, so a convolution reads it (issue 38); a Reshape
+    that splits the channels keeps the words under a logical shape the layers do not read as
+    an image, a packed input is never relabelled."""
+    from dataclasses import replace
+
+    from hwonnx.compiler.layout import layout_view, natural_placement
+
+    image = natural_placement(40, (1, 12, 4, 4), rows)
+    for shape in [(1, 12, 16, 1), (1, 12, 2, 8), (1, 12, 1, 16)]:
+        view = layout_view(image, shape, rows)
+        assert view.is_natural_image(rows)
+        assert (view.base, view.words, view.height * view.width) == (40, image.words, 16)
+        assert view == natural_placement(40, shape, rows)
+    for shape in [(1, 24, 2, 4), (1, 192), (1, 12, 16)]:
+        view = layout_view(image, shape, rows)
+        assert (view.height, view.width, view.shape) == (4, 4, shape)
+        assert not view.is_natural_image(rows)
+    packed = replace(image, packed=True)
+    assert not layout_view(packed, (1, 12, 16, 1), rows).is_natural_image(rows)
