@@ -25,6 +25,9 @@ The rule (``docs/ir.md``, "Host steps"):
   only, quantized), as does the ``Cast`` to float that lets them feed on.
 * A node that reads such indices and is neither runs on neither: :func:`host_steps` refuses
   it, naming it.
+* **Token regions** (:mod:`.tokens`): a ``Concat`` that joins a constant to the tokens (the
+  class token) runs on the host, between segments; the views of a region beside the host (a
+  ``Gather`` or ``Slice`` of the tokens among them) run there too.
 """
 
 import math
@@ -43,8 +46,8 @@ from .convert import convert_softmax, mul_maps
 from .layout import transpose_is_reshape
 
 __all__ = ["HOST_START_OPS", "HOST_END_OPS", "HOST_MIDDLE_OPS", "HOST_ONLY_OPS", "HOST_IR_OPS",
-           "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values", "at_end",
-           "host_steps", "runs_on_neither", "check_host_steps"]
+           "HOST_TOKEN_OPS", "HOST_CONVERTERS", "leading_chain", "leading_chains", "end_values",
+           "at_end", "host_steps", "runs_on_neither", "check_host_steps"]
 
 #: Operators the host runs at the start of the graph (in the leading chain).
 HOST_START_OPS = onnx_ops(host_start=True)
@@ -59,6 +62,9 @@ HOST_ONLY_OPS = onnx_ops(host_only=True)
 #: Float IR ops that exist only as host steps (``Add`` and the layout ops are host steps too
 #: when the placement says so, but they also map to the array).
 HOST_IR_OPS = ir_ops(HOST)
+#: Operators the host runs only as nodes of a token region (:mod:`.tokens`): a ``Concat``
+#: joining a constant to the tokens, and a ``Gather`` or ``Slice`` of a host value's tokens.
+HOST_TOKEN_OPS = frozenset({"Concat", "Gather", "Slice"})
 _ELEMENTWISE = ("Sub", "Div", "Mul", "Add")
 _START = "at the start of the graph, before the accelerator's input"
 _END = "at the end of the graph, after the accelerator's output"
@@ -178,7 +184,8 @@ def _missing_mapping(node: onnx.NodeProto, chain: "list[onnx.NodeProto]", consta
 
 
 def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
-               views: "dict[str, str] | None" = None) -> "dict[str, dict]":
+               views: "dict[str, str] | None" = None,
+               host_only: "dict[str, str] | None" = None) -> "dict[str, dict]":
     """Decide which of the folded ``nodes`` run on the host.
 
     Returns ``node name -> {"at": "start" | "middle" | "end", "why": reason}`` for every host
@@ -187,8 +194,11 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
     and the inferred ``(elem_type, shape)`` of every value. ``views`` maps the nodes that
     view a value as an image (a 1-D value as one of height 1, :mod:`.onedim`; tokens as
     pixels, :mod:`.tokens`) to what they do: in the leading chain they have no hardware
-    mapping (the array reads no rank-3 input)."""
+    mapping (the array reads no rank-3 input). ``host_only`` maps the nodes that only the
+    host runs (a token region's ``Concat`` joining a constant) to why: they are host steps
+    between segments."""
     views = views or {}
+    host_only = host_only or {}
     graph = model.graph
     outputs = {value.name for value in graph.output}
     steps: "dict[str, dict]" = {}
@@ -248,6 +258,9 @@ def host_steps(model: onnx.ModelProto, nodes, constants: dict, types: dict,
                 indices.update((v, indices[index]) for v in node.output if v)
             continue
         if node.name in steps or not is_default_domain(node.domain) or not reads:
+            continue
+        if node.name in host_only:
+            steps[node.name] = {"at": "middle", "why": f"{host_only[node.name]}; {_MIDDLE}"}
             continue
         detail = ""
         if node.op_type == "Mul" and len(reads) == 1:    # a constant the array cannot scale by
@@ -476,12 +489,46 @@ def _layernorm(b: GraphBuilder, node: onnx.NodeProto) -> Node:
                 {"axis": axis, "epsilon": float(attrs.get("epsilon", 1e-5))})
 
 
+def _concat(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    """``Concat`` of a token region's images and constants (the class token), along the
+    height (:mod:`.tokens`)."""
+    inputs = tuple(b.constant(node, v) if v in b.onnx_constants else _typed(b, node, v)
+                   for v in node.input)
+    out = _typed(b, node, node.output[0])
+    axis = _axis(node, node_attrs(node), len(b.shape(out)), 1)
+    return Node(node.name, "Concat", inputs, (out,), {"axis": axis, **NO_ACTIVATION})
+
+
+def _gather(b: GraphBuilder, node: onnx.NodeProto) -> Node:
+    """``Gather`` (constant indices) or ``Slice`` (constant window) of a token region's image
+    along the tokens (:mod:`.tokens`): the host ``Gather`` of those indices."""
+    x = _typed(b, node, node.input[0])
+    shape = b.shape(x)
+    out = _typed(b, node, node.output[0])
+    if node.op_type == "Gather":
+        axis = _axis(node, node_attrs(node), len(shape), 0)
+        indices = [int(i) + (shape[axis] if i < 0 else 0)
+                   for i in np.asarray(b.onnx_constants[node.input[1]]).reshape(-1)]
+    else:
+        starts, axes = (np.asarray(b.onnx_constants[node.input[i]]).reshape(-1)
+                        for i in (1, 3))
+        axis = int(axes[0]) + (len(shape) if axes[0] < 0 else 0)
+        indices = list(range(int(starts[0]), int(starts[0]) + b.shape(out)[axis]))
+    if not all(0 <= i < shape[axis] for i in indices) \
+            or b.shape(out) != (*shape[:axis], len(indices), *shape[axis + 1:]):
+        raise ModelError(f"{node.op_type} '{node.name}' picks {indices[:8]} along axis {axis} "
+                         f"of its input of shape {list(shape)}, which does not give its "
+                         f"output of shape {list(b.shape(out))}")
+    return Node(node.name, "Gather", (x,), (out,), {"axis": axis, "indices": tuple(indices)})
+
+
 #: Converters of the host steps, by ONNX operator (used instead of ``CONVERTERS`` for the
-#: nodes :func:`host_steps` places on the host).
+#: nodes :func:`host_steps` places on the host): those of :data:`HOST_START_OPS`,
+#: :data:`HOST_END_OPS` and :data:`HOST_TOKEN_OPS`.
 HOST_CONVERTERS: "dict[str, Callable[[GraphBuilder, onnx.NodeProto], Node]]" = {
     "Sub": _elementwise, "Div": _elementwise, "Mul": _elementwise, "Add": _elementwise,
     "Transpose": _transpose, "Cast": _cast, "Reshape": _layout, "Flatten": _layout,
     "Squeeze": _layout, "Unsqueeze": _layout, "Identity": _layout, "Dropout": _layout,
     "Softmax": _softmax_like, "LogSoftmax": _softmax_like, "ArgMax": _argmax, "TopK": _topk,
-    "LayerNormalization": _layernorm,
+    "LayerNormalization": _layernorm, "Concat": _concat, "Gather": _gather, "Slice": _gather,
 }

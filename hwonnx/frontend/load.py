@@ -168,13 +168,14 @@ def import_model(path_or_model: "str | Path | bytes | onnx.ModelProto",
     live = None
     nodes, views = view_1d(nodes, constants, types, domain_opset(model, ""), outputs,
                            annotations)
-    nodes, token_views, renamed = view_tokens(nodes, constants, types, outputs, inner,
-                                              annotations)
+    nodes, token_views, renamed, host_only = view_tokens(nodes, constants, types, outputs,
+                                                         inner, annotations)
     views = {**views, **token_views}
     patterns = {last: replace(fused, x=renamed.get(fused.x, fused.x))
                 for last, fused in patterns.items()}
     steps = {name: step for name, step in host_steps(model, nodes, constants, types,
-                                                     views).items() if name not in inner}
+                                                     views, host_only).items()
+             if name not in inner}
     meta.update(notes=tuple(rlog.notes), warnings=tuple(rlog.warnings), dim_bindings=bound,
                 **({"batches": batches} if batches else {}),
                 **({"host_steps": steps} if steps else {}))

@@ -70,6 +70,11 @@ def _layernorm(x, scale, bias=None, *, axis, epsilon, **_):
     return ((y if bias is None else y + bias).astype(np.float32),)
 
 
+def _concat(*xs, axis, relu=False, act_max=None, **_):
+    """``Concat`` on the host: a token region's class token joined to the tokens."""
+    return (_activation(np.concatenate(xs, axis=axis).astype(np.float32), relu, act_max),)
+
+
 #: One function per host op: ``fn(*inputs, **attrs) -> tuple of outputs`` on one sample.
 HOST_FUNCTIONS: "dict[str, Callable[..., tuple]]" = {
     "Add": _add,
@@ -84,6 +89,8 @@ HOST_FUNCTIONS: "dict[str, Callable[..., tuple]]" = {
     "ArgMax": _argmax,
     "TopK": _topk,
     "LayerNorm": _layernorm,
+    "Concat": _concat,
+    "Gather": lambda x, *, axis, indices, **_: (np.take(x, list(indices), axis=axis),),
 }
 
 

@@ -232,6 +232,15 @@ def _reshape(graph: Graph, node: Node, x):
     return x.reshape(_batch(graph.types[node.outputs[0]].shape, x.shape[0]))
 
 
+def _concat(graph: Graph, node: Node, *xs):
+    """The inputs joined along ``axis``; a constant input (the class token a host ``Concat``
+    joins to the tokens) is the same for every sample."""
+    count = max(np.shape(x)[0] for x in xs)
+    xs = [np.broadcast_to(x, (count, *np.shape(x)[1:])) if name in graph.constants else x
+          for name, x in zip(node.inputs, xs)]
+    return _activation(node, np.concatenate(xs, axis=node.attrs["axis"]))
+
+
 def _slice(graph: Graph, node: Node, x):
     """The window of ``x`` from ``starts`` (one index per non-batch axis) of the output's
     shape."""
@@ -266,8 +275,7 @@ FLOAT_OPS: "dict[str, Callable[..., np.ndarray]]" = {
     "Eltwise": _eltwise,
     "AvgPool": _avgpool,
     "MaxPool": _maxpool,
-    "Concat": lambda graph, node, *xs: _activation(
-        node, np.concatenate(xs, axis=node.attrs["axis"])),
+    "Concat": _concat,
     "Slice": _slice,
     "Permute": lambda graph, node, x: _activation(node, np.transpose(x, node.attrs["perm"])),
     "ChannelPermute": lambda graph, node, x: _activation(

@@ -121,6 +121,8 @@ IR_OPS: "MappingProxyType[str, IrOp]" = MappingProxyType({
         "Sub", "Div", "Mul", "Transpose", "Cast", "LogSoftmax", "ArgMax", "TopK")},
     "LayerNorm": IrOp(HOST, "LayerNorm", "host", "no engine yet: float32 NumPy on the host "
                       "(its integer definition: hwonnx.golden.layernorm)"),
+    "Gather": IrOp(HOST, "Gather", "host", "a pick of tokens (the class token) from a value "
+                   "the host holds: float32 NumPy on the host"),
     **{op: IrOp(TABLE) for op in TABLE_OPS},
     "Quantize": IrOp(BOUNDARY, "Quantize", "host",
                      "converts the float input to int8 before it is sent"),

@@ -259,3 +259,76 @@ def test_prenorm_block_on_rtl(tmp_path):
     rtl = rtl_matches_golden(result, {"x": _samples(9, 3, (1, T, D))}, 3)
     print(f"\nRTL: {rtl.cycles[0]} cycles per sample of {T} tokens (predicted "
           f"{rtl.predicted_cycles})")
+
+
+def along_tokens(form: str) -> onnx.ModelProto:
+    """Nodes along the token axis (the image's height) between token MatMuls: ``slice``
+    (tokens 1 to 3, axes given as -2), ``gather`` (the list [2]: a [1, 1, D] token), ``concat``
+    (a computed token joined after the tokens), ``host`` (a Slice of a LayerNorm's result,
+    which the host runs, then a MatMul)."""
+    rng = np.random.default_rng(10)
+    inits = {"w": _w(rng, D, D), "w2": _w(rng, D, D), "g": rng.uniform(0.5, 1.5, D).astype(F32),
+             "beta": _w(rng, D, s=0.1)}
+    first = helper.make_node("MatMul", ["x", "w"], ["a"], name="fc1")
+    last = helper.make_node("MatMul", ["p", "w2"], ["y"], name="fc2")
+    if form == "slice":
+        inits.update(starts=np.array([1], np.int64), ends=np.array([4], np.int64),
+                     axes=np.array([-2], np.int64))
+        pick, shape = helper.make_node("Slice", ["a", "starts", "ends", "axes"], ["p"],
+                                       name="pick"), [1, 3, D]
+    elif form == "gather":
+        inits["index"] = np.array([2], np.int64)
+        pick, shape = helper.make_node("Gather", ["a", "index"], ["p"], name="pick",
+                                       axis=-2), [1, 1, D]
+    elif form == "concat":
+        inits["index"] = np.array([0], np.int64)
+        return make_model([first, helper.make_node("Gather", ["a", "index"], ["t"], name="tok",
+                                                   axis=1),
+                           helper.make_node("Relu", ["t"], ["r"], name="relu"),
+                           helper.make_node("Concat", ["a", "r"], ["p"], name="pick", axis=1),
+                           last], {"x": [1, T, D]}, {"y": [1, T + 1, D]}, inits)
+    else:
+        inits.update(starts=np.array([0, 0], np.int64), ends=np.array([1, 1], np.int64),
+                     axes=np.array([0, 1], np.int64))
+        ln = helper.make_node("LayerNormalization", ["a", "g", "beta"], ["n"], name="norm")
+        pick, shape = helper.make_node("Slice", ["n", "starts", "ends", "axes"], ["p"],
+                                       name="pick"), [1, 1, D]
+        return make_model([first, ln, pick, last], {"x": [1, T, D]}, {"y": shape}, inits)
+    return make_model([first, pick, last], {"x": [1, T, D]}, {"y": shape}, inits)
+
+
+@pytest.mark.parametrize("form", ["slice", "gather", "concat", "host"])
+def test_nodes_along_the_tokens_are_the_images_rows(form):
+    """A Slice, a Gather or a Concat along the tokens is one along the height of the image
+    [1, D, T, 1]: on the array, or on the host where it reads the host's LayerNorm (a host
+    Gather of those rows); the float graph computes the model. Built, the Slice and Gather are
+    copies of the image's rows (QSlice, bit for bit in the golden model), the Concat a QConcat
+    along the height."""
+    model = along_tokens(form)
+    graph = load_model(model)
+    x = _samples(11, 8, (1, T, D))
+    got = evaluate_float(graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, _onnxruntime(model, x)[0], rtol=1e-5, atol=1e-5)
+    pick = next(n for n in graph.nodes if n.name == "pick")
+    steps = graph.meta.get("host_steps", {})
+    if form == "host":
+        assert (pick.op, dict(pick.attrs)) == ("Gather", {"axis": 2, "indices": (0,)})
+        assert steps["pick"]["why"] == (
+            "Slice cuts the tokens 0 to 0, rows of the image [1, 12, 6, 1] (it reads the host "
+            "value 'n_image'); between accelerator segments: the host reads its input back "
+            "and writes its result, quantized, into the next segment")
+    else:
+        assert pick.op == ("Concat" if form == "concat" else "Slice")
+        assert "pick" not in steps and pick.attrs.get("axis", 2) == 2
+        assert graph.types[pick.inputs[0]].shape == (1, D, T, 1)
+    result = api.build(model, None, calib={"x": _samples(12, 32, (1, T, D))}, verilog=False,
+                       log=quiet)
+    node = next(n for n in result.graph.nodes if n.name == "pick")
+    assert node.op == {"slice": "QSlice", "gather": "QSlice", "concat": "QConcat",
+                       "host": "Gather"}[form]
+    if node.op == "QSlice":
+        env = evaluate(result.graph, {"x": x}, keep_all=True)
+        first = 1 if form == "slice" else 2
+        rows = result.graph.types[node.outputs[0]].shape[2]
+        np.testing.assert_array_equal(env[node.outputs[0]],
+                                      env[node.inputs[0]][:, :, first:first + rows])

@@ -139,12 +139,27 @@ def test_vector_concat_along_the_batch_is_refused():
 
 
 def test_concat_of_3d_values_is_refused():
-    nodes = [helper.make_node("Concat", ["x", "x"], ["y"], name="seq", axis=1)]
-    model = make_model(nodes, {"x": [1, 3, 8]}, {"y": [1, 6, 8]})
+    """Along the last axis of [1, T, D] tokens (along the tokens, axis 1, it is a Concat along
+    the height of their image: below)."""
+    nodes = [helper.make_node("Concat", ["x", "x"], ["y"], name="seq", axis=2)]
+    model = make_model(nodes, {"x": [1, 3, 8]}, {"y": [1, 3, 16]})
     with _refusal("seq", (
             "Concat 'seq' joins values of shape [1, 3, 8]; only [1, C, H, W] images and "
             "[1, K] vectors can be concatenated")):
         load_model(model)
+
+
+def test_concat_of_tokens_along_the_tokens_joins_the_heights_of_their_images():
+    """[1, T, D] tokens joined along the tokens (issue 38): the images [1, D, T, 1] of the
+    token view (hwonnx/frontend/tokens.py) joined along their height, on the array, between
+    the host's views."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Concat", ["x", "r"], ["y"], name="seq", axis=-2)]
+    graph = check_against_ort(make_model(nodes, {"x": [1, 3, 8]}, {"y": [1, 6, 8]}))
+    seq = next(n for n in graph.nodes if n.name == "seq")
+    assert (seq.op, seq.attrs["axis"], graph.types[seq.outputs[0]].shape) == (
+        "Concat", 2, (1, 8, 6, 1))
+    assert "seq" not in graph.meta["host_steps"]
 
 
 def test_concat_with_a_constant_is_refused():
