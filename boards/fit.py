@@ -7,7 +7,7 @@ from math import ceil
 
 from ..config import ArchConfig
 from ..errors import ResourceError
-from ..hdl.banks import BANK_DEPTH
+from ..hdl.banks import banking
 from ..hdl.eltwise import MULTS_PER_LANE
 from ..hdl.post import WIDE_MULT_BLOCKS
 from .litedram import CONTROLLERS
@@ -84,8 +84,9 @@ def estimate(config: ArchConfig, board: Board) -> Usage:
                 for name, (depth, width) in shapes.items()}
     if not config.compact:       # the weight buffer in banks (hdl/banks.py), each its blocks
         depth, width = shapes["wgt"]
-        memories["wgt"] = sum(_blocks(min(BANK_DEPTH, depth - start), width, board)
-                              for start in range(0, depth, BANK_DEPTH))
+        bank = banking(width)[0]
+        memories["wgt"] = sum(_blocks(min(bank, depth - start), width, board)
+                              for start in range(0, depth, bank))
     for name in ("stage_in", "stage_out"):     # the staging buffers
         if getattr(config, f"{name}_depth"):
             memories[name] = _blocks(getattr(config, f"{name}_depth"), config.rows * 8, board)
