@@ -27,7 +27,7 @@ from ..errors import UnsupportedOperatorError
 from ..ir.tables import TABLE_OPS
 from .common import is_default_domain
 
-__all__ = ["SPATIAL_OPS", "VIEW_OPS", "view_1d"]
+__all__ = ["SPATIAL_OPS", "VIEW_OPS", "connected_regions", "view_1d"]
 
 #: The 1-D operators a region is made around (an input of rank 3).
 SPATIAL_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
@@ -100,10 +100,10 @@ def _candidates(nodes, types, constants) -> "list[onnx.NodeProto]":
     return found
 
 
-def _regions(candidates, spatial: "set[str]") -> "set[str]":
-    """Names of the candidate nodes connected (through the values they share) to a 1-D
-    convolution or pooling."""
-    parent = {node.name: node.name for node in candidates}
+def connected_regions(members, seeds: "set[str]", all_outputs: bool = False) -> "set[str]":
+    """Names of the ``members`` connected (through the values they share: their inputs and
+    their first output, or every output with ``all_outputs``) to a ``seeds`` node."""
+    parent = {node.name: node.name for node in members}
 
     def find(name):
         while parent[name] != name:
@@ -112,15 +112,16 @@ def _regions(candidates, spatial: "set[str]") -> "set[str]":
         return name
 
     touching: "dict[str, list[str]]" = {}
-    for node in candidates:
-        for value in [*node.input, node.output[0]]:
+    for node in members:
+        outputs = node.output if all_outputs else node.output[:1]
+        for value in [*node.input, *outputs]:
             if value:
                 touching.setdefault(value, []).append(node.name)
     for names in touching.values():
         for other in names[1:]:
             parent[find(other)] = find(names[0])
-    roots = {find(name) for name in spatial if name in parent}
-    return {node.name for node in candidates if find(node.name) in roots}
+    roots = {find(name) for name in seeds if name in parent}
+    return {node.name for node in members if find(node.name) in roots}
 
 
 def _with_height(shape) -> "tuple[int, ...]":
@@ -157,7 +158,7 @@ def view_1d(nodes: "list[onnx.NodeProto]", constants: dict, types: dict, opset: 
         raise UnsupportedOperatorError.with_reasons(refused, reasons)
     candidates = _candidates(nodes, types, constants)
     spatial = {n.name for n in candidates if n.op_type in SPATIAL_OPS}
-    region = _regions(candidates, spatial)
+    region = connected_regions(candidates, spatial)
     if not region:
         return nodes, {}
     inside = {v for n in nodes if n.name in region for v in n.output if v}

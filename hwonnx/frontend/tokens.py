@@ -55,6 +55,7 @@ from onnx import helper
 
 from ..ir.tables import TABLE_OPS
 from .common import fresh_name, is_default_domain
+from .onedim import connected_regions
 
 __all__ = ["ELEMENTWISE_OPS", "TOKEN_AXIS_OPS", "is_token_shape", "token_matmul", "view_tokens"]
 
@@ -178,29 +179,6 @@ def _along_tokens(node: onnx.NodeProto, constants: dict, types: dict) -> bool:
     return _slice_start(node, constants, shape, out) is not None
 
 
-def _regions(members, seeds: "set[str]") -> "set[str]":
-    """Names of the ``members`` connected (through the values they share) to a ``seeds``
-    node."""
-    parent = {node.name: node.name for node in members}
-
-    def find(name):
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    touching: "dict[str, list[str]]" = {}
-    for node in members:
-        for value in [*node.input, *node.output]:
-            if value:
-                touching.setdefault(value, []).append(node.name)
-    for names in touching.values():
-        for other in names[1:]:
-            parent[find(other)] = find(names[0])
-    roots = {find(name) for name in seeds}
-    return {node.name for node in members if find(node.name) in roots}
-
-
 def _image(shape) -> "tuple[int, ...]":
     """The image ``[1, D, T, 1]`` of the token shape ``[1, ..., T, D]``."""
     return (1, shape[-1], shape[-2], 1)
@@ -267,7 +245,7 @@ def view_tokens(nodes: "list[onnx.NodeProto]", constants: dict, types: dict,
         return nodes, {}, {}, {}
     members = [node for node in nodes if node.name in matmuls or node.name in along
                or _elementwise(node, constants, types, inner)]
-    region = _regions(members, seeds)
+    region = connected_regions(members, seeds, all_outputs=True)
     inside = {v for n in nodes if n.name in region for v in n.output if v}
     taken = set(types) | set(constants) | {n.name for n in nodes}
     readers_outside = {v for n in nodes if n.name not in region for v in n.input if v}
